@@ -1,0 +1,54 @@
+// CRC-32 (zlib/gzip polynomial) and SHA-256, incremental, plus hex helpers.
+#ifndef MEGACKPT_CHECKSUM_H_
+#define MEGACKPT_CHECKSUM_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "megackpt/status.h"
+
+namespace megackpt {
+
+// Standard CRC-32 as zlib's crc32(): Crc32Extend(0, data) of "123456789" is
+// 0xCBF43926. Extend with more data by passing the previous value.
+uint32_t Crc32Extend(uint32_t crc, std::span<const std::byte> data);
+inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, data); }
+
+using Sha256Digest = std::array<uint8_t, 32>;
+
+// Incremental SHA-256 (OpenSSL, SHA-NI when the CPU has it).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256&&) noexcept;
+  Sha256& operator=(Sha256&&) noexcept;
+  void Update(std::span<const std::byte> data);
+  // Returns the digest; the object may not be updated afterwards.
+  Sha256Digest Finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+Sha256Digest Sha256Of(std::span<const std::byte> data);
+
+// Lowercase hex of bytes.
+std::string ToHex(std::span<const uint8_t> bytes);
+// Parses lowercase or uppercase hex into exactly out.size() bytes.
+Status FromHex(std::string_view hex, std::span<uint8_t> out);
+
+// Views helpers.
+inline std::span<const std::byte> AsBytes(std::string_view s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+}  // namespace megackpt
+
+#endif  // MEGACKPT_CHECKSUM_H_

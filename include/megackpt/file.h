@@ -1,0 +1,102 @@
+// Byte-level file interfaces and their local POSIX implementations.
+//
+// Formats (MEGA, safetensors, index JSON) and the CAS read and write through
+// these interfaces, so the same code serves local files and remote objects
+// (the fs layer adapts `mega://` objects to them).
+#ifndef MEGACKPT_FILE_H_
+#define MEGACKPT_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "megackpt/status.h"
+
+namespace megackpt {
+
+// Random-access reads of an immutable byte sequence. Thread-safe: several
+// threads may call ReadAt concurrently.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+
+  // A name for error messages (the path or URI).
+  virtual const std::string& name() const = 0;
+
+  // Total size in bytes.
+  virtual uint64_t size() const = 0;
+
+  // Reads up to dst.size() bytes starting at `offset`; returns the count read,
+  // which is short only at end of file. IOError on OS failure.
+  virtual Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const = 0;
+
+  // Reads exactly dst.size() bytes or returns OutOfRange naming the file and range.
+  Status ReadExactlyAt(uint64_t offset, std::span<std::byte> dst) const;
+
+  // The whole file mapped in memory, or nullptr when this file is not mapped.
+  // Valid as long as this object lives.
+  virtual const std::byte* mapped_data() const { return nullptr; }
+};
+
+// A file being written. Not thread-safe unless stated: WriteAt may be called
+// from several threads on disjoint ranges when supports_write_at().
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+
+  virtual const std::string& name() const = 0;
+
+  // Appends at the current end (the end = max byte written so far).
+  virtual Status Append(std::span<const std::byte> data) = 0;
+
+  // True when WriteAt works (local files); false for sequential sinks such as
+  // an upload stream.
+  virtual bool supports_write_at() const { return false; }
+
+  // Writes at an absolute offset (may extend the file). Thread-safe for
+  // disjoint ranges. Unimplemented when !supports_write_at().
+  virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) {
+    (void)offset;
+    (void)data;
+    return UnimplementedError(name() + ": positioned writes are not supported");
+  }
+
+  // Bytes written so far (the current end).
+  virtual uint64_t size() const = 0;
+
+  // Makes written data durable (fsync for local files).
+  virtual Status Sync() = 0;
+
+  // Finishes the file. After Close, only the destructor may be called.
+  virtual Status Close() = 0;
+};
+
+// Opens a local file for reading with pread. With `mmap`, the file is also
+// mapped read-only (mapped_data() non-null; empty files are never mapped).
+Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
+                                                        bool mmap = false);
+
+// Creates (or truncates) a local file for writing.
+Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path);
+
+// Reads a whole local file. `max_size` guards against huge files
+// (ResourceExhausted beyond it).
+Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size = 1ull << 32);
+
+// Writes `data` to `path` atomically: a unique temp file in the same folder,
+// fsync (when `sync`), rename over `path`, fsync of the folder. Readers see the
+// old or the new content, never a mix.
+Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync = true);
+
+// fsync of a directory (makes renames and creations in it durable).
+Status SyncDirectory(const std::string& dir);
+
+// mkdir -p.
+Status CreateDirectories(const std::string& dir);
+
+}  // namespace megackpt
+
+#endif  // MEGACKPT_FILE_H_

@@ -1,0 +1,192 @@
+#include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "megackpt/checksum.h"
+#include "megackpt/dtype.h"
+#include "megackpt/file.h"
+#include "megackpt/status.h"
+#include "megackpt/tensor.h"
+#include "megackpt/thread_pool.h"
+
+namespace megackpt {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2) return InvalidArgumentError("odd: " + std::to_string(x));
+  return x / 2;
+}
+
+Status UseMacros(int x, int* out) {
+  MEGA_ASSIGN_OR_RETURN(int h, Half(x));
+  MEGA_ASSIGN_OR_RETURN(*out, Half(h));
+  return Status::OK();
+}
+
+TEST(StatusTest, CodesMessagesAndMacros) {
+  EXPECT_TRUE(Status::OK().ok());
+  Status s = DataLossError("x.mega: bad magic");
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.ToString(), "DataLoss: x.mega: bad magic");
+  EXPECT_EQ(s.WithContext("load").message(), "load: x.mega: bad magic");
+  int out = 0;
+  EXPECT_TRUE(UseMacros(8, &out).ok());
+  EXPECT_EQ(out, 2);
+  Status bad = UseMacros(6, &out);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "odd: 3");
+  EXPECT_EQ(ErrnoToStatus("f", ENOENT).code(), StatusCode::kNotFound);
+}
+
+TEST(DTypeTest, NamesAndSizes) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    DType d = static_cast<DType>(i);
+    auto back = DTypeFromName(DTypeName(d));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, d);
+  }
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2);
+  EXPECT_EQ(DTypeSize(DType::kF8_E8M0), 1);
+  EXPECT_EQ(DTypeBits(DType::kF4), 4);
+  EXPECT_FALSE(DTypeFromName("f32").ok());
+  Shape s{3, 5};
+  EXPECT_EQ(*LogicalNbytes(DType::kF4, s), 8u);
+  EXPECT_EQ(*LogicalNbytes(DType::kF64, s), 120u);
+  EXPECT_EQ(*LogicalNbytes(DType::kF32, Shape{}), 4u);
+  EXPECT_EQ(*LogicalNbytes(DType::kF32, Shape{0, 7}), 0u);
+  EXPECT_FALSE(LogicalNbytes(DType::kF64, Shape{1LL << 40, 1LL << 30}).ok());
+  EXPECT_FALSE(LogicalNbytes(DType::kF64, Shape{-1}).ok());
+}
+
+Tensor Iota(DType dtype, Shape shape) {
+  auto t = Tensor::Empty(dtype, shape);
+  EXPECT_TRUE(t.ok());
+  auto* p = static_cast<uint8_t*>(t->data());
+  for (uint64_t i = 0; i < t->nbytes(); ++i) p[i] = static_cast<uint8_t>(i * 7 + 3);
+  return *t;
+}
+
+TEST(TensorTest, NarrowAndStridedCopy) {
+  Tensor a = Iota(DType::kF32, {4, 6, 5});
+  EXPECT_TRUE(a.is_contiguous());
+  auto rows = a.Narrow(0, 1, 2);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->is_contiguous());
+  auto cols = rows->Narrow(1, 2, 3);
+  ASSERT_TRUE(cols.ok());
+  EXPECT_FALSE(cols->is_contiguous());
+  EXPECT_EQ(cols->shape(), (Shape{2, 3, 5}));
+  auto dst = Tensor::Empty(DType::kF32, {2, 3, 5});
+  ASSERT_TRUE(dst.ok());
+  ASSERT_TRUE(CopyTensor(*cols, *dst).ok());
+  const float* src = static_cast<const float*>(a.data());
+  const float* out = static_cast<const float*>(dst->data());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 5; ++k)
+        EXPECT_EQ(std::memcmp(&out[(i * 3 + j) * 5 + k], &src[((i + 1) * 6 + j + 2) * 5 + k], 4), 0);
+  EXPECT_TRUE(TensorBytesEqual(*cols, *dst));
+  // Copy into a strided destination (a column block of a bigger tensor).
+  Tensor big = Iota(DType::kF32, {4, 6, 5});
+  auto view = big.Narrow(1, 3, 3);
+  ASSERT_TRUE(view.ok());
+  auto view2 = view->Narrow(0, 0, 2);
+  ASSERT_TRUE(CopyTensor(*dst, *view2).ok());
+  EXPECT_TRUE(TensorBytesEqual(*view2, *dst));
+  EXPECT_FALSE(a.Narrow(3, 0, 1).ok());
+  EXPECT_FALSE(a.Narrow(0, 3, 2).ok());
+  EXPECT_EQ(CopyTensor(a, *dst).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTest, ZeroDimAndEmpty) {
+  Tensor scalar = Iota(DType::kF64, {});
+  EXPECT_EQ(scalar.numel(), 1u);
+  EXPECT_EQ(scalar.nbytes(), 8u);
+  auto empty = Tensor::Empty(DType::kI32, {3, 0});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->nbytes(), 0u);
+  auto e2 = Tensor::Empty(DType::kI32, {3, 0});
+  EXPECT_TRUE(CopyTensor(*empty, *e2).ok());
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(TensorTest, CallerMemoryIsNotCopied) {
+  std::vector<float> mem(12, 1.5f);
+  auto t = Tensor::FromBlob(mem.data(), DType::kF32, {3, 4});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->data(), mem.data());
+}
+
+TEST(TensorTest, DLPackRoundTrip) {
+  Tensor a = Iota(DType::kBF16, {3, 4});
+  auto dl = ToDLPack(a);
+  ASSERT_TRUE(dl.ok());
+  EXPECT_EQ((*dl)->dl_tensor.dtype.code, kDLBfloat);
+  auto back = FromDLPack(*dl);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->data(), a.data());
+  EXPECT_TRUE(TensorBytesEqual(*back, a));
+  EXPECT_FALSE(ToDLPack(Iota(DType::kF8_E4M3, {2})).ok());
+}
+
+TEST(ThreadPoolTest, ParallelForRunsAllAndNests) {
+  ThreadPool pool(2);
+  std::atomic<int> sum{0};
+  Status s = ParallelFor(&pool, 100, [&](size_t i) {
+    // Nested ParallelFor from inside a pool task must not deadlock.
+    return ParallelFor(&pool, 10, [&](size_t j) {
+      sum += static_cast<int>(i * 10 + j);
+      return Status::OK();
+    });
+  });
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(sum.load(), 999 * 1000 / 2);
+  Status err = ParallelFor(&pool, 50, [&](size_t i) {
+    return i == 17 ? NotFoundError("item 17") : Status::OK();
+  });
+  EXPECT_EQ(err.code(), StatusCode::kNotFound);
+  auto fut = pool.Submit([] { return 42; });
+  EXPECT_EQ(fut.get(), 42);
+}
+
+TEST(ChecksumTest, KnownAnswers) {
+  EXPECT_EQ(Crc32(AsBytes("123456789")), 0xCBF43926u);
+  EXPECT_EQ(Crc32Extend(Crc32(AsBytes("1234")), AsBytes("56789")), 0xCBF43926u);
+  EXPECT_EQ(ToHex(Sha256Of(AsBytes("abc"))),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::array<uint8_t, 2> out;
+  EXPECT_TRUE(FromHex("aB01", out).ok());
+  EXPECT_EQ(out[0], 0xab);
+  EXPECT_FALSE(FromHex("zz01", out).ok());
+}
+
+TEST(FileTest, AtomicWriteAndReads) {
+  std::string dir = ::testing::TempDir() + "/core_file_test_" + std::to_string(getpid());
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  std::string path = dir + "/a.txt";
+  ASSERT_TRUE(WriteLocalFileAtomically(path, "hello world").ok());
+  ASSERT_TRUE(WriteLocalFileAtomically(path, "second").ok());
+  auto content = ReadLocalFile(path);
+  ASSERT_TRUE(content.ok());
+  EXPECT_EQ(*content, "second");
+  auto f = OpenLocalFile(path, /*mmap=*/true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->size(), 6u);
+  EXPECT_EQ(std::memcmp((*f)->mapped_data(), "second", 6), 0);
+  std::array<std::byte, 4> buf;
+  EXPECT_EQ((*f)->ReadExactlyAt(4, buf).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(OpenLocalFile(dir + "/missing").status().code(), StatusCode::kNotFound);
+  // Only the target remains: no temp files left behind.
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
+  EXPECT_EQ(n, 1);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace megackpt

@@ -1,0 +1,207 @@
+#include "megackpt/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <random>
+
+namespace megackpt {
+
+Status RandomAccessFile::ReadExactlyAt(uint64_t offset, std::span<std::byte> dst) const {
+  size_t done = 0;
+  while (done < dst.size()) {
+    MEGA_ASSIGN_OR_RETURN(size_t n, ReadAt(offset + done, dst.subspan(done)));
+    if (n == 0) {
+      return OutOfRangeError(name() + ": read of [" + std::to_string(offset) + ", " +
+                             std::to_string(offset + dst.size()) + ") past end of file (size " +
+                             std::to_string(size()) + ")");
+    }
+    done += n;
+  }
+  return Status::OK();
+}
+
+namespace {
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string name, int fd, uint64_t size, void* map)
+      : name_(std::move(name)), fd_(fd), size_(size), map_(map) {}
+  ~PosixRandomAccessFile() override {
+    if (map_) munmap(map_, size_);
+    close(fd_);
+  }
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return size_; }
+  const std::byte* mapped_data() const override { return static_cast<const std::byte*>(map_); }
+
+  Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
+    size_t done = 0;
+    while (done < dst.size()) {
+      ssize_t n = pread(fd_, dst.data() + done, std::min<size_t>(dst.size() - done, 1u << 30),
+                        static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoToStatus(name_ + ": pread at " + std::to_string(offset + done), errno);
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+ private:
+  std::string name_;
+  int fd_;
+  uint64_t size_;
+  void* map_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  const std::string& name() const override { return name_; }
+  bool supports_write_at() const override { return true; }
+  uint64_t size() const override { return end_.load(); }
+
+  Status Append(std::span<const std::byte> data) override {
+    uint64_t off = end_.load();
+    return WriteAt(off, data);
+  }
+
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    if (fd_ < 0) return FailedPreconditionError(name_ + ": write after close");
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = pwrite(fd_, data.data() + done, std::min<size_t>(data.size() - done, 1u << 30),
+                         static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoToStatus(name_ + ": pwrite at " + std::to_string(offset + done), errno);
+      }
+      done += static_cast<size_t>(n);
+    }
+    uint64_t new_end = offset + data.size();
+    uint64_t cur = end_.load();
+    while (new_end > cur && !end_.compare_exchange_weak(cur, new_end)) {
+    }
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    if (fd_ < 0) return FailedPreconditionError(name_ + ": sync after close");
+    if (fdatasync(fd_) != 0) return ErrnoToStatus(name_ + ": fdatasync", errno);
+    return Status::OK();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return Status::OK();
+    int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) return ErrnoToStatus(name_ + ": close", errno);
+    return Status::OK();
+  }
+
+ private:
+  std::string name_;
+  int fd_;
+  std::atomic<uint64_t> end_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path, bool map) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(path + ": open", errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoToStatus(path + ": fstat", err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return InvalidArgumentError(path + ": is a directory");
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  void* m = nullptr;
+  if (map && size > 0) {
+    m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      int err = errno;
+      close(fd);
+      return ErrnoToStatus(path + ": mmap", err);
+    }
+  }
+  return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd, size, m));
+}
+
+Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(path + ": create", errno);
+  return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+}
+
+Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size) {
+  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path, false));
+  if (file->size() > max_size) {
+    return ResourceExhaustedError(path + ": file of " + std::to_string(file->size()) +
+                                  " bytes exceeds limit " + std::to_string(max_size));
+  }
+  std::string out(file->size(), '\0');
+  MEGA_RETURN_IF_ERROR(
+      file->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
+  return out;
+}
+
+Status SyncDirectory(const std::string& dir) {
+  int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(dir + ": open directory", errno);
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0) return ErrnoToStatus(dir + ": fsync directory", err);
+  return Status::OK();
+}
+
+Status CreateDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoToStatus(dir + ": create directories", ec.value());
+  return Status::OK();
+}
+
+Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync) {
+  std::filesystem::path p(path);
+  std::string dir = p.parent_path().string();
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
+                    std::to_string(counter.fetch_add(1));
+  {
+    MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp));
+    Status s = f->Append(std::as_bytes(std::span<const char>(data.data(), data.size())));
+    if (s.ok() && sync) s = f->Sync();
+    if (s.ok()) s = f->Close();
+    if (!s.ok()) {
+      unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoToStatus(path + ": rename from temp file", err);
+  }
+  if (sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir.empty() ? "." : dir));
+  return Status::OK();
+}
+
+}  // namespace megackpt

@@ -1,0 +1,12 @@
+// Placeholder until the cas commands land.
+#include "megackpt/commands.h"
+
+namespace megackpt::cli {
+
+void RegisterCasCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
+  (void)app;
+  (void)bench;
+  (void)exit_code;
+}
+
+}  // namespace megackpt::cli
