@@ -1,0 +1,33 @@
+// Picks a storage backend by name, for tools (`megackpt demo --storage ...`).
+#ifndef MEGACKPT_DCP_STORAGE_FACTORY_H_
+#define MEGACKPT_DCP_STORAGE_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "megackpt/dcp/storage.h"
+#include "megackpt/status.h"
+
+namespace megackpt::dcp {
+
+// Backend-independent knobs; each backend maps what it supports.
+struct StorageFactoryOptions {
+  int thread_count = 2;
+  bool sync = true;
+  bool overwrite = true;
+};
+
+// kind: "fs" (FileSystemWriter/Reader) or "mega" (MegaStorageWriter/Reader).
+// InvalidArgument for an unknown kind; Unimplemented when the backend is not
+// built in.
+Result<std::unique_ptr<StorageWriter>> MakeStorageWriter(std::string_view kind,
+                                                         const std::string& path,
+                                                         const StorageFactoryOptions& options = {});
+Result<std::unique_ptr<StorageReader>> MakeStorageReader(std::string_view kind,
+                                                         const std::string& path,
+                                                         const StorageFactoryOptions& options = {});
+
+}  // namespace megackpt::dcp
+
+#endif  // MEGACKPT_DCP_STORAGE_FACTORY_H_

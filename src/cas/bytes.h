@@ -1,0 +1,81 @@
+// Internal helpers of the cas layer: little-endian field access and a large,
+// reusable byte buffer that asks for transparent huge pages (first-touch page
+// faults on 4 KiB pages are the slowest thing on this machine, DESIGN.md).
+#ifndef MEGACKPT_SRC_CAS_BYTES_H_
+#define MEGACKPT_SRC_CAS_BYTES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+namespace megackpt::cas::internal {
+
+inline uint32_t LoadU24(const uint8_t* p) { return p[0] | (p[1] << 8) | (uint32_t{p[2]} << 16); }
+inline void StoreU24(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16);
+}
+inline uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t LoadU64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void AppendU32(std::string* out, uint32_t v) {
+  out->append(reinterpret_cast<const char*>(&v), 4);
+}
+inline void AppendU64(std::string* out, uint64_t v) {
+  out->append(reinterpret_cast<const char*>(&v), 8);
+}
+inline const uint8_t* U8(const std::byte* p) { return reinterpret_cast<const uint8_t*>(p); }
+inline const uint8_t* U8(const char* p) { return reinterpret_cast<const uint8_t*>(p); }
+
+// A growable byte buffer whose memory is kept between uses (no zero fill on
+// growth) and backed by huge pages when large.
+class ByteBuffer {
+ public:
+  ByteBuffer() = default;
+  ~ByteBuffer();
+  ByteBuffer(ByteBuffer&& other) noexcept { *this = std::move(other); }
+  ByteBuffer& operator=(ByteBuffer&& other) noexcept;
+  ByteBuffer(const ByteBuffer&) = delete;
+  ByteBuffer& operator=(const ByteBuffer&) = delete;
+
+  // Ensures capacity() >= n, keeping the first size() bytes.
+  void Reserve(size_t n);
+  // Sets the size (growing capacity as needed; new bytes are uninitialised).
+  void Resize(size_t n) {
+    Reserve(n);
+    size_ = n;
+  }
+  void Append(const void* data, size_t n) {
+    Reserve(size_ + n);
+    std::memcpy(data_ + size_, data, n);
+    size_ += n;
+  }
+  void Clear() { size_ = 0; }
+  // Drops the first n bytes (moves the rest to the front).
+  void Consume(size_t n);
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  std::span<const std::byte> span() const { return {data_, size_}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+}  // namespace megackpt::cas::internal
+
+#endif  // MEGACKPT_SRC_CAS_BYTES_H_

@@ -1,0 +1,454 @@
+#include "megackpt/cas/xorb.h"
+
+#include <lz4frame.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cas/bytes.h"
+#include "megackpt/checksum.h"
+
+namespace megackpt::cas {
+
+using internal::LoadU24;
+using internal::LoadU32;
+using internal::StoreU24;
+
+namespace {
+
+constexpr char kFooterMagic[8] = {'M', 'C', 'K', 'X', 'O', 'R', 'B', '1'};
+constexpr uint32_t kFooterVersion = 1;
+
+// Bytes sampled per lane to decide whether BG4 is worth trying.
+constexpr size_t kSampleBytes = 16 * 1024;
+
+// Splits `in` into 4 byte lanes (bytes 4i+k go to lane k), lanes concatenated.
+void SplitBg4(const uint8_t* in, size_t n, uint8_t* out) {
+  size_t lane_size[4];
+  for (int k = 0; k < 4; ++k) lane_size[k] = n > static_cast<size_t>(k) ? (n - k + 3) / 4 : 0;
+  uint8_t* lane[4] = {out, out + lane_size[0], out + lane_size[0] + lane_size[1],
+                      out + lane_size[0] + lane_size[1] + lane_size[2]};
+  size_t groups = n / 4;
+  for (size_t i = 0; i < groups; ++i) {
+    lane[0][i] = in[4 * i];
+    lane[1][i] = in[4 * i + 1];
+    lane[2][i] = in[4 * i + 2];
+    lane[3][i] = in[4 * i + 3];
+  }
+  for (size_t j = groups * 4; j < n; ++j) lane[j % 4][groups] = in[j];
+}
+
+void JoinBg4(const uint8_t* in, size_t n, uint8_t* out) {
+  size_t lane_size[4];
+  for (int k = 0; k < 4; ++k) lane_size[k] = n > static_cast<size_t>(k) ? (n - k + 3) / 4 : 0;
+  const uint8_t* lane[4] = {in, in + lane_size[0], in + lane_size[0] + lane_size[1],
+                            in + lane_size[0] + lane_size[1] + lane_size[2]};
+  size_t groups = n / 4;
+  for (size_t i = 0; i < groups; ++i) {
+    out[4 * i] = lane[0][i];
+    out[4 * i + 1] = lane[1][i];
+    out[4 * i + 2] = lane[2][i];
+    out[4 * i + 3] = lane[3][i];
+  }
+  for (size_t j = groups * 4; j < n; ++j) out[j] = lane[j % 4][groups];
+}
+
+double Entropy(const uint32_t* counts, uint32_t total) {
+  if (total == 0) return 0;
+  double h = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (counts[b] == 0) continue;
+    double p = static_cast<double>(counts[b]) / total;
+    h -= p * std::log2(p);
+  }
+  return h;
+}
+
+// The per-chunk choice of kAuto, from byte statistics of a sample: BG4 when
+// the four byte lanes have clearly different entropy (float-like data), LZ4
+// when the bytes look compressible, otherwise none.
+CompressionScheme PredictScheme(const uint8_t* p, size_t n) {
+  size_t m = std::min(n, kSampleBytes) & ~size_t{3};
+  if (m < 64) return CompressionScheme::kLz4;
+  uint32_t lane_counts[4][256] = {};
+  for (size_t i = 0; i < m; i += 4) {
+    lane_counts[0][p[i]]++;
+    lane_counts[1][p[i + 1]]++;
+    lane_counts[2][p[i + 2]]++;
+    lane_counts[3][p[i + 3]]++;
+  }
+  uint32_t all[256];
+  double lo = 9, hi = -1;
+  for (int b = 0; b < 256; ++b) {
+    all[b] = lane_counts[0][b] + lane_counts[1][b] + lane_counts[2][b] + lane_counts[3][b];
+  }
+  uint32_t per_lane = static_cast<uint32_t>(m / 4);
+  for (int k = 0; k < 4; ++k) {
+    double h = Entropy(lane_counts[k], per_lane);
+    lo = std::min(lo, h);
+    hi = std::max(hi, h);
+  }
+  // A lane of a 4096-byte sample can show at most 12 bits; random bytes give
+  // ~7.95 bits per lane, so a spread of 1 bit is a real difference.
+  if (hi - lo > 1.0) return CompressionScheme::kByteGrouping4Lz4;
+  if (Entropy(all, static_cast<uint32_t>(m)) < 7.5) return CompressionScheme::kLz4;
+  return CompressionScheme::kNone;
+}
+
+struct Scratch {
+  std::vector<uint8_t> split;
+  std::vector<uint8_t> compressed;
+  LZ4F_dctx* dctx = nullptr;
+  ~Scratch() {
+    if (dctx) LZ4F_freeDecompressionContext(dctx);
+  }
+};
+thread_local Scratch tls_scratch;
+
+// Compresses into tls_scratch.compressed; returns the compressed size or 0
+// when it failed or is not smaller than n.
+size_t Lz4Compress(const uint8_t* src, size_t n) {
+  LZ4F_preferences_t prefs;
+  std::memset(&prefs, 0, sizeof(prefs));
+  prefs.frameInfo.blockSizeID = LZ4F_max256KB;
+  size_t bound = LZ4F_compressFrameBound(n, &prefs);
+  if (tls_scratch.compressed.size() < bound) tls_scratch.compressed.resize(bound);
+  size_t r = LZ4F_compressFrame(tls_scratch.compressed.data(), bound, src, n, &prefs);
+  if (LZ4F_isError(r) || r >= n) return 0;
+  return r;
+}
+
+std::string At(size_t offset) { return "chunk record at offset " + std::to_string(offset); }
+
+// Decompresses an LZ4 frame into exactly dst_len bytes.
+Status Lz4Decompress(const uint8_t* src, size_t src_len, uint8_t* dst, size_t dst_len,
+                     size_t offset) {
+  if (!tls_scratch.dctx) {
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&tls_scratch.dctx, LZ4F_VERSION))) {
+      tls_scratch.dctx = nullptr;
+      return InternalError("cannot create an LZ4 decompression context");
+    }
+  }
+  LZ4F_dctx* dctx = tls_scratch.dctx;
+  LZ4F_resetDecompressionContext(dctx);
+  size_t src_pos = 0, dst_pos = 0;
+  while (true) {
+    size_t dst_size = dst_len - dst_pos;
+    size_t src_size = src_len - src_pos;
+    size_t r = LZ4F_decompress(dctx, dst + dst_pos, &dst_size, src + src_pos, &src_size, nullptr);
+    if (LZ4F_isError(r)) {
+      return DataLossError(At(offset) + ": bad LZ4 frame: " + LZ4F_getErrorName(r));
+    }
+    src_pos += src_size;
+    dst_pos += dst_size;
+    if (r == 0) break;  // frame complete
+    if (src_size == 0 && dst_size == 0) {
+      return DataLossError(At(offset) + ": LZ4 frame is truncated or decodes to more than " +
+                           std::to_string(dst_len) + " bytes");
+    }
+  }
+  if (src_pos != src_len) {
+    return DataLossError(At(offset) + ": " + std::to_string(src_len - src_pos) +
+                         " bytes after the end of the LZ4 frame");
+  }
+  if (dst_pos != dst_len) {
+    return DataLossError(At(offset) + ": LZ4 frame decodes to " + std::to_string(dst_pos) +
+                         " bytes, header says " + std::to_string(dst_len));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* CompressionSchemeName(CompressionScheme scheme) {
+  switch (scheme) {
+    case CompressionScheme::kNone: return "none";
+    case CompressionScheme::kLz4: return "lz4";
+    case CompressionScheme::kByteGrouping4Lz4: return "bg4-lz4";
+  }
+  return "unknown";
+}
+
+size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy,
+                         std::byte* out, CompressionScheme* scheme_out) {
+  const uint8_t* p = internal::U8(chunk.data());
+  const size_t n = chunk.size();
+  CompressionScheme scheme = CompressionScheme::kNone;
+  switch (policy) {
+    case CompressionPolicy::kNone: break;
+    case CompressionPolicy::kAuto: scheme = PredictScheme(p, n); break;
+    case CompressionPolicy::kLz4: scheme = CompressionScheme::kLz4; break;
+    case CompressionPolicy::kBg4Lz4: scheme = CompressionScheme::kByteGrouping4Lz4; break;
+  }
+  size_t clen = 0;
+  if (scheme == CompressionScheme::kLz4) {
+    clen = Lz4Compress(p, n);
+  } else if (scheme == CompressionScheme::kByteGrouping4Lz4) {
+    if (tls_scratch.split.size() < n) tls_scratch.split.resize(n);
+    SplitBg4(p, n, tls_scratch.split.data());
+    clen = Lz4Compress(tls_scratch.split.data(), n);
+  }
+  if (clen == 0) scheme = CompressionScheme::kNone;
+  uint8_t* h = reinterpret_cast<uint8_t*>(out);
+  h[0] = 0;
+  h[4] = static_cast<uint8_t>(scheme);
+  StoreU24(h + 5, static_cast<uint32_t>(n));
+  if (scheme == CompressionScheme::kNone) {
+    StoreU24(h + 1, static_cast<uint32_t>(n));
+    std::memcpy(out + kChunkRecordHeaderSize, p, n);
+    clen = n;
+  } else {
+    StoreU24(h + 1, static_cast<uint32_t>(clen));
+    std::memcpy(out + kChunkRecordHeaderSize, tls_scratch.compressed.data(), clen);
+  }
+  if (scheme_out) *scheme_out = scheme;
+  return kChunkRecordHeaderSize + clen;
+}
+
+CompressionScheme AppendChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy,
+                                    std::string* out) {
+  size_t old = out->size();
+  out->resize(old + chunk.size() + kChunkRecordHeaderSize);
+  CompressionScheme scheme;
+  size_t n = EncodeChunkRecord(chunk, policy, reinterpret_cast<std::byte*>(out->data() + old),
+                               &scheme);
+  out->resize(old + n);
+  return scheme;
+}
+
+Result<ChunkRecordHeader> ParseChunkRecordHeader(std::span<const std::byte> buf, size_t offset) {
+  if (offset > buf.size() || buf.size() - offset < kChunkRecordHeaderSize) {
+    return DataLossError(At(offset) + ": truncated header (" +
+                         std::to_string(offset > buf.size() ? 0 : buf.size() - offset) +
+                         " bytes left, need 8)");
+  }
+  const uint8_t* h = internal::U8(buf.data() + offset);
+  ChunkRecordHeader header;
+  header.version = h[0];
+  header.compressed_len = LoadU24(h + 1);
+  header.uncompressed_len = LoadU24(h + 5);
+  if (header.version != 0) {
+    return DataLossError(At(offset) + ": unknown version " + std::to_string(header.version));
+  }
+  if (h[4] > 2) return DataLossError(At(offset) + ": unknown compression scheme " + std::to_string(h[4]));
+  header.scheme = static_cast<CompressionScheme>(h[4]);
+  if (header.compressed_len > buf.size() - offset - kChunkRecordHeaderSize) {
+    return DataLossError(At(offset) + ": compressed length " +
+                         std::to_string(header.compressed_len) + " passes the end of the data (" +
+                         std::to_string(buf.size() - offset - kChunkRecordHeaderSize) +
+                         " bytes left)");
+  }
+  if (header.scheme == CompressionScheme::kNone &&
+      header.compressed_len != header.uncompressed_len) {
+    return DataLossError(At(offset) + ": uncompressed record with lengths " +
+                         std::to_string(header.compressed_len) + " != " +
+                         std::to_string(header.uncompressed_len));
+  }
+  return header;
+}
+
+Result<size_t> DecodeChunkRecordTo(std::span<const std::byte> buf, size_t offset,
+                                   std::span<std::byte> out) {
+  MEGA_ASSIGN_OR_RETURN(ChunkRecordHeader h, ParseChunkRecordHeader(buf, offset));
+  if (out.size() != h.uncompressed_len) {
+    return DataLossError(At(offset) + ": holds " + std::to_string(h.uncompressed_len) +
+                         " bytes, expected " + std::to_string(out.size()));
+  }
+  const uint8_t* payload = internal::U8(buf.data() + offset + kChunkRecordHeaderSize);
+  uint8_t* dst = reinterpret_cast<uint8_t*>(out.data());
+  switch (h.scheme) {
+    case CompressionScheme::kNone:
+      std::memcpy(dst, payload, h.uncompressed_len);
+      break;
+    case CompressionScheme::kLz4:
+      MEGA_RETURN_IF_ERROR(Lz4Decompress(payload, h.compressed_len, dst, h.uncompressed_len, offset));
+      break;
+    case CompressionScheme::kByteGrouping4Lz4: {
+      std::vector<uint8_t>& tmp = tls_scratch.split;
+      if (tmp.size() < h.uncompressed_len) tmp.resize(h.uncompressed_len);
+      MEGA_RETURN_IF_ERROR(
+          Lz4Decompress(payload, h.compressed_len, tmp.data(), h.uncompressed_len, offset));
+      JoinBg4(tmp.data(), h.uncompressed_len, dst);
+      break;
+    }
+  }
+  return offset + kChunkRecordHeaderSize + h.compressed_len;
+}
+
+Result<size_t> DecodeChunkRecord(std::span<const std::byte> buf, size_t offset, std::string* out) {
+  MEGA_ASSIGN_OR_RETURN(ChunkRecordHeader h, ParseChunkRecordHeader(buf, offset));
+  size_t old = out->size();
+  out->resize(old + h.uncompressed_len);
+  Result<size_t> next = DecodeChunkRecordTo(
+      buf, offset, std::as_writable_bytes(std::span(out->data() + old, h.uncompressed_len)));
+  if (!next.ok()) out->resize(old);
+  return next;
+}
+
+Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized, const XorbLayout* expected) {
+  const std::string name =
+      expected ? "xorb " + expected->xorb_hash.ToHex() : std::string("xorb");
+  if (serialized.size() > kMaxXorbBytes) {
+    return DataLossError(name + ": " + std::to_string(serialized.size()) +
+                         " bytes exceeds the xorb limit of " + std::to_string(kMaxXorbBytes));
+  }
+  if (expected && expected->serialized_bytes != serialized.size()) {
+    return DataLossError(name + ": " + std::to_string(serialized.size()) +
+                         " bytes, layout says " + std::to_string(expected->serialized_bytes));
+  }
+  DecodedXorb out;
+  size_t offset = 0;
+  while (offset < serialized.size()) {
+    size_t i = out.chunks.size();
+    std::string where = name + " chunk " + std::to_string(i);
+    if (i >= kMaxXorbChunks) {
+      return DataLossError(name + ": more than " + std::to_string(kMaxXorbChunks) + " chunks");
+    }
+    if (expected && (i >= expected->chunks.size() || expected->chunks[i].byte_offset != offset)) {
+      return DataLossError(where + ": record at offset " + std::to_string(offset) +
+                           " does not match the layout");
+    }
+    size_t before = out.data.size();
+    Result<size_t> next = DecodeChunkRecord(serialized, offset, &out.data);
+    if (!next.ok()) return next.status().WithContext(where);
+    std::span<const std::byte> chunk(reinterpret_cast<const std::byte*>(out.data.data()) + before,
+                                     out.data.size() - before);
+    MerkleHash h = ChunkHash(chunk);
+    if (expected && (h != expected->chunks[i].hash ||
+                     chunk.size() != expected->chunks[i].unpacked_bytes)) {
+      return DataLossError(where + ": content does not match its hash (expected " +
+                           expected->chunks[i].hash.ToHex() + ", got " + h.ToHex() + ")");
+    }
+    out.chunks.push_back({h, chunk.size()});
+    out.record_offsets.push_back(static_cast<uint32_t>(offset));
+    offset = *next;
+  }
+  if (expected && out.chunks.size() != expected->chunks.size()) {
+    return DataLossError(name + ": " + std::to_string(out.chunks.size()) +
+                         " chunk records, layout lists " +
+                         std::to_string(expected->chunks.size()));
+  }
+  return out;
+}
+
+XorbBuilder::XorbBuilder(uint32_t max_bytes, uint32_t max_chunks)
+    : max_bytes_(max_bytes),
+      max_chunks_(max_chunks),
+      data_(std::make_unique<internal::ByteBuffer>()) {}
+XorbBuilder::~XorbBuilder() = default;
+XorbBuilder::XorbBuilder(XorbBuilder&&) noexcept = default;
+XorbBuilder& XorbBuilder::operator=(XorbBuilder&&) noexcept = default;
+
+size_t XorbBuilder::size_bytes() const { return finished_ ? 0 : data_->size(); }
+
+bool XorbBuilder::Fits(size_t record_size) const {
+  return layout_.chunks.size() < max_chunks_ && size_bytes() + record_size <= max_bytes_;
+}
+
+uint32_t XorbBuilder::Add(const MerkleHash& chunk_hash, uint32_t unpacked_bytes,
+                          std::span<const std::byte> record) {
+  if (finished_) Clear();
+  uint32_t index = static_cast<uint32_t>(layout_.chunks.size());
+  layout_.chunks.push_back({chunk_hash, static_cast<uint32_t>(data_->size()), unpacked_bytes});
+  data_->Append(record.data(), record.size());
+  return index;
+}
+
+std::span<const std::byte> XorbBuilder::record(size_t i) const {
+  uint32_t end = i + 1 < layout_.chunks.size() ? layout_.chunks[i + 1].byte_offset
+                                               : static_cast<uint32_t>(data_->size());
+  return std::span<const std::byte>(data_->data() + layout_.chunks[i].byte_offset,
+                                    end - layout_.chunks[i].byte_offset);
+}
+
+XorbBuilder::Finished XorbBuilder::Finish() {
+  std::vector<HashAndSize> leaves;
+  leaves.reserve(layout_.chunks.size());
+  for (const XorbChunk& c : layout_.chunks) leaves.push_back({c.hash, c.unpacked_bytes});
+  layout_.xorb_hash = XorbHash(leaves);
+  layout_.serialized_bytes = static_cast<uint32_t>(data_->size());
+  Finished out{data_->span(), std::move(layout_)};
+  layout_ = XorbLayout{};
+  finished_ = true;  // the bytes stay in data_ until the next Add/Clear
+  return out;
+}
+
+void XorbBuilder::Clear() {
+  data_->Clear();
+  layout_ = XorbLayout{};
+  finished_ = false;
+}
+
+std::string EncodeXorbFooter(const XorbLayout& layout) {
+  std::string out;
+  out.reserve(layout.chunks.size() * kXorbFooterEntrySize + kXorbFooterTrailerSize);
+  for (const XorbChunk& c : layout.chunks) {
+    out.append(reinterpret_cast<const char*>(c.hash.bytes.data()), 32);
+    internal::AppendU32(&out, c.byte_offset);
+    internal::AppendU32(&out, c.unpacked_bytes);
+  }
+  uint32_t crc = Crc32(AsBytes(out));
+  internal::AppendU32(&out, static_cast<uint32_t>(layout.chunks.size()));
+  internal::AppendU32(&out, layout.serialized_bytes);
+  internal::AppendU32(&out, crc);
+  internal::AppendU32(&out, kFooterVersion);
+  out.append(kFooterMagic, 8);
+  return out;
+}
+
+Result<std::pair<uint32_t, uint32_t>> ParseXorbFooterTrailer(std::span<const std::byte> trailer) {
+  if (trailer.size() != kXorbFooterTrailerSize) {
+    return DataLossError("xorb footer trailer: " + std::to_string(trailer.size()) +
+                         " bytes, expected " + std::to_string(kXorbFooterTrailerSize));
+  }
+  const uint8_t* t = internal::U8(trailer.data());
+  if (std::memcmp(t + 16, kFooterMagic, 8) != 0) {
+    return DataLossError("xorb footer: bad magic (not a stored xorb)");
+  }
+  if (LoadU32(t + 12) != kFooterVersion) {
+    return DataLossError("xorb footer: unknown version " + std::to_string(LoadU32(t + 12)));
+  }
+  uint32_t n = LoadU32(t), bytes = LoadU32(t + 4);
+  if (n == 0 || n > kMaxXorbChunks || bytes > kMaxXorbBytes) {
+    return DataLossError("xorb footer: " + std::to_string(n) + " chunks / " +
+                         std::to_string(bytes) + " bytes is outside the xorb limits");
+  }
+  return std::make_pair(n, bytes);
+}
+
+Result<XorbLayout> ParseXorbFooter(std::span<const std::byte> footer, const MerkleHash& xorb_hash) {
+  const std::string name = "xorb " + xorb_hash.ToHex();
+  if (footer.size() < kXorbFooterTrailerSize) {
+    return DataLossError(name + ": footer of " + std::to_string(footer.size()) + " bytes is truncated");
+  }
+  auto trailer = ParseXorbFooterTrailer(footer.last(kXorbFooterTrailerSize));
+  if (!trailer.ok()) return trailer.status().WithContext(name);
+  auto [n, bytes] = *trailer;
+  size_t table = size_t{n} * kXorbFooterEntrySize;
+  if (footer.size() != table + kXorbFooterTrailerSize) {
+    return DataLossError(name + ": footer is " + std::to_string(footer.size()) + " bytes, " +
+                         std::to_string(n) + " chunks need " +
+                         std::to_string(table + kXorbFooterTrailerSize));
+  }
+  const uint8_t* p = internal::U8(footer.data());
+  uint32_t crc = LoadU32(p + table + 8);
+  if (Crc32(footer.first(table)) != crc) {
+    return DataLossError(name + ": footer chunk table fails its CRC-32");
+  }
+  XorbLayout layout;
+  layout.xorb_hash = xorb_hash;
+  layout.serialized_bytes = bytes;
+  layout.chunks.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t* e = p + size_t{i} * kXorbFooterEntrySize;
+    std::memcpy(layout.chunks[i].hash.bytes.data(), e, 32);
+    layout.chunks[i].byte_offset = LoadU32(e + 32);
+    layout.chunks[i].unpacked_bytes = LoadU32(e + 36);
+  }
+  MEGA_RETURN_IF_ERROR(layout.Validate());
+  return layout;
+}
+
+}  // namespace megackpt::cas

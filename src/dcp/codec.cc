@@ -1,0 +1,694 @@
+// JSON encodings of Metadata (public, docs/dcp.md "Metadata encoding") and of the
+// plans/results exchanged between ranks. Decoders never trust input: every
+// member is type-checked, every number range-checked, and errors name the field
+// path ("state_dict_metadata[3].chunks[1].sizes[0]").
+#include "dcp/codec.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace megackpt::dcp {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kSavePlanFormat = "megackpt-dcp-save-plan";
+constexpr std::string_view kLoadPlanFormat = "megackpt-dcp-load-plan";
+constexpr std::string_view kWriteResultsFormat = "megackpt-dcp-write-results";
+constexpr int kWireVersion = 1;
+// Tensors have at most this many dimensions (a guard against absurd input).
+constexpr size_t kMaxDims = 64;
+
+// ---- encoding helpers ---------------------------------------------------------
+
+json ShapeJson(const Shape& s) { return json(s); }
+
+json IndexJson(const MetadataIndex& idx) {
+  json j = json::object();
+  j["fqn"] = idx.fqn;
+  if (idx.offset) j["offset"] = ShapeJson(*idx.offset);
+  if (idx.index) j["index"] = *idx.index;
+  return j;
+}
+
+json ChunkJson(const ChunkStorageMetadata& c) {
+  return json{{"offsets", ShapeJson(c.offsets)}, {"sizes", ShapeJson(c.sizes)}};
+}
+
+std::string CrcHex(const std::vector<uint32_t>& crcs) {
+  std::string out;
+  out.resize(crcs.size() * 8);
+  static const char* kHex = "0123456789abcdef";
+  for (size_t i = 0; i < crcs.size(); ++i) {
+    for (int n = 0; n < 8; ++n) out[i * 8 + n] = kHex[(crcs[i] >> (28 - 4 * n)) & 0xF];
+  }
+  return out;
+}
+
+json StorageInfoJson(const StorageInfo& info) {
+  json j = json::object();
+  j["relative_path"] = info.relative_path;
+  j["offset"] = info.offset;
+  j["length"] = info.length;
+  if (!info.checksum.empty()) j["checksum"] = info.checksum;
+  if (info.block_size != 0) {
+    j["block_size"] = info.block_size;
+    j["block_crc32"] = CrcHex(info.block_crc32);
+  }
+  if (!info.extra.empty()) j["extra"] = info.extra;
+  return j;
+}
+
+json PathJson(const ObjectPath& path) {
+  json j = json::array();
+  for (const auto& k : path) {
+    if (const auto* s = std::get_if<std::string>(&k.key)) {
+      j.push_back(*s);
+    } else {
+      j.push_back(std::get<int64_t>(k.key));
+    }
+  }
+  return j;
+}
+
+json PlannerDataJson(const PlannerData& pd) {
+  json paths = json::object();
+  for (const auto& [fqn, path] : pd.object_paths) paths[fqn] = PathJson(path);
+  json j = json::object();
+  j["object_paths"] = std::move(paths);
+  if (!pd.extra.empty()) j["extra"] = pd.extra;
+  return j;
+}
+
+json WriteItemJson(const WriteItem& item) {
+  json j = json::object();
+  j["index"] = IndexJson(item.index);
+  j["type"] = WriteItemTypeName(item.type);
+  if (item.tensor_data) {
+    j["chunk"] = ChunkJson(item.tensor_data->chunk);
+    j["dtype"] = DTypeName(item.tensor_data->properties.dtype);
+    if (item.tensor_data->properties.requires_grad) j["requires_grad"] = true;
+    j["size"] = ShapeJson(item.tensor_data->size);
+  }
+  if (item.type == WriteItemType::kByteIO) j["bytes_size"] = item.bytes_size;
+  return j;
+}
+
+json ReadItemJson(const ReadItem& item) {
+  return json{{"type", LoadItemTypeName(item.type)},
+              {"dest_index", IndexJson(item.dest_index)},
+              {"dest_offsets", ShapeJson(item.dest_offsets)},
+              {"storage_index", IndexJson(item.storage_index)},
+              {"storage_offsets", ShapeJson(item.storage_offsets)},
+              {"lengths", ShapeJson(item.lengths)}};
+}
+
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// ---- decoding helpers -----------------------------------------------------------
+
+Status Bad(const std::string& what, const std::string& path, const std::string& msg) {
+  return DataLossError(what + ": " + path + ": " + msg);
+}
+
+// A cursor into a parsed document that knows its path for messages.
+struct Node {
+  const json& j;
+  std::string path;
+  const std::string& what;  // "metadata", "save plan", ...
+
+  Status Error(const std::string& msg) const { return Bad(what, path.empty() ? "<root>" : path, msg); }
+
+  Status ExpectObject() const {
+    if (!j.is_object()) return Error(std::string("expected an object, got ") + j.type_name());
+    return Status::OK();
+  }
+  Status ExpectArray() const {
+    if (!j.is_array()) return Error(std::string("expected an array, got ") + j.type_name());
+    return Status::OK();
+  }
+  bool Has(const char* key) const { return j.is_object() && j.contains(key); }
+  // REQUIRES: j is an object.
+  Result<Node> Member(const char* key) const {
+    MEGA_RETURN_IF_ERROR(ExpectObject());
+    auto it = j.find(key);
+    if (it == j.end()) return Error(std::string("missing member \"") + key + "\"");
+    return Node{*it, path.empty() ? std::string(key) : path + "." + key, what};
+  }
+  Node At(size_t i) const { return Node{j[i], path + "[" + std::to_string(i) + "]", what}; }
+
+  Result<std::string> String() const {
+    if (!j.is_string()) return Error(std::string("expected a string, got ") + j.type_name());
+    return j.get<std::string>();
+  }
+  Result<bool> Bool() const {
+    if (!j.is_boolean()) return Error(std::string("expected a boolean, got ") + j.type_name());
+    return j.get<bool>();
+  }
+  Result<int64_t> Int() const {
+    if (j.is_number_unsigned()) {
+      uint64_t v = j.get<uint64_t>();
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Error("integer " + std::to_string(v) + " out of range");
+      }
+      return static_cast<int64_t>(v);
+    }
+    if (j.is_number_integer()) return j.get<int64_t>();
+    return Error(std::string("expected an integer, got ") + j.type_name());
+  }
+  Result<uint64_t> Uint() const {
+    if (j.is_number_unsigned()) return j.get<uint64_t>();
+    if (j.is_number_integer()) {
+      int64_t v = j.get<int64_t>();
+      if (v < 0) return Error("expected a non-negative integer, got " + std::to_string(v));
+      return static_cast<uint64_t>(v);
+    }
+    return Error(std::string("expected a non-negative integer, got ") + j.type_name());
+  }
+  // A list of non-negative integers of at most kMaxDims entries.
+  Result<Shape> ShapeValue() const {
+    MEGA_RETURN_IF_ERROR(ExpectArray());
+    if (j.size() > kMaxDims) {
+      return Error("has " + std::to_string(j.size()) + " dims (at most " +
+                   std::to_string(kMaxDims) + ")");
+    }
+    Shape s;
+    for (size_t i = 0; i < j.size(); ++i) {
+      MEGA_ASSIGN_OR_RETURN(int64_t v, At(i).Int());
+      if (v < 0) return At(i).Error("negative value " + std::to_string(v));
+      s.push_back(v);
+    }
+    return s;
+  }
+  // Optional member helpers.
+  Result<std::string> OptString(const char* key) const {
+    if (!Has(key)) return std::string();
+    MEGA_ASSIGN_OR_RETURN(Node n, Member(key));
+    return n.String();
+  }
+  Result<uint64_t> OptUint(const char* key) const {
+    if (!Has(key)) return uint64_t{0};
+    MEGA_ASSIGN_OR_RETURN(Node n, Member(key));
+    return n.Uint();
+  }
+  Result<bool> OptBool(const char* key) const {
+    if (!Has(key)) return false;
+    MEGA_ASSIGN_OR_RETURN(Node n, Member(key));
+    return n.Bool();
+  }
+};
+
+Result<json> Parse(std::string_view text, const std::string& what) {
+  if (text.size() > kMaxMetadataBytes) {
+    return DataLossError(what + ": " + std::to_string(text.size()) + " bytes exceeds limit " +
+                         std::to_string(kMaxMetadataBytes));
+  }
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLossError(what + ": not valid JSON");
+  return j;
+}
+
+Status CheckHeader(const Node& root, std::string_view format, int max_version) {
+  MEGA_RETURN_IF_ERROR(root.ExpectObject());
+  MEGA_ASSIGN_OR_RETURN(Node f, root.Member("format"));
+  MEGA_ASSIGN_OR_RETURN(std::string fs, f.String());
+  if (fs != format) {
+    return f.Error("is \"" + fs + "\", expected \"" + std::string(format) + "\"");
+  }
+  MEGA_ASSIGN_OR_RETURN(Node v, root.Member("version"));
+  MEGA_ASSIGN_OR_RETURN(int64_t ver, v.Int());
+  if (ver < 1 || ver > max_version) {
+    return v.Error("unsupported version " + std::to_string(ver) + " (this reader knows 1.." +
+                   std::to_string(max_version) + ")");
+  }
+  return Status::OK();
+}
+
+Result<MetadataIndex> ParseIndex(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  MetadataIndex idx;
+  MEGA_ASSIGN_OR_RETURN(Node fqn, n.Member("fqn"));
+  MEGA_ASSIGN_OR_RETURN(idx.fqn, fqn.String());
+  if (n.Has("offset") && !n.j["offset"].is_null()) {
+    MEGA_ASSIGN_OR_RETURN(Node off, n.Member("offset"));
+    MEGA_ASSIGN_OR_RETURN(Shape s, off.ShapeValue());
+    idx.offset = std::move(s);
+  }
+  if (n.Has("index") && !n.j["index"].is_null()) {
+    MEGA_ASSIGN_OR_RETURN(Node hint, n.Member("index"));
+    MEGA_ASSIGN_OR_RETURN(int64_t h, hint.Int());
+    idx.index = h;
+  }
+  return idx;
+}
+
+Result<ChunkStorageMetadata> ParseChunk(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  ChunkStorageMetadata c;
+  MEGA_ASSIGN_OR_RETURN(Node off, n.Member("offsets"));
+  MEGA_ASSIGN_OR_RETURN(c.offsets, off.ShapeValue());
+  MEGA_ASSIGN_OR_RETURN(Node sz, n.Member("sizes"));
+  MEGA_ASSIGN_OR_RETURN(c.sizes, sz.ShapeValue());
+  if (c.offsets.size() != c.sizes.size()) {
+    return n.Error("offsets has " + std::to_string(c.offsets.size()) + " dims, sizes has " +
+                   std::to_string(c.sizes.size()));
+  }
+  return c;
+}
+
+Result<DType> ParseDType(const Node& n) {
+  MEGA_ASSIGN_OR_RETURN(std::string name, n.String());
+  auto d = DTypeFromName(name);
+  if (!d.ok()) return n.Error("unknown dtype \"" + name + "\"");
+  return *d;
+}
+
+Result<StorageInfo> ParseStorageInfo(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  StorageInfo info;
+  MEGA_ASSIGN_OR_RETURN(Node rp, n.Member("relative_path"));
+  MEGA_ASSIGN_OR_RETURN(info.relative_path, rp.String());
+  MEGA_ASSIGN_OR_RETURN(info.offset, n.OptUint("offset"));
+  MEGA_ASSIGN_OR_RETURN(info.length, n.OptUint("length"));
+  if (info.offset > std::numeric_limits<uint64_t>::max() - info.length) {
+    return n.Error("offset + length overflows");
+  }
+  MEGA_ASSIGN_OR_RETURN(info.checksum, n.OptString("checksum"));
+  if (!info.checksum.empty()) {
+    const std::string& c = info.checksum;
+    auto all_hex = [](std::string_view s) {
+      return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+    };
+    bool ok = (c.size() == 6 + 8 && c.starts_with("crc32:") && all_hex(c.substr(6))) ||
+              (c.size() == 7 + 64 && c.starts_with("sha256:") && all_hex(c.substr(7)));
+    if (!ok) return n.Error("checksum \"" + c + "\" is not crc32:<8 hex> or sha256:<64 hex>");
+  }
+  MEGA_ASSIGN_OR_RETURN(info.block_size, n.OptUint("block_size"));
+  if (info.block_size != 0) {
+    MEGA_ASSIGN_OR_RETURN(Node bc, n.Member("block_crc32"));
+    MEGA_ASSIGN_OR_RETURN(std::string hex, bc.String());
+    uint64_t blocks = info.length == 0 ? 0 : (info.length - 1) / info.block_size + 1;
+    if (hex.size() % 8 != 0 || hex.size() / 8 != blocks) {
+      return bc.Error("has " + std::to_string(hex.size()) + " hex digits, expected " +
+                      std::to_string(blocks) + " CRCs of 8 digits for length " +
+                      std::to_string(info.length) + " and block_size " +
+                      std::to_string(info.block_size));
+    }
+    info.block_crc32.resize(blocks);
+    for (uint64_t b = 0; b < blocks; ++b) {
+      uint32_t v = 0;
+      for (int k = 0; k < 8; ++k) {
+        char ch = hex[b * 8 + k];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return bc.Error("non-hex character at " + std::to_string(b * 8 + k));
+        v = (v << 4) | static_cast<uint32_t>(d);
+      }
+      info.block_crc32[b] = v;
+    }
+  } else if (n.Has("block_crc32")) {
+    MEGA_ASSIGN_OR_RETURN(Node bc, n.Member("block_crc32"));
+    MEGA_ASSIGN_OR_RETURN(std::string hex, bc.String());
+    if (!hex.empty()) return bc.Error("present but block_size is 0");
+  }
+  MEGA_ASSIGN_OR_RETURN(info.extra, n.OptString("extra"));
+  return info;
+}
+
+Result<PlannerData> ParsePlannerData(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  PlannerData pd;
+  if (n.Has("object_paths")) {
+    MEGA_ASSIGN_OR_RETURN(Node paths, n.Member("object_paths"));
+    MEGA_RETURN_IF_ERROR(paths.ExpectObject());
+    for (auto it = paths.j.begin(); it != paths.j.end(); ++it) {
+      Node p{it.value(), paths.path + "[\"" + it.key() + "\"]", n.what};
+      MEGA_RETURN_IF_ERROR(p.ExpectArray());
+      if (p.j.empty()) return p.Error("empty path");
+      if (p.j.size() > 4096) return p.Error("path too deep");
+      ObjectPath path;
+      for (size_t i = 0; i < p.j.size(); ++i) {
+        Node step = p.At(i);
+        if (step.j.is_string()) {
+          path.push_back(PathKey{step.j.get<std::string>()});
+        } else {
+          MEGA_ASSIGN_OR_RETURN(int64_t idx, step.Int());
+          if (idx < 0) return step.Error("negative list index");
+          path.push_back(PathKey{idx});
+        }
+      }
+      if (!std::holds_alternative<std::string>(path[0].key)) {
+        return p.Error("must start with a key (string)");
+      }
+      pd.object_paths.emplace(it.key(), std::move(path));
+    }
+  }
+  MEGA_ASSIGN_OR_RETURN(pd.extra, n.OptString("extra"));
+  return pd;
+}
+
+Result<StorageMeta> ParseStorageMeta(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  StorageMeta m;
+  MEGA_ASSIGN_OR_RETURN(m.checkpoint_id, n.OptString("checkpoint_id"));
+  MEGA_ASSIGN_OR_RETURN(m.save_id, n.OptString("save_id"));
+  MEGA_ASSIGN_OR_RETURN(m.load_id, n.OptString("load_id"));
+  if (n.Has("modules")) {
+    MEGA_ASSIGN_OR_RETURN(Node mods, n.Member("modules"));
+    MEGA_RETURN_IF_ERROR(mods.ExpectArray());
+    for (size_t i = 0; i < mods.j.size(); ++i) {
+      MEGA_ASSIGN_OR_RETURN(std::string s, mods.At(i).String());
+      m.modules.push_back(std::move(s));
+    }
+  }
+  return m;
+}
+
+Result<WriteItem> ParseWriteItem(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  WriteItem item;
+  MEGA_ASSIGN_OR_RETURN(Node idx, n.Member("index"));
+  MEGA_ASSIGN_OR_RETURN(item.index, ParseIndex(idx));
+  MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
+  MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
+  if (t == "TENSOR") {
+    item.type = WriteItemType::kTensor;
+  } else if (t == "SHARD") {
+    item.type = WriteItemType::kShard;
+  } else if (t == "BYTE_IO") {
+    item.type = WriteItemType::kByteIO;
+  } else {
+    return type.Error("unknown write item type \"" + t + "\"");
+  }
+  if (item.type == WriteItemType::kByteIO) {
+    MEGA_ASSIGN_OR_RETURN(item.bytes_size, n.OptUint("bytes_size"));
+    return item;
+  }
+  TensorWriteData td;
+  MEGA_ASSIGN_OR_RETURN(Node chunk, n.Member("chunk"));
+  MEGA_ASSIGN_OR_RETURN(td.chunk, ParseChunk(chunk));
+  MEGA_ASSIGN_OR_RETURN(Node dt, n.Member("dtype"));
+  MEGA_ASSIGN_OR_RETURN(td.properties.dtype, ParseDType(dt));
+  MEGA_ASSIGN_OR_RETURN(td.properties.requires_grad, n.OptBool("requires_grad"));
+  MEGA_ASSIGN_OR_RETURN(Node size, n.Member("size"));
+  MEGA_ASSIGN_OR_RETURN(td.size, size.ShapeValue());
+  if (td.size.size() != td.chunk.sizes.size()) return n.Error("chunk and size dims differ");
+  item.tensor_data = std::move(td);
+  return item;
+}
+
+Result<ReadItem> ParseReadItem(const Node& n) {
+  MEGA_RETURN_IF_ERROR(n.ExpectObject());
+  ReadItem item;
+  MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
+  MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
+  if (t == "TENSOR") {
+    item.type = LoadItemType::kTensor;
+  } else if (t == "BYTE_IO") {
+    item.type = LoadItemType::kByteIO;
+  } else {
+    return type.Error("unknown read item type \"" + t + "\"");
+  }
+  MEGA_ASSIGN_OR_RETURN(Node di, n.Member("dest_index"));
+  MEGA_ASSIGN_OR_RETURN(item.dest_index, ParseIndex(di));
+  MEGA_ASSIGN_OR_RETURN(Node dof, n.Member("dest_offsets"));
+  MEGA_ASSIGN_OR_RETURN(item.dest_offsets, dof.ShapeValue());
+  MEGA_ASSIGN_OR_RETURN(Node si, n.Member("storage_index"));
+  MEGA_ASSIGN_OR_RETURN(item.storage_index, ParseIndex(si));
+  MEGA_ASSIGN_OR_RETURN(Node sof, n.Member("storage_offsets"));
+  MEGA_ASSIGN_OR_RETURN(item.storage_offsets, sof.ShapeValue());
+  MEGA_ASSIGN_OR_RETURN(Node len, n.Member("lengths"));
+  MEGA_ASSIGN_OR_RETURN(item.lengths, len.ShapeValue());
+  if (item.dest_offsets.size() != item.lengths.size() ||
+      item.storage_offsets.size() != item.lengths.size()) {
+    return n.Error("dest_offsets, storage_offsets and lengths must have the same dims");
+  }
+  return item;
+}
+
+// ---- Metadata ------------------------------------------------------------------
+
+Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
+  static const std::string kWhat = "metadata";
+  MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
+  Node root{doc, "", kWhat};
+  MEGA_RETURN_IF_ERROR(CheckHeader(root, kMetadataFormat, kMetadataFormatVersion));
+  Metadata md;
+  MEGA_ASSIGN_OR_RETURN(md.version, root.OptString("producer"));
+
+  MEGA_ASSIGN_OR_RETURN(Node entries, root.Member("state_dict_metadata"));
+  MEGA_RETURN_IF_ERROR(entries.ExpectArray());
+  for (size_t i = 0; i < entries.j.size(); ++i) {
+    Node e = entries.At(i);
+    MEGA_RETURN_IF_ERROR(e.ExpectObject());
+    MEGA_ASSIGN_OR_RETURN(Node fqn_node, e.Member("fqn"));
+    MEGA_ASSIGN_OR_RETURN(std::string fqn, fqn_node.String());
+    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + fqn + "\"");
+    MEGA_ASSIGN_OR_RETURN(Node type, e.Member("type"));
+    MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
+    if (t == "bytes") {
+      md.state_dict_metadata.emplace(fqn, BytesStorageMetadata{});
+      continue;
+    }
+    if (t != "tensor") return type.Error("unknown entry type \"" + t + "\"");
+    TensorStorageMetadata tm;
+    MEGA_ASSIGN_OR_RETURN(Node dt, e.Member("dtype"));
+    MEGA_ASSIGN_OR_RETURN(tm.properties.dtype, ParseDType(dt));
+    MEGA_ASSIGN_OR_RETURN(tm.properties.requires_grad, e.OptBool("requires_grad"));
+    MEGA_ASSIGN_OR_RETURN(Node size, e.Member("size"));
+    MEGA_ASSIGN_OR_RETURN(tm.size, size.ShapeValue());
+    MEGA_ASSIGN_OR_RETURN(Node chunks, e.Member("chunks"));
+    MEGA_RETURN_IF_ERROR(chunks.ExpectArray());
+    for (size_t c = 0; c < chunks.j.size(); ++c) {
+      MEGA_ASSIGN_OR_RETURN(ChunkStorageMetadata chunk, ParseChunk(chunks.At(c)));
+      tm.chunks.push_back(std::move(chunk));
+    }
+    md.state_dict_metadata.emplace(fqn, std::move(tm));
+  }
+
+  if (root.Has("planner_data")) {
+    MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
+    MEGA_ASSIGN_OR_RETURN(md.planner_data, ParsePlannerData(pd));
+  }
+
+  MEGA_ASSIGN_OR_RETURN(Node sd, root.Member("storage_data"));
+  MEGA_RETURN_IF_ERROR(sd.ExpectArray());
+  for (size_t i = 0; i < sd.j.size(); ++i) {
+    Node e = sd.At(i);
+    MEGA_ASSIGN_OR_RETURN(Node idx_node, e.Member("index"));
+    MEGA_ASSIGN_OR_RETURN(MetadataIndex idx, ParseIndex(idx_node));
+    idx.index.reset();
+    MEGA_ASSIGN_OR_RETURN(Node info_node, e.Member("info"));
+    MEGA_ASSIGN_OR_RETURN(StorageInfo info, ParseStorageInfo(info_node));
+    if (!md.storage_data.emplace(idx, std::move(info)).second) {
+      return idx_node.Error("duplicate storage entry for " + ToString(idx));
+    }
+  }
+
+  if (root.Has("storage_meta") && !root.j["storage_meta"].is_null()) {
+    MEGA_ASSIGN_OR_RETURN(Node sm, root.Member("storage_meta"));
+    MEGA_ASSIGN_OR_RETURN(StorageMeta meta, ParseStorageMeta(sm));
+    md.storage_meta = std::move(meta);
+  }
+
+  Status valid = ValidateMetadata(md);
+  if (!valid.ok()) return DataLossError(valid.message());
+  return md;
+}
+
+template <typename T, typename F>
+Result<T> Guarded(F&& f, const char* what) {
+  // nlohmann may throw on conditions our checks do not foresee (e.g. allocation);
+  // never let an exception escape a decoder.
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return DataLossError(std::string(what) + ": malformed input (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+std::string EncodeMetadata(const Metadata& md) {
+  json root = json::object();
+  root["format"] = kMetadataFormat;
+  root["version"] = kMetadataFormatVersion;
+  root["producer"] = md.version;
+  json entries = json::array();
+  for (const auto& [fqn, value] : md.state_dict_metadata) {
+    json e = json::object();
+    e["fqn"] = fqn;
+    if (const auto* t = std::get_if<TensorStorageMetadata>(&value)) {
+      e["type"] = "tensor";
+      e["dtype"] = DTypeName(t->properties.dtype);
+      if (t->properties.requires_grad) e["requires_grad"] = true;
+      e["size"] = ShapeJson(t->size);
+      json chunks = json::array();
+      for (const auto& c : t->chunks) chunks.push_back(ChunkJson(c));
+      e["chunks"] = std::move(chunks);
+    } else {
+      e["type"] = "bytes";
+    }
+    entries.push_back(std::move(e));
+  }
+  root["state_dict_metadata"] = std::move(entries);
+  root["planner_data"] = PlannerDataJson(md.planner_data);
+  json sd = json::array();
+  for (const auto& [idx, info] : md.storage_data) {
+    MetadataIndex key = idx;
+    key.index.reset();
+    sd.push_back(json{{"index", IndexJson(key)}, {"info", StorageInfoJson(info)}});
+  }
+  root["storage_data"] = std::move(sd);
+  if (md.storage_meta) {
+    root["storage_meta"] = json{{"checkpoint_id", md.storage_meta->checkpoint_id},
+                                {"save_id", md.storage_meta->save_id},
+                                {"load_id", md.storage_meta->load_id},
+                                {"modules", md.storage_meta->modules}};
+  } else {
+    root["storage_meta"] = nullptr;
+  }
+  return Dump(root);
+}
+
+Result<Metadata> DecodeMetadata(std::string_view encoded) {
+  return Guarded<Metadata>([&] { return DecodeMetadataImpl(encoded); }, "metadata");
+}
+
+namespace internal {
+
+std::string EncodeSavePlan(const SavePlan& plan) {
+  json root{{"format", kSavePlanFormat}, {"version", kWireVersion}};
+  json items = json::array();
+  for (const auto& it : plan.items) items.push_back(WriteItemJson(it));
+  root["items"] = std::move(items);
+  root["storage_data"] = plan.storage_data;
+  root["planner_data"] = PlannerDataJson(plan.planner_data);
+  return Dump(root);
+}
+
+Result<SavePlan> DecodeSavePlan(std::string_view encoded) {
+  return Guarded<SavePlan>(
+      [&]() -> Result<SavePlan> {
+        static const std::string kWhat = "save plan";
+        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
+        Node root{doc, "", kWhat};
+        MEGA_RETURN_IF_ERROR(CheckHeader(root, kSavePlanFormat, kWireVersion));
+        SavePlan plan;
+        MEGA_ASSIGN_OR_RETURN(Node items, root.Member("items"));
+        MEGA_RETURN_IF_ERROR(items.ExpectArray());
+        for (size_t i = 0; i < items.j.size(); ++i) {
+          MEGA_ASSIGN_OR_RETURN(WriteItem item, ParseWriteItem(items.At(i)));
+          plan.items.push_back(std::move(item));
+        }
+        MEGA_ASSIGN_OR_RETURN(plan.storage_data, root.OptString("storage_data"));
+        if (root.Has("planner_data")) {
+          MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
+          MEGA_ASSIGN_OR_RETURN(plan.planner_data, ParsePlannerData(pd));
+        }
+        return plan;
+      },
+      "save plan");
+}
+
+std::string EncodeLoadPlan(const LoadPlan& plan) {
+  json root{{"format", kLoadPlanFormat}, {"version", kWireVersion}};
+  json items = json::array();
+  for (const auto& it : plan.items) items.push_back(ReadItemJson(it));
+  root["items"] = std::move(items);
+  root["storage_data"] = plan.storage_data;
+  root["planner_data"] = PlannerDataJson(plan.planner_data);
+  return Dump(root);
+}
+
+Result<LoadPlan> DecodeLoadPlan(std::string_view encoded) {
+  return Guarded<LoadPlan>(
+      [&]() -> Result<LoadPlan> {
+        static const std::string kWhat = "load plan";
+        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
+        Node root{doc, "", kWhat};
+        MEGA_RETURN_IF_ERROR(CheckHeader(root, kLoadPlanFormat, kWireVersion));
+        LoadPlan plan;
+        MEGA_ASSIGN_OR_RETURN(Node items, root.Member("items"));
+        MEGA_RETURN_IF_ERROR(items.ExpectArray());
+        for (size_t i = 0; i < items.j.size(); ++i) {
+          MEGA_ASSIGN_OR_RETURN(ReadItem item, ParseReadItem(items.At(i)));
+          plan.items.push_back(std::move(item));
+        }
+        MEGA_ASSIGN_OR_RETURN(plan.storage_data, root.OptString("storage_data"));
+        if (root.Has("planner_data")) {
+          MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
+          MEGA_ASSIGN_OR_RETURN(plan.planner_data, ParsePlannerData(pd));
+        }
+        return plan;
+      },
+      "load plan");
+}
+
+std::string EncodeWriteResults(const std::vector<WriteResult>& results) {
+  json root{{"format", kWriteResultsFormat}, {"version", kWireVersion}};
+  json arr = json::array();
+  for (const auto& r : results) {
+    arr.push_back(json{{"index", IndexJson(r.index)},
+                       {"size_in_bytes", r.size_in_bytes},
+                       {"storage_data", StorageInfoJson(r.storage_data)}});
+  }
+  root["results"] = std::move(arr);
+  return Dump(root);
+}
+
+Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded) {
+  return Guarded<std::vector<WriteResult>>(
+      [&]() -> Result<std::vector<WriteResult>> {
+        static const std::string kWhat = "write results";
+        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
+        Node root{doc, "", kWhat};
+        MEGA_RETURN_IF_ERROR(CheckHeader(root, kWriteResultsFormat, kWireVersion));
+        MEGA_ASSIGN_OR_RETURN(Node arr, root.Member("results"));
+        MEGA_RETURN_IF_ERROR(arr.ExpectArray());
+        std::vector<WriteResult> out;
+        for (size_t i = 0; i < arr.j.size(); ++i) {
+          Node e = arr.At(i);
+          WriteResult r;
+          MEGA_ASSIGN_OR_RETURN(Node idx, e.Member("index"));
+          MEGA_ASSIGN_OR_RETURN(r.index, ParseIndex(idx));
+          MEGA_ASSIGN_OR_RETURN(r.size_in_bytes, e.OptUint("size_in_bytes"));
+          MEGA_ASSIGN_OR_RETURN(Node sd, e.Member("storage_data"));
+          MEGA_ASSIGN_OR_RETURN(r.storage_data, ParseStorageInfo(sd));
+          out.push_back(std::move(r));
+        }
+        return out;
+      },
+      "write results");
+}
+
+std::string EncodeEnvelope(const Status& status, std::string_view payload) {
+  if (status.ok()) return "P" + std::string(payload);
+  return "E" + std::to_string(static_cast<int>(status.code())) + ":" + status.message();
+}
+
+Result<std::string> DecodeEnvelope(std::string_view blob) {
+  if (blob.empty()) return DataLossError("collective message is empty");
+  if (blob[0] == 'P') return std::string(blob.substr(1));
+  if (blob[0] != 'E') return DataLossError("collective message has unknown tag");
+  size_t colon = blob.find(':');
+  if (colon == std::string_view::npos || colon < 2) {
+    return DataLossError("collective error message is malformed");
+  }
+  int code = 0;
+  for (size_t i = 1; i < colon; ++i) {
+    if (blob[i] < '0' || blob[i] > '9' || code > 1000) {
+      return DataLossError("collective error message has a bad code");
+    }
+    code = code * 10 + (blob[i] - '0');
+  }
+  if (code <= 0 || code > static_cast<int>(StatusCode::kIOError)) code = static_cast<int>(StatusCode::kInternal);
+  return Status(static_cast<StatusCode>(code), std::string(blob.substr(colon + 1)));
+}
+
+}  // namespace internal
+}  // namespace megackpt::dcp

@@ -1,0 +1,32 @@
+// Encodings of the DCP objects that travel between ranks (plans, write results)
+// and the JSON helpers shared with the Metadata codec. Internal to the dcp layer.
+#ifndef MEGACKPT_SRC_DCP_CODEC_H_
+#define MEGACKPT_SRC_DCP_CODEC_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/dcp/planner.h"
+#include "megackpt/status.h"
+
+namespace megackpt::dcp::internal {
+
+std::string EncodeSavePlan(const SavePlan& plan);
+Result<SavePlan> DecodeSavePlan(std::string_view encoded);
+
+std::string EncodeLoadPlan(const LoadPlan& plan);
+Result<LoadPlan> DecodeLoadPlan(std::string_view encoded);
+
+std::string EncodeWriteResults(const std::vector<WriteResult>& results);
+Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded);
+
+// A blob exchanged in a collective: either a status (error) or a payload.
+std::string EncodeEnvelope(const Status& status, std::string_view payload);
+// Returns the payload, or the carried error status (DataLoss if malformed).
+Result<std::string> DecodeEnvelope(std::string_view blob);
+
+}  // namespace megackpt::dcp::internal
+
+#endif  // MEGACKPT_SRC_DCP_CODEC_H_

@@ -1,0 +1,193 @@
+#include "megackpt/index_file.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "format/safetensors_json.h"
+#include "megackpt/file.h"
+#include "megackpt/fs.h"
+
+namespace megackpt {
+namespace {
+
+using nlohmann::json;
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+Status Malformed(std::string_view file, std::string_view what) {
+  return DataLossError(std::string(file) + ": index " + std::string(what));
+}
+
+// total_size as written by various tools: an integer, or (rarely) an integral float.
+std::optional<uint64_t> AsTotalSize(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) {
+    int64_t s = v.get<int64_t>();
+    if (s < 0) return std::nullopt;
+    return static_cast<uint64_t>(s);
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!(d >= 0) || d >= 18446744073709551616.0 || std::floor(d) != d) return std::nullopt;
+    return static_cast<uint64_t>(d);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<IndexKind> IndexKindFromPath(std::string_view path) {
+  if (EndsWith(path, kMegaIndexSuffix)) return IndexKind::kMega;
+  if (EndsWith(path, kSafetensorsIndexSuffix)) return IndexKind::kSafetensors;
+  return std::nullopt;
+}
+
+std::vector<std::string> ShardIndex::ShardFiles() const {
+  std::set<std::string> files;
+  for (const auto& [name, file] : weight_map) files.insert(file);
+  return {files.begin(), files.end()};
+}
+
+std::vector<std::string> ShardIndex::TensorsInShard(std::string_view shard) const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : weight_map) {
+    if (file == shard) out.push_back(name);
+  }
+  return out;
+}
+
+Status ValidateShardFileName(std::string_view name) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("shard file name '" + std::string(name) + "' " +
+                                std::string(why));
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.front() == '/') return bad("is an absolute path (must be relative to the index folder)");
+  if (name.find('\0') != std::string_view::npos) return bad("contains a NUL byte");
+  if (name.find('\\') != std::string_view::npos) return bad("contains a backslash");
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string_view::npos) end = name.size();
+    std::string_view part = name.substr(start, end - start);
+    if (part.empty()) return bad("has an empty path component");
+    if (part == "..") return bad("leaves the index folder ('..')");
+    start = end + 1;
+  }
+  return Status::OK();
+}
+
+Result<ShardIndex> ParseShardIndex(std::string_view index_name, std::string_view json_text) {
+  MEGA_ASSIGN_OR_RETURN(json root,
+                        ParseJsonRejectingDuplicates(index_name, json_text, "index"));
+  if (!root.is_object()) return Malformed(index_name, "root is not a JSON object");
+  ShardIndex index;
+  bool have_weight_map = false;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "metadata") {
+      if (!it->is_object()) return Malformed(index_name, "\"metadata\" is not a JSON object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (m.key() == "total_size") {
+          auto total = AsTotalSize(*m);
+          if (!total) {
+            return Malformed(index_name, "\"metadata.total_size\" is not a non-negative integer");
+          }
+          index.total_size = *total;
+        } else {
+          index.extra_metadata.emplace(m.key(), m->dump());
+        }
+      }
+    } else if (key == "weight_map") {
+      if (!it->is_object()) return Malformed(index_name, "\"weight_map\" is not a JSON object");
+      have_weight_map = true;
+      for (auto w = it->begin(); w != it->end(); ++w) {
+        if (!w->is_string()) {
+          return Malformed(index_name, "\"weight_map\" entry for tensor '" + w.key() +
+                                           "' is not a string");
+        }
+        std::string file = w->get<std::string>();
+        Status valid = ValidateShardFileName(file);
+        if (!valid.ok()) {
+          return Malformed(index_name, "\"weight_map\" entry for tensor '" + w.key() + "': " +
+                                           valid.message());
+        }
+        index.weight_map.emplace(w.key(), std::move(file));
+      }
+    } else {
+      index.extra_fields.emplace(key, it->dump());
+    }
+  }
+  if (!have_weight_map) return Malformed(index_name, "has no \"weight_map\" object");
+  return index;
+}
+
+Result<std::string> SerializeShardIndex(const ShardIndex& index) {
+  json root = json::object();
+  json metadata = json::object();
+  for (const auto& [key, text] : index.extra_metadata) {
+    json v = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (v.is_discarded()) {
+      return InvalidArgumentError("index metadata member '" + key + "' is not valid JSON text");
+    }
+    metadata[key] = std::move(v);
+  }
+  if (index.total_size) metadata["total_size"] = *index.total_size;
+  for (const auto& [key, text] : index.extra_fields) {
+    if (key == "metadata" || key == "weight_map") {
+      return InvalidArgumentError("index extra member '" + key + "' collides with the schema");
+    }
+    json v = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (v.is_discarded()) {
+      return InvalidArgumentError("index member '" + key + "' is not valid JSON text");
+    }
+    root[key] = std::move(v);
+  }
+  json weight_map = json::object();
+  for (const auto& [name, file] : index.weight_map) {
+    Status valid = ValidateShardFileName(file);
+    if (!valid.ok()) return valid.WithContext("index entry for tensor '" + name + "'");
+    weight_map[name] = file;
+  }
+  root["metadata"] = std::move(metadata);
+  root["weight_map"] = std::move(weight_map);
+  try {
+    return root.dump(2) + "\n";
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(std::string("cannot encode index (names must be valid UTF-8): ") +
+                                e.what());
+  }
+}
+
+void AddMegatensorsFields(ShardIndex* index) {
+  index->extra_metadata["format"] = json(std::string(kMegaShardedIndexFormat)).dump();
+  json shards = json::object();
+  for (const auto& file : index->ShardFiles()) shards[file] = file;
+  index->extra_fields["shards"] = shards.dump();
+}
+
+Result<ShardIndex> ReadShardIndexFile(const std::string& path) {
+  MEGA_ASSIGN_OR_RETURN(std::string text, ReadLocalFile(path, kMaxIndexFileBytes));
+  return ParseShardIndex(path, text);
+}
+
+Status WriteShardIndexFile(const std::string& path, const ShardIndex& index, bool sync) {
+  MEGA_ASSIGN_OR_RETURN(std::string text, SerializeShardIndex(index));
+  return WriteLocalFileAtomically(path, text, sync);
+}
+
+Result<ShardIndex> ReadShardIndex(FileSystem& fs, const std::string& path) {
+  MEGA_ASSIGN_OR_RETURN(std::string text, fs.ReadWhole(path, kMaxIndexFileBytes));
+  return ParseShardIndex(path, text);
+}
+
+Status WriteShardIndex(FileSystem& fs, const std::string& path, const ShardIndex& index,
+                       bool sync) {
+  MEGA_ASSIGN_OR_RETURN(std::string text, SerializeShardIndex(index));
+  return fs.WriteAtomically(path, text, sync);
+}
+
+}  // namespace megackpt

@@ -1,0 +1,195 @@
+// Internals shared by the MEGA reader, writer and their tests: little-endian
+// encoding, a bounded byte source for hostile input, the metadata codec, header
+// record encoders, byte shuffle, CRC-32 combination, strided byte gather/scatter.
+#ifndef MEGACKPT_FORMAT_MEGA_INTERNAL_H_
+#define MEGACKPT_FORMAT_MEGA_INTERNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megackpt/file.h"
+#include "megackpt/mega.h"
+#include "megackpt/status.h"
+#include "megackpt/tensor.h"
+
+namespace megackpt {
+namespace mega_internal {
+
+// Nesting limit for arrays of arrays in metadata (bounds recursion on hostile input).
+inline constexpr int kMaxArrayDepth = 8;
+// Minimum encoded sizes, used to bound counts before reserving memory.
+inline constexpr uint64_t kMinMetaEntryBytes = 8 + 4 + 1;   // empty key, type, 1-byte value
+inline constexpr uint64_t kMinTensorEntryBytes = 4 + 4 + 4 + 4 + 8;  // name, flags, ndim, dtype, offset
+inline constexpr uint64_t kDefaultIoBlock = 16ull << 20;
+
+inline uint32_t Load32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;  // little-endian host (x86-64/aarch64); see static_assert in mega_meta.cc
+}
+inline uint64_t Load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Overflow-checked arithmetic.
+inline bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_add_overflow(a, b, out);
+}
+inline bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+// align_up(v, a) or false on overflow. REQUIRES a > 0.
+bool AlignUp(uint64_t v, uint64_t a, uint64_t* out);
+
+// Appends little-endian values to a string.
+class ByteWriter {
+ public:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U16(uint16_t v) { Raw(&v, 2); }
+  void U32(uint32_t v) { Raw(&v, 4); }
+  void U64(uint64_t v) { Raw(&v, 8); }
+  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void Bytes(std::string_view s) { out_.append(s); }
+  // u64 length + bytes.
+  void String(std::string_view s) {
+    U64(s.size());
+    Bytes(s);
+  }
+  // u32 length + bytes. REQUIRES s.size() < 2^32.
+  void CompactString(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Bytes(s);
+  }
+  void Zeros(size_t n) { out_.append(n, '\0'); }
+  size_t size() const { return out_.size(); }
+  std::string& data() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Reads a window [begin, limit) of a file (or a memory span) with every read
+// bounds-checked against `limit` before any allocation. File-backed sources
+// fetch bytes lazily into a buffer that grows geometrically (at most ~2x what
+// was actually consumed). Errors are DataLoss "<file>: <what> ... at offset N".
+class ByteSource {
+ public:
+  ByteSource(const RandomAccessFile& file, uint64_t begin, uint64_t limit);
+  ByteSource(std::string file_name, std::span<const std::byte> data, uint64_t base_offset);
+
+  uint64_t position() const { return pos_; }
+  uint64_t limit() const { return limit_; }
+  uint64_t remaining() const { return limit_ - pos_; }
+  const std::string& file_name() const { return name_; }
+
+  Result<uint8_t> U8(std::string_view what);
+  Result<uint16_t> U16(std::string_view what);
+  Result<uint32_t> U32(std::string_view what);
+  Result<uint64_t> U64(std::string_view what);
+  // u64 length + bytes / u32 length + bytes; the length is checked against the
+  // bytes left before anything is allocated.
+  Result<std::string> String(std::string_view what);
+  Result<std::string> CompactString(std::string_view what);
+  // A view valid until the next read.
+  Result<std::span<const std::byte>> Bytes(uint64_t n, std::string_view what);
+
+  // DataLoss "<file>: <message> (at offset <pos>)".
+  Status Error(std::string_view message) const;
+  Status ErrorAt(uint64_t offset, std::string_view message) const;
+
+ private:
+  Status Need(uint64_t n, std::string_view what);
+  const std::byte* At() const;
+
+  std::string name_;
+  const RandomAccessFile* file_ = nullptr;
+  std::span<const std::byte> span_;  // memory or mapped file window
+  std::string buffer_;               // file-backed, unmapped: bytes [begin_, begin_ + size)
+  uint64_t begin_ = 0;
+  uint64_t pos_ = 0;
+  uint64_t limit_ = 0;
+};
+
+// Width in bytes of a scalar metadata type (0 for STRING and ARRAY).
+int MetaScalarWidth(MetaType type);
+bool IsKnownMetaType(uint32_t type);
+
+}  // namespace mega_internal
+
+// Encodes/decodes metadata values (friend of MetaValue).
+class MetaCodec {
+ public:
+  // The value bytes (no type tag).
+  static void EncodeValue(const MetaValue& v, mega_internal::ByteWriter& w);
+  // `depth` counts array nesting.
+  static Result<MetaValue> DecodeValue(mega_internal::ByteSource& src, MetaType type, int depth);
+  // `count` entries of (string key, u32 type, value); duplicate keys are DataLoss.
+  static Status DecodeEntries(mega_internal::ByteSource& src, uint64_t count,
+                              std::string_view section, MegaMetadata* out);
+  static void EncodeEntries(const MegaMetadata& md, mega_internal::ByteWriter& w);
+  static void EncodeEntry(std::string_view key, const MetaValue& v, mega_internal::ByteWriter& w);
+};
+
+namespace mega_internal {
+
+// ---- header records -----------------------------------------------------------
+
+// dir_flags for `info`: a bit is set exactly when the field differs from its default.
+uint32_t DirFlagsFor(const MegaTensorInfo& info);
+// One tensor directory entry as described by info.dir_flags (dims reversed).
+void EncodeTensorEntry(const MegaTensorInfo& info, ByteWriter& w);
+void EncodeChunkRecord(const MegaChunkInfo& c, ByteWriter& w);
+void EncodeSegmentRecord(const MegaSegment& s, ByteWriter& w);
+void EncodeMoeRecord(const MegaMoeExpert& m, ByteWriter& w);
+// magic, version, counts, metadata, directory, chunk records (every tensor's
+// chunks in tensor order), segments, MoE records, zero padding to `alignment`.
+std::string EncodeHeader(const MegaMetadata& metadata, const std::vector<MegaTensorInfo>& tensors,
+                         const std::vector<MegaSegment>& segments,
+                         const std::vector<MegaMoeExpert>& moe, uint64_t alignment);
+// Overlay bytes (magic, kv_count, entries) and the 68-byte trailer.
+std::string EncodeOverlay(const MegaMetadata& entries);
+std::string EncodeTrailer(uint64_t generation, uint64_t overlay_offset, uint64_t overlay_size,
+                          uint64_t base_size, const Sha256Digest& sha);
+
+// Writes `type`'s checksum of data into a 32-byte field.
+MegaChecksum ChecksumOf(MegaChecksumType type, std::span<const std::byte> data);
+MegaChecksum Crc32Field(uint32_t crc);
+MegaChecksum Sha256Field(const Sha256Digest& d);
+
+// ---- byte shuffle ------------------------------------------------------------
+// shuffled[b * n + e] = plain[e * size + b] for n = bytes / size elements.
+void ByteShuffle(const std::byte* plain, std::byte* shuffled, size_t bytes, size_t elem_size);
+void ByteUnshuffle(const std::byte* shuffled, std::byte* plain, size_t bytes, size_t elem_size);
+
+// ---- CRC-32 combination ----------------------------------------------------------
+// CRC-32 of A||B from crc(A), crc(B) and len(B) (zlib crc32_combine semantics).
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+// ---- strided tensors as byte streams ---------------------------------------------
+// Copies bytes [offset, offset + out.size()) of t's dense (row-major) form into
+// out / from in. REQUIRES: offset and size are multiples of the element size
+// (F4: t contiguous); the range lies inside t.nbytes().
+void GatherBytes(const Tensor& t, uint64_t offset, std::span<std::byte> out);
+void ScatterBytes(const Tensor& t, uint64_t offset, std::span<const std::byte> in);
+
+// ---- zstd --------------------------------------------------------------------------
+// Upper bound of the decoded size of `stored` bytes of zstd frames: every block
+// carries a 3-byte header and decodes to at most 128 KiB.
+uint64_t ZstdMaxDecodedSize(uint64_t stored);
+
+// ---- JSON text as Python's json.dumps writes it ----------------------------------
+// A JSON string literal with ensure_ascii escaping. REQUIRES valid UTF-8.
+std::string PyJsonQuote(std::string_view s);
+bool IsValidUtf8(std::string_view s);
+
+}  // namespace mega_internal
+}  // namespace megackpt
+
+#endif  // MEGACKPT_FORMAT_MEGA_INTERNAL_H_

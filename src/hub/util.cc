@@ -1,0 +1,102 @@
+#include "hub/util.h"
+
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "megackpt/checksum.h"
+#include "megackpt/hub/types.h"
+#include "megackpt/mega_uri.h"
+
+namespace megackpt::hub {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatTimestamp(int64_t unix_ms) {
+  time_t secs = static_cast<time_t>(unix_ms / 1000);
+  int ms = static_cast<int>(unix_ms % 1000);
+  if (ms < 0) {
+    ms += 1000;
+    --secs;
+  }
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return buf;
+}
+
+std::string RandomHex(size_t n) {
+  std::string bytes(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n)) != 1) {
+    // OpenSSL's generator failing is practically impossible; fall back to the
+    // OS entropy source rather than returning predictable ids.
+    std::random_device rd;
+    for (auto& c : bytes) c = static_cast<char>(rd());
+  }
+  return ToHex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), n));
+}
+
+std::string Sha256Hex(std::string_view data) {
+  auto d = Sha256Of(AsBytes(data));
+  return ToHex(d);
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char out[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
+  return ToHex(std::span<const uint8_t>(out, len));
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+bool IsLowerHex(std::string_view s, size_t len) {
+  if (s.size() != len) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool IsXetHashText(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Result<std::pair<std::string, std::string>> SplitRepoId(std::string_view id) {
+  size_t slash = id.find('/');
+  if (slash == std::string_view::npos || id.find('/', slash + 1) != std::string_view::npos) {
+    return InvalidArgumentError("repo id '" + std::string(id) + "' is not 'namespace/name'");
+  }
+  std::string ns(id.substr(0, slash)), name(id.substr(slash + 1));
+  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(ns, "namespace").WithContext("repo id '" + std::string(id) + "'"));
+  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(name, "name").WithContext("repo id '" + std::string(id) + "'"));
+  return std::make_pair(std::move(ns), std::move(name));
+}
+
+}  // namespace megackpt::hub

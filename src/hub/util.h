@@ -1,0 +1,34 @@
+// Small helpers shared by the hub's store, server and client.
+#ifndef MEGACKPT_HUB_UTIL_H_
+#define MEGACKPT_HUB_UTIL_H_
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "megackpt/status.h"
+
+namespace megackpt::hub {
+
+// `n` random bytes (OpenSSL RAND_bytes) as 2n lowercase hex digits.
+std::string RandomHex(size_t n);
+// Lowercase hex SHA-256 of `data`.
+std::string Sha256Hex(std::string_view data);
+// HMAC-SHA256(key, data) as lowercase hex.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
+// Constant-time comparison of equal-length strings (false when lengths differ).
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+bool IsLowerHex(std::string_view s, size_t len);
+inline bool IsCommitId(std::string_view s) { return IsLowerHex(s, 40); }
+inline bool IsSha256Hex(std::string_view s) { return IsLowerHex(s, 64); }
+// A Xet hash in text form (64 hex digits, either case).
+bool IsXetHashText(std::string_view s);
+std::string ToLower(std::string_view s);
+
+// "ns/name" -> {ns, name}. InvalidArgument naming the id otherwise.
+Result<std::pair<std::string, std::string>> SplitRepoId(std::string_view id);
+
+}  // namespace megackpt::hub
+
+#endif  // MEGACKPT_HUB_UTIL_H_
