@@ -158,9 +158,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, ProcessGroup* gr
   // 1. Local planning.
   SavePlan local_plan;
   Status local = [&]() -> Status {
-    if (!options.checkpoint_id.empty()) {
-      MEGA_RETURN_IF_ERROR(Guard("StorageWriter::Reset", [&] { return writer.Reset(options.checkpoint_id); }));
-    }
+    // Always: a writer starts every save fresh (new save id), as the reference does.
+    MEGA_RETURN_IF_ERROR(Guard("StorageWriter::Reset", [&] { return writer.Reset(options.checkpoint_id); }));
     std::optional<StorageMeta> meta;
     try {
       meta = writer.GetStorageMeta();
@@ -294,9 +293,7 @@ Status Load(StateDict& state_dict, StorageReader& reader, ProcessGroup* group,
   Metadata metadata;
   LoadPlan local_plan;
   Status local = [&]() -> Status {
-    if (!options.checkpoint_id.empty()) {
-      MEGA_RETURN_IF_ERROR(Guard("StorageReader::Reset", [&] { return reader.Reset(options.checkpoint_id); }));
-    }
+    MEGA_RETURN_IF_ERROR(Guard("StorageReader::Reset", [&] { return reader.Reset(options.checkpoint_id); }));
     MEGA_ASSIGN_OR_RETURN(metadata, Guard("StorageReader::ReadMetadata", [&] { return reader.ReadMetadata(); }));
     stats.metadata_seconds = Now() - t0;
     MEGA_RETURN_IF_ERROR(Guard("LoadPlanner::SetUp", [&] {

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,9 @@ std::mutex& MpiMutex() {
 std::atomic<int> g_thread_level{-1};
 std::atomic<bool> g_initialized_by_us{false};
 std::atomic<size_t> g_fragment_bytes{kMpiDefaultFragmentBytes};
+// Set when any group of this process failed a collective; see FinalizeAtExit.
+std::atomic<bool> g_any_group_failed{false};
+std::atomic<int64_t> g_max_timeout_ms{0};
 
 std::string MpiErrorString(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -65,7 +69,25 @@ Status MpiCallError(const std::string& what, int rc) {
   return AbortedError(what + " failed: " + MpiErrorString(rc));
 }
 
+// MPI_Finalize synchronizes with every other rank. When a peer exited without
+// finalizing and the launcher did not kill the job (mpirun --enable-recovery, other
+// launchers), it would wait forever. So after a group failure, a watchdog ends the
+// process with status 1 when MPI_Finalize has not returned within twice the largest
+// collective timeout (at least 5 s): live peers reach MPI_Finalize within about one
+// timeout of us, since their collectives fail too.
 void FinalizeAtExit() {
+  if (g_any_group_failed) {
+    const auto grace = std::chrono::milliseconds(std::max<int64_t>(5000, 2 * g_max_timeout_ms));
+    std::thread([grace] {
+      std::this_thread::sleep_for(grace);
+      std::fprintf(stderr,
+                   "megackpt: MPI_Finalize did not return within %lld ms after a process group "
+                   "failure (a peer rank is gone?); exiting with status 1\n",
+                   static_cast<long long>(grace.count()));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
+  }
   std::lock_guard<std::mutex> lock(MpiMutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -96,27 +118,30 @@ Status EnsureMpiInitialized() {
   return Status::OK();
 }
 
-// Polling cadence: yield first (latency of a small collective stays in the
-// microseconds), then sleep longer and longer (an idle rank waiting for a slow
-// peer should not burn a core; the machine may be oversubscribed).
+// Polling cadence, by time since the last completed request: spin for 1 ms, then
+// yield until 5 ms, then sleep 50 us, and after 50 ms sleep 1 ms. A payload moves
+// in 1 MiB fragments, each completion counts as progress, so a transfer keeps
+// spinning at full speed (yielding is not enough: on a loaded machine a yield can
+// cost a whole time slice per MPI_Test). A rank waiting for a slow peer soon
+// sleeps and does not burn a core on an oversubscribed machine.
 class Backoff {
  public:
-  void Reset() { idle_ = 0; }
+  void Reset() { last_progress_ = Clock::now(); }
   void Idle() {
-    ++idle_;
-    if (idle_ < 64) {
+    const auto idle = Clock::now() - last_progress_;
+    if (idle < std::chrono::milliseconds(1)) {
+      return;
+    } else if (idle < std::chrono::milliseconds(5)) {
       std::this_thread::yield();
-    } else if (idle_ < 512) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else if (idle_ < 2048) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else if (idle < std::chrono::milliseconds(50)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 
  private:
-  int idle_ = 0;
+  Clock::time_point last_progress_ = Clock::now();
 };
 
 // What every header of one phase of one collective must say.
@@ -636,6 +661,7 @@ class MpiProcessGroup final : public ProcessGroup {
       current_->CancelReceivesLocked();
       abandoned_.push_back(std::move(current_));
     }
+    g_any_group_failed = true;
     if (broken_.ok()) {
       broken_ = AbortedError("MPI process group (rank " + std::to_string(rank_) +
                              ") is broken by an earlier failure: " + s.ToString());
@@ -658,7 +684,7 @@ class MpiProcessGroup final : public ProcessGroup {
 }  // namespace
 
 void SetMpiFragmentBytesForTesting(size_t bytes) {
-  g_fragment_bytes = std::clamp<size_t>(bytes, 1, kMpiDefaultFragmentBytes);
+  g_fragment_bytes = std::clamp<size_t>(bytes, 1, size_t{1} << 30);
 }
 
 int MpiThreadLevel() { return g_thread_level.load(); }
@@ -673,6 +699,10 @@ Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions opt
                                 std::to_string(options.timeout.count()) + " ms");
   }
   MEGA_RETURN_IF_ERROR(dist::EnsureMpiInitialized());
+  int64_t max_timeout = dist::g_max_timeout_ms.load();
+  while (options.timeout.count() > max_timeout &&
+         !dist::g_max_timeout_ms.compare_exchange_weak(max_timeout, options.timeout.count())) {
+  }
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   // MPI writes the new communicator when the request completes: if that never
   // happens (a rank did not come), the storage must outlive us, so it is heap
@@ -700,6 +730,7 @@ Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions opt
     if (std::chrono::steady_clock::now() >= deadline) {
       (void)comm.release();  // see above: MPI may still write it
       (void)req.release();
+      dist::g_any_group_failed = true;
       return DeadlineExceededError(
           "NewMpiProcessGroup: timed out after " + std::to_string(options.timeout.count()) +
           " ms waiting for every rank of MPI_COMM_WORLD to create the group");

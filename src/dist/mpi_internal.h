@@ -12,15 +12,16 @@ namespace megackpt::dist {
 //   6  u8 phase                        7  u8 reserved (0)  8  i32 root
 //   12 i32 sender rank                16  u64 collective sequence number
 //   24 u64 payload length; the payload follows as ceil(length / fragment) messages
-//   with the same tag, each at most the fragment size (MPI counts are ints).
+//   with the same tag, each at most the fragment size: MPI counts are ints, and a
+//   completed fragment tells the poller that data is flowing (see Backoff).
 inline constexpr uint32_t kMpiHeaderMagic = 0x4750474d;
 inline constexpr uint8_t kMpiHeaderVersion = 1;
 inline constexpr size_t kMpiHeaderBytes = 32;
-inline constexpr size_t kMpiDefaultFragmentBytes = size_t{1} << 30;
+inline constexpr size_t kMpiDefaultFragmentBytes = size_t{1} << 20;
 // Largest blob one message may carry; larger is ResourceExhausted.
 inline constexpr uint64_t kMpiMaxBlobBytes = uint64_t{1} << 36;
 
-// Splits payloads into fragments of at most `bytes` (default 1 GiB) so that tests
+// Splits payloads into fragments of at most `bytes` (default 1 MiB) so that tests
 // exercise the multi-fragment path with small blobs. Applies to messages sent and
 // received afterwards; every rank must use the same value.
 void SetMpiFragmentBytesForTesting(size_t bytes);

@@ -11,7 +11,6 @@ std::string CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kScatter: return "Scatter";
     case CollectiveKind::kBroadcast: return "Broadcast";
     case CollectiveKind::kAllGather: return "AllGather";
-    case CollectiveKind::kCreate: return "Create";
   }
   return "Unknown(" + std::to_string(static_cast<int>(kind)) + ")";
 }

@@ -28,7 +28,6 @@ enum class CollectiveKind : uint8_t {
   kScatter = 3,
   kBroadcast = 4,
   kAllGather = 5,
-  kCreate = 6,  // MPI: duplicating the communicator when the group is created.
 };
 
 // "Barrier", "Gather", ...; "Unknown(<n>)" for values outside the enum.

@@ -44,10 +44,22 @@ std::string MegaTensorInfo::checksum_hex() const {
 
 namespace {
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string Quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('\'');
+  out.append(s);
+  out.push_back('\'');
+  return out;
+}
 
 std::string Range(uint64_t a, uint64_t b) {
-  return "[" + std::to_string(a) + ", " + std::to_string(b) + ")";
+  std::string out = "[";
+  out += std::to_string(a);
+  out += ", ";
+  out += std::to_string(b);
+  out += ")";
+  return out;
 }
 
 // Running CRC-32 / SHA-256 of stored bytes.

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <ctime>
+#include <cstdio>
 #include <random>
 
 #include "megackpt/checksum.h"
@@ -33,6 +34,29 @@ std::string FormatTimestamp(int64_t unix_ms) {
   snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
            tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
+}
+
+int64_t ParseTimestamp(std::string_view text) {
+  int y, mo, d, h, mi, sec;
+  std::string t(text);
+  if (std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &sec) != 6) return 0;
+  int ms = 0;
+  size_t dot = t.find('.');
+  if (dot != std::string::npos) {
+    int scale = 100;
+    for (size_t i = dot + 1; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])) && scale > 0; ++i) {
+      ms += (t[i] - '0') * scale;
+      scale /= 10;
+    }
+  }
+  struct tm tm = {};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
 }
 
 std::string RandomHex(size_t n) {

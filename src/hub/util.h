@@ -2,6 +2,7 @@
 #ifndef MEGACKPT_HUB_UTIL_H_
 #define MEGACKPT_HUB_UTIL_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,10 @@ inline bool IsSha256Hex(std::string_view s) { return IsLowerHex(s, 64); }
 // A Xet hash in text form (64 hex digits, either case).
 bool IsXetHashText(std::string_view s);
 std::string ToLower(std::string_view s);
+
+// Parses FormatTimestamp's form ("2026-11-29T17:42:46.635Z", fraction
+// optional) into Unix milliseconds; 0 when malformed.
+int64_t ParseTimestamp(std::string_view text);
 
 // "ns/name" -> {ns, name}. InvalidArgument naming the id otherwise.
 Result<std::pair<std::string, std::string>> SplitRepoId(std::string_view id);

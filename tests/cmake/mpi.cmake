@@ -13,11 +13,13 @@
 #     (non-mpirun) gtest binaries by tests/CMakeLists.txt.
 #
 #   megackpt_add_mpi_test(NAME <test> TARGET <target> NP <n> [ARGS <arg>...]
-#                         [TIMEOUT <seconds>] [LABELS <label>...])
+#                         [TIMEOUT <seconds>] [LABELS <label>...]
+#                         [MPI_FLAGS <mpirun flag>...] [PROPERTIES <ctest prop> <value>...])
 #     Registers a ctest running
-#       ${MPIEXEC_EXECUTABLE} ${MEGACKPT_MPIEXEC_FLAGS} -np <n> $<TARGET_FILE:target> <args>
+#       ${MPIEXEC_EXECUTABLE} ${MEGACKPT_MPIEXEC_FLAGS} <mpi flags> -np <n> $<TARGET_FILE:target> <args>
 #     with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment
-#     (CI runs as root), LABELS mpi (+ extra) and TIMEOUT (default 60 s).
+#     (CI runs as root), LABELS mpi (+ extra) and TIMEOUT (default 60 s). PROPERTIES
+#     are extra set_tests_properties pairs (e.g. PASS_REGULAR_EXPRESSION "...").
 #
 # Other tests/cmake/*.cmake files are included in alphabetical order; a file that uses
 # these functions must first do
@@ -67,7 +69,7 @@ function(megackpt_add_mpi_executable target)
 endfunction()
 
 function(megackpt_add_mpi_test)
-  cmake_parse_arguments(M "" "NAME;TARGET;NP;TIMEOUT" "ARGS;LABELS" ${ARGN})
+  cmake_parse_arguments(M "" "NAME;TARGET;NP;TIMEOUT" "ARGS;LABELS;MPI_FLAGS;PROPERTIES" ${ARGN})
   if(NOT M_NAME OR NOT M_TARGET OR NOT M_NP)
     message(FATAL_ERROR "megackpt_add_mpi_test: NAME, TARGET and NP are required")
   endif()
@@ -75,7 +77,8 @@ function(megackpt_add_mpi_test)
     set(M_TIMEOUT 60)
   endif()
   add_test(NAME ${M_NAME}
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MEGACKPT_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${M_NP}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MEGACKPT_MPIEXEC_FLAGS} ${M_MPI_FLAGS}
+                   ${MPIEXEC_NUMPROC_FLAG} ${M_NP}
                    $<TARGET_FILE:${M_TARGET}> ${M_ARGS})
   # PROCESSORS: ctest -j schedules fewer concurrent tests next to a 4-rank job.
   set_tests_properties(${M_NAME} PROPERTIES
@@ -83,6 +86,9 @@ function(megackpt_add_mpi_test)
                        LABELS "mpi;${M_LABELS}"
                        TIMEOUT ${M_TIMEOUT}
                        PROCESSORS ${M_NP})
+  if(M_PROPERTIES)
+    set_tests_properties(${M_NAME} PROPERTIES ${M_PROPERTIES})
+  endif()
 endfunction()
 
 # ---- the dist layer's own MPI tests ----------------------------------------------
@@ -90,3 +96,24 @@ megackpt_add_mpi_executable(dist_mpi_collectives
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/../dist_mpi_collectives.cc DEPS megackpt_dist)
 megackpt_add_mpi_test(NAME dist_mpi_collectives_np2 TARGET dist_mpi_collectives NP 2 TIMEOUT 60)
 megackpt_add_mpi_test(NAME dist_mpi_collectives_np4 TARGET dist_mpi_collectives NP 4 TIMEOUT 60)
+
+# A rank leaving early (tests/dist_mpi_early_exit.cc explains each scenario).
+megackpt_add_mpi_executable(dist_mpi_early_exit PLAIN_MAIN
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/../dist_mpi_early_exit.cc DEPS megackpt_dist)
+megackpt_add_mpi_test(NAME dist_mpi_early_return_np3 TARGET dist_mpi_early_exit NP 3
+  ARGS return TIMEOUT 30)
+megackpt_add_mpi_test(NAME dist_mpi_killed_rank_np3 TARGET dist_mpi_early_exit NP 3
+  ARGS kill TIMEOUT 30
+  PROPERTIES PASS_REGULAR_EXPRESSION "exited on signal 9" FAIL_REGULAR_EXPRESSION "FAIL")
+megackpt_add_mpi_test(NAME dist_mpi_killed_rank_recovery_np3 TARGET dist_mpi_early_exit NP 3
+  ARGS kill-recovery TIMEOUT 30 MPI_FLAGS --enable-recovery
+  PROPERTIES PASS_REGULAR_EXPRESSION "rank 0: PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+megackpt_add_mpi_test(NAME dist_mpi_exited_rank_recovery_np3 TARGET dist_mpi_early_exit NP 3
+  ARGS exit-recovery TIMEOUT 30 MPI_FLAGS --enable-recovery
+  PROPERTIES PASS_REGULAR_EXPRESSION "rank 0: PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# Without mpirun, NewMpiProcessGroup() runs in OpenMPI's singleton mode (a world of
+# one); multi-rank tests skip themselves.
+add_test(NAME dist_mpi_singleton COMMAND dist_mpi_collectives)
+set_tests_properties(dist_mpi_singleton PROPERTIES ENVIRONMENT "${MEGACKPT_MPI_TEST_ENV}"
+                     LABELS mpi TIMEOUT 60)

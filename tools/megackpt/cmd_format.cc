@@ -1,12 +1,1243 @@
-// Placeholder until the format commands land.
+// Format commands: `megackpt inspect`, `verify`, `convert` and `bench format`.
+//
+// All three file commands accept the same kinds of PATH (docs/format/index-json.md,
+// "CLI"): a .mega file, a .safetensors file, a `*.mega.index.json` or
+// `*.safetensors.index.json` index, or a folder holding exactly one index (or,
+// without an index, exactly one .mega / .safetensors file).
+//
+// Exit codes: 0 success; 1 the data is corrupt, malformed, missing or could not
+// be written (the message names the file and tensor); 2 usage errors (bad flags
+// or option values, an input that is neither of the kinds above, an ambiguous
+// folder).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "megackpt/commands.h"
+#include "megackpt/file.h"
+#include "megackpt/index_file.h"
+#include "megackpt/mega.h"
+#include "megackpt/safetensors.h"
+#include "megackpt/tensor.h"
+#include "megackpt/thread_pool.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+namespace megackpt::bench {
+// Defined in bench/format_bench.cc. Returns the process exit code.
+int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
+                   const std::string& dir);
+}  // namespace megackpt::bench
 
 namespace megackpt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// safetensors `__metadata__` entries travel through MEGA files as STRING
+// metadata under this prefix (docs/format/safetensors.md, "Conversion").
+constexpr std::string_view kSafetensorsMetaPrefix = "safetensors.metadata.";
+
+// ---- small helpers -------------------------------------------------------------
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// "5GB" = 5e9, "5GiB" = 5 * 2^30, "1.5MB", "123" (bytes). Case-insensitive.
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  std::string s;
+  for (char c : text) {
+    if (c != ' ' && c != '_') s.push_back(c);
+  }
+  s = Lower(s);
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12},
+      {"k", 1e3},      {"m", 1e6},         {"g", 1e9},            {"t", 1e12},
+      {"b", 1.0}};
+  double scale = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (EndsWith(s, suffix)) {
+      s.resize(s.size() - suffix.size());
+      scale = factor;
+      break;
+    }
+  }
+  if (s.empty()) return InvalidArgumentError("'" + text + "' is not a byte size");
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !(v > 0) || !std::isfinite(v) || v * scale >= 1.8e19) {
+    return InvalidArgumentError("'" + text + "' is not a positive byte size like 5GB, 500MiB or 1000000");
+  }
+  return static_cast<uint64_t>(v * scale);
+}
+
+std::string HumanBytes(uint64_t n) {
+  char buf[64];
+  if (n >= 1000000000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f GB", n / 1e9);
+  } else if (n >= 1000000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f MB", n / 1e6);
+  } else if (n >= 1000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f kB", n / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  }
+  return buf;
+}
+
+std::string ShapeJsonless(const Shape& shape) { return ShapeToString(shape); }
+
+// ---- inputs ------------------------------------------------------------------------
+
+enum class FileFormat { kMega, kSafetensors };
+
+std::string_view FormatExt(FileFormat f) { return f == FileFormat::kMega ? ".mega" : ".safetensors"; }
+std::string_view FormatName(FileFormat f) { return f == FileFormat::kMega ? "mega" : "safetensors"; }
+
+enum class InputKind { kMegaFile, kSafetensorsFile, kMegaIndex, kSafetensorsIndex };
+
+std::string_view InputKindName(InputKind k) {
+  switch (k) {
+    case InputKind::kMegaFile: return "mega";
+    case InputKind::kSafetensorsFile: return "safetensors";
+    case InputKind::kMegaIndex: return "mega-index";
+    case InputKind::kSafetensorsIndex: return "safetensors-index";
+  }
+  return "?";
+}
+
+bool IsIndexKind(InputKind k) {
+  return k == InputKind::kMegaIndex || k == InputKind::kSafetensorsIndex;
+}
+
+struct ResolvedInput {
+  InputKind kind;
+  std::string path;  // the file (model file or index)
+};
+
+// Decides a file's format from its name, else from its first bytes.
+Result<FileFormat> SniffModelFile(const std::string& path) {
+  if (EndsWith(path, ".mega")) return FileFormat::kMega;
+  if (EndsWith(path, ".safetensors")) return FileFormat::kSafetensors;
+  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path));
+  std::byte head[9] = {};
+  MEGA_ASSIGN_OR_RETURN(size_t n, file->ReadAt(0, head));
+  if (n >= 4 && std::memcmp(head, "MEGA", 4) == 0) return FileFormat::kMega;
+  if (n >= 9 && head[8] == std::byte{'{'}) return FileFormat::kSafetensors;
+  return InvalidArgumentError(path + ": neither a MEGA nor a safetensors file");
+}
+
+// InvalidArgument = usage problem (exit 2); NotFound etc. = exit 1.
+Result<ResolvedInput> ResolveInput(const std::string& path) {
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return NotFoundError(path + ": no such file or directory");
+  if (fs::is_directory(st)) {
+    std::vector<std::string> indexes, models;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (!e.is_regular_file()) continue;
+      std::string name = e.path().filename().string();
+      if (IndexKindFromPath(name)) {
+        indexes.push_back(e.path().string());
+      } else if (EndsWith(name, ".mega") || EndsWith(name, ".safetensors")) {
+        models.push_back(e.path().string());
+      }
+    }
+    std::sort(indexes.begin(), indexes.end());
+    std::sort(models.begin(), models.end());
+    auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const auto& p : v) s += (s.empty() ? "" : ", ") + fs::path(p).filename().string();
+      return s;
+    };
+    if (indexes.size() > 1) {
+      return InvalidArgumentError(path + ": several index files (" + list(indexes) +
+                                  "); pass the one you mean");
+    }
+    if (indexes.size() == 1) return ResolveInput(indexes[0]);
+    if (models.size() == 1) return ResolveInput(models[0]);
+    if (models.empty()) {
+      return InvalidArgumentError(path + ": folder has no *.index.json, .mega or .safetensors file");
+    }
+    return InvalidArgumentError(path + ": folder has several model files (" + list(models) +
+                                ") and no index; pass one file");
+  }
+  if (auto kind = IndexKindFromPath(path)) {
+    return ResolvedInput{*kind == IndexKind::kMega ? InputKind::kMegaIndex
+                                                   : InputKind::kSafetensorsIndex,
+                         path};
+  }
+  if (EndsWith(path, ".index.json")) {
+    // An index without the usual double extension: decide by its shard names.
+    MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(path));
+    bool mega = !index.weight_map.empty() && EndsWith(index.weight_map.begin()->second, ".mega");
+    return ResolvedInput{mega ? InputKind::kMegaIndex : InputKind::kSafetensorsIndex, path};
+  }
+  MEGA_ASSIGN_OR_RETURN(FileFormat f, SniffModelFile(path));
+  return ResolvedInput{f == FileFormat::kMega ? InputKind::kMegaFile : InputKind::kSafetensorsFile,
+                       path};
+}
+
+// ---- opened models -------------------------------------------------------------------
+
+struct ModelFile {
+  std::string path;  // full path
+  std::string name;  // as referenced by the index (or the base name)
+  FileFormat format = FileFormat::kMega;
+  std::unique_ptr<MegaReader> mega;
+  std::unique_ptr<SafetensorsReader> st;
+};
+
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kU8;
+  Shape shape;
+  uint64_t nbytes = 0;
+  size_t file = 0;   // index into Model::files
+  size_t index = 0;  // position in that file's directory
+};
+
+struct Model {
+  ResolvedInput input;
+  std::optional<ShardIndex> index;
+  std::vector<ModelFile> files;
+  std::vector<TensorRef> tensors;  // files in order, each in file order
+  uint64_t total_bytes = 0;
+};
+
+struct OpenOptions {
+  bool mmap = true;
+  bool verify_checksums = true;
+};
+
+Result<ModelFile> OpenModelFile(const std::string& path, const std::string& name,
+                                const OpenOptions& options) {
+  ModelFile f;
+  f.path = path;
+  f.name = name;
+  MEGA_ASSIGN_OR_RETURN(f.format, SniffModelFile(path));
+  if (f.format == FileFormat::kMega) {
+    MegaReaderOptions mo;
+    mo.use_mmap = options.mmap;
+    mo.verify_checksums = options.verify_checksums;
+    MEGA_ASSIGN_OR_RETURN(f.mega, MegaReader::OpenFile(path, mo));
+  } else {
+    MEGA_ASSIGN_OR_RETURN(f.st, SafetensorsReader::Open(path, {.mmap = options.mmap}));
+  }
+  return f;
+}
+
+void AppendFileTensors(Model& model, size_t file_id, const std::set<std::string>* only) {
+  const ModelFile& f = model.files[file_id];
+  auto add = [&](const std::string& name, DType dtype, const Shape& shape, uint64_t nbytes,
+                 size_t i) {
+    if (only && !only->count(name)) return;
+    model.tensors.push_back({name, dtype, shape, nbytes, file_id, i});
+    model.total_bytes += nbytes;
+  };
+  if (f.mega) {
+    const auto& ts = f.mega->tensors();
+    for (size_t i = 0; i < ts.size(); ++i) add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].logical_nbytes, i);
+  } else {
+    const auto& ts = f.st->tensors();
+    for (size_t i = 0; i < ts.size(); ++i) add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].nbytes(), i);
+  }
+}
+
+std::vector<std::string> FileTensorNames(const ModelFile& f) {
+  std::vector<std::string> out;
+  if (f.mega) {
+    for (const auto& t : f.mega->tensors()) out.push_back(t.name);
+  } else {
+    for (const auto& t : f.st->tensors()) out.push_back(t.name);
+  }
+  return out;
+}
+
+// Opens every file of the input. For an index, each weight_map entry must be
+// found in its shard (DataLoss otherwise); tensors a shard holds beyond the
+// index are left out (verify reports them).
+Result<Model> OpenModel(const ResolvedInput& input, const OpenOptions& options) {
+  Model model;
+  model.input = input;
+  if (!IsIndexKind(input.kind)) {
+    MEGA_ASSIGN_OR_RETURN(ModelFile f,
+                          OpenModelFile(input.path, fs::path(input.path).filename().string(), options));
+    model.files.push_back(std::move(f));
+    AppendFileTensors(model, 0, nullptr);
+    return model;
+  }
+  MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(input.path));
+  const std::string folder = fs::path(input.path).parent_path().string();
+  for (const std::string& shard : index.ShardFiles()) {
+    const std::string path = folder.empty() ? shard : folder + "/" + shard;
+    auto f = OpenModelFile(path, shard, options);
+    if (!f.ok()) {
+      if (f.status().code() == StatusCode::kNotFound) {
+        return NotFoundError(input.path + ": shard '" + shard + "' listed in the index is missing (" +
+                             path + ")");
+      }
+      return f.status();
+    }
+    model.files.push_back(std::move(*f));
+    auto names = index.TensorsInShard(shard);
+    std::set<std::string> wanted(names.begin(), names.end());
+    size_t before = model.tensors.size();
+    AppendFileTensors(model, model.files.size() - 1, &wanted);
+    if (model.tensors.size() - before != wanted.size()) {
+      std::set<std::string> found;
+      for (size_t i = before; i < model.tensors.size(); ++i) found.insert(model.tensors[i].name);
+      for (const auto& n : wanted) {
+        if (!found.count(n)) {
+          return DataLossError(input.path + ": index maps tensor '" + n + "' to shard '" + shard +
+                               "' but " + path + " has no such tensor");
+        }
+      }
+    }
+  }
+  model.index = std::move(index);
+  return model;
+}
+
+// The safetensors-style string metadata of a model (union over files; the
+// first file wins on conflicts).
+std::map<std::string, std::string> PortableMetadata(const Model& model) {
+  std::map<std::string, std::string> out;
+  for (const auto& f : model.files) {
+    if (f.st) {
+      for (const auto& [k, v] : f.st->metadata()) out.emplace(k, v);
+    } else {
+      for (const auto& e : f.mega->metadata().entries()) {
+        if (e.key.rfind(kSafetensorsMetaPrefix, 0) != 0 || !e.value.is_string()) continue;
+        out.emplace(e.key.substr(kSafetensorsMetaPrefix.size()), std::string(*e.value.AsString()));
+      }
+    }
+  }
+  return out;
+}
+
+// ---- inspect ------------------------------------------------------------------------
+
+json MetadataJson(const Model& model) {
+  json out = json::object();
+  if (model.index) {
+    for (const auto& [k, text] : model.index->extra_metadata) {
+      out[k] = json::parse(text, nullptr, false);
+    }
+    if (model.index->total_size) out["total_size"] = *model.index->total_size;
+    return out;
+  }
+  const ModelFile& f = model.files[0];
+  if (f.st) {
+    for (const auto& [k, v] : f.st->metadata()) out[k] = v;
+  } else {
+    for (const auto& e : f.mega->metadata().entries()) {
+      json v = json::parse(e.value.ToJson(), nullptr, false);
+      out[e.key] = v.is_discarded() ? json(e.value.ToJson()) : v;
+    }
+  }
+  return out;
+}
+
+ordered_json InspectJson(const Model& model) {
+  ordered_json doc = ordered_json::object();
+  doc["format"] = std::string(InputKindName(model.input.kind));
+  doc["path"] = model.input.path;
+  doc["metadata"] = ordered_json::parse(MetadataJson(model).dump());
+  ordered_json tensors = ordered_json::array();
+  for (const auto& t : model.tensors) {
+    const ModelFile& f = model.files[t.file];
+    ordered_json e = ordered_json::object();
+    e["name"] = t.name;
+    e["dtype"] = std::string(DTypeName(t.dtype));
+    e["shape"] = t.shape;
+    e["nbytes"] = t.nbytes;
+    e["file"] = f.name;
+    if (f.mega) {
+      const MegaTensorInfo& info = f.mega->tensors()[t.index];
+      e["stored_nbytes"] = info.stored_nbytes;
+      e["offset"] = info.file_offset;
+      e["storage_format"] = std::string(MegaStorageFormatName(info.storage_format));
+      e["compression"] = std::string(MegaCodecName(info.codec));
+      e["byte_shuffle"] = info.byte_shuffled();
+      e["checksum"] = std::string(MegaChecksumTypeName(info.checksum_type));
+    } else {
+      const SafetensorsTensorInfo& info = f.st->tensors()[t.index];
+      e["offset"] = f.st->header().data_offset() + info.data_begin;
+    }
+    tensors.push_back(std::move(e));
+  }
+  doc["tensors"] = std::move(tensors);
+  ordered_json files = ordered_json::array();
+  for (const auto& f : model.files) {
+    std::error_code ec;
+    files.push_back({{"name", f.name}, {"format", std::string(FormatName(f.format))},
+                     {"size", static_cast<uint64_t>(fs::file_size(f.path, ec))}});
+  }
+  doc["files"] = std::move(files);
+  doc["total_nbytes"] = model.total_bytes;
+  return doc;
+}
+
+std::string Truncate(std::string s, size_t n) {
+  if (s.size() > n) s = s.substr(0, n - 3) + "...";
+  return s;
+}
+
+void PrintInspectTable(const Model& model) {
+  std::printf("%s: %s, %zu tensors, %s of tensor data in %zu file%s\n", model.input.path.c_str(),
+              std::string(InputKindName(model.input.kind)).c_str(), model.tensors.size(),
+              HumanBytes(model.total_bytes).c_str(), model.files.size(),
+              model.files.size() == 1 ? "" : "s");
+  json meta = MetadataJson(model);
+  if (!meta.empty()) {
+    std::printf("metadata:\n");
+    for (auto it = meta.begin(); it != meta.end(); ++it) {
+      std::string v = it->is_string() ? it->get<std::string>() : it->dump();
+      std::printf("  %-40s %s\n", it.key().c_str(), Truncate(v, 100).c_str());
+    }
+  }
+  size_t wname = 4, wshape = 5, wfile = 4;
+  for (const auto& t : model.tensors) {
+    wname = std::max(wname, std::min<size_t>(t.name.size(), 60));
+    wshape = std::max(wshape, ShapeJsonless(t.shape).size());
+    wfile = std::max(wfile, model.files[t.file].name.size());
+  }
+  std::printf("%-*s  %-8s  %-*s  %14s  %-*s\n", static_cast<int>(wname), "name", "dtype",
+              static_cast<int>(wshape), "shape", "nbytes", static_cast<int>(wfile), "file");
+  for (const auto& t : model.tensors) {
+    std::printf("%-*s  %-8s  %-*s  %14llu  %-*s\n", static_cast<int>(wname),
+                Truncate(t.name, 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                static_cast<int>(wshape), ShapeJsonless(t.shape).c_str(),
+                static_cast<unsigned long long>(t.nbytes), static_cast<int>(wfile),
+                model.files[t.file].name.c_str());
+  }
+}
+
+int ExitFor(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
+
+int RunInspect(const std::string& path, bool as_json) {
+  auto input = ResolveInput(path);
+  if (!input.ok()) {
+    std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
+    return ExitFor(input.status());
+  }
+  auto model = OpenModel(*input, {.mmap = false, .verify_checksums = false});
+  if (!model.ok()) {
+    std::fprintf(stderr, "megackpt inspect: %s\n", model.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (as_json) {
+    std::printf("%s\n", InspectJson(*model).dump(2).c_str());
+  } else {
+    PrintInspectTable(*model);
+  }
+  return kExitOk;
+}
+
+// ---- verify -------------------------------------------------------------------------
+
+class ProblemList {
+ public:
+  void Add(std::string msg) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problems_.push_back(std::move(msg));
+  }
+  void Add(const Status& s) { Add(s.ToString()); }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return problems_.size();
+  }
+  std::vector<std::string> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return problems_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> problems_;
+};
+
+// Verifies one opened file: every MEGA tensor's checksum (all tensors are
+// checked, every failure is reported). safetensors has no checksums: its
+// header was fully validated when it was opened.
+void VerifyModelFile(const ModelFile& f, ProblemList& problems, uint64_t* checked_tensors) {
+  if (!f.mega) {
+    *checked_tensors += f.st->tensors().size();
+    return;
+  }
+  const size_t n = f.mega->tensors().size();
+  Status s = ParallelFor(&ThreadPool::Default(), n, [&](size_t i) {
+    Status v = f.mega->VerifyTensor(i);
+    if (!v.ok()) problems.Add(v);
+    return Status::OK();
+  });
+  if (!s.ok()) problems.Add(s);
+  *checked_tensors += n;
+}
+
+int RunVerify(const std::string& path, bool quiet) {
+  auto input = ResolveInput(path);
+  if (!input.ok()) {
+    std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
+    return ExitFor(input.status());
+  }
+  ProblemList problems;
+  std::vector<std::string> warnings;
+  uint64_t checked = 0, files_ok = 0, files = 0, bytes = 0;
+  const OpenOptions options{.mmap = false, .verify_checksums = true};
+  if (!IsIndexKind(input->kind)) {
+    ++files;
+    auto f = OpenModelFile(input->path, fs::path(input->path).filename().string(), options);
+    if (!f.ok()) {
+      problems.Add(f.status());
+    } else {
+      size_t before = problems.size();
+      VerifyModelFile(*f, problems, &checked);
+      if (problems.size() == before) ++files_ok;
+      Model m;
+      m.files.push_back(std::move(*f));
+      AppendFileTensors(m, 0, nullptr);
+      bytes = m.total_bytes;
+    }
+  } else {
+    auto index = ReadShardIndexFile(input->path);
+    if (!index.ok()) {
+      problems.Add(index.status());
+    } else {
+      const std::string folder = fs::path(input->path).parent_path().string();
+      uint64_t mapped_bytes = 0;
+      for (const std::string& shard : index->ShardFiles()) {
+        ++files;
+        const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
+        auto f = OpenModelFile(shard_path, shard, options);
+        if (!f.ok()) {
+          problems.Add(f.status().code() == StatusCode::kNotFound
+                           ? "NotFound: " + input->path + ": shard '" + shard +
+                                 "' listed in the index is missing (" + shard_path + ")"
+                           : f.status().ToString());
+          continue;
+        }
+        size_t before = problems.size();
+        // The weight_map must be truthful in both directions.
+        std::set<std::string> in_file;
+        Model m;
+        m.files.push_back(std::move(*f));
+        AppendFileTensors(m, 0, nullptr);
+        for (const auto& t : m.tensors) {
+          in_file.insert(t.name);
+          auto it = index->weight_map.find(t.name);
+          if (it == index->weight_map.end()) {
+            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
+                         "' is not listed in the index's weight_map");
+          } else if (it->second != shard) {
+            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
+                         "' is mapped to '" + it->second + "' by the index");
+          } else {
+            mapped_bytes += t.nbytes;
+          }
+        }
+        for (const auto& name : index->TensorsInShard(shard)) {
+          if (!in_file.count(name)) {
+            problems.Add("DataLoss: " + input->path + ": index maps tensor '" + name +
+                         "' to shard '" + shard + "' but " + shard_path + " has no such tensor");
+          }
+        }
+        VerifyModelFile(m.files[0], problems, &checked);
+        bytes += m.total_bytes;
+        if (problems.size() == before) ++files_ok;
+      }
+      if (problems.size() == 0 && index->total_size && *index->total_size != mapped_bytes) {
+        warnings.push_back(input->path + ": metadata.total_size is " +
+                           std::to_string(*index->total_size) + " but the mapped tensors hold " +
+                           std::to_string(mapped_bytes) + " bytes");
+      }
+    }
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
+  auto list = problems.Snapshot();
+  if (!list.empty()) {
+    for (const auto& p : list) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s (%llu of %llu files OK)\n",
+                 input->path.c_str(), list.size(), list.size() == 1 ? "" : "s",
+                 static_cast<unsigned long long>(files_ok), static_cast<unsigned long long>(files));
+    return kExitFailure;
+  }
+  if (!quiet) {
+    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
+                std::string(InputKindName(input->kind)).c_str(),
+                static_cast<unsigned long long>(files), files == 1 ? "" : "s",
+                static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
+                (input->kind == InputKind::kSafetensorsFile ||
+                 input->kind == InputKind::kSafetensorsIndex)
+                    ? " (structure only: safetensors has no checksums)"
+                    : "");
+  }
+  return kExitOk;
+}
+
+// ---- convert ------------------------------------------------------------------------
+
+// A progress line on stderr: "convert: 1.23 / 4.56 GB (27%)  1.80 GB/s".
+// Updated by a ticker thread; `Watch` adds the growing size of a file being
+// written by code that reports no progress itself (the MEGA writer).
+class Progress {
+ public:
+  Progress(bool enabled, uint64_t total) : enabled_(enabled), total_(total) {
+    start_ = Now();
+    if (enabled_) ticker_ = std::thread([this] { Tick(); });
+  }
+  ~Progress() { Stop(); }
+
+  void Add(uint64_t n) { done_ += n; }
+  void Watch(const std::string& path, uint64_t base_offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_ = path;
+    watch_base_ = base_offset;
+  }
+  void Unwatch() {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_.clear();
+  }
+  void Stop() {
+    if (!enabled_) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    ticker_.join();
+    Print(true);
+  }
+
+ private:
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void Tick() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(250));
+      if (stopped_) break;
+      lock.unlock();
+      Print(false);
+      lock.lock();
+    }
+  }
+  void Print(bool final) {
+    uint64_t shown = done_.load();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!watch_.empty() && !final) {
+        struct stat st;
+        if (::stat(watch_.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > watch_base_) {
+          shown += static_cast<uint64_t>(st.st_size) - watch_base_;
+        }
+      }
+    }
+    shown = std::min(shown, total_);
+    double secs = std::max(1e-9, Now() - start_);
+    std::fprintf(stderr, "\rconvert: %s / %s (%3.0f%%)  %.2f GB/s   %s", HumanBytes(shown).c_str(),
+                 HumanBytes(total_).c_str(), total_ ? 100.0 * shown / total_ : 100.0,
+                 shown / secs / 1e9, final ? "\n" : "");
+    std::fflush(stderr);
+  }
+
+  bool enabled_;
+  uint64_t total_;
+  double start_ = 0;
+  std::atomic<uint64_t> done_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread ticker_;
+  std::string watch_;
+  uint64_t watch_base_ = 0;
+  bool stopped_ = false;
+};
+
+struct ConvertOptions {
+  std::optional<uint64_t> max_shard_size;
+  uint64_t alignment = 4096;
+  MegaChecksumType checksum = MegaChecksumType::kCrc32;
+  MegaCodec compression = MegaCodec::kNone;
+  int zstd_level = 3;
+  bool shuffle = false;
+  std::optional<FileFormat> format;
+  bool sync = true;
+  bool progress = false;
+  bool mega_options_given = false;
+};
+
+struct OutputPlan {
+  bool folder = false;
+  std::string dir;         // folder outputs: the folder
+  std::string index_path;  // folder outputs
+  std::string base = "model";
+  FileFormat format = FileFormat::kMega;
+  std::string single_path;  // single-file outputs
+};
+
+constexpr uint64_t kDefaultMaxShardSize = 5'000'000'000ull;  // "5GB", as transformers
+
+Result<OutputPlan> PlanOutput(const std::string& dst, FileFormat src_format,
+                              const ConvertOptions& o) {
+  OutputPlan plan;
+  auto single = [&](FileFormat f) -> Result<OutputPlan> {
+    if (o.format && *o.format != f) {
+      return InvalidArgumentError(dst + ": --format " + std::string(FormatName(*o.format)) +
+                                  " contradicts the file extension");
+    }
+    if (o.max_shard_size) {
+      return InvalidArgumentError("--max-shard-size needs a folder destination (" + dst +
+                                  " is a single file)");
+    }
+    plan.format = f;
+    plan.single_path = dst;
+    return plan;
+  };
+  if (EndsWith(dst, ".safetensors")) return single(FileFormat::kSafetensors);
+  if (EndsWith(dst, ".mega")) return single(FileFormat::kMega);
+  plan.folder = true;
+  if (auto kind = IndexKindFromPath(dst)) {
+    FileFormat f = *kind == IndexKind::kMega ? FileFormat::kMega : FileFormat::kSafetensors;
+    if (o.format && *o.format != f) {
+      return InvalidArgumentError(dst + ": --format " + std::string(FormatName(*o.format)) +
+                                  " contradicts the index name");
+    }
+    plan.format = f;
+    plan.index_path = dst;
+    plan.dir = fs::path(dst).parent_path().string();
+    if (plan.dir.empty()) plan.dir = ".";
+    std::string file = fs::path(dst).filename().string();
+    plan.base = file.substr(0, file.size() - (f == FileFormat::kMega ? kMegaIndexSuffix.size()
+                                                                     : kSafetensorsIndexSuffix.size()));
+    if (plan.base.empty()) return InvalidArgumentError(dst + ": index name has no base name");
+    return plan;
+  }
+  std::error_code ec;
+  if (fs::exists(dst, ec) && !fs::is_directory(dst, ec)) {
+    return InvalidArgumentError(dst + ": exists and is not a folder (use a .mega or .safetensors "
+                                      "name for a single-file output)");
+  }
+  plan.format = o.format ? *o.format
+                         : (src_format == FileFormat::kMega ? FileFormat::kSafetensors
+                                                            : FileFormat::kMega);
+  plan.dir = dst;
+  plan.index_path = dst + "/" + plan.base + std::string(FormatExt(plan.format)) + ".index.json";
+  return plan;
+}
+
+std::string ShardFileName(const std::string& base, size_t i, size_t n, FileFormat f) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu", i + 1, n);
+  return base + buf + std::string(FormatExt(f));
+}
+
+// Greedy: tensors in source order; a new shard starts when the next tensor
+// would push the current one past max_bytes (a tensor larger than max_bytes
+// gets a shard of its own).
+std::vector<std::vector<size_t>> PlanShards(const Model& model, uint64_t max_bytes) {
+  std::vector<std::vector<size_t>> shards;
+  uint64_t current = 0;
+  for (size_t i = 0; i < model.tensors.size(); ++i) {
+    uint64_t n = model.tensors[i].nbytes;
+    if (shards.empty() || (!shards.back().empty() && current + n > max_bytes)) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(i);
+    current += n;
+  }
+  if (shards.empty()) shards.emplace_back();
+  return shards;
+}
+
+// A reusable, pre-faulted staging buffer that grows on demand.
+class StagingBuffer {
+ public:
+  Result<std::byte*> Get(size_t n) {
+    if (n > cap_) {
+      MEGA_ASSIGN_OR_RETURN(buf_, AllocateBuffer(n, /*prefault=*/true));
+      cap_ = n;
+    }
+    return buf_.get();
+  }
+
+ private:
+  std::shared_ptr<std::byte> buf_;
+  size_t cap_ = 0;
+};
+
+constexpr size_t kCopyChunk = 64u << 20;
+
+// Memory for decoded tensors that the MEGA writer must reference until it
+// finishes: an unlinked temp file mapped shared, so the pages are page cache
+// the kernel can write back rather than anonymous memory (bounded RSS).
+class SpillArena {
+ public:
+  static Result<std::shared_ptr<SpillArena>> Create(const std::string& dir, uint64_t bytes) {
+    auto arena = std::shared_ptr<SpillArena>(new SpillArena());
+    if (bytes == 0) return arena;
+    std::string tmpl = dir + "/.megackpt-spill-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    int fd = mkstemp(buf.data());
+    if (fd < 0) return ErrnoToStatus(tmpl + ": create spill file", errno);
+    unlink(buf.data());
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      int err = errno;
+      close(fd);
+      return ErrnoToStatus(std::string(buf.data()) + ": size spill file", err);
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (p == MAP_FAILED) return ErrnoToStatus("mmap spill file", err);
+    arena->base_ = static_cast<std::byte*>(p);
+    arena->size_ = bytes;
+    return arena;
+  }
+  ~SpillArena() {
+    if (base_) munmap(base_, size_);
+  }
+  // REQUIRES: total allocations <= the size given to Create.
+  std::byte* Allocate(uint64_t n) {
+    std::byte* p = base_ + used_;
+    used_ += n;
+    return p;
+  }
+
+ private:
+  SpillArena() = default;
+  std::byte* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint64_t used_ = 0;
+};
+
+Status WriteSafetensorsShard(const Model& src, const std::vector<size_t>& ids,
+                             const std::string& path,
+                             const std::map<std::string, std::string>& metadata,
+                             const ConvertOptions& o, Progress& progress, StagingBuffer& staging) {
+  std::vector<SafetensorsTensorSpec> specs;
+  std::map<std::string_view, const TensorRef*> by_name;
+  for (size_t id : ids) {
+    const TensorRef& t = src.tensors[id];
+    specs.push_back({t.name, t.dtype, t.shape});
+    by_name.emplace(t.name, &t);
+  }
+  MEGA_ASSIGN_OR_RETURN(auto out, CreateLocalFile(path));
+  MEGA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Start(out.get(), std::move(specs), metadata));
+  for (const auto& info : writer->layout()) {
+    const TensorRef& t = *by_name.at(info.name);
+    const ModelFile& f = src.files[t.file];
+    if (f.st) {
+      // Raw bytes: chunked pread into a reused buffer, appended as they come.
+      for (uint64_t off = 0; off < t.nbytes; off += kCopyChunk) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, t.nbytes - off));
+        MEGA_ASSIGN_OR_RETURN(std::byte * buf, staging.Get(std::min<uint64_t>(kCopyChunk, t.nbytes)));
+        MEGA_RETURN_IF_ERROR(f.st->ReadRange(t.name, off, std::span<std::byte>(buf, n)));
+        MEGA_RETURN_IF_ERROR(writer->AppendData(std::span<const std::byte>(buf, n)));
+        progress.Add(n);
+      }
+    } else {
+      // MEGA: decode (and verify the checksum) into a buffer of the tensor's size.
+      MEGA_ASSIGN_OR_RETURN(std::byte * buf, staging.Get(std::max<uint64_t>(t.nbytes, 1)));
+      MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::FromBlob(buf, t.dtype, t.shape));
+      MEGA_RETURN_IF_ERROR(f.mega->ReadTensor(t.index, dst));
+      MEGA_RETURN_IF_ERROR(writer->WriteTensor(dst));
+      progress.Add(t.nbytes);
+    }
+  }
+  MEGA_RETURN_IF_ERROR(writer->Finish());
+  if (o.sync) MEGA_RETURN_IF_ERROR(out->Sync());
+  return out->Close();
+}
+
+Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const std::string& path,
+                      const std::map<std::string, std::string>& metadata, const ConvertOptions& o,
+                      Progress& progress) {
+  MegaWriterOptions wo;
+  wo.alignment = o.alignment;
+  wo.checksum = o.checksum;
+  wo.compression = o.compression;
+  wo.zstd_level = o.zstd_level;
+  wo.byte_shuffle = o.shuffle;
+  MegaWriter writer(wo);
+  for (const auto& [k, v] : metadata) {
+    MEGA_RETURN_IF_ERROR(writer.AddMetadata(std::string(kSafetensorsMetaPrefix) + k, MetaValue::String(v)));
+  }
+  // Decoded MEGA tensors (compressed/shuffled/chunked sources) go to a spill arena.
+  uint64_t spill_bytes = 0;
+  for (size_t id : ids) {
+    const TensorRef& t = src.tensors[id];
+    const ModelFile& f = src.files[t.file];
+    if (f.mega && !f.mega->tensors()[t.index].is_plain()) spill_bytes += t.nbytes;
+  }
+  MEGA_ASSIGN_OR_RETURN(auto arena,
+                        SpillArena::Create(fs::path(path).parent_path().string().empty()
+                                               ? "."
+                                               : fs::path(path).parent_path().string(),
+                                           spill_bytes));
+  uint64_t shard_bytes = 0;
+  for (size_t id : ids) {
+    const TensorRef& t = src.tensors[id];
+    const ModelFile& f = src.files[t.file];
+    Tensor view;
+    if (f.st) {
+      MEGA_ASSIGN_OR_RETURN(view, f.st->View(t.name));
+    } else if (f.mega->tensors()[t.index].is_plain()) {
+      MEGA_ASSIGN_OR_RETURN(view, f.mega->MappedTensor(t.name));  // checksum verified
+    } else {
+      MEGA_ASSIGN_OR_RETURN(view, Tensor::FromBlob(arena->Allocate(t.nbytes), t.dtype, t.shape,
+                                                   std::shared_ptr<void>(arena)));
+      MEGA_RETURN_IF_ERROR(f.mega->ReadTensor(t.index, view));
+    }
+    // Populate the page tables of the source range in one call: copying out of
+    // a mapping page fault by page fault is several times slower.
+    if (t.nbytes > 0) {
+      uintptr_t start = reinterpret_cast<uintptr_t>(view.data()) & ~uintptr_t{4095};
+      uintptr_t end = reinterpret_cast<uintptr_t>(view.data()) + t.nbytes;
+      madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ);
+    }
+    MEGA_RETURN_IF_ERROR(writer.AddTensor(t.name, view));
+    shard_bytes += t.nbytes;
+  }
+  progress.Watch(path, 0);
+  auto result = writer.WriteFile(path, o.sync);
+  progress.Unwatch();
+  MEGA_RETURN_IF_ERROR(result.status());
+  progress.Add(shard_bytes);
+  return Status::OK();
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+}
+
+int RunConvert(const std::string& src_path, const std::string& dst, const ConvertOptions& o) {
+  auto input = ResolveInput(src_path);
+  if (!input.ok()) {
+    std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
+    return ExitFor(input.status());
+  }
+  auto model = OpenModel(*input, {.mmap = true, .verify_checksums = true});
+  if (!model.ok()) {
+    std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
+    return kExitFailure;
+  }
+  const FileFormat src_format = model->files.empty() ? FileFormat::kSafetensors : model->files[0].format;
+  auto plan = PlanOutput(dst, src_format, o);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "megackpt convert: %s\n", plan.status().ToString().c_str());
+    return kExitUsage;
+  }
+  if (plan->format == FileFormat::kSafetensors && o.mega_options_given) {
+    std::fprintf(stderr,
+                 "megackpt convert: note: --alignment/--checksum/--compression/--shuffle apply to "
+                 "MEGA output only; ignored for safetensors\n");
+  }
+  auto shards = plan->folder ? PlanShards(*model, o.max_shard_size.value_or(kDefaultMaxShardSize))
+                             : std::vector<std::vector<size_t>>{};
+  if (!plan->folder) {
+    shards.emplace_back();
+    for (size_t i = 0; i < model->tensors.size(); ++i) shards[0].push_back(i);
+  }
+  std::vector<std::string> names, paths;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (plan->folder) {
+      names.push_back(ShardFileName(plan->base, i, shards.size(), plan->format));
+      paths.push_back(plan->dir + "/" + names.back());
+    } else {
+      names.push_back(fs::path(plan->single_path).filename().string());
+      paths.push_back(plan->single_path);
+    }
+  }
+  for (const auto& p : paths) {
+    for (const auto& f : model->files) {
+      if (SameFile(p, f.path)) {
+        std::fprintf(stderr, "megackpt convert: %s would overwrite its own source %s\n",
+                     p.c_str(), f.path.c_str());
+        return kExitUsage;
+      }
+    }
+  }
+  if (plan->folder) {
+    Status s = CreateDirectories(plan->dir);
+    if (!s.ok()) {
+      std::fprintf(stderr, "megackpt convert: %s\n", s.ToString().c_str());
+      return kExitFailure;
+    }
+  }
+  const auto metadata = PortableMetadata(*model);
+  Progress progress(o.progress, model->total_bytes);
+  StagingBuffer staging;
+  const double t0 = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::vector<std::string> written;
+  Status status;
+  ShardIndex index;
+  for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
+    // Each shard is written under a temp name and renamed when complete, so an
+    // interrupted convert never leaves a truncated file under a final name.
+    const std::string tmp = paths[i] + ".tmp-" + std::to_string(getpid());
+    status = plan->format == FileFormat::kSafetensors
+                 ? WriteSafetensorsShard(*model, shards[i], tmp, metadata, o, progress, staging)
+                 : WriteMegaShard(*model, shards[i], tmp, metadata, o, progress);
+    if (status.ok() && std::rename(tmp.c_str(), paths[i].c_str()) != 0) {
+      status = ErrnoToStatus(paths[i] + ": rename from " + tmp, errno);
+    }
+    if (!status.ok()) {
+      unlink(tmp.c_str());
+      break;
+    }
+    written.push_back(paths[i]);
+    for (size_t id : shards[i]) index.weight_map[model->tensors[id].name] = names[i];
+  }
+  if (status.ok() && plan->folder) {
+    index.total_size = model->total_bytes;
+    if (plan->format == FileFormat::kMega) AddMegatensorsFields(&index);
+    if (o.sync) status = SyncDirectory(plan->dir);
+    if (status.ok()) status = WriteShardIndexFile(plan->index_path, index, o.sync);
+  } else if (status.ok() && o.sync) {
+    std::string dir = fs::path(plan->single_path).parent_path().string();
+    status = SyncDirectory(dir.empty() ? "." : dir);
+  }
+  progress.Stop();
+  if (!status.ok()) {
+    std::fprintf(stderr, "megackpt convert: %s\n", status.ToString().c_str());
+    return kExitFailure;
+  }
+  const double secs = std::max(1e-9, std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                             .count() -
+                                         t0);
+  std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%.2f GB/s)\n",
+              model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
+              std::string(InputKindName(input->kind)).c_str(),
+              (plan->folder ? plan->index_path : plan->single_path).c_str(), shards.size(),
+              std::string(FormatName(plan->format)).c_str(), shards.size() == 1 ? "" : "s",
+              plan->folder ? " + index" : "", secs, model->total_bytes / secs / 1e9);
+  return kExitOk;
+}
+
+}  // namespace
 
 void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
-  (void)app;
-  (void)bench;
-  (void)exit_code;
+  // inspect
+  {
+    auto* cmd = app.add_subcommand(
+        "inspect",
+        "List the tensors (name, dtype, shape, bytes, file) and metadata of a checkpoint.\n"
+        "PATH is a .mega file, a .safetensors file, a *.mega.index.json or\n"
+        "*.safetensors.index.json index, or a folder holding one index (or one model file).\n"
+        "Only headers are read. Exit 0 ok, 1 unreadable/malformed input, 2 usage error.\n"
+        "JSON (--json): {\"format\": \"mega\"|\"safetensors\"|\"mega-index\"|\"safetensors-index\",\n"
+        "  \"metadata\": {...}, \"tensors\": [{\"name\", \"dtype\", \"shape\", \"nbytes\", \"file\", ...}],\n"
+        "  \"files\": [...], \"total_nbytes\": N}");
+    auto path = std::make_shared<std::string>();
+    auto as_json = std::make_shared<bool>(false);
+    cmd->add_option("PATH", *path, "File, index or folder")->required();
+    cmd->add_flag("--json", *as_json, "Print one JSON document instead of a table");
+    cmd->callback([=] { *exit_code = RunInspect(*path, *as_json); });
+  }
+  // verify
+  {
+    auto* cmd = app.add_subcommand(
+        "verify",
+        "Check every structure rule and every checksum of a checkpoint.\n"
+        "MEGA: header/directory validation and each tensor's CRC32/SHA-256 (every failing\n"
+        "tensor is reported). safetensors: full header validation (no checksums exist).\n"
+        "Index: every shard exists and verifies, every weight_map entry is in its shard,\n"
+        "every shard tensor is in the weight_map (a wrong metadata.total_size is a warning).\n"
+        "Exit 0 all good; 1 corrupt, malformed or missing data (messages name file and\n"
+        "tensor; a PATH that does not exist is 1 too); 2 usage error (bad flags, an input\n"
+        "that is not a checkpoint, a folder with several indexes).");
+    auto path = std::make_shared<std::string>();
+    auto quiet = std::make_shared<bool>(false);
+    cmd->add_option("PATH", *path, "File, index or folder")->required();
+    cmd->add_flag("-q,--quiet", *quiet, "Print nothing on success");
+    cmd->callback([=] { *exit_code = RunVerify(*path, *quiet); });
+  }
+  // convert
+  {
+    auto* cmd = app.add_subcommand(
+        "convert",
+        "Convert between MEGA and safetensors, or re-shard, preserving every tensor's bytes,\n"
+        "name, dtype and shape.\n"
+        "SRC: a .mega / .safetensors file, an index, or a folder with an index.\n"
+        "DST: NAME.mega or NAME.safetensors = one file; NAME.mega.index.json or\n"
+        "NAME.safetensors.index.json = a folder of NAME-0000N-of-0000M shards + that index;\n"
+        "any other path = a folder with model-0000N-of-0000M.{mega|safetensors} +\n"
+        "model.{mega|safetensors}.index.json (format: --format, default the other format\n"
+        "than SRC's). Shards are filled greedily in source order up to --max-shard-size.\n"
+        "Data streams from the source (mmap views / bounded buffers): memory stays bounded\n"
+        "by the largest tensor. Files appear under their final names only when complete;\n"
+        "the index is written last, atomically. MEGA output is TensorPlay-compatible;\n"
+        "safetensors __metadata__ is carried as MEGA strings 'safetensors.metadata.<key>'.\n"
+        "Examples:\n"
+        "  megackpt convert model.safetensors out/                  # -> MEGA folder\n"
+        "  megackpt convert out/ back.safetensors                   # -> one safetensors file\n"
+        "  megackpt convert hf_model/ mega/ --max-shard-size 2GB --compression zstd:3 --shuffle");
+    auto src = std::make_shared<std::string>();
+    auto dst = std::make_shared<std::string>();
+    auto max_shard = std::make_shared<std::string>();
+    auto alignment = std::make_shared<uint64_t>(4096);
+    auto checksum = std::make_shared<std::string>("crc32");
+    auto compression = std::make_shared<std::string>("none");
+    auto shuffle = std::make_shared<bool>(false);
+    auto format = std::make_shared<std::string>();
+    auto progress = std::make_shared<bool>(false);
+    auto no_progress = std::make_shared<bool>(false);
+    auto no_sync = std::make_shared<bool>(false);
+    cmd->add_option("SRC", *src, "Source file, index or folder")->required();
+    cmd->add_option("DST", *dst, "Destination file, index name or folder")->required();
+    auto* o_max = cmd->add_option("--max-shard-size", *max_shard,
+                                  "Folder outputs: max tensor bytes per shard, e.g. 5GB (=5e9, "
+                                  "the default), 500MiB, 1000000");
+    auto* o_align = cmd->add_option("--alignment", *alignment,
+                                    "MEGA: header alignment (general.alignment), > 0 (default 4096)");
+    auto* o_sum = cmd->add_option("--checksum", *checksum, "MEGA: none|crc32|sha256 (default crc32)");
+    auto* o_comp = cmd->add_option("--compression", *compression,
+                                   "MEGA: none|zstd[:level] (default none; tensors that do not "
+                                   "shrink stay raw)");
+    auto* o_shuf = cmd->add_flag("--shuffle", *shuffle, "MEGA: byte-shuffle before compressing");
+    cmd->add_option("--format", *format, "Folder outputs: mega|safetensors");
+    cmd->add_flag("--progress", *progress, "Show progress on stderr even when it is not a terminal");
+    cmd->add_flag("--no-progress", *no_progress, "Never show progress");
+    cmd->add_flag("--no-sync", *no_sync, "Skip fsync of the written files (faster, not crash-safe)");
+    cmd->callback([=] {
+      ConvertOptions o;
+      auto usage = [&](const std::string& msg) {
+        std::fprintf(stderr, "megackpt convert: %s\n", msg.c_str());
+        *exit_code = kExitUsage;
+      };
+      if (o_max->count() > 0) {
+        auto v = ParseByteSize(*max_shard);
+        if (!v.ok()) return usage("--max-shard-size: " + v.status().message());
+        o.max_shard_size = *v;
+      }
+      if (*alignment == 0) return usage("--alignment must be > 0");
+      o.alignment = *alignment;
+      std::string sum = Lower(*checksum);
+      if (sum == "none") {
+        o.checksum = MegaChecksumType::kNone;
+      } else if (sum == "crc32") {
+        o.checksum = MegaChecksumType::kCrc32;
+      } else if (sum == "sha256") {
+        o.checksum = MegaChecksumType::kSha256;
+      } else {
+        return usage("--checksum must be none, crc32 or sha256 (got '" + *checksum + "')");
+      }
+      std::string comp = Lower(*compression);
+      if (comp == "none") {
+        o.compression = MegaCodec::kNone;
+      } else if (comp == "zstd" || comp.rfind("zstd:", 0) == 0) {
+        o.compression = MegaCodec::kZstd;
+        if (comp.size() > 5) {
+          char* end = nullptr;
+          long level = std::strtol(comp.c_str() + 5, &end, 10);
+          if (*end != '\0' || level < -7 || level > 22) {
+            return usage("--compression zstd:LEVEL needs a level in [-7, 22]");
+          }
+          o.zstd_level = static_cast<int>(level);
+        }
+      } else {
+        return usage("--compression must be none or zstd[:level] (got '" + *compression + "')");
+      }
+      o.shuffle = *shuffle;
+      if (!format->empty()) {
+        std::string f = Lower(*format);
+        if (f == "mega") {
+          o.format = FileFormat::kMega;
+        } else if (f == "safetensors") {
+          o.format = FileFormat::kSafetensors;
+        } else {
+          return usage("--format must be mega or safetensors");
+        }
+      }
+      o.mega_options_given = o_align->count() + o_sum->count() + o_comp->count() + o_shuf->count() > 0;
+      o.sync = !*no_sync;
+      o.progress = !*no_progress && (*progress || isatty(STDERR_FILENO));
+      *exit_code = RunConvert(*src, *dst, o);
+    });
+  }
+  // bench format
+  {
+    auto* cmd = bench.add_subcommand(
+        "format",
+        "Write and read a multi-tensor file in MEGA and safetensors, next to the machine's\n"
+        "limits measured the same way in the same process: memcpy, page-cache write of a\n"
+        "plain file of the same size, page-cache read into a reused buffer. Reads go into\n"
+        "caller-allocated, pre-faulted, reused tensors. Medians of --reps runs after a\n"
+        "dropped warm-up (min/median/max shown), decimal GB/s. Also times the mmap open of\n"
+        "a 10,000-tensor MEGA file. Files go to --dir (default $TMPDIR or /tmp).\n"
+        "JSON keys: memcpy_gbps, pagecache_write_gbps, pagecache_read_gbps, mega_write_gbps,\n"
+        "mega_read_gbps, safetensors_write_gbps, safetensors_read_gbps (+ _min/_max),\n"
+        "mega_open_10k_tensors_ms, ...");
+    auto size = std::make_shared<std::string>("2GiB");
+    auto reps = std::make_shared<int>(5);
+    auto tensors = std::make_shared<int>(64);
+    auto as_json = std::make_shared<bool>(false);
+    auto dir = std::make_shared<std::string>();
+    cmd->add_option("--size", *size, "Bytes of tensor data, e.g. 2GiB (default), 512MB, 1000000");
+    cmd->add_option("--reps", *reps, "Measured repetitions (>= 5 recommended; default 5)");
+    cmd->add_option("--tensors", *tensors, "Number of tensors in the file (default 64)");
+    cmd->add_flag("--json", *as_json, "Print one JSON object");
+    cmd->add_option("--dir", *dir, "Folder for the temporary files");
+    cmd->callback([=] {
+      auto bytes = ParseByteSize(*size);
+      if (!bytes.ok()) {
+        std::fprintf(stderr, "megackpt bench format: --size: %s\n", bytes.status().message().c_str());
+        *exit_code = kExitUsage;
+        return;
+      }
+      if (*reps < 1 || *tensors < 1) {
+        std::fprintf(stderr, "megackpt bench format: --reps and --tensors must be >= 1\n");
+        *exit_code = kExitUsage;
+        return;
+      }
+      *exit_code = bench::RunFormatBench(*bytes, *reps, *tensors, *as_json, *dir);
+    });
+  }
 }
 
 }  // namespace megackpt::cli

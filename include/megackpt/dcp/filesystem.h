@@ -38,7 +38,7 @@ struct FileSystemWriterOptions {
   bool overwrite = true;
   // CRC32 granularity recorded per item (0: whole item only). Smaller blocks let
   // a resharded load verify smaller reads; each block costs 4 bytes of metadata.
-  uint64_t checksum_block_size = 1ull << 20;
+  uint64_t checksum_block_size = 256ull << 10;
   // Largest single write call (bytes go straight from tensor memory; strided
   // tensors are copied through a per-thread buffer of this size).
   uint64_t max_write_bytes = 64ull << 20;

@@ -2,7 +2,7 @@
 // storage backend (FileSystemWriter/Reader in filesystem.h; the MEGA backend).
 //
 // Call order for a save, on every rank (spec/dcp.md §2):
-//   Reset(checkpoint_id)            [when the caller passed one]
+//   Reset(checkpoint_id)            [always; empty id = keep the target; starts a new save]
 //   GetStorageMeta()                 -> given to the planner
 //   SetUpStorageWriter(setup)
 //   PrepareLocalPlan(local plan)     -> gathered to the coordinator
@@ -11,7 +11,7 @@
 //   Finish(metadata, all results)    [coordinator only: the commit]
 //   Abort()                          [any rank, after a failure before the commit]
 // and for a load:
-//   Reset(checkpoint_id) -> ReadMetadata() -> SetUpStorageReader(metadata, setup)
+//   Reset(checkpoint_id) [always] -> ReadMetadata() -> SetUpStorageReader(metadata, setup)
 //   -> PrepareLocalPlan -> PrepareGlobalPlan [coordinator] -> ReadData(plan, planner).
 //
 // A writer/reader object serves one rank; the framework never calls one object

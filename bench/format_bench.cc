@@ -1,0 +1,247 @@
+// `megackpt bench format`: MEGA and safetensors write/read throughput next to
+// the machine's limits, measured the same way in the same process.
+//
+// Method (DESIGN.md, performance model):
+//  - limits: memcpy between pre-faulted buffers; page-cache write of a plain
+//    file of the same size (pwrite from a pre-faulted buffer into a new file);
+//    page-cache read of a cached file into a reused, pre-faulted buffer.
+//  - ours: the same bytes as N tensors of caller memory (one pre-faulted
+//    buffer), written to a new file (no fsync, like the limit); read back into
+//    caller-allocated, pre-faulted, reused tensors (opening the file is part of
+//    each timed read).
+//  - every measurement: 1 dropped warm-up, then `reps` runs; min/median/max.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "megackpt/mega.h"
+#include "megackpt/safetensors.h"
+#include "megackpt/tensor.h"
+#include "megackpt/thread_pool.h"
+
+namespace megackpt::bench {
+namespace {
+
+constexpr int kWarmup = 1;
+constexpr int kOpenTensors = 10000;
+
+struct Row {
+  std::string key;    // JSON key prefix, e.g. "mega_write"
+  std::string label;  // table label
+  Summary gbps;       // or milliseconds for *_ms rows
+  double limit = 0;   // median of the matching limit (0 = none)
+  bool ms = false;
+};
+
+Result<Summary> TimeGbps(uint64_t bytes, int reps, const std::function<Status()>& fn) {
+  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(kWarmup, reps, fn));
+  return Summarize(ToGbps(secs, bytes));
+}
+
+Result<Summary> TimeMs(int reps, const std::function<Status()>& fn) {
+  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(kWarmup, reps, fn));
+  for (double& s : secs) s *= 1e3;
+  return Summarize(secs);
+}
+
+Status CheckSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const char* what) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!TensorBytesEqual(a[i], b[i])) {
+      return InternalError(std::string(what) + ": tensor " + std::to_string(i) +
+                           " read back differs from what was written");
+    }
+  }
+  return Status::OK();
+}
+
+Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& dir,
+           std::vector<Row>* rows, uint64_t* actual_bytes) {
+  // Tensor layout: num_tensors F32 tensors of equal size.
+  const uint64_t elems = std::max<uint64_t>(1, size_bytes / 4 / num_tensors);
+  const uint64_t bytes = elems * 4 * static_cast<uint64_t>(num_tensors);
+  *actual_bytes = bytes;
+  const std::string plain = dir + "/plain.bin";
+  const std::string mega = dir + "/bench.mega";
+  const std::string st = dir + "/bench.safetensors";
+
+  // Machine limits first (each helper frees its buffers when done).
+  MEGA_ASSIGN_OR_RETURN(Summary memcpy_s, MemcpyGbps(bytes, kWarmup, reps));
+  MEGA_ASSIGN_OR_RETURN(Summary write_s, FileWriteGbps(plain, bytes, false, kWarmup, reps));
+  MEGA_ASSIGN_OR_RETURN(Summary read_s, FileReadGbps(plain, bytes, kWarmup, reps));
+  rows->push_back({"memcpy", "memcpy (1 thread)", memcpy_s});
+  rows->push_back({"pagecache_write", "page-cache write (plain file)", write_s});
+  rows->push_back({"pagecache_read", "page-cache read (reused buffer)", read_s});
+
+  // Caller memory: source tensors and reused destination tensors, pre-faulted.
+  MEGA_ASSIGN_OR_RETURN(auto src_buf, AllocateBuffer(bytes, true));
+  MEGA_ASSIGN_OR_RETURN(auto dst_buf, AllocateBuffer(bytes, true));
+  FillRandom(src_buf.get(), bytes, 42);
+  std::vector<Tensor> src, dst;
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (int i = 0; i < num_tensors; ++i) {
+    const uint64_t off = static_cast<uint64_t>(i) * elems * 4;
+    MEGA_ASSIGN_OR_RETURN(Tensor s, Tensor::FromBlob(src_buf.get() + off, DType::kF32,
+                                                     {static_cast<int64_t>(elems)}));
+    MEGA_ASSIGN_OR_RETURN(Tensor d, Tensor::FromBlob(dst_buf.get() + off, DType::kF32,
+                                                     {static_cast<int64_t>(elems)}));
+    char name[64];
+    std::snprintf(name, sizeof name, "layers.%04d.weight", i);
+    named.emplace_back(name, s);
+    src.push_back(s);
+    dst.push_back(d);
+  }
+
+  auto mega_write = [&](MegaChecksumType checksum) {
+    return [&, checksum]() -> Status {
+      unlink(mega.c_str());
+      MegaWriterOptions o;
+      o.checksum = checksum;
+      MegaWriter writer(o);
+      for (const auto& [name, t] : named) MEGA_RETURN_IF_ERROR(writer.AddTensor(name, t));
+      return writer.WriteFile(mega, /*sync=*/false).status();
+    };
+  };
+  auto mega_read = [&](bool verify, ThreadPool* pool) {
+    return [&, verify, pool]() -> Status {
+      MegaReaderOptions o;
+      o.verify_checksums = verify;
+      MEGA_ASSIGN_OR_RETURN(auto reader, MegaReader::OpenFile(mega, o));
+      std::vector<MegaReadRequest> requests;
+      for (size_t i = 0; i < dst.size(); ++i) {
+        MEGA_ASSIGN_OR_RETURN(size_t index, reader->IndexOf(named[i].first));
+        requests.push_back({index, dst[i]});
+      }
+      return reader->ReadTensors(requests, pool);
+    };
+  };
+
+  // MEGA without checksums first, then the default (CRC32) so that the read
+  // benchmarks below see the default file.
+  MEGA_ASSIGN_OR_RETURN(Summary mw0, TimeGbps(bytes, reps, mega_write(MegaChecksumType::kNone)));
+  MEGA_ASSIGN_OR_RETURN(Summary mw, TimeGbps(bytes, reps, mega_write(MegaChecksumType::kCrc32)));
+  MEGA_ASSIGN_OR_RETURN(Summary mr, TimeGbps(bytes, reps, mega_read(true, &ThreadPool::Default())));
+  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "mega"));
+  std::memset(dst_buf.get(), 0, bytes);
+  MEGA_ASSIGN_OR_RETURN(Summary mr1, TimeGbps(bytes, reps, mega_read(true, nullptr)));
+  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "mega (1 thread)"));
+  MEGA_ASSIGN_OR_RETURN(Summary mr0, TimeGbps(bytes, reps, mega_read(false, &ThreadPool::Default())));
+  rows->push_back({"mega_write", "MEGA write (CRC32, default)", mw, write_s.median});
+  rows->push_back({"mega_write_nochecksum", "MEGA write (no checksum)", mw0, write_s.median});
+  rows->push_back({"mega_read", "MEGA read (CRC32 verified, pool)", mr, read_s.median});
+  rows->push_back({"mega_read_1thread", "MEGA read (CRC32 verified, 1 thr)", mr1, read_s.median});
+  rows->push_back({"mega_read_noverify", "MEGA read (no verify, pool)", mr0, read_s.median});
+  unlink(mega.c_str());
+
+  MEGA_ASSIGN_OR_RETURN(Summary sw, TimeGbps(bytes, reps, [&]() -> Status {
+                          unlink(st.c_str());
+                          return SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
+                        }));
+  std::memset(dst_buf.get(), 0, bytes);
+  MEGA_ASSIGN_OR_RETURN(Summary sr, TimeGbps(bytes, reps, [&]() -> Status {
+                          MEGA_ASSIGN_OR_RETURN(auto reader,
+                                                SafetensorsReader::Open(st, {.mmap = false}));
+                          for (size_t i = 0; i < dst.size(); ++i) {
+                            MEGA_RETURN_IF_ERROR(reader->ReadTensor(named[i].first, dst[i]));
+                          }
+                          return Status::OK();
+                        }));
+  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "safetensors"));
+  // The mmap trap, for reference: zero-copy views copied into the destination.
+  MEGA_ASSIGN_OR_RETURN(Summary sv, TimeGbps(bytes, reps, [&]() -> Status {
+                          MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st));
+                          for (size_t i = 0; i < dst.size(); ++i) {
+                            MEGA_ASSIGN_OR_RETURN(Tensor v, reader->View(named[i].first));
+                            MEGA_RETURN_IF_ERROR(CopyTensor(v, dst[i]));
+                          }
+                          return Status::OK();
+                        }));
+  rows->push_back({"safetensors_write", "safetensors write", sw, write_s.median});
+  rows->push_back({"safetensors_read", "safetensors read (pread)", sr, read_s.median});
+  rows->push_back({"safetensors_mmap_copy", "safetensors mmap view + copy", sv, read_s.median});
+  unlink(st.c_str());
+  src_buf.reset();
+  dst_buf.reset();
+
+  // Opening a 10,000-tensor file (mmap), headers only.
+  {
+    std::vector<float> small(64 * kOpenTensors, 1.0f);
+    std::vector<std::pair<std::string, Tensor>> many;
+    MegaWriter writer;
+    for (int i = 0; i < kOpenTensors; ++i) {
+      MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(small.data() + 64 * i, DType::kF32, {8, 8}));
+      std::string name = "model.layers." + std::to_string(i / 10) + ".mlp.w" + std::to_string(i % 10);
+      MEGA_RETURN_IF_ERROR(writer.AddTensor(name, t));
+      many.emplace_back(name, t);
+    }
+    MEGA_RETURN_IF_ERROR(writer.WriteFile(mega, false).status());
+    MEGA_RETURN_IF_ERROR(SaveSafetensorsFile(st, many, {}, {}, false));
+    MEGA_ASSIGN_OR_RETURN(Summary mo, TimeMs(reps, [&]() -> Status {
+                            MegaReaderOptions o;
+                            o.use_mmap = true;
+                            MEGA_ASSIGN_OR_RETURN(auto r, MegaReader::OpenFile(mega, o));
+                            if (r->tensors().size() != kOpenTensors) return InternalError("count");
+                            return Status::OK();
+                          }));
+    MEGA_ASSIGN_OR_RETURN(Summary so, TimeMs(reps, [&]() -> Status {
+                            MEGA_ASSIGN_OR_RETURN(auto r, SafetensorsReader::Open(st));
+                            if (r->tensors().size() != kOpenTensors) return InternalError("count");
+                            return Status::OK();
+                          }));
+    rows->push_back({"mega_open_10k_tensors", "MEGA open, 10k tensors (mmap)", mo, 0, true});
+    rows->push_back({"safetensors_open_10k_tensors", "safetensors open, 10k tensors", so, 0, true});
+    unlink(mega.c_str());
+    unlink(st.c_str());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
+                   const std::string& dir) {
+  if (!dir.empty()) setenv("TMPDIR", dir.c_str(), 1);
+  TempDir tmp("megackpt-bench-format");
+  std::vector<Row> rows;
+  uint64_t bytes = 0;
+  Status s = Run(size_bytes, reps, num_tensors, tmp.path(), &rows, &bytes);
+  if (!s.ok()) {
+    std::fprintf(stderr, "megackpt bench format: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (json) {
+    nlohmann::ordered_json doc;
+    doc["size_bytes"] = bytes;
+    doc["tensors"] = num_tensors;
+    doc["reps"] = reps;
+    doc["warmup"] = kWarmup;
+    for (const auto& r : rows) {
+      const std::string unit = r.ms ? "_ms" : "_gbps";
+      doc[r.key + unit] = r.gbps.median;
+      doc[r.key + unit + "_min"] = r.gbps.min;
+      doc[r.key + unit + "_max"] = r.gbps.max;
+      if (r.limit > 0) doc[r.key + "_ratio"] = r.gbps.median / r.limit;
+    }
+    std::printf("%s\n", doc.dump(2).c_str());
+    return 0;
+  }
+  std::printf("megackpt bench format: %.3f GB of tensor data (%d F32 tensors), %d runs after %d "
+              "dropped warm-up, decimal GB/s\n",
+              bytes / 1e9, num_tensors, reps, kWarmup);
+  std::printf("%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
+  for (const auto& r : rows) {
+    if (r.ms) continue;
+    std::printf("%s\n", FormatRow(r.label, r.gbps, r.limit).c_str());
+  }
+  std::printf("%-34s %8s %8s %8s\n", "(milliseconds)", "min", "median", "max");
+  for (const auto& r : rows) {
+    if (r.ms) std::printf("%s\n", FormatRow(r.label, r.gbps).c_str());
+  }
+  return 0;
+}
+
+}  // namespace megackpt::bench

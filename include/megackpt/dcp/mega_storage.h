@@ -1,0 +1,195 @@
+// MegaStorageWriter / MegaStorageReader: distributed checkpoints stored as MEGA
+// (`.mega`) shards plus `model.mega.index.json`, the layout TensorPlay and
+// megatensors read. docs/mega-storage.md has the full description: file naming,
+// the commit protocol and why a crash at any instant leaves the previous or the
+// new checkpoint (never a mix), the `tensorplay.dcp.*` shard keys, rebuilding
+// Metadata from shard headers, consolidation and interop.
+//
+// A checkpoint folder written by MegaStorageWriter holds
+//   model.mega | model-NNNNN-of-MMMMM.mega   shards (TensorPlay profile, CRC32 per
+//                                           tensor); with a save id in the name
+//                                           (model-<id>-NNNNN-of-MMMMM.mega) when
+//                                           the plain names are taken
+//   model.mega.index.json                   weight_map of every whole entry, the
+//                                           chunks of every sharded one
+//   .metadata                               the encoded dcp Metadata; its rename is
+//                                           the commit point
+// Every stored piece (a whole tensor, one chunk of a sharded tensor, or a bytes
+// value as a U8 tensor) is a tensor named by its fqn; its chunk offsets, global
+// shape and kind are recorded in the shard's `tensorplay.dcp.entries` key, so
+// Metadata can be rebuilt from the shard headers alone.
+//
+// MegaStorageReader reads those checkpoints, checkpoints whose `.metadata` is
+// missing or unreadable (e.g. TensorPlay's pickle: Metadata is rebuilt from the
+// index and shard headers) and Hugging Face layouts (`model.safetensors.index.json`
+// + shards, or one `.safetensors` file), resharding into any destination layout.
+// Paths may be local folders or mega:// URIs (through FileSystemForPath).
+#ifndef MEGACKPT_DCP_MEGA_STORAGE_H_
+#define MEGACKPT_DCP_MEGA_STORAGE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/dcp/storage.h"
+#include "megackpt/fs.h"
+#include "megackpt/mega.h"
+#include "megackpt/status.h"
+
+namespace megackpt::dcp {
+
+// Index file written next to the shards.
+inline constexpr std::string_view kMegaStorageIndexName = "model.mega.index.json";
+inline constexpr std::string_view kSafetensorsStorageIndexName = "model.safetensors.index.json";
+
+// Shard header keys (MEGA metadata, or safetensors `__metadata__` entries).
+//  tensorplay.dcp.version      UINT32 1
+//  tensorplay.dcp.save_id      STRING  id of the save that wrote the file
+//  tensorplay.dcp.entries      STRING  JSON {fqn: {"kind": "tensor"|"bytes",
+//                                      "dtype": "F32", "global_shape": [..],
+//                                      "offsets": [..]}} for every tensor of the file
+//  tensorplay.dcp.object_paths STRING  JSON {fqn: [key or index, ...]} (nesting of
+//                                      the fqns of this file, when nested)
+inline constexpr std::string_view kDcpVersionKey = "tensorplay.dcp.version";
+inline constexpr std::string_view kDcpSaveIdKey = "tensorplay.dcp.save_id";
+inline constexpr std::string_view kDcpEntriesKey = "tensorplay.dcp.entries";
+inline constexpr std::string_view kDcpObjectPathsKey = "tensorplay.dcp.object_paths";
+inline constexpr uint32_t kDcpShardVersion = 1;
+// Top-level member of model.mega.index.json listing sharded entries:
+// {fqn: {"dtype", "shape", "chunks": [{"file", "offsets", "sizes"}]}}.
+inline constexpr std::string_view kDcpIndexShardedKey = "tensorplay.dcp.sharded";
+
+// fqn -> bucket number (1..N). Entries of bucket b go to files of bucket b;
+// fqns absent from the mapping go to bucket 1.
+using FqnToIndexMapping = std::map<std::string, int>;
+
+enum class ConsolidateFormat { kMega, kSafetensors };
+
+struct MegaStorageWriterOptions {
+  // Worker threads per rank (items are written in parallel).
+  int thread_count = 2;
+  // fsync every shard before the commit and the commit itself. False: faster,
+  // atomic against process crashes but not durable across a power loss.
+  bool sync = true;
+  // False: saving where a committed checkpoint exists fails with AlreadyExists.
+  bool overwrite = true;
+  // Per-tensor checksum stored in the shards (kNone, kCrc32 or kSha256).
+  MegaChecksumType checksum = MegaChecksumType::kCrc32;
+  // Alignment of each tensor's payload within a shard (bytes).
+  uint64_t tensor_alignment = 64;
+  // After the commit, rewrite the checkpoint in place as whole tensors (one
+  // entry per fqn; see consolidate.h). The sharded save is committed first, so a
+  // failure or crash during consolidation leaves a loadable checkpoint.
+  bool consolidate = false;
+  ConsolidateFormat consolidate_format = ConsolidateFormat::kMega;
+  // Largest consolidated file (0: one file, or one per mapping bucket).
+  uint64_t consolidate_max_shard_size = 0;
+  // Filesystem to use; nullptr: FileSystemForPath(path).
+  std::shared_ptr<FileSystem> fs;
+};
+
+class MegaStorageWriter final : public StorageWriter {
+ public:
+  // `path`: the checkpoint folder (local path or mega:// URI).
+  explicit MegaStorageWriter(std::string path,
+                             std::optional<FqnToIndexMapping> fqn_to_index_mapping = std::nullopt,
+                             MegaStorageWriterOptions options = {});
+  ~MegaStorageWriter() override;
+
+  Status Reset(std::string_view checkpoint_id) override;
+  bool ValidateCheckpointId(std::string_view checkpoint_id) const override;
+  Status SetUpStorageWriter(const StorageSetUp& setup) override;
+  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override;
+  // Assigns every item a shard file: one file per (bucket, rank, k) where k
+  // separates several chunks of one fqn held by one rank; files are numbered
+  // globally in (bucket, rank, k) order, so M in "-of-M" is the global count.
+  // InvalidArgument for a mapping value < 1.
+  Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override;
+  // Writes the items into their shards, in parallel; a shard's header is written
+  // (and the file fsynced) once all its items are in, so several calls with
+  // disjoint subsets of the plan (async_save waves) are fine.
+  Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override;
+  // Syncs the folder, writes the index, then renames the new .metadata into
+  // place (the commit point), then removes files of the previous checkpoint and
+  // of crashed saves. With options.consolidate, consolidates in place after.
+  Status Finish(const Metadata& metadata,
+                const std::vector<std::vector<WriteResult>>& results) override;
+  // Removes the files this rank created in the current save unless committed.
+  void Abort() override;
+  std::optional<StorageMeta> GetStorageMeta() const override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct MegaStorageReaderOptions {
+  int thread_count = 2;
+  // Verify the stored checksum whenever a read covers a whole stored tensor.
+  bool verify_checksums = true;
+  // Also verify every stored tensor of which only a slice is read (reads the
+  // whole stored tensor once more).
+  bool verify_partial_reads = false;
+  // Which metadata file to read: -1 ".metadata"; r >= 1 ".metadata.rank<r>"
+  // (saves with use_collectives = false).
+  int metadata_rank = -1;
+  std::shared_ptr<FileSystem> fs;
+};
+
+// Where ReadMetadata found the checkpoint description.
+enum class CheckpointSource {
+  kMetadataFile,      // the committed .metadata
+  kMegaShardHeaders,  // rebuilt from model.mega.index.json (or a lone .mega) + headers
+  kSafetensors,       // rebuilt from a Hugging Face layout
+};
+
+class MegaStorageReader final : public StorageReader {
+ public:
+  // `path`: a checkpoint folder, an index file (*.mega.index.json,
+  // *.safetensors.index.json), or one .mega / .safetensors file.
+  explicit MegaStorageReader(std::string path, MegaStorageReaderOptions options = {});
+  ~MegaStorageReader() override;
+
+  Status Reset(std::string_view checkpoint_id) override;
+  bool ValidateCheckpointId(std::string_view checkpoint_id) const override;
+  // The committed .metadata when present and decodable; otherwise Metadata
+  // rebuilt from the index and shard headers (MEGA or safetensors). NotFound when
+  // the path holds no checkpoint; DataLoss when shards disagree (different save
+  // ids, overlapping or missing chunks) or an index names a missing shard.
+  Result<Metadata> ReadMetadata() override;
+  Status SetUpStorageReader(const Metadata& metadata, const StorageSetUp& setup) override;
+  Result<LoadPlan> PrepareLocalPlan(LoadPlan plan) override;
+  Result<std::vector<LoadPlan>> PrepareGlobalPlan(std::vector<LoadPlan> plans) override;
+  // Reads only the byte ranges each item needs, in parallel, straight into the
+  // planner's destinations. Errors name the shard file and the tensor.
+  Status ReadData(const LoadPlan& plan, LoadPlanner& planner) override;
+
+  // Valid after ReadMetadata.
+  CheckpointSource source() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rebuilds a checkpoint's Metadata from its shard headers only (ignores
+// .metadata): `path` as for MegaStorageReader. Errors as ReadMetadata.
+Result<Metadata> RebuildMetadataFromShards(const std::string& path,
+                                           std::shared_ptr<FileSystem> fs = nullptr);
+
+// Verifies the checksum of every stored piece of the checkpoint at `path`
+// (whole-tensor reads; parallel on `thread_count` threads). DataLoss naming the
+// shard and tensor for the first mismatch.
+Status VerifyMegaCheckpoint(const std::string& path, int thread_count = 2,
+                            std::shared_ptr<FileSystem> fs = nullptr);
+
+}  // namespace megackpt::dcp
+
+#endif  // MEGACKPT_DCP_MEGA_STORAGE_H_

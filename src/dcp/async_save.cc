@@ -1,0 +1,265 @@
+// AsyncSave: stage the state into a reusable pool, let the caller go on, write
+// in the background.
+//
+// The save flow itself is Save() unchanged; two thin wrappers adapt it:
+//  - StagingWriter wraps the caller's StorageWriter. Its WriteData cuts the
+//    rank's plan into "waves" that fit the pool, copies a wave's items out of the
+//    caller's tensors into the pool, and hands the wave to the real writer. Once
+//    the last wave is copied the `staged` promise is fulfilled: the caller's
+//    tensors are no longer read.
+//  - StagingPlanner wraps the caller's SavePlanner and resolves items of the
+//    current wave to their staged copies.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/thread_pool.h"
+
+namespace megackpt::dcp {
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+class StagingPoolImpl final : public StagingPool {
+ public:
+  explicit StagingPoolImpl(uint64_t cap) : cap_(std::max<uint64_t>(cap, 1u << 20)) {}
+
+  uint64_t capacity_bytes() const override { return cap_; }
+  uint64_t reserved_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return arena_size_;
+  }
+
+  // One save at a time.
+  std::unique_lock<std::mutex> Acquire() { return std::unique_lock<std::mutex>(use_mu_); }
+
+  // An arena of at least n (<= cap) bytes, pre-faulted; kept for later saves.
+  Result<std::byte*> Reserve(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (arena_size_ < n) {
+      arena_.reset();
+      arena_size_ = 0;
+      MEGA_ASSIGN_OR_RETURN(arena_, AllocateBuffer(n, /*prefault=*/true));
+      arena_size_ = n;
+    }
+    return arena_.get();
+  }
+
+ private:
+  const uint64_t cap_;
+  std::mutex use_mu_;
+  mutable std::mutex mu_;
+  std::shared_ptr<std::byte> arena_;
+  uint64_t arena_size_ = 0;
+};
+
+class StagingPlanner final : public SavePlanner {
+ public:
+  explicit StagingPlanner(SavePlanner* inner) : inner_(inner) {}
+
+  Status SetUp(const StateDict& sd, const std::optional<StorageMeta>& meta, bool coord) override {
+    return inner_->SetUp(sd, meta, coord);
+  }
+  Result<SavePlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
+  Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> plans) override {
+    return inner_->CreateGlobalPlan(std::move(plans));
+  }
+  Result<SavePlan> FinishPlan(SavePlan plan) override { return inner_->FinishPlan(std::move(plan)); }
+
+  Result<ResolvedData> ResolveData(const WriteItem& item) override {
+    auto it = staged_.find(item.index);
+    if (it == staged_.end()) {
+      return InternalError("async save: " + ToString(item.index) + " was not staged");
+    }
+    return it->second;
+  }
+
+  SavePlanner* inner() { return inner_; }
+  // Replaced between waves (never while a wave is being written).
+  void SetStaged(std::unordered_map<MetadataIndex, ResolvedData, MetadataIndexHash> staged) {
+    staged_ = std::move(staged);
+  }
+
+ private:
+  SavePlanner* inner_;
+  std::unordered_map<MetadataIndex, ResolvedData, MetadataIndexHash> staged_;
+};
+
+class StagingWriter final : public StorageWriter {
+ public:
+  StagingWriter(std::shared_ptr<StorageWriter> inner, std::shared_ptr<StagingPoolImpl> pool,
+                StagingPlanner* planner, std::function<void(Status)> on_staged)
+      : inner_(std::move(inner)),
+        pool_(std::move(pool)),
+        planner_(planner),
+        on_staged_(std::move(on_staged)) {}
+
+  Status Reset(std::string_view id) override { return inner_->Reset(id); }
+  bool ValidateCheckpointId(std::string_view id) const override {
+    return inner_->ValidateCheckpointId(id);
+  }
+  Status SetUpStorageWriter(const StorageSetUp& setup) override {
+    return inner_->SetUpStorageWriter(setup);
+  }
+  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override {
+    return inner_->PrepareLocalPlan(std::move(plan));
+  }
+  Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override {
+    return inner_->PrepareGlobalPlan(std::move(plans));
+  }
+  Status Finish(const Metadata& md, const std::vector<std::vector<WriteResult>>& results) override {
+    return inner_->Finish(md, results);
+  }
+  void Abort() override { inner_->Abort(); }
+  std::optional<StorageMeta> GetStorageMeta() const override { return inner_->GetStorageMeta(); }
+
+  Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override {
+    (void)planner;  // always planner_, which wraps the caller's planner
+    auto lock = pool_->Acquire();
+    // Waves: consecutive items whose staged sizes fit the pool.
+    std::vector<std::vector<size_t>> waves;
+    uint64_t in_wave = 0, largest_wave = 0;
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      uint64_t n = AlignUp(WriteItemNbytes(plan.items[i]));
+      if (waves.empty() || in_wave + n > pool_->capacity_bytes()) {
+        waves.emplace_back();
+        in_wave = 0;
+      }
+      waves.back().push_back(i);
+      in_wave += n;
+      largest_wave = std::max(largest_wave, in_wave);
+    }
+    std::byte* arena = nullptr;
+    if (!waves.empty()) {
+      MEGA_ASSIGN_OR_RETURN(arena, pool_->Reserve(std::min(largest_wave, pool_->capacity_bytes())));
+    }
+    std::vector<WriteResult> results;
+    for (size_t w = 0; w < waves.size(); ++w) {
+      std::unordered_map<MetadataIndex, ResolvedData, MetadataIndexHash> staged;
+      MEGA_RETURN_IF_ERROR(Stage(plan, waves[w], arena, &staged));
+      planner_->SetStaged(std::move(staged));
+      if (w + 1 == waves.size()) NotifyStaged(Status::OK());
+      SavePlan wave_plan;
+      wave_plan.storage_data = plan.storage_data;
+      wave_plan.planner_data = plan.planner_data;
+      for (size_t i : waves[w]) wave_plan.items.push_back(plan.items[i]);
+      MEGA_ASSIGN_OR_RETURN(auto wave_results, inner_->WriteData(wave_plan, *planner_));
+      planner_->SetStaged({});
+      for (auto& r : wave_results) results.push_back(std::move(r));
+    }
+    NotifyStaged(Status::OK());
+    return results;
+  }
+
+  void NotifyStaged(const Status& s) {
+    if (on_staged_) {
+      on_staged_(s);
+      on_staged_ = nullptr;
+    }
+  }
+
+ private:
+  // Copies the wave's items into the arena (an item larger than the pool gets a
+  // buffer of its own, freed after its write).
+  Status Stage(const SavePlan& plan, const std::vector<size_t>& wave, std::byte* arena,
+               std::unordered_map<MetadataIndex, ResolvedData, MetadataIndexHash>* staged) {
+    std::vector<uint64_t> offsets(wave.size());
+    uint64_t off = 0;
+    for (size_t k = 0; k < wave.size(); ++k) {
+      offsets[k] = off;
+      off += AlignUp(WriteItemNbytes(plan.items[wave[k]]));
+    }
+    std::shared_ptr<std::byte> own;
+    std::byte* base = arena;
+    if (off > pool_->capacity_bytes()) {
+      MEGA_ASSIGN_OR_RETURN(own, AllocateBuffer(off));
+      base = own.get();
+    }
+    std::vector<ResolvedData> out(wave.size());
+    SavePlanner* source = planner_->inner();
+    MEGA_RETURN_IF_ERROR(ParallelFor(
+        &ThreadPool::Default(), wave.size(),
+        [&](size_t k) -> Status {
+          const WriteItem& item = plan.items[wave[k]];
+          std::byte* dst = base + offsets[k];
+          MEGA_ASSIGN_OR_RETURN(ResolvedData src, source->ResolveData(item));
+          if (item.type == WriteItemType::kByteIO) {
+            std::memcpy(dst, src.bytes.data(), src.bytes.size());
+            out[k].bytes = std::string_view(reinterpret_cast<const char*>(dst), src.bytes.size());
+          } else {
+            MEGA_ASSIGN_OR_RETURN(Tensor copy, Tensor::FromBlob(dst, src.tensor.dtype(), src.tensor.shape()));
+            MEGA_RETURN_IF_ERROR(CopyTensor(src.tensor, copy));
+            out[k].tensor = std::move(copy);
+          }
+          out[k].hold = own;
+          return Status::OK();
+        },
+        2));
+    for (size_t k = 0; k < wave.size(); ++k) {
+      staged->emplace(plan.items[wave[k]].index, std::move(out[k]));
+    }
+    return Status::OK();
+  }
+
+  std::shared_ptr<StorageWriter> inner_;
+  std::shared_ptr<StagingPoolImpl> pool_;
+  StagingPlanner* planner_;
+  std::function<void(Status)> on_staged_;
+};
+
+}  // namespace
+
+std::shared_ptr<StagingPool> StagingPool::Create(uint64_t capacity_bytes) {
+  return std::make_shared<StagingPoolImpl>(capacity_bytes);
+}
+
+std::future<Result<std::vector<WriteResult>>> StorageWriter::WriteDataAsync(const SavePlan& plan,
+                                                                            SavePlanner& planner) {
+  return std::async(std::launch::async, [this, &plan, &planner] { return WriteData(plan, planner); });
+}
+
+AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> writer,
+                          ProcessGroup* group, AsyncSaveOptions options) {
+  auto staged_promise = std::make_shared<std::promise<Status>>();
+  AsyncSaveHandle handle;
+  handle.staged = staged_promise->get_future().share();
+  std::shared_ptr<StagingPool> pool = options.pool;
+  if (!pool) {
+    static std::mutex mu;
+    static std::shared_ptr<StagingPool> default_pool;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!default_pool || default_pool->capacity_bytes() != options.default_pool_capacity_bytes) {
+      default_pool = StagingPool::Create(options.default_pool_capacity_bytes);
+    }
+    pool = default_pool;
+  }
+  auto impl = std::static_pointer_cast<StagingPoolImpl>(pool);
+  handle.done = std::async(std::launch::async, [state = std::move(state_dict),
+                                                writer = std::move(writer), group, options,
+                                                impl, staged_promise]() mutable -> Status {
+                  auto once = std::make_shared<std::once_flag>();
+                  auto notify = [staged_promise, once](Status s) {
+                    std::call_once(*once, [&] { staged_promise->set_value(std::move(s)); });
+                  };
+                  std::unique_ptr<SavePlanner> default_planner;
+                  SavePlanner* inner = options.save.planner;
+                  if (!inner) {
+                    default_planner = NewDefaultSavePlanner();
+                    inner = default_planner.get();
+                  }
+                  StagingPlanner planner(inner);
+                  StagingWriter staging_writer(writer, impl, &planner, notify);
+                  SaveOptions save = options.save;
+                  save.planner = &planner;
+                  Status s = Save(state, staging_writer, group, save);
+                  notify(s);  // a save that failed before staging finished
+                  return s;
+                }).share();
+  return handle;
+}
+
+}  // namespace megackpt::dcp

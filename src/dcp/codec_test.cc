@@ -1,0 +1,171 @@
+#include "dcp/codec.h"
+
+#include <gtest/gtest.h>
+
+#include "megackpt/dcp/metadata.h"
+
+namespace megackpt::dcp {
+namespace {
+
+Metadata SampleMetadata() {
+  Metadata md;
+  md.version = "megackpt test";
+  md.state_dict_metadata["w"] =
+      TensorStorageMetadata{TensorProperties{DType::kBF16, true}, Shape{4, 6},
+                            {ChunkStorageMetadata{{0, 0}, {2, 6}}, ChunkStorageMetadata{{2, 0}, {2, 6}}}};
+  md.state_dict_metadata["s"] = TensorStorageMetadata{TensorProperties{DType::kF64, false}, Shape{},
+                                                      {ChunkStorageMetadata{{}, {}}}};
+  md.state_dict_metadata["blob"] = BytesStorageMetadata{};
+  md.planner_data.object_paths["a.b.0"] = {PathKey{std::string("a")}, PathKey{std::string("b")},
+                                           PathKey{int64_t{0}}};
+  md.planner_data.extra = "{\"x\": 1}";
+  StorageInfo i0{"__0_0.distcp", 0, 24, "crc32:0badf00d", 16, {1, 0xffffffffu}, ""};
+  StorageInfo i1{"__0_0.distcp", 64, 24, "", 0, {}, "extra text"};
+  md.storage_data[MetadataIndex("w", Shape{0, 0})] = i0;
+  md.storage_data[MetadataIndex("w", Shape{2, 0})] = i1;
+  md.storage_data[MetadataIndex("s", Shape{})] = StorageInfo{"f", 128, 8, "", 0, {}, ""};
+  md.storage_data[MetadataIndex("blob")] = StorageInfo{"f", 200, 3, "", 0, {}, ""};
+  md.storage_meta = StorageMeta{"/ckpt", "abc", "", {"m1", "m2"}};
+  return md;
+}
+
+TEST(MetadataCodec, RoundTrip) {
+  Metadata md = SampleMetadata();
+  std::string enc = EncodeMetadata(md);
+  auto dec = DecodeMetadata(enc);
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  EXPECT_EQ(*dec, md);
+  EXPECT_EQ(EncodeMetadata(*dec), enc);  // deterministic
+  EXPECT_NE(enc.find("\"format\":\"megackpt-dcp-metadata\""), std::string::npos);
+  EXPECT_NE(enc.find("\"version\":1"), std::string::npos);
+}
+
+TEST(MetadataCodec, EmptyMetadataRoundTrips) {
+  Metadata md;
+  auto dec = DecodeMetadata(EncodeMetadata(md));
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  EXPECT_EQ(*dec, md);
+}
+
+// Each malformed input fails with DataLoss and a message naming the problem.
+struct BadCase {
+  const char* name;
+  std::string from;  // substring of the good encoding to replace
+  std::string to;
+  const char* expect;  // substring of the error message
+};
+
+TEST(MetadataCodec, RejectsMalformedInput) {
+  const std::string good = EncodeMetadata(SampleMetadata());
+  const BadCase cases[] = {
+      {"format", "megackpt-dcp-metadata", "something-else", "format"},
+      {"version", "\"version\":1", "\"version\":2", "unsupported version 2"},
+      {"version type", "\"version\":1", "\"version\":\"1\"", "expected an integer"},
+      {"dtype", "\"BF16\"", "\"BF17\"", "unknown dtype"},
+      {"negative size", "\"size\":[4,6]", "\"size\":[4,-6]", "negative"},
+      {"chunk out of bounds", "\"offsets\":[2,0],\"sizes\":[2,6]", "\"offsets\":[3,0],\"sizes\":[2,6]",
+       "exceed global shape"},
+      {"chunk dims", "\"offsets\":[2,0],\"sizes\":[2,6]", "\"offsets\":[2,0],\"sizes\":[2]",
+       "dims"},
+      {"entry type", "\"type\":\"bytes\"", "\"type\":\"blob\"", "unknown entry type"},
+      {"unknown storage fqn", "\"fqn\":\"blob\"},\"info\"", "\"fqn\":\"nope\"},\"info\"",
+       "not in state_dict_metadata"},
+      {"checksum", "crc32:0badf00d", "crc32:xyz", "checksum"},
+      {"block count", "\"block_crc32\":\"00000001ffffffff\"", "\"block_crc32\":\"00000001\"",
+       "expected 2 CRCs"},
+      {"missing member", "\"storage_data\":", "\"storage_datum\":", "missing member \"storage_data\""},
+      {"list index", "[\"a\",\"b\",0]", "[\"a\",\"b\",-1]", "negative list index"},
+      {"path start", "[\"a\",\"b\",0]", "[0,\"b\"]", "must start with a key"},
+  };
+  for (const BadCase& c : cases) {
+    std::string bad = good;
+    size_t pos = bad.find(c.from);
+    ASSERT_NE(pos, std::string::npos) << c.name;
+    bad.replace(pos, c.from.size(), c.to);
+    auto r = DecodeMetadata(bad);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << c.name;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
+        << c.name << ": " << r.status().message();
+  }
+}
+
+TEST(MetadataCodec, RejectsNonJsonAndTruncations) {
+  const std::string good = EncodeMetadata(SampleMetadata());
+  for (size_t n = 0; n < good.size(); n += 7) {
+    auto r = DecodeMetadata(good.substr(0, n));
+    EXPECT_FALSE(r.ok()) << n;
+  }
+  EXPECT_EQ(DecodeMetadata("\x80\x04pickle").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeMetadata("[]").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeMetadata("{\"format\":\"megackpt-dcp-metadata\"}").status().code(),
+            StatusCode::kDataLoss);
+}
+
+TEST(MetadataCodec, DuplicateEntriesRejected) {
+  Metadata md = SampleMetadata();
+  std::string enc = EncodeMetadata(md);
+  // Duplicate the "blob" entry in state_dict_metadata.
+  std::string entry = "{\"fqn\":\"blob\",\"type\":\"bytes\"}";
+  size_t pos = enc.find(entry);
+  ASSERT_NE(pos, std::string::npos);
+  enc.insert(pos, entry + ",");
+  auto r = DecodeMetadata(enc);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("duplicate fqn"), std::string::npos);
+}
+
+TEST(PlanCodec, SavePlanRoundTrip) {
+  SavePlan p;
+  WriteItem t;
+  t.index = MetadataIndex("w", Shape{2, 0}, 1);
+  t.type = WriteItemType::kShard;
+  t.tensor_data = TensorWriteData{ChunkStorageMetadata{{2, 0}, {2, 6}}, {DType::kF32, false}, {4, 6}};
+  WriteItem b;
+  b.index = MetadataIndex("blob");
+  b.type = WriteItemType::kByteIO;
+  b.bytes_size = 77;
+  p.items = {t, b};
+  p.storage_data = "__abc_1_";
+  p.planner_data.object_paths["x.0"] = {PathKey{std::string("x")}, PathKey{int64_t{0}}};
+  auto dec = internal::DecodeSavePlan(internal::EncodeSavePlan(p));
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  EXPECT_EQ(*dec, p);
+  EXPECT_FALSE(internal::DecodeSavePlan("{}").ok());
+  EXPECT_FALSE(internal::DecodeSavePlan(internal::EncodeLoadPlan(LoadPlan{})).ok());
+}
+
+TEST(PlanCodec, LoadPlanAndResultsRoundTrip) {
+  LoadPlan p;
+  ReadItem r;
+  r.type = LoadItemType::kTensor;
+  r.dest_index = MetadataIndex("w", Shape{0, 3});
+  r.dest_offsets = {1, 0};
+  r.storage_index = MetadataIndex("w", Shape{0, 0}, 0);
+  r.storage_offsets = {1, 3};
+  r.lengths = {1, 3};
+  p.items = {r};
+  auto dec = internal::DecodeLoadPlan(internal::EncodeLoadPlan(p));
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  EXPECT_EQ(*dec, p);
+
+  std::vector<WriteResult> results = {
+      WriteResult{MetadataIndex("w", Shape{0, 0}), 48, StorageInfo{"a", 0, 48, "crc32:00000000", 0, {}, ""}}};
+  auto dr = internal::DecodeWriteResults(internal::EncodeWriteResults(results));
+  ASSERT_TRUE(dr.ok()) << dr.status().ToString();
+  EXPECT_EQ(*dr, results);
+}
+
+TEST(PlanCodec, Envelope) {
+  auto ok = internal::DecodeEnvelope(internal::EncodeEnvelope(Status::OK(), "payload"));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, "payload");
+  Status err = NotFoundError("rank 1: gone");
+  auto bad = internal::DecodeEnvelope(internal::EncodeEnvelope(err, ""));
+  EXPECT_EQ(bad.status(), err);
+  EXPECT_EQ(internal::DecodeEnvelope("").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(internal::DecodeEnvelope("Ex").status().code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace megackpt::dcp

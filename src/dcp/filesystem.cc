@@ -1,0 +1,955 @@
+// FileSystemWriter / FileSystemReader: the DCP-native layout (docs/dcp.md).
+//
+// Write path (the hot one): items are spread over `thread_count` data files by
+// size; each file is written by one thread, item after item, straight from the
+// tensor's memory in pieces of at most one checksum block (so the CRC32 of a
+// block is computed while its bytes are in cache, right before the pwrite).
+// Strided tensors go through a bounded per-thread buffer. Each file is fsynced
+// before WriteData returns; the coordinator's Finish writes .metadata last.
+//
+// Read path: a ReadItem is a box of a stored row-major chunk. The box is cut
+// into contiguous byte ranges of the file ("pieces"); a piece whose destination
+// is contiguous is read with pread straight into the caller's tensor, any other
+// through a per-thread staging buffer. Only the needed ranges are read; CRC
+// blocks fully covered by a read are verified (see VerifyMode).
+#include "megackpt/dcp/filesystem.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "megackpt/checksum.h"
+#include "megackpt/thread_pool.h"
+
+namespace megackpt::dcp {
+namespace {
+
+constexpr std::string_view kDataSuffix = ".distcp";
+constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
+constexpr uint64_t kWriteUnit = 1ull << 20;     // largest pwrite when no block forces smaller
+constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
+constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit (CRC while hot)
+constexpr uint64_t kMaxScratchBlock = 64ull << 20;  // larger partial blocks are not expanded
+
+std::string RandomId() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+               (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string CrcString(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
+  return buf;
+}
+
+std::string MetadataFileName(const StorageSetUp& setup) {
+  if (!setup.use_collectives && setup.rank > 0) {
+    return std::string(kMetadataFileName) + ".rank" + std::to_string(setup.rank);
+  }
+  return std::string(kMetadataFileName);
+}
+
+// True when `name` looks like one of our data files: __<16 hex>_<rank>_<n>.distcp.
+// Sets *rank.
+bool ParseDataFileName(std::string_view name, int* rank) {
+  if (!name.starts_with("__") || !name.ends_with(kDataSuffix)) return false;
+  name.remove_prefix(2);
+  name.remove_suffix(kDataSuffix.size());
+  size_t a = name.find('_');
+  if (a != 16) return false;
+  for (size_t i = 0; i < 16; ++i) {
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+  }
+  size_t b = name.find('_', a + 1);
+  if (b == std::string_view::npos || b == a + 1 || b + 1 >= name.size()) return false;
+  int r = 0;
+  for (size_t i = a + 1; i < b; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i])) || r > 1'000'000) return false;
+    r = r * 10 + (name[i] - '0');
+  }
+  for (size_t i = b + 1; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+  }
+  *rank = r;
+  return true;
+}
+
+std::string BaseName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Accumulates per-block CRCs of a byte stream written in order.
+class BlockCrc {
+ public:
+  explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {}
+
+  // REQUIRES: data does not cross a block boundary when block_size_ != 0.
+  void Add(std::span<const std::byte> data) {
+    cur_ = Crc32Extend(cur_, data);
+    in_block_ += data.size();
+    if (block_size_ != 0 && in_block_ == block_size_) Close();
+  }
+  // Bytes that may be added before the current block ends (UINT64_MAX: no blocks).
+  uint64_t room() const { return block_size_ == 0 ? UINT64_MAX : block_size_ - in_block_; }
+
+  void Finish(StorageInfo* info) {
+    if (in_block_ > 0 || (block_size_ == 0)) Close();
+    uint32_t whole = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      uint64_t len = lengths_[i];
+      whole = total == 0 ? blocks_[i]
+                         : static_cast<uint32_t>(crc32_combine(whole, blocks_[i], static_cast<z_off_t>(len)));
+      total += len;
+    }
+    info->checksum = CrcString(whole);
+    info->block_size = block_size_;
+    if (block_size_ != 0) info->block_crc32 = std::move(blocks_);
+  }
+
+ private:
+  void Close() {
+    blocks_.push_back(cur_);
+    lengths_.push_back(in_block_);
+    cur_ = 0;
+    in_block_ = 0;
+  }
+  uint64_t block_size_;
+  uint32_t cur_ = 0;
+  uint64_t in_block_ = 0;
+  std::vector<uint32_t> blocks_;
+  std::vector<uint64_t> lengths_;
+};
+
+// Calls fn(bytes) over the elements of `t` in row-major order, in pieces of at
+// most `max_bytes` (except that a contiguous tensor is handed over whole), copying
+// strided parts through `buffer` (>= max_bytes).
+Status ForEachContiguousPiece(const Tensor& t, uint64_t max_bytes, std::byte* buffer,
+                              const std::function<Status(std::span<const std::byte>)>& fn) {
+  if (t.numel() == 0) return Status::OK();
+  if (t.is_contiguous()) {
+    return fn(std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes()));
+  }
+  if (t.nbytes() <= max_bytes) {
+    MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::FromBlob(buffer, t.dtype(), t.shape()));
+    MEGA_RETURN_IF_ERROR(CopyTensor(t, dst));
+    return fn(std::span<const std::byte>(buffer, t.nbytes()));
+  }
+  int dim = 0;
+  while (dim < t.ndim() && t.shape()[dim] == 1) ++dim;
+  const int64_t rows = t.shape()[dim];
+  const uint64_t row_bytes = t.nbytes() / static_cast<uint64_t>(rows);
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(max_bytes / std::max<uint64_t>(row_bytes, 1)));
+  for (int64_t start = 0; start < rows; start += step) {
+    MEGA_ASSIGN_OR_RETURN(Tensor slab, t.Narrow(dim, start, std::min(step, rows - start)));
+    MEGA_RETURN_IF_ERROR(ForEachContiguousPiece(slab, max_bytes, buffer, fn));
+  }
+  return Status::OK();
+}
+
+// ============================== writer =====================================
+
+class FileSystemWriterImpl final : public StorageWriter {
+ public:
+  FileSystemWriterImpl(std::string path, FileSystemWriterOptions options)
+      : path_(std::move(path)), options_(std::move(options)) {
+    if (options_.thread_count < 1) options_.thread_count = 1;
+    if (options_.max_write_bytes < (1u << 16)) options_.max_write_bytes = 1u << 16;
+    save_id_ = RandomId();
+  }
+
+  Status Reset(std::string_view checkpoint_id) override {
+    if (!checkpoint_id.empty()) path_ = std::string(checkpoint_id);
+    save_id_ = RandomId();
+    written_.clear();
+    committed_ = false;
+    next_file_ = 0;
+    return Status::OK();
+  }
+
+  bool ValidateCheckpointId(std::string_view checkpoint_id) const override {
+    return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+  }
+
+  std::optional<StorageMeta> GetStorageMeta() const override {
+    StorageMeta m;
+    m.checkpoint_id = path_;
+    m.save_id = save_id_;
+    return m;
+  }
+
+  Status SetUpStorageWriter(const StorageSetUp& setup) override {
+    setup_ = setup;
+    if (options_.fs) {
+      fs_ = options_.fs;
+    } else {
+      MEGA_ASSIGN_OR_RETURN(fs_, FileSystemForPath(path_));
+    }
+    if (setup.is_coordinator) {
+      MEGA_RETURN_IF_ERROR(fs_->CreateDirectories(path_));
+      if (!options_.overwrite) {
+        MEGA_ASSIGN_OR_RETURN(bool exists, fs_->Exists(JoinPath(path_, MetadataFileName(setup_))));
+        if (exists) {
+          return AlreadyExistsError("a checkpoint already exists at " + path_ + " (" +
+                                    MetadataFileName(setup_) +
+                                    " present); set overwrite to replace it");
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override { return plan; }
+
+  Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override {
+    for (size_t i = 0; i < plans.size(); ++i) {
+      int rank = setup_.use_collectives ? static_cast<int>(i) : setup_.rank;
+      plans[i].storage_data = "__" + save_id_ + "_" + std::to_string(rank) + "_";
+    }
+    return plans;
+  }
+
+  Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override {
+    if (!fs_) return FailedPreconditionError(path_ + ": SetUpStorageWriter was not called");
+    const std::string& prefix = plan.storage_data;
+    if (prefix.empty() || prefix.find('/') != std::string::npos) {
+      return FailedPreconditionError(path_ + ": save plan has no data file prefix "
+                                     "(PrepareGlobalPlan did not run on the coordinator)");
+    }
+    // Spread items over files by size (largest first onto the lightest file);
+    // within a file keep plan order.
+    const size_t nfiles = std::min<size_t>(options_.thread_count, std::max<size_t>(plan.items.size(), 1));
+    std::vector<size_t> order(plan.items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return WriteItemNbytes(plan.items[a]) > WriteItemNbytes(plan.items[b]);
+    });
+    std::vector<std::vector<size_t>> bins(nfiles);
+    std::vector<uint64_t> load(nfiles, 0);
+    for (size_t i : order) {
+      size_t best = std::min_element(load.begin(), load.end()) - load.begin();
+      bins[best].push_back(i);
+      load[best] += WriteItemNbytes(plan.items[i]) + kDataAlignment;
+    }
+    std::vector<std::string> names(nfiles);
+    for (size_t f = 0; f < nfiles; ++f) {
+      std::sort(bins[f].begin(), bins[f].end());
+      names[f] = prefix + std::to_string(next_file_++) + std::string(kDataSuffix);
+    }
+    std::vector<WriteResult> results(plan.items.size());
+    std::mutex mu;
+    if (!pool_ && options_.thread_count > 1) {
+      pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
+    }
+    Status s = ParallelFor(
+        pool_.get(), nfiles,
+        [&](size_t f) -> Status {
+          if (bins[f].empty()) return Status::OK();
+          const std::string full = JoinPath(path_, names[f]);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            written_.push_back(full);
+          }
+          return WriteFile(full, names[f], plan, bins[f], planner, &results);
+        },
+        options_.thread_count);
+    MEGA_RETURN_IF_ERROR(s);
+    return results;
+  }
+
+  Status Finish(const Metadata& metadata,
+                const std::vector<std::vector<WriteResult>>& results) override {
+    (void)results;
+    if (!fs_) return FailedPreconditionError(path_ + ": SetUpStorageWriter was not called");
+    Metadata md = metadata;
+    if (!md.storage_meta) md.storage_meta = StorageMeta();
+    if (md.storage_meta->checkpoint_id.empty()) md.storage_meta->checkpoint_id = path_;
+    if (md.storage_meta->save_id.empty()) md.storage_meta->save_id = save_id_;
+    // Data files' directory entries must be durable before the commit can be.
+    if (options_.sync) MEGA_RETURN_IF_ERROR(fs_->SyncDirectory(path_));
+    const std::string name = MetadataFileName(setup_);
+    MEGA_RETURN_IF_ERROR(fs_->WriteAtomically(JoinPath(path_, name), EncodeMetadata(md), options_.sync)
+                             .WithContext(path_ + ": commit of " + name));
+    committed_ = true;
+    RemoveUnreferencedDataFiles(md);
+    return Status::OK();
+  }
+
+  void Abort() override {
+    if (committed_ || !fs_) return;
+    for (const auto& f : written_) fs_->Remove(f).IgnoreError();
+    written_.clear();
+  }
+
+ private:
+  Status WriteFile(const std::string& full, const std::string& name, const SavePlan& plan,
+                   const std::vector<size_t>& items, SavePlanner& planner,
+                   std::vector<WriteResult>* results) {
+    MEGA_ASSIGN_OR_RETURN(auto file, fs_->OpenForWrite(full));
+    const bool positioned = file->supports_write_at();
+    std::shared_ptr<std::byte> buffer;  // for strided tensors, allocated on first need
+    uint64_t offset = 0;
+    static const std::byte kZeros[kDataAlignment] = {};
+    for (size_t idx : items) {
+      const WriteItem& item = plan.items[idx];
+      uint64_t pad = (kDataAlignment - offset % kDataAlignment) % kDataAlignment;
+      if (pad && !positioned) {
+        MEGA_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(kZeros, pad)));
+      }
+      offset += pad;
+      const uint64_t start = offset;
+      BlockCrc crc(options_.checksum_block_size);
+      auto write = [&](std::span<const std::byte> bytes) -> Status {
+        while (!bytes.empty()) {
+          uint64_t n = std::min<uint64_t>({bytes.size(), crc.room(), kWriteUnit});
+          auto piece = bytes.first(static_cast<size_t>(n));
+          crc.Add(piece);
+          if (positioned) {
+            MEGA_RETURN_IF_ERROR(file->WriteAt(offset, piece));
+          } else {
+            MEGA_RETURN_IF_ERROR(file->Append(piece));
+          }
+          offset += n;
+          bytes = bytes.subspan(static_cast<size_t>(n));
+        }
+        return Status::OK();
+      };
+      uint64_t expected = WriteItemNbytes(item);
+      {
+        MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(item));
+        if (item.type == WriteItemType::kByteIO) {
+          if (data.bytes.size() != item.bytes_size) {
+            return InternalError("planner resolved " + ToString(item.index) + " to " +
+                                 std::to_string(data.bytes.size()) + " bytes, plan says " +
+                                 std::to_string(item.bytes_size));
+          }
+          MEGA_RETURN_IF_ERROR(write(AsBytes(data.bytes)));
+        } else {
+          const Tensor& t = data.tensor;
+          if (!t.defined() || !item.tensor_data ||
+              t.dtype() != item.tensor_data->properties.dtype ||
+              t.shape() != item.tensor_data->chunk.sizes) {
+            return InternalError("planner resolved " + ToString(item.index) +
+                                 " to a tensor that does not match the plan");
+          }
+          if (!t.is_contiguous() && !buffer) {
+            MEGA_ASSIGN_OR_RETURN(buffer, AllocateBuffer(options_.max_write_bytes));
+          }
+          MEGA_RETURN_IF_ERROR(
+              ForEachContiguousPiece(t, options_.max_write_bytes, buffer.get(), write));
+        }
+      }  // releases the resolved data before the next item (staging pools)
+      if (offset - start != expected) {
+        return InternalError(full + ": wrote " + std::to_string(offset - start) + " bytes for " +
+                             ToString(item.index) + ", expected " + std::to_string(expected));
+      }
+      WriteResult& r = (*results)[idx];
+      r.index = item.index;
+      r.size_in_bytes = expected;
+      r.storage_data.relative_path = name;
+      r.storage_data.offset = start;
+      r.storage_data.length = expected;
+      crc.Finish(&r.storage_data);
+    }
+    if (options_.sync) MEGA_RETURN_IF_ERROR(file->Sync());
+    return file->Close();
+  }
+
+  // After the commit: the previous saves' data files are garbage. Failures are
+  // harmless (the next save retries), so they are ignored.
+  void RemoveUnreferencedDataFiles(const Metadata& md) {
+    std::set<std::string> referenced;
+    for (const auto& [idx, info] : md.storage_data) referenced.insert(info.relative_path);
+    auto listing = fs_->List(path_);
+    if (!listing.ok()) return;
+    for (const FileInfo& fi : *listing) {
+      if (fi.is_directory) continue;
+      std::string base = BaseName(fi.path);
+      int rank = -1;
+      if (!ParseDataFileName(base, &rank) || referenced.count(base)) continue;
+      // Without collectives every rank owns only its own files.
+      if (!setup_.use_collectives && rank != setup_.rank) continue;
+      fs_->Remove(JoinPath(path_, base)).IgnoreError();
+    }
+  }
+
+  std::string path_;
+  FileSystemWriterOptions options_;
+  std::shared_ptr<FileSystem> fs_;
+  StorageSetUp setup_;
+  std::string save_id_;
+  std::vector<std::string> written_;
+  bool committed_ = false;
+  uint64_t next_file_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+// ============================== reader =====================================
+
+// One contiguous byte range of a data file to read for one ReadItem.
+struct ReadUnit {
+  size_t item = 0;           // index into the plan
+  uint64_t rel = 0;          // start, relative to the stored item
+  uint64_t len = 0;          // bytes needed
+  bool expand = false;       // read whole CRC blocks around [rel, rel+len) and verify them
+  bool flat = false;         // dest_ptr is contiguous for the whole range
+  std::byte* dest_ptr = nullptr;
+  Tensor dest;               // when !flat: the destination box of this range
+  Shape shape;               // shape of the range as a box (for !flat)
+};
+
+struct ItemState {
+  const StorageInfo* info = nullptr;
+  const RandomAccessFile* file = nullptr;
+  DType dtype = DType::kU8;
+  Tensor dest;  // full destination view (TENSOR)
+  std::atomic<size_t> remaining{0};
+};
+
+class FileSystemReaderImpl final : public StorageReader {
+ public:
+  FileSystemReaderImpl(std::string path, FileSystemReaderOptions options)
+      : path_(std::move(path)), options_(std::move(options)) {
+    if (options_.thread_count < 1) options_.thread_count = 1;
+    if (options_.staging_bytes < (1u << 20)) options_.staging_bytes = 1u << 20;
+  }
+
+  Status Reset(std::string_view checkpoint_id) override {
+    if (!checkpoint_id.empty()) path_ = std::string(checkpoint_id);
+    metadata_.reset();
+    files_.clear();
+    return Status::OK();
+  }
+
+  bool ValidateCheckpointId(std::string_view checkpoint_id) const override {
+    return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+  }
+
+  Result<Metadata> ReadMetadata() override {
+    MEGA_RETURN_IF_ERROR(EnsureFs());
+    std::string name = options_.metadata_rank >= 1
+                           ? std::string(kMetadataFileName) + ".rank" +
+                                 std::to_string(options_.metadata_rank)
+                           : std::string(kMetadataFileName);
+    const std::string full = JoinPath(path_, name);
+    auto text = fs_->ReadWhole(full, kMaxMetadataBytes);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) {
+        return NotFoundError("no checkpoint at " + path_ + ": " + name + " not found");
+      }
+      return text.status();
+    }
+    auto md = DecodeMetadata(*text);
+    if (!md.ok()) return Status(md.status().code(), full + ": " + md.status().message());
+    if (!md->storage_meta) md->storage_meta = StorageMeta();
+    md->storage_meta->load_id = RandomId();
+    return std::move(*md);
+  }
+
+  Status SetUpStorageReader(const Metadata& metadata, const StorageSetUp& setup) override {
+    (void)setup;
+    MEGA_RETURN_IF_ERROR(EnsureFs());
+    metadata_ = std::make_shared<Metadata>(metadata);
+    return Status::OK();
+  }
+
+  Result<LoadPlan> PrepareLocalPlan(LoadPlan plan) override { return plan; }
+  Result<std::vector<LoadPlan>> PrepareGlobalPlan(std::vector<LoadPlan> plans) override {
+    return plans;
+  }
+
+  Status ReadData(const LoadPlan& plan, LoadPlanner& planner) override {
+    if (!metadata_) return FailedPreconditionError(path_ + ": SetUpStorageReader was not called");
+    const size_t n = plan.items.size();
+    std::vector<ItemState> items(n);
+    std::vector<ReadUnit> units;
+    for (size_t i = 0; i < n; ++i) {
+      MEGA_RETURN_IF_ERROR(PlanItem(plan, i, planner, &items[i], &units));
+    }
+    for (const ReadUnit& u : units) items[u.item].remaining.fetch_add(1);
+    if (!pool_ && options_.thread_count > 1) {
+      pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
+    }
+    // Items with nothing to read (empty boxes) are committed right away.
+    for (size_t i = 0; i < n; ++i) {
+      if (plan.items[i].type == LoadItemType::kTensor && items[i].remaining.load() == 0) {
+        MEGA_RETURN_IF_ERROR(planner.CommitTensor(plan.items[i], items[i].dest));
+      }
+    }
+    return ParallelFor(
+        pool_.get(), units.size(),
+        [&](size_t u) -> Status {
+          const ReadUnit& unit = units[u];
+          ItemState& st = items[unit.item];
+          const ReadItem& item = plan.items[unit.item];
+          if (item.type == LoadItemType::kByteIO) {
+            std::string value(st.info->length, '\0');
+            auto span = std::as_writable_bytes(std::span<char>(value.data(), value.size()));
+            MEGA_RETURN_IF_ERROR(ReadRange(st, item, 0, span, /*expand=*/false, nullptr, 0));
+            return planner.LoadBytes(item, std::move(value));
+          }
+          MEGA_RETURN_IF_ERROR(ReadTensorUnit(st, item, unit));
+          if (st.remaining.fetch_sub(1) == 1) return planner.CommitTensor(item, st.dest);
+          return Status::OK();
+        },
+        options_.thread_count);
+  }
+
+ private:
+  Status EnsureFs() {
+    if (fs_) return Status::OK();
+    if (options_.fs) {
+      fs_ = options_.fs;
+      return Status::OK();
+    }
+    MEGA_ASSIGN_OR_RETURN(fs_, FileSystemForPath(path_));
+    return Status::OK();
+  }
+
+  Result<const RandomAccessFile*> OpenFile(const std::string& rel, const ReadItem& item) {
+    auto it = files_.find(rel);
+    if (it != files_.end()) return it->second.get();
+    if (rel.empty() || rel.find("..") != std::string::npos || rel.front() == '/') {
+      return DataLossError(path_ + ": storage entry of " + ToString(item.storage_index) +
+                           " has an invalid file name \"" + rel + "\"");
+    }
+    auto f = fs_->OpenForRead(JoinPath(path_, rel));
+    if (!f.ok()) {
+      if (f.status().code() == StatusCode::kNotFound) {
+        return NotFoundError("data file " + JoinPath(path_, rel) + " is missing (needed for " +
+                             ToString(item.storage_index) + ")");
+      }
+      return f.status();
+    }
+    const RandomAccessFile* raw = f->get();
+    files_.emplace(rel, std::move(*f));
+    return raw;
+  }
+
+  // Validates a read item against the metadata, resolves its destination and
+  // appends its read units.
+  Status PlanItem(const LoadPlan& plan, size_t i, LoadPlanner& planner, ItemState* st,
+                  std::vector<ReadUnit>* units) {
+    const ReadItem& item = plan.items[i];
+    MetadataIndex key = item.storage_index;
+    key.index.reset();
+    auto sit = metadata_->storage_data.find(key);
+    if (sit == metadata_->storage_data.end()) {
+      return DataLossError(path_ + ": checkpoint metadata has no storage entry for " +
+                           ToString(key));
+    }
+    st->info = &sit->second;
+    MEGA_ASSIGN_OR_RETURN(st->file, OpenFile(st->info->relative_path, item));
+    const uint64_t fsize = st->file->size();
+    if (st->info->offset > fsize || st->info->length > fsize - st->info->offset) {
+      return DataLossError("data file " + st->file->name() + " is truncated: it has " +
+                           std::to_string(fsize) + " bytes, " + ToString(key) +
+                           " is stored at [" + std::to_string(st->info->offset) + ", " +
+                           std::to_string(st->info->offset + st->info->length) + ")");
+    }
+    auto mit = metadata_->state_dict_metadata.find(key.fqn);
+    if (mit == metadata_->state_dict_metadata.end()) {
+      return DataLossError(path_ + ": no metadata entry for " + ToString(key));
+    }
+    if (item.type == LoadItemType::kByteIO) {
+      if (!std::holds_alternative<BytesStorageMetadata>(mit->second)) {
+        return InvalidArgumentError(ToString(key) + " is a tensor in the checkpoint, read as bytes");
+      }
+      ReadUnit u;
+      u.item = i;
+      u.len = st->info->length;
+      units->push_back(std::move(u));
+      return Status::OK();
+    }
+    const auto* tm = std::get_if<TensorStorageMetadata>(&mit->second);
+    if (!tm) return InvalidArgumentError(ToString(key) + " is bytes in the checkpoint, read as a tensor");
+    const ChunkStorageMetadata* chunk = nullptr;
+    if (item.storage_index.index && *item.storage_index.index >= 0 &&
+        static_cast<size_t>(*item.storage_index.index) < tm->chunks.size() &&
+        key.offset && tm->chunks[*item.storage_index.index].offsets == *key.offset) {
+      chunk = &tm->chunks[*item.storage_index.index];
+    }
+    for (size_t c = 0; !chunk && c < tm->chunks.size(); ++c) {
+      if (key.offset && tm->chunks[c].offsets == *key.offset) chunk = &tm->chunks[c];
+    }
+    if (!chunk) return DataLossError(path_ + ": no stored chunk for " + ToString(key));
+    st->dtype = tm->properties.dtype;
+    const Shape& S = chunk->sizes;
+    const size_t nd = S.size();
+    if (item.storage_offsets.size() != nd || item.lengths.size() != nd) {
+      return InvalidArgumentError("read item for " + ToString(key) + " has " +
+                                  std::to_string(item.lengths.size()) + " dims, stored chunk has " +
+                                  std::to_string(nd));
+    }
+    for (size_t d = 0; d < nd; ++d) {
+      if (item.storage_offsets[d] < 0 || item.lengths[d] < 0 ||
+          item.storage_offsets[d] > S[d] || item.lengths[d] > S[d] - item.storage_offsets[d]) {
+        return InvalidArgumentError("read item for " + ToString(key) + " box " +
+                                    ShapeToString(item.storage_offsets) + "+" +
+                                    ShapeToString(item.lengths) + " exceeds stored chunk " +
+                                    ShapeToString(S));
+      }
+    }
+    MEGA_ASSIGN_OR_RETURN(uint64_t chunk_bytes, ChunkNbytes(st->dtype, S));
+    if (chunk_bytes != st->info->length) {
+      return DataLossError(path_ + ": " + ToString(key) + " is stored as " +
+                           std::to_string(st->info->length) + " bytes, its chunk " +
+                           ShapeToString(S) + " of " + std::string(DTypeName(st->dtype)) +
+                           " needs " + std::to_string(chunk_bytes));
+    }
+    MEGA_ASSIGN_OR_RETURN(st->dest, planner.ResolveTensor(item));
+    if (st->dest.dtype() != st->dtype || st->dest.shape() != item.lengths) {
+      return InvalidArgumentError("destination of " + ToString(key) + " is " +
+                                  std::string(DTypeName(st->dest.dtype())) +
+                                  ShapeToString(st->dest.shape()) + ", the read is " +
+                                  std::string(DTypeName(st->dtype)) + ShapeToString(item.lengths));
+    }
+    if (st->dest.numel() == 0) return Status::OK();
+
+    // Row-major strides of the stored chunk, in elements.
+    const std::vector<int64_t> sstr = ContiguousStrides(S);
+    const uint64_t esize = DTypeSize(st->dtype);
+    // j: the outermost dim that is not a single index... find the split dim: all
+    // dims after j are read whole, so a run covers dims [j, nd) contiguously.
+    size_t j = nd;
+    while (j > 0 && item.lengths[j - 1] == S[j - 1]) --j;
+    if (j > 0) --j;  // dim j is partially read (or is the first dim)
+    if (st->dtype == DType::kF4) {
+      bool whole = j == 0 && item.lengths == S;
+      if (!whole || !st->dest.is_contiguous()) {
+        return UnimplementedError("partial reads of F4 tensors are not supported (" +
+                                  ToString(key) + ")");
+      }
+    }
+    // Whole box contiguous in storage: all dims before j are single indices.
+    bool one_run = true;
+    for (size_t d = 0; d < j; ++d) one_run = one_run && item.lengths[d] == 1;
+    uint64_t needed = st->dtype == DType::kF4 ? st->info->length : st->dest.numel() * esize;
+    const size_t first_unit = units->size();
+    if (nd == 0 || one_run) {
+      uint64_t start = 0;
+      for (size_t d = 0; d < nd; ++d) start += static_cast<uint64_t>(item.storage_offsets[d]) * sstr[d];
+      start *= esize;
+      if (st->dest.is_contiguous()) {
+        // Flat: cut into units at block boundaries (relative to the item).
+        const uint64_t bs = BlockSizeOf(*st->info);
+        uint64_t unit = std::max<uint64_t>(kReadUnit / bs * bs, bs);
+        uint64_t pos = start;
+        const uint64_t end = start + needed;
+        while (pos < end) {
+          uint64_t next = std::min(end, (pos / unit + 1) * unit);
+          ReadUnit u;
+          u.item = i;
+          u.rel = pos;
+          u.len = next - pos;
+          u.flat = true;
+          u.dest_ptr = static_cast<std::byte*>(st->dest.data()) + (pos - start);
+          units->push_back(std::move(u));
+          pos = next;
+        }
+      } else {
+        MEGA_RETURN_IF_ERROR(AddBoxUnits(i, item, *st, S, sstr, esize, j, units));
+      }
+    } else {
+      MEGA_RETURN_IF_ERROR(AddBoxUnits(i, item, *st, S, sstr, esize, j, units));
+    }
+    // Decide whether to read whole CRC blocks around partial ones.
+    bool expand = false;
+    if (options_.verify == VerifyMode::kAllTouchedBlocks) {
+      expand = true;
+    } else if (options_.verify == VerifyMode::kReadBlocks) {
+      uint64_t expanded = 0;
+      for (size_t k = first_unit; k < units->size(); ++k) {
+        auto [a, b] = Expanded(*st->info, (*units)[k].rel, (*units)[k].len);
+        expanded += b - a;
+      }
+      expand = expanded <= static_cast<uint64_t>(needed * (1.0 + options_.max_verify_overhead));
+    }
+    for (size_t k = first_unit; k < units->size(); ++k) (*units)[k].expand = expand;
+    return Status::OK();
+  }
+
+  // Cuts the box of `item` into pieces that are contiguous in storage and at most
+  // staging_bytes long, in row-major order.
+  Status AddBoxUnits(size_t i, const ReadItem& item, const ItemState& st, const Shape& S,
+                     const std::vector<int64_t>& sstr, uint64_t esize, size_t j,
+                     std::vector<ReadUnit>* units) {
+    const size_t nd = S.size();
+    const uint64_t max_bytes = options_.staging_bytes;
+    // Odometer over dims [0, j): one run per index tuple; a run is dim j's range
+    // [off_j, off_j + len_j) with all later dims whole.
+    std::vector<int64_t> idx(j, 0);
+    while (true) {
+      // Recursive split of the run (dims >= j contiguous) into pieces <= max_bytes.
+      Shape offs(nd), lens(nd);
+      for (size_t d = 0; d < j; ++d) {
+        offs[d] = idx[d];
+        lens[d] = 1;
+      }
+      for (size_t d = j; d < nd; ++d) {
+        offs[d] = 0;
+        lens[d] = item.lengths[d];
+      }
+      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, j, offs, lens, max_bytes, units));
+      // advance
+      size_t d = j;
+      while (d > 0) {
+        --d;
+        if (++idx[d] < item.lengths[d]) break;
+        idx[d] = 0;
+        if (d == 0) return Status::OK();
+      }
+      if (j == 0) return Status::OK();
+    }
+  }
+
+  // offs/lens: a box relative to the read box, contiguous in storage (dims > k
+  // whole, dims < k single). Emits it or splits along dim k.
+  Status SplitRun(size_t i, const ReadItem& item, const ItemState& st, const Shape& S,
+                  const std::vector<int64_t>& sstr, uint64_t esize, size_t k, Shape offs,
+                  Shape lens, uint64_t max_bytes, std::vector<ReadUnit>* units) {
+    const size_t nd = S.size();
+    uint64_t elems = 1;
+    for (int64_t l : lens) elems *= static_cast<uint64_t>(l);
+    if (elems * esize <= max_bytes || k >= nd) {
+      ReadUnit u;
+      u.item = i;
+      uint64_t start = 0;
+      for (size_t d = 0; d < nd; ++d) {
+        start += static_cast<uint64_t>(item.storage_offsets[d] + offs[d]) * sstr[d];
+      }
+      u.rel = start * esize;
+      u.len = elems * esize;
+      Tensor v = st.dest;
+      for (size_t d = 0; d < nd; ++d) {
+        if (offs[d] != 0 || lens[d] != v.shape()[d]) {
+          MEGA_ASSIGN_OR_RETURN(v, v.Narrow(static_cast<int>(d), offs[d], lens[d]));
+        }
+      }
+      u.shape = lens;
+      if (v.is_contiguous()) {
+        u.flat = true;
+        u.dest_ptr = static_cast<std::byte*>(v.data());
+      } else {
+        u.dest = std::move(v);
+      }
+      units->push_back(std::move(u));
+      return Status::OK();
+    }
+    uint64_t row_elems = elems / static_cast<uint64_t>(lens[k]);
+    uint64_t row_bytes = row_elems * esize;
+    if (row_bytes <= max_bytes) {
+      int64_t step = static_cast<int64_t>(max_bytes / row_bytes);
+      const int64_t base = offs[k], total = lens[k];
+      for (int64_t s = 0; s < total; s += step) {
+        offs[k] = base + s;
+        lens[k] = std::min(step, total - s);
+        MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k, offs, lens, max_bytes, units));
+      }
+      return Status::OK();
+    }
+    const int64_t base = offs[k], total = lens[k];
+    for (int64_t s = 0; s < total; ++s) {
+      offs[k] = base + s;
+      lens[k] = 1;
+      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k + 1, offs, lens, max_bytes, units));
+    }
+    return Status::OK();
+  }
+
+  static uint64_t BlockSizeOf(const StorageInfo& info) {
+    return info.block_size != 0 ? info.block_size : std::max<uint64_t>(info.length, 1);
+  }
+
+  // [rel, rel+len) widened to whole CRC blocks (clipped to the item).
+  static std::pair<uint64_t, uint64_t> Expanded(const StorageInfo& info, uint64_t rel, uint64_t len) {
+    const uint64_t bs = BlockSizeOf(info);
+    uint64_t a = rel / bs * bs;
+    uint64_t b = std::min(info.length, (rel + len + bs - 1) / bs * bs);
+    return {a, b};
+  }
+
+  bool HasChecksums(const StorageInfo& info) const {
+    if (options_.verify == VerifyMode::kOff) return false;
+    if (info.block_size != 0) return true;
+    return info.checksum.starts_with("crc32:") || info.checksum.starts_with("sha256:");
+  }
+
+  // Verifies the CRC of block `b` whose bytes are `data`.
+  Status VerifyBlock(const ItemState& st, const ReadItem& item, uint64_t b,
+                     std::span<const std::byte> data, uint32_t crc) const {
+    const StorageInfo& info = *st.info;
+    uint32_t expected = 0;
+    if (info.block_size != 0) {
+      expected = info.block_crc32[b];
+    } else if (info.checksum.starts_with("crc32:")) {
+      expected = static_cast<uint32_t>(std::stoul(info.checksum.substr(6), nullptr, 16));
+    } else if (info.checksum.starts_with("sha256:")) {
+      Sha256Digest d = Sha256Of(data);
+      if (ToHex(d) != info.checksum.substr(7)) {
+        return DataLossError("data file " + st.file->name() + ": SHA-256 mismatch for " +
+                             ToString(item.storage_index));
+      }
+      return Status::OK();
+    } else {
+      return Status::OK();
+    }
+    if (crc != expected) {
+      const uint64_t bs = BlockSizeOf(info);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", expected, crc);
+      return DataLossError("data file " + st.file->name() + ": checksum mismatch in " +
+                           ToString(item.storage_index) + " bytes [" +
+                           std::to_string(info.offset + b * bs) + ", " +
+                           std::to_string(info.offset + std::min(info.length, (b + 1) * bs)) +
+                           ") of the file (" + buf + ")");
+    }
+    return Status::OK();
+  }
+
+  // Reads item bytes [rel, rel + dst.size()) into dst, verifying every checksum
+  // block fully inside the range. With `expand`, partial blocks at the edges are
+  // read whole through `scratch` (>= one block) and verified too.
+  Status ReadRange(const ItemState& st, const ReadItem& item, uint64_t rel,
+                   std::span<std::byte> dst, bool expand, std::byte* scratch,
+                   uint64_t scratch_size) const {
+    const StorageInfo& info = *st.info;
+    const bool verify = HasChecksums(info);
+    const uint64_t bs = BlockSizeOf(info);
+    const uint64_t end = rel + dst.size();
+    uint64_t pos = rel;
+    while (pos < end) {
+      const uint64_t b = pos / bs;
+      const uint64_t bstart = b * bs;
+      const uint64_t bend = std::min(info.length, bstart + bs);
+      const uint64_t take_end = std::min(end, bend);
+      const bool whole_block = pos == bstart && take_end == bend;
+      if (verify && !whole_block && expand && scratch && bend - bstart <= scratch_size) {
+        // Partial block: read it whole, verify, copy the needed part.
+        std::span<std::byte> blk(scratch, bend - bstart);
+        MEGA_RETURN_IF_ERROR(st.file->ReadExactlyAt(info.offset + bstart, blk).WithContext(ItemContext(st, item)));
+        MEGA_RETURN_IF_ERROR(VerifyBlock(st, item, b, blk, Crc32(blk)));
+        std::memcpy(dst.data() + (pos - rel), scratch + (pos - bstart), take_end - pos);
+        pos = take_end;
+        continue;
+      }
+      // Read [pos, take_end) straight into dst in pieces, CRC while hot.
+      uint32_t crc = 0;
+      uint64_t p = pos;
+      while (p < take_end) {
+        uint64_t q = std::min(take_end, p + kReadPiece);
+        std::span<std::byte> piece = dst.subspan(p - rel, q - p);
+        MEGA_RETURN_IF_ERROR(st.file->ReadExactlyAt(info.offset + p, piece).WithContext(ItemContext(st, item)));
+        if (verify && whole_block) crc = Crc32Extend(crc, piece);
+        p = q;
+      }
+      if (verify && whole_block) {
+        MEGA_RETURN_IF_ERROR(VerifyBlock(st, item, b, dst.subspan(pos - rel, take_end - pos), crc));
+      }
+      pos = take_end;
+    }
+    return Status::OK();
+  }
+
+  std::string ItemContext(const ItemState& st, const ReadItem& item) const {
+    (void)st;
+    return "reading " + ToString(item.storage_index);
+  }
+
+  Status ReadTensorUnit(const ItemState& st, const ReadItem& item, const ReadUnit& unit) {
+    if (unit.flat) {
+      // Scratch only for partial CRC blocks at the edges, when expanding.
+      const uint64_t bs = BlockSizeOf(*st.info);
+      const uint64_t end = unit.rel + unit.len;
+      const bool partial_edges =
+          unit.rel % bs != 0 || (end % bs != 0 && end != st.info->length);
+      const uint64_t scratch_size =
+          unit.expand && partial_edges && HasChecksums(*st.info) && bs <= kMaxScratchBlock ? bs : 0;
+      ScratchLease lease(this, scratch_size);
+      if (scratch_size && !lease.data()) {
+        return ResourceExhaustedError("cannot allocate a read buffer of " +
+                                      std::to_string(scratch_size) + " bytes");
+      }
+      return ReadRange(st, item, unit.rel, std::span<std::byte>(unit.dest_ptr, unit.len),
+                       scratch_size != 0, lease.data(), scratch_size);
+    }
+    // Strided destination: read the range (whole blocks when expanding) into a
+    // staging buffer, then copy the box into place.
+    uint64_t a = unit.rel, b = unit.rel + unit.len;
+    if (unit.expand && HasChecksums(*st.info)) std::tie(a, b) = Expanded(*st.info, unit.rel, unit.len);
+    ScratchLease lease(this, b - a);
+    if (!lease.data()) {
+      return ResourceExhaustedError("cannot allocate a read buffer of " + std::to_string(b - a) +
+                                    " bytes");
+    }
+    std::span<std::byte> buf(lease.data(), b - a);
+    MEGA_RETURN_IF_ERROR(ReadRange(st, item, a, buf, false, nullptr, 0));
+    MEGA_ASSIGN_OR_RETURN(Tensor src, Tensor::FromBlob(lease.data() + (unit.rel - a), st.dtype, unit.shape));
+    return CopyTensor(src, unit.dest);
+  }
+
+  // Reusable, pre-faulted staging buffers (first-touch faults are expensive).
+  class ScratchLease {
+   public:
+    ScratchLease(FileSystemReaderImpl* r, uint64_t bytes) : r_(r) {
+      if (bytes == 0) return;
+      std::lock_guard<std::mutex> lock(r_->scratch_mu_);
+      for (size_t k = 0; k < r_->scratch_.size(); ++k) {
+        if (r_->scratch_[k].second >= bytes) {
+          buf_ = std::move(r_->scratch_[k]);
+          r_->scratch_.erase(r_->scratch_.begin() + k);
+          return;
+        }
+      }
+      uint64_t size = std::max<uint64_t>(bytes, r_->options_.staging_bytes + 2 * kReadPiece);
+      auto mem = AllocateBuffer(size, /*prefault=*/true);
+      if (mem.ok()) buf_ = {std::move(*mem), size};
+    }
+    ~ScratchLease() {
+      if (!buf_.first) return;
+      std::lock_guard<std::mutex> lock(r_->scratch_mu_);
+      r_->scratch_.push_back(std::move(buf_));
+    }
+    std::byte* data() const { return buf_.first.get(); }
+
+   private:
+    FileSystemReaderImpl* r_;
+    std::pair<std::shared_ptr<std::byte>, uint64_t> buf_;
+  };
+
+  std::string path_;
+  FileSystemReaderOptions options_;
+  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<Metadata> metadata_;
+  std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::mutex scratch_mu_;
+  std::vector<std::pair<std::shared_ptr<std::byte>, uint64_t>> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<StorageWriter> NewFileSystemWriter(std::string path, FileSystemWriterOptions options) {
+  return std::make_unique<FileSystemWriterImpl>(std::move(path), std::move(options));
+}
+
+std::unique_ptr<StorageReader> NewFileSystemReader(std::string path, FileSystemReaderOptions options) {
+  return std::make_unique<FileSystemReaderImpl>(std::move(path), std::move(options));
+}
+
+}  // namespace megackpt::dcp

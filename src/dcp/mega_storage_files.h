@@ -1,0 +1,85 @@
+// Reading side of the MEGA storage backend, shared by MegaStorageReader and
+// consolidation: locating a checkpoint, rebuilding Metadata from shard headers
+// (MEGA or safetensors), and reading boxes of stored pieces with only the byte
+// ranges they need.
+#ifndef MEGACKPT_SRC_DCP_MEGA_STORAGE_FILES_H_
+#define MEGACKPT_SRC_DCP_MEGA_STORAGE_FILES_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/fs.h"
+#include "megackpt/mega.h"
+#include "megackpt/safetensors.h"
+#include "megackpt/status.h"
+#include "megackpt/tensor.h"
+
+namespace megackpt::dcp::mega_storage {
+
+// Where a checkpoint lives. Shard names are relative to `dir`.
+struct CheckpointPaths {
+  std::shared_ptr<FileSystem> fs;
+  std::string path;         // as given
+  std::string dir;          // the folder holding the shards
+  std::string index_file;   // set when `path` names an index file (name in dir)
+  std::string single_file;  // set when `path` names one .mega / .safetensors file
+};
+
+// Classifies `path` by its suffix (index file, shard file, or folder).
+Result<CheckpointPaths> ResolveCheckpointPath(const std::string& path,
+                                              std::shared_ptr<FileSystem> fs);
+
+// Rebuilds Metadata from the index and the shard headers (see
+// RebuildMetadataFromShards in mega_storage.h). *source tells which layout.
+Result<Metadata> RebuildMetadata(const CheckpointPaths& paths, CheckpointSource* source);
+
+// Every file name a Metadata references (storage_data relative paths).
+std::set<std::string> ReferencedFiles(const Metadata& metadata);
+
+// Opened shard files of one checkpoint folder, shared by reader threads.
+class ShardFiles {
+ public:
+  ShardFiles(std::shared_ptr<FileSystem> fs, std::string dir, bool verify_checksums)
+      : fs_(std::move(fs)), dir_(std::move(dir)), verify_(verify_checksums) {}
+
+  // Reads the box [start, start + dst.shape()) of the stored piece `name`
+  // (an entry of file info.relative_path, of `dtype` and shape `stored_sizes`)
+  // into dst (any strides). A box covering the whole piece is checksum-verified
+  // (MEGA); a partial one reads only its byte runs, and with `verify_partial`
+  // the whole piece is verified once as well. Checks the shard header against
+  // `info` (offset, length, checksum): DataLoss naming file and tensor when
+  // they disagree (e.g. a file replaced after the commit).
+  Status ReadBox(const StorageInfo& info, const std::string& name, DType dtype,
+                 const Shape& stored_sizes, const Shape& start, const Tensor& dst,
+                 bool verify_partial);
+  // A bytes entry (stored as a U8 tensor).
+  Result<std::string> ReadBytes(const StorageInfo& info, const std::string& name);
+  // Verifies the stored checksum of one piece (MEGA; safetensors has none).
+  Status Verify(const StorageInfo& info, const std::string& name);
+
+ private:
+  struct Shard {
+    std::unique_ptr<MegaReader> mega;
+    std::unique_ptr<SafetensorsReader> st;
+  };
+  Result<Shard*> Open(const std::string& relative_path);
+  Status CheckInfo(const Shard& shard, const StorageInfo& info, const std::string& name,
+                   DType dtype, const Shape& sizes, size_t* mega_index) const;
+
+  std::shared_ptr<FileSystem> fs_;
+  std::string dir_;
+  bool verify_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Shard>> shards_;
+  std::set<std::pair<std::string, std::string>> verified_;
+};
+
+}  // namespace megackpt::dcp::mega_storage
+
+#endif  // MEGACKPT_SRC_DCP_MEGA_STORAGE_FILES_H_

@@ -1,0 +1,495 @@
+// Streaming MEGA shard writer, shard entries codec and naming (see the header).
+//
+// Why not MegaWriter: it needs every tensor of a file in memory at Finish. The
+// storage writer receives a shard's items in waves (async_save stages in pieces)
+// and consolidation assembles one tensor at a time; both need to write a tensor
+// and forget it. The layout only depends on names, dtypes and shapes, so it is
+// fixed first; checksums are filled into the header at the end. The header is
+// encoded by the format layer's own encoder (format/mega_internal.h) and the
+// profile keys follow MegaWriter's TensorPlay profile; a unit test checks the
+// bytes are identical to MegaWriter's.
+#include "dcp/mega_storage_shard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "format/mega_internal.h"
+#include "megackpt/checksum.h"
+
+namespace megackpt::dcp::mega_storage {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kWritePiece = 1ull << 20;  // CRC + pwrite granularity (bytes stay in cache)
+
+std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string ChecksumName(MegaChecksumType t) {
+  switch (t) {
+    case MegaChecksumType::kNone: return "none";
+    case MegaChecksumType::kCrc32: return "crc32";
+    case MegaChecksumType::kSha256: return "sha256";
+  }
+  return "none";
+}
+
+// Scratch for gathering strided tensors, one per thread, pre-faulted once.
+std::byte* ThreadScratch() {
+  thread_local std::shared_ptr<std::byte> buf;
+  if (!buf) {
+    auto b = AllocateBuffer(kWritePiece, /*prefault=*/true);
+    if (!b.ok()) return nullptr;
+    buf = std::move(*b);
+  }
+  return buf.get();
+}
+
+}  // namespace
+
+// ---- ShardFileWriter --------------------------------------------------------------
+
+Result<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
+    std::unique_ptr<WritableFile> file, std::vector<ShardTensorSpec> specs,
+    MegaMetadata user_metadata, const ShardWriterOptions& options) {
+  if (!file) return InvalidArgumentError("ShardFileWriter: no file");
+  const std::string fname = file->name();
+  if (!file->supports_write_at()) {
+    return InvalidArgumentError(fname + ": shard writer needs a file with positioned writes");
+  }
+  if (options.alignment == 0 || options.tensor_alignment == 0) {
+    return InvalidArgumentError(fname + ": alignment must be > 0");
+  }
+  std::unique_ptr<ShardFileWriter> w(new ShardFileWriter());
+  w->file_ = std::move(file);
+  w->options_ = options;
+  w->user_metadata_ = std::move(user_metadata);
+  std::set<std::string_view> names;
+  uint64_t cursor = 0;
+  for (const ShardTensorSpec& s : specs) {
+    if (s.name.empty() || !names.insert(s.name).second) {
+      return InvalidArgumentError(fname + ": empty or duplicate tensor name " + Quote(s.name));
+    }
+    if (s.dtype == DType::kF4) {
+      // F4 is fine as long as the writer gets contiguous bytes.
+    }
+    MEGA_ASSIGN_OR_RETURN(uint64_t nbytes, LogicalNbytes(s.dtype, s.shape));
+    if (mega_internal::AlignUp(cursor, options.tensor_alignment, &cursor)) {
+      return InvalidArgumentError(fname + ": payload size overflows");
+    }
+    w->offsets_.push_back(cursor);
+    w->nbytes_.push_back(nbytes);
+    if (mega_internal::AddOverflows(cursor, nbytes, &cursor)) {
+      return InvalidArgumentError(fname + ": payload size overflows");
+    }
+  }
+  // `names` views into `specs`; done with it before moving specs.
+  names.clear();
+  w->specs_ = std::move(specs);
+  w->checksums_.assign(w->specs_.size(), MegaChecksum{});
+  w->written_.assign(w->specs_.size(), 0);
+  // Header size with placeholder checksums (fixed width whatever their value).
+  MEGA_ASSIGN_OR_RETURN(std::string header, w->EncodeFinalHeader());
+  w->header_length_ = header.size();
+  w->file_end_ = w->header_length_ + cursor;
+  if (w->file_end_ >= kMegaFooterTrailerSize) w->probe_at_ = w->file_end_ - kMegaFooterTrailerSize;
+  return w;
+}
+
+ShardFileWriter::~ShardFileWriter() {
+  if (!closed_ && file_) file_->Close().IgnoreError();
+}
+
+Result<std::string> ShardFileWriter::EncodeFinalHeader() {
+  std::vector<MegaTensorInfo> infos(specs_.size());
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    MegaTensorInfo& t = infos[i];
+    t.tensor_id = static_cast<uint32_t>(i);
+    t.name = specs_[i].name;
+    t.dtype = specs_[i].dtype;
+    t.shape = specs_[i].shape;
+    t.logical_nbytes = nbytes_[i];
+    t.stored_nbytes = nbytes_[i];
+    t.payload_offset = offsets_[i];
+    t.checksum_type = options_.checksum;
+    t.checksum = checksums_[i];
+    t.dir_flags = mega_internal::DirFlagsFor(t);
+  }
+  // The TensorPlay profile, exactly as MegaWriter writes it.
+  MegaMetadata md;
+  MEGA_RETURN_IF_ERROR(md.Add("general.architecture", MetaValue::String("tensorplay")));
+  MEGA_RETURN_IF_ERROR(md.Add("general.alignment", MetaValue::UInt(options_.alignment)));
+  MEGA_RETURN_IF_ERROR(md.Add("mega.tensor_info.format", MetaValue::String("self_describing")));
+  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.container", MetaValue::String("dict")));
+  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.byteorder", MetaValue::String("little")));
+  std::string devices = "{", sums = "{";
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!mega_internal::IsValidUtf8(infos[i].name)) {
+      return InvalidArgumentError(file_->name() + ": tensor name is not valid UTF-8");
+    }
+    const std::string key = mega_internal::PyJsonQuote(infos[i].name);
+    devices += (i ? ", " : "") + key + ": \"cpu\"";
+    if (infos[i].checksum_type != MegaChecksumType::kNone) {
+      sums += (sums.size() > 1 ? ", " : "") + key + ": \"" + infos[i].checksum_hex() + "\"";
+    }
+  }
+  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_devices", MetaValue::String(devices + "}")));
+  MEGA_RETURN_IF_ERROR(
+      md.Add("tensorplay.checksum", MetaValue::String(ChecksumName(options_.checksum))));
+  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_checksums", MetaValue::String(sums + "}")));
+  for (const MetaEntry& e : user_metadata_.entries()) {
+    MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value).WithContext(file_->name()));
+  }
+  return mega_internal::EncodeHeader(md, infos, {}, {}, options_.alignment);
+}
+
+void ShardFileWriter::Probe(uint64_t file_offset, std::span<const std::byte> bytes) {
+  if (probe_at_ == UINT64_MAX) return;
+  const uint64_t b = std::max(file_offset, probe_at_);
+  const uint64_t e = std::min<uint64_t>(file_offset + bytes.size(), probe_at_ + 4);
+  if (b >= e) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t x = b; x < e; ++x) probe_[x - probe_at_] = bytes[x - file_offset];
+}
+
+Status ShardFileWriter::WriteAt(uint64_t file_offset, std::span<const std::byte> bytes) {
+  Probe(file_offset, bytes);
+  return file_->WriteAt(file_offset, bytes);
+}
+
+Status ShardFileWriter::WriteBytes(size_t i, std::span<const std::byte> bytes) {
+  if (i >= specs_.size()) return InvalidArgumentError(file_name() + ": tensor index out of range");
+  if (bytes.size() != nbytes_[i]) {
+    return InvalidArgumentError(file_name() + ": tensor " + Quote(specs_[i].name) + " needs " +
+                                std::to_string(nbytes_[i]) + " bytes, got " +
+                                std::to_string(bytes.size()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (written_[i]) {
+      return FailedPreconditionError(file_name() + ": tensor " + Quote(specs_[i].name) +
+                                     " written twice");
+    }
+  }
+  const uint64_t base = tensor_file_offset(i);
+  uint32_t crc = 0;
+  std::optional<Sha256> sha;
+  if (options_.checksum == MegaChecksumType::kSha256) sha.emplace();
+  for (uint64_t off = 0; off < bytes.size(); off += kWritePiece) {
+    auto piece = bytes.subspan(off, std::min<uint64_t>(kWritePiece, bytes.size() - off));
+    if (options_.checksum == MegaChecksumType::kCrc32) crc = Crc32Extend(crc, piece);
+    if (sha) sha->Update(piece);
+    MEGA_RETURN_IF_ERROR(WriteAt(base + off, piece));
+  }
+  MegaChecksum sum{};
+  if (options_.checksum == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
+  if (sha) sum = mega_internal::Sha256Field(sha->Finish());
+  std::lock_guard<std::mutex> lock(mu_);
+  checksums_[i] = sum;
+  written_[i] = 1;
+  return Status::OK();
+}
+
+Status ShardFileWriter::WriteTensor(size_t i, const Tensor& t) {
+  if (i >= specs_.size()) return InvalidArgumentError(file_name() + ": tensor index out of range");
+  const ShardTensorSpec& s = specs_[i];
+  if (!t.defined() || t.dtype() != s.dtype || t.shape() != s.shape) {
+    return InvalidArgumentError(file_name() + ": tensor " + Quote(s.name) + " planned as " +
+                                std::string(DTypeName(s.dtype)) + ShapeToString(s.shape) +
+                                ", got " +
+                                (t.defined() ? std::string(DTypeName(t.dtype())) + ShapeToString(t.shape())
+                                             : std::string("undefined")));
+  }
+  if (t.is_contiguous()) {
+    return WriteBytes(i, std::span<const std::byte>(static_cast<const std::byte*>(t.data()),
+                                                    t.nbytes()));
+  }
+  if (t.dtype() == DType::kF4) {
+    return InvalidArgumentError(file_name() + ": F4 tensor " + Quote(s.name) + " must be contiguous");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (written_[i]) {
+      return FailedPreconditionError(file_name() + ": tensor " + Quote(s.name) + " written twice");
+    }
+  }
+  std::byte* scratch = ThreadScratch();
+  if (!scratch) return ResourceExhaustedError(file_name() + ": no memory for a staging buffer");
+  const uint64_t es = DTypeSize(t.dtype());
+  const uint64_t piece_max = kWritePiece / es * es;
+  const uint64_t base = tensor_file_offset(i);
+  uint32_t crc = 0;
+  std::optional<Sha256> sha;
+  if (options_.checksum == MegaChecksumType::kSha256) sha.emplace();
+  for (uint64_t off = 0; off < nbytes_[i]; off += piece_max) {
+    std::span<std::byte> piece(scratch, std::min(piece_max, nbytes_[i] - off));
+    mega_internal::GatherBytes(t, off, piece);
+    if (options_.checksum == MegaChecksumType::kCrc32) crc = Crc32Extend(crc, piece);
+    if (sha) sha->Update(piece);
+    MEGA_RETURN_IF_ERROR(WriteAt(base + off, piece));
+  }
+  MegaChecksum sum{};
+  if (options_.checksum == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
+  if (sha) sum = mega_internal::Sha256Field(sha->Finish());
+  std::lock_guard<std::mutex> lock(mu_);
+  checksums_[i] = sum;
+  written_[i] = 1;
+  return Status::OK();
+}
+
+std::string ShardFileWriter::checksum_string(size_t i) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.checksum == MegaChecksumType::kCrc32) {
+    uint32_t v;
+    std::memcpy(&v, checksums_[i].data(), 4);
+    return CrcString(v);
+  }
+  if (options_.checksum == MegaChecksumType::kSha256) return "sha256:" + ToHex(checksums_[i]);
+  return "";
+}
+
+bool ShardFileWriter::all_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(written_.begin(), written_.end(), [](uint8_t w) { return w != 0; });
+}
+
+Status ShardFileWriter::Finish(bool sync) {
+  if (closed_) return FailedPreconditionError(file_name() + ": shard already finished");
+  if (!all_written()) {
+    return FailedPreconditionError(file_name() + ": not every tensor was written");
+  }
+  MEGA_ASSIGN_OR_RETURN(std::string header, EncodeFinalHeader());
+  if (header.size() != header_length_) {
+    return InternalError(file_name() + ": header size changed from " +
+                         std::to_string(header_length_) + " to " + std::to_string(header.size()));
+  }
+  MEGA_RETURN_IF_ERROR(WriteAt(0, AsBytes(header)));
+  // Never leave a tail that reads as a footer trailer (a reader would parse it):
+  // pad with zeros, which are unused payload.
+  if (probe_at_ != UINT64_MAX && mega_internal::Load32(probe_.data()) == kMegaFooterMagic) {
+    std::string zeros(kMegaFooterTrailerSize, '\0');
+    MEGA_RETURN_IF_ERROR(file_->WriteAt(file_end_, AsBytes(zeros)));
+    file_end_ += zeros.size();
+  } else if (file_->size() < file_end_) {
+    // Trailing alignment gap never written (cannot happen with packed tensors,
+    // but keep the size exact).
+    std::byte zero{0};
+    MEGA_RETURN_IF_ERROR(file_->WriteAt(file_end_ - 1, std::span<const std::byte>(&zero, 1)));
+  }
+  if (sync) MEGA_RETURN_IF_ERROR(file_->Sync());
+  closed_ = true;
+  return file_->Close();
+}
+
+void ShardFileWriter::Abandon() {
+  if (closed_) return;
+  closed_ = true;
+  file_->Close().IgnoreError();
+}
+
+// ---- entries --------------------------------------------------------------------
+
+std::string EncodeShardEntries(const std::map<std::string, ShardEntry>& entries) {
+  json j = json::object();
+  for (const auto& [fqn, e] : entries) {
+    json v;
+    v["kind"] = e.is_bytes ? "bytes" : "tensor";
+    v["dtype"] = std::string(DTypeName(e.dtype));
+    v["global_shape"] = e.global_shape;
+    v["offsets"] = e.offsets;
+    j[fqn] = std::move(v);
+  }
+  return j.dump();
+}
+
+namespace {
+
+Result<Shape> ShapeFrom(const json& v, std::string_view file, const std::string& what) {
+  if (!v.is_array()) return DataLossError(std::string(file) + ": " + what + " is not an array");
+  Shape out;
+  for (const json& d : v) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return DataLossError(std::string(file) + ": " + what + " has a non-integer or negative value");
+    }
+    out.push_back(d.get<int64_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::map<std::string, ShardEntry>> DecodeShardEntries(std::string_view file,
+                                                             std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string f(file);
+  if (j.is_discarded() || !j.is_object()) {
+    return DataLossError(f + ": " + std::string(kDcpEntriesKey) + " is not a JSON object");
+  }
+  std::map<std::string, ShardEntry> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string what = std::string(kDcpEntriesKey) + "[\"" + it.key() + "\"]";
+    const json& v = it.value();
+    if (!v.is_object() || !v.contains("kind") || !v["kind"].is_string()) {
+      return DataLossError(f + ": " + what + " has no kind");
+    }
+    ShardEntry e;
+    const std::string kind = v["kind"].get<std::string>();
+    if (kind == "bytes") {
+      e.is_bytes = true;
+      e.dtype = DType::kU8;
+    } else if (kind == "tensor") {
+      if (!v.contains("dtype") || !v["dtype"].is_string()) {
+        return DataLossError(f + ": " + what + " has no dtype");
+      }
+      auto dt = DTypeFromName(v["dtype"].get<std::string>());
+      if (!dt.ok()) return DataLossError(f + ": " + what + ": " + dt.status().message());
+      e.dtype = *dt;
+      if (!v.contains("global_shape") || !v.contains("offsets")) {
+        return DataLossError(f + ": " + what + " needs global_shape and offsets");
+      }
+      MEGA_ASSIGN_OR_RETURN(e.global_shape, ShapeFrom(v["global_shape"], file, what + ".global_shape"));
+      MEGA_ASSIGN_OR_RETURN(e.offsets, ShapeFrom(v["offsets"], file, what + ".offsets"));
+      if (e.offsets.size() != e.global_shape.size()) {
+        return DataLossError(f + ": " + what + ": offsets and global_shape differ in rank");
+      }
+    } else {
+      return DataLossError(f + ": " + what + " has unknown kind \"" + kind + "\"");
+    }
+    out.emplace(it.key(), std::move(e));
+  }
+  return out;
+}
+
+std::string EncodeObjectPaths(const std::map<std::string, ObjectPath>& paths) {
+  json j = json::object();
+  for (const auto& [fqn, path] : paths) {
+    json arr = json::array();
+    for (const PathKey& k : path) {
+      if (const auto* s = std::get_if<std::string>(&k.key)) {
+        arr.push_back(*s);
+      } else {
+        arr.push_back(std::get<int64_t>(k.key));
+      }
+    }
+    j[fqn] = std::move(arr);
+  }
+  return j.dump();
+}
+
+Result<std::map<std::string, ObjectPath>> DecodeObjectPaths(std::string_view file,
+                                                            std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return DataLossError(std::string(file) + ": " + std::string(kDcpObjectPathsKey) +
+                         " is not a JSON object");
+  }
+  std::map<std::string, ObjectPath> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_array()) {
+      return DataLossError(std::string(file) + ": object path of " + it.key() + " is not an array");
+    }
+    ObjectPath p;
+    for (const json& k : it.value()) {
+      if (k.is_string()) {
+        p.push_back(PathKey{k.get<std::string>()});
+      } else if (k.is_number_integer()) {
+        p.push_back(PathKey{k.get<int64_t>()});
+      } else {
+        return DataLossError(std::string(file) + ": object path of " + it.key() +
+                             " has a bad element");
+      }
+    }
+    out.emplace(it.key(), std::move(p));
+  }
+  return out;
+}
+
+// ---- naming ---------------------------------------------------------------------
+
+std::string ShardFileName(std::string_view ext, size_t number, size_t count,
+                          std::string_view save_id, int rank_tag) {
+  std::string name = "model";
+  if (rank_tag >= 0) name += "-rank" + std::to_string(rank_tag);
+  if (!save_id.empty()) {
+    name += "-";
+    name += save_id;
+  }
+  if (count > 1 || rank_tag >= 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu", number, count);
+    name += buf;
+  }
+  name += ext;
+  return name;
+}
+
+namespace {
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+bool AllHex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+}  // namespace
+
+bool IsShardFileName(std::string_view name, int* rank_tag) {
+  if (rank_tag) *rank_tag = -1;
+  std::string_view rest;
+  if (name.ends_with(".mega")) {
+    rest = name.substr(0, name.size() - 5);
+  } else if (name.ends_with(".safetensors")) {
+    rest = name.substr(0, name.size() - 12);
+  } else {
+    return false;
+  }
+  if (!rest.starts_with("model")) return false;
+  rest.remove_prefix(5);
+  if (rest.starts_with("-rank")) {
+    rest.remove_prefix(5);
+    size_t n = 0;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') ++n;
+    if (n == 0 || n > 7) return false;
+    if (rank_tag) *rank_tag = std::stoi(std::string(rest.substr(0, n)));
+    rest.remove_prefix(n);
+  }
+  // -<12 hex> id?
+  if (rest.size() >= 13 && rest[0] == '-' && AllHex(rest.substr(1, 12)) &&
+      (rest.size() == 13 || rest[13] == '-')) {
+    rest.remove_prefix(13);
+  }
+  if (rest.empty()) return true;
+  // -NNNNN-of-MMMMM
+  if (rest.size() != 15 || rest[0] != '-' || rest.substr(6, 4) != "-of-") return false;
+  return AllDigits(rest.substr(1, 5)) && AllDigits(rest.substr(10, 5));
+}
+
+std::string NewSaveId() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+               (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%012llx",
+                static_cast<unsigned long long>(v & 0xFFFFFFFFFFFFull));
+  return buf;
+}
+
+std::string CrcString(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
+  return buf;
+}
+
+}  // namespace megackpt::dcp::mega_storage

@@ -1,0 +1,85 @@
+// Test helpers: a FileSystem wrapper that counts bytes read and injects faults.
+// Header-only; used by the dcp unit and integration tests.
+#ifndef MEGACKPT_SRC_DCP_TEST_FS_H_
+#define MEGACKPT_SRC_DCP_TEST_FS_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "megackpt/fs.h"
+
+namespace megackpt::dcp::testing {
+
+class InstrumentedFileSystem : public FileSystem {
+ public:
+  explicit InstrumentedFileSystem(std::shared_ptr<FileSystem> base = LocalFileSystem())
+      : base_(std::move(base)) {}
+
+  // Bytes read through OpenForRead files whose path contains `data_marker`
+  // (default: data files).
+  std::atomic<uint64_t> data_bytes_read{0};
+  std::atomic<uint64_t> read_calls{0};
+  std::string data_marker = ".distcp";
+  // Fault injection: return an error from the matching operation.
+  std::function<bool(const std::string& path)> fail_open_for_write;
+  std::function<bool(const std::string& path)> fail_write_atomically;
+
+  std::string_view scheme() const override { return base_->scheme(); }
+
+  Result<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override {
+    MEGA_ASSIGN_OR_RETURN(auto f, base_->OpenForRead(path));
+    if (path.find(data_marker) == std::string::npos) return f;
+    return std::unique_ptr<RandomAccessFile>(new CountingFile(std::move(f), this));
+  }
+  Result<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override {
+    if (fail_open_for_write && fail_open_for_write(path)) {
+      return IOError(path + ": injected write failure");
+    }
+    return base_->OpenForWrite(path);
+  }
+  Status WriteAtomically(const std::string& path, std::string_view data, bool sync) override {
+    if (fail_write_atomically && fail_write_atomically(path)) {
+      return IOError(path + ": injected commit failure");
+    }
+    return base_->WriteAtomically(path, data, sync);
+  }
+  Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
+  Result<FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
+  Result<std::vector<FileInfo>> List(const std::string& dir) override { return base_->List(dir); }
+  Status Remove(const std::string& path) override { return base_->Remove(path); }
+  Status CreateDirectories(const std::string& dir) override { return base_->CreateDirectories(dir); }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  Status SyncDirectory(const std::string& dir) override { return base_->SyncDirectory(dir); }
+
+ private:
+  class CountingFile : public RandomAccessFile {
+   public:
+    CountingFile(std::unique_ptr<RandomAccessFile> f, InstrumentedFileSystem* fs)
+        : f_(std::move(f)), fs_(fs) {}
+    const std::string& name() const override { return f_->name(); }
+    uint64_t size() const override { return f_->size(); }
+    Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
+      auto n = f_->ReadAt(offset, dst);
+      if (n.ok()) {
+        fs_->data_bytes_read += *n;
+        fs_->read_calls += 1;
+      }
+      return n;
+    }
+
+   private:
+    std::unique_ptr<RandomAccessFile> f_;
+    InstrumentedFileSystem* fs_;
+  };
+
+  std::shared_ptr<FileSystem> base_;
+};
+
+}  // namespace megackpt::dcp::testing
+
+#endif  // MEGACKPT_SRC_DCP_TEST_FS_H_

@@ -1,0 +1,91 @@
+// A small HTTP/1.1 client for the hub: a pool of keep-alive connections
+// (cpp-httplib), bearer auth, retries with exponential backoff on transient
+// failures, and HTTP status -> Status mapping.
+#ifndef MEGACKPT_HUB_HTTP_CLIENT_H_
+#define MEGACKPT_HUB_HTTP_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megackpt/hub/client.h"
+#include "megackpt/status.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace megackpt::hub {
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+  std::multimap<std::string, std::string> headers;  // keys as received
+  // First value of a header (case-insensitive), "" when absent.
+  std::string Header(std::string_view key) const;
+};
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string target;  // path + query, already encoded
+  std::string body;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // When set, 2xx response bodies are streamed here instead of into
+  // HttpResponse::body (returning false aborts).
+  std::function<bool(const char*, size_t)> sink;
+  // Called before every attempt (so a sink can restart after a retry).
+  std::function<void()> reset;
+  // Safe to send twice (GET/HEAD/PUT of content-addressed objects...). A
+  // non-idempotent request is retried only when the server surely did not
+  // process it (connection refused, 429, 503).
+  bool idempotent = true;
+};
+
+class HttpClient {
+ public:
+  HttpClient(std::string endpoint, std::string token, RemoteOptions options);
+  ~HttpClient();
+
+  const std::string& endpoint() const { return endpoint_; }
+  bool has_token() const { return !token_.empty(); }
+
+  // Sends with retries. Returns the final response (any status) or
+  // Unavailable after transport failures. Never fails for an HTTP status.
+  Result<HttpResponse> Send(const HttpRequest& request);
+
+  // Send + status check: statuses >= 400 become errors (see ErrorFromHttp).
+  Result<HttpResponse> Call(const HttpRequest& request);
+
+  // Bytes of the counters of this client.
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  std::unique_ptr<httplib::Client> Acquire();
+  void Release(std::unique_ptr<httplib::Client> c);
+
+  std::string endpoint_, token_;
+  RemoteOptions options_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_;
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+};
+
+// Maps an HTTP error answer to a Status: 400 InvalidArgument, 401
+// Unauthenticated, 403 PermissionDenied, 404 NotFound, 409 Aborted (message
+// "conflict...") or AlreadyExists, 412 FailedPrecondition, 413
+// ResourceExhausted, 416 OutOfRange, 429/5xx Unavailable. The message is
+// "<what>: HTTP <status>: <server message>".
+Status ErrorFromHttp(const HttpResponse& response, std::string_view what);
+
+}  // namespace megackpt::hub
+
+#endif  // MEGACKPT_HUB_HTTP_CLIENT_H_

@@ -1,0 +1,403 @@
+#include "megackpt/hub/store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "hub/util.h"
+#include "megackpt/checksum.h"
+
+namespace megackpt::hub {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TempRoot {
+ public:
+  TempRoot() {
+    std::string tmpl = ::testing::TempDir() + "/hubstore-XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempRoot() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string Bytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
+
+class HubStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HubStoreOptions opts;
+    opts.sync = false;
+    auto s = HubStore::Open(root_.path(), opts);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = *std::move(s);
+  }
+
+  FileEntry Upload(const std::string& data) {
+    auto up = store_->BeginUpload("test");
+    EXPECT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_TRUE((*up)->Append(AsBytes(data)).ok());
+    Status s = (*up)->Close();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return (*up)->entry();
+  }
+
+  CommitOperation Add(const std::string& path, const FileEntry& e) {
+    CommitOperation op;
+    op.kind = CommitOperation::Kind::kAdd;
+    op.path = path;
+    op.entry = e;
+    return op;
+  }
+
+  std::string ReadAll(const FileEntry& e) {
+    auto f = store_->OpenContent(e, "x");
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    std::string out(e.size, '\0');
+    EXPECT_TRUE((*f)->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))).ok());
+    return out;
+  }
+
+  TempRoot root_;
+  std::unique_ptr<HubStore> store_;
+};
+
+TEST_F(HubStoreTest, NewRepoHasMainAtEmptyInitialCommit) {
+  RepoSpec spec{RepoType::kDataset, "org", "data", false, "d"};
+  auto repo = store_->CreateRepo(spec);
+  ASSERT_TRUE(repo.ok()) << repo.status().ToString();
+  EXPECT_EQ(repo->type, RepoType::kDataset);
+  auto head = store_->ResolveRevision("org/data", "main");
+  ASSERT_TRUE(head.ok());
+  EXPECT_TRUE(IsCommitId(*head));
+  auto files = store_->ListFiles("org/data", *head);
+  ASSERT_TRUE(files.ok());
+  EXPECT_TRUE(files->empty());
+  auto again = store_->CreateRepo(spec);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store_->CreateRepo(spec, /*exist_ok=*/true).ok());
+  EXPECT_EQ(store_->GetRepo("org/nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->CreateRepo({RepoType::kModel, "o/x", "n"}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(HubStoreTest, CommitListReadRoundTrip) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  std::string a = Bytes(300000, 1), b = "hello";
+  FileEntry ea = Upload(a), eb = Upload(b);
+  EXPECT_EQ(ea.sha256, Sha256Hex(a));
+  CommitRequest req;
+  req.repo = "org/m";
+  req.message = "add";
+  req.parent = *store_->ResolveRevision("org/m", "main");
+  req.ops = {Add("weights/a.bin", ea), Add("README.md", eb)};
+  auto c = store_->Commit(req);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->parent, *req.parent);
+  EXPECT_EQ(*store_->ResolveRevision("org/m", "main"), c->id);
+  auto files = store_->ListFiles("org/m", c->id);
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].path, "README.md");
+  EXPECT_EQ((*files)[1].path, "weights/a.bin");
+  EXPECT_EQ(ReadAll((*files)[1]), a);
+  auto prefixed = store_->ListFiles("org/m", c->id, "weights/");
+  ASSERT_EQ(prefixed->size(), 1u);
+  auto got = store_->GetCommit("org/m", c->id);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->changes.size(), 2u);
+  EXPECT_EQ(got->changes[0].change, "add");
+  // Range read through the store.
+  auto f = store_->OpenContent(ea, "a");
+  ASSERT_TRUE(f.ok());
+  std::string mid(1000, '\0');
+  ASSERT_TRUE((*f)->ReadExactlyAt(123456, std::as_writable_bytes(std::span<char>(mid.data(), mid.size()))).ok());
+  EXPECT_EQ(mid, a.substr(123456, 1000));
+  // Missing entries.
+  EXPECT_EQ(store_->GetFile("org/m", c->id, "nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->ResolveRevision("org/m", "nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(HubStoreTest, StaleParentConflictsUnlessRebaseWithoutCollision) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  std::string base = *store_->ResolveRevision("org/m", "main");
+  FileEntry e1 = Upload("one"), e2 = Upload("two"), e3 = Upload("three");
+  CommitRequest first;
+  first.repo = "org/m";
+  first.parent = base;
+  first.ops = {Add("a.txt", e1)};
+  ASSERT_TRUE(store_->Commit(first).ok());
+
+  CommitRequest stale = first;
+  stale.ops = {Add("b.txt", e2)};
+  auto lost = store_->Commit(stale);
+  EXPECT_EQ(lost.status().code(), StatusCode::kAborted);
+  EXPECT_THAT(lost.status().message(), HasSubstr("conflict"));
+
+  stale.rebase = true;
+  auto rebased = store_->Commit(stale);
+  ASSERT_TRUE(rebased.ok()) << rebased.status().ToString();
+  auto files = store_->ListFiles("org/m", rebased->id);
+  ASSERT_EQ(files->size(), 2u);  // a.txt kept, b.txt added
+
+  CommitRequest colliding = first;  // parent = base, touches a.txt again
+  colliding.ops = {Add("a.txt", e3)};
+  colliding.rebase = true;
+  auto c = store_->Commit(colliding);
+  EXPECT_EQ(c.status().code(), StatusCode::kAborted);
+  EXPECT_THAT(c.status().message(), HasSubstr("a.txt"));
+}
+
+TEST_F(HubStoreTest, DeleteFolderCopyAndClashes) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  FileEntry e = Upload("data");
+  CommitRequest req;
+  req.repo = "org/m";
+  req.ops = {Add("d/x", e), Add("d/y", e), Add("z", e)};
+  ASSERT_TRUE(store_->Commit(req).ok());
+
+  CommitRequest clash;
+  clash.repo = "org/m";
+  clash.ops = {Add("z/under", e)};
+  EXPECT_EQ(store_->Commit(clash).status().code(), StatusCode::kInvalidArgument);
+  clash.ops = {Add("d", e)};
+  EXPECT_EQ(store_->Commit(clash).status().code(), StatusCode::kInvalidArgument);
+
+  CommitRequest ops;
+  ops.repo = "org/m";
+  CommitOperation copy;
+  copy.kind = CommitOperation::Kind::kCopy;
+  copy.path = "copied";
+  copy.source_path = "z";
+  CommitOperation delf;
+  delf.kind = CommitOperation::Kind::kDeleteFolder;
+  delf.path = "d";
+  ops.ops = {copy, delf};
+  auto c = store_->Commit(ops);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto files = store_->ListFiles("org/m", c->id);
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].path, "copied");
+
+  CommitRequest missing;
+  missing.repo = "org/m";
+  CommitOperation del;
+  del.kind = CommitOperation::Kind::kDelete;
+  del.path = "nope";
+  missing.ops = {del};
+  EXPECT_EQ(store_->Commit(missing).status().code(), StatusCode::kNotFound);
+
+  CommitRequest traversal;
+  traversal.repo = "org/m";
+  traversal.ops = {Add("../etc/passwd", e)};
+  EXPECT_EQ(store_->Commit(traversal).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(HubStoreTest, ContentMustBeUploaded) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  FileEntry fake;
+  fake.size = 10;
+  fake.sha256 = std::string(64, 'a');
+  fake.xet_hash = std::string(64, 'b');
+  CommitRequest req;
+  req.repo = "org/m";
+  req.ops = {Add("f", fake)};
+  EXPECT_EQ(store_->Commit(req).status().code(), StatusCode::kFailedPrecondition);
+  FileEntry real = Upload("0123456789");
+  real.size = 11;
+  req.ops = {Add("f", real)};
+  EXPECT_EQ(store_->Commit(req).status().code(), StatusCode::kInvalidArgument);
+  // Empty files need no CAS object.
+  FileEntry empty = Upload("");
+  EXPECT_EQ(empty.xet_hash, kEmptyXetHash);
+  req.ops = {Add("empty", empty)};
+  auto c = store_->Commit(req);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(ReadAll(empty), "");
+}
+
+TEST_F(HubStoreTest, RefsTagsAndHistory) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  std::vector<std::string> ids = {*store_->ResolveRevision("org/m", "main")};
+  for (int i = 0; i < 5; ++i) {
+    CommitRequest req;
+    req.repo = "org/m";
+    req.message = "c" + std::to_string(i);
+    req.ops = {Add("f" + std::to_string(i), Upload("x" + std::to_string(i)))};
+    auto c = store_->Commit(req);
+    ASSERT_TRUE(c.ok());
+    ids.push_back(c->id);
+  }
+  auto page = store_->ListCommits("org/m", "main", 0, 3);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 3u);
+  EXPECT_EQ((*page)[0].id, ids[5]);
+  EXPECT_EQ((*page)[2].id, ids[3]);
+  auto rest = store_->ListCommits("org/m", "main", 3, 10);
+  ASSERT_EQ(rest->size(), 3u);
+  EXPECT_EQ((*rest)[2].id, ids[0]);
+  EXPECT_FALSE((*rest)[2].parent.has_value());
+
+  ASSERT_TRUE(store_->CreateRef("org/m", "v1", ids[2], /*is_tag=*/true).ok());
+  ASSERT_TRUE(store_->CreateRef("org/m", "dev", "main", /*is_tag=*/false).ok());
+  EXPECT_EQ(store_->CreateRef("org/m", "dev", "main", false).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->CreateRef("org/m", "x", "nope", false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*store_->ResolveRevision("org/m", "v1"), ids[2]);
+  EXPECT_EQ(*store_->ResolveRevision("org/m", ids[1]), ids[1]);
+  auto refs = store_->ListRefs("org/m");
+  ASSERT_EQ(refs->size(), 3u);
+  ASSERT_TRUE(store_->DeleteRef("org/m", "dev", false).ok());
+  EXPECT_EQ(store_->DeleteRef("org/m", "dev", false).code(), StatusCode::kNotFound);
+  // A commit pinned by id keeps its files whatever happens to the branch.
+  auto old_files = store_->ListFiles("org/m", ids[2]);
+  EXPECT_EQ(old_files->size(), 2u);
+}
+
+TEST_F(HubStoreTest, BucketsAreMutable) {
+  ASSERT_TRUE(store_->CreateBucket("org", "scratch", false).ok());
+  EXPECT_EQ(store_->CreateBucket("org", "scratch", false).status().code(), StatusCode::kAlreadyExists);
+  FileEntry e = Upload(Bytes(5000, 3));
+  BucketOperation add;
+  add.entry.path = "run/a.bin";
+  add.entry.xet_hash = e.xet_hash;  // size taken from the content
+  add.entry.mtime_ms = 1700000000000;
+  ASSERT_TRUE(store_->BucketBatch("org/scratch", {add}).ok());
+  auto got = store_->GetBucketEntry("org/scratch", "run/a.bin");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size, 5000u);
+  auto info = store_->GetBucket("org/scratch");
+  EXPECT_EQ(info->total_files, 1u);
+  EXPECT_EQ(info->size, 5000u);
+  BucketOperation del;
+  del.kind = BucketOperation::Kind::kDelete;
+  del.entry.path = "run/a.bin";
+  ASSERT_TRUE(store_->BucketBatch("org/scratch", {del}).ok());
+  EXPECT_EQ(store_->GetBucketEntry("org/scratch", "run/a.bin").status().code(), StatusCode::kNotFound);
+  BucketOperation bogus = add;
+  bogus.entry.xet_hash = std::string(64, 'c');
+  EXPECT_EQ(store_->BucketBatch("org/scratch", {bogus}).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(HubStoreTest, Tokens) {
+  auto w = store_->CreateToken(TokenScope::kWrite, std::string("org"));
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->starts_with("mega_"));
+  auto info = store_->Authenticate(*w);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->scope, TokenScope::kWrite);
+  EXPECT_EQ(*info->ns, "org");
+  EXPECT_EQ(store_->Authenticate("mega_bogus").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(store_->Authenticate("").status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST_F(HubStoreTest, GarbageCollectionKeepsReferencedContent) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  std::string kept = Bytes(200000, 7), dropped = Bytes(200000, 8);
+  FileEntry ek = Upload(kept), ed = Upload(dropped);
+  CommitRequest req;
+  req.repo = "org/m";
+  req.ops = {Add("k", ek)};
+  ASSERT_TRUE(store_->Commit(req).ok());
+  // Within the grace period staged content is kept.
+  auto r0 = store_->CollectGarbage(3600);
+  ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+  EXPECT_TRUE(*store_->HasContent(ed.xet_hash));
+  auto r1 = store_->CollectGarbage(0);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_FALSE(*store_->HasContent(ed.xet_hash));
+  EXPECT_TRUE(*store_->HasContent(ek.xet_hash));
+  EXPECT_EQ(ReadAll(ek), kept);
+  EXPECT_GE(r1->cas.xorbs_deleted, 1u);
+}
+
+TEST_F(HubStoreTest, MultipartUpload) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  std::string data = Bytes(2500, 9);
+  HubStore::MultipartUpload spec;
+  spec.repo = "org/m";
+  spec.path = "big.bin";
+  spec.revision = "main";
+  spec.size = data.size();
+  spec.sha256 = Sha256Hex(data);
+  spec.part_size = 1000;
+  auto u = store_->CreateMultipartUpload(spec);
+  ASSERT_TRUE(u.ok());
+  std::vector<std::pair<int, std::string>> parts;
+  for (int n = 1; n <= 3; ++n) {
+    std::string part = data.substr((n - 1) * 1000, 1000);
+    ASSERT_TRUE(WriteLocalFileAtomically(store_->UploadPartPath(u->id, n), part, false).ok());
+    ASSERT_TRUE(store_->RecordUploadPart(u->id, n, "e" + std::to_string(n), part.size()).ok());
+    parts.emplace_back(n, "e" + std::to_string(n));
+  }
+  auto entry = store_->CompleteMultipartUpload(u->id, parts);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->sha256, spec.sha256);
+  auto found = store_->FindBySha256(spec.sha256);
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ(ReadAll(**found), data);
+  EXPECT_EQ(store_->GetMultipartUpload(u->id).status().code(), StatusCode::kNotFound);
+}
+
+// Several writers (separate HubStore instances = separate SQLite connections,
+// as separate processes would have) race on one branch with parent checks.
+// Exactly the winners' commits are in the history; nothing is lost or torn.
+TEST_F(HubStoreTest, ConcurrentWritersSerialize) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  constexpr int kWriters = 4, kRounds = 6;
+  std::atomic<int> wins{0}, conflicts{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      HubStoreOptions o;
+      o.sync = false;
+      auto s = HubStore::Open(root_.path(), o);
+      ASSERT_TRUE(s.ok());
+      for (int r = 0; r < kRounds; ++r) {
+        auto up = (*s)->BeginUpload("w");
+        ASSERT_TRUE(up.ok());
+        std::string data = "writer " + std::to_string(w) + " round " + std::to_string(r);
+        ASSERT_TRUE((*up)->Append(AsBytes(data)).ok());
+        ASSERT_TRUE((*up)->Close().ok());
+        CommitRequest req;
+        req.repo = "org/m";
+        req.parent = *(*s)->ResolveRevision("org/m", "main");
+        req.ops = {Add("w" + std::to_string(w) + "/r" + std::to_string(r), (*up)->entry())};
+        auto c = (*s)->Commit(req);
+        if (c.ok()) {
+          ++wins;
+        } else {
+          ASSERT_EQ(c.status().code(), StatusCode::kAborted) << c.status().ToString();
+          ++conflicts;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wins + conflicts, kWriters * kRounds);
+  EXPECT_GE(wins.load(), 1);
+  auto history = store_->ListCommits("org/m", "main", 0, 1000);
+  ASSERT_TRUE(history.ok());
+  EXPECT_EQ(static_cast<int>(history->size()), wins.load() + 1);  // + initial commit
+  auto files = store_->ListFiles("org/m", history->front().id);
+  EXPECT_EQ(static_cast<int>(files->size()), wins.load());
+}
+
+}  // namespace
+}  // namespace megackpt::hub
