@@ -2,16 +2,15 @@
 // main() in tests/dist_mpi_gtest_main.cc). Every rank runs every test; each test
 // creates its own group (a fresh duplicate of MPI_COMM_WORLD), so a group broken
 // on purpose by one test cannot disturb the next.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <mpi.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "dist/mpi_internal.h"
 #include "megackpt/process_group.h"
@@ -235,7 +234,7 @@ TEST(MpiProcessGroup, StalledRankMakesOthersTimeOutWithinDeadline) {
     EXPECT_LT(SecondsSince(t), 3.0);
     t = Clock::now();
     EXPECT_EQ(g->Barrier().code(), StatusCode::kAborted);
-    EXPECT_LT(SecondsSince(t), 0.1);
+    EXPECT_LT(SecondsSince(t), 0.3);
     return;
   }
   const auto t = Clock::now();
@@ -244,7 +243,8 @@ TEST(MpiProcessGroup, StalledRankMakesOthersTimeOutWithinDeadline) {
   EXPECT_EQ(all.status().code(), StatusCode::kDeadlineExceeded) << all.status().ToString();
   EXPECT_THAT(all.status().message(), HasSubstr("AllGather #1: timed out after 500 ms"));
   if (me == 0) {
-    EXPECT_THAT(all.status().message(), HasSubstr("no message from rank(s) " + std::to_string(last)));
+    EXPECT_THAT(all.status().message(),
+                HasSubstr("no message from rank(s) " + std::to_string(last)));
   }
   EXPECT_GE(waited, 0.45);
   EXPECT_LT(waited, 3.0);
@@ -254,7 +254,7 @@ TEST(MpiProcessGroup, StalledRankMakesOthersTimeOutWithinDeadline) {
   EXPECT_EQ(later.code(), StatusCode::kAborted) << later.ToString();
   EXPECT_THAT(later.message(), HasSubstr("broken by an earlier failure"));
   EXPECT_THAT(later.message(), HasSubstr("DeadlineExceeded"));
-  EXPECT_LT(SecondsSince(t2), 0.1);
+  EXPECT_LT(SecondsSince(t2), 0.3);
 }
 
 TEST(MpiProcessGroup, StalledLeafFailsItsBroadcastParent) {
@@ -325,7 +325,7 @@ TEST(MpiProcessGroup, BadArgumentsFailFast) {
   auto s = h->Scatter({"only one"}, 0);
   if (h->rank() == 0) {
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
-    EXPECT_LT(SecondsSince(t), 0.1);
+    EXPECT_LT(SecondsSince(t), 0.3);
   } else {
     EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded) << s.status().ToString();
     EXPECT_THAT(s.status().message(), HasSubstr("no message from rank(s) 0"));

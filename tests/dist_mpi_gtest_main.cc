@@ -6,10 +6,10 @@
 //   each line tagged "[rank R]", so a 4-rank log stays readable.
 // - At the end the ranks combine their results with AllReduceStatus(): every rank
 //   exits non-zero when any rank had a failing test, and rank 0 names the ranks.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "megackpt/process_group.h"
 

@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 #include <cstdlib>
 #include <new>
 #include <utility>
@@ -47,6 +49,48 @@ void ByteBuffer::Consume(size_t n) {
   n = std::min(n, size_);
   if (n < size_) std::memmove(data_, data_ + n, size_ - n);
   size_ -= n;
+}
+
+namespace {
+constexpr size_t kMaxCachedBuffers = 24;
+constexpr size_t kMaxCachedBytes = 768u << 20;
+
+struct Cache {
+  std::mutex mu;
+  std::vector<ByteBuffer> buffers;
+  size_t bytes = 0;
+};
+Cache& TheCache() {
+  static Cache* cache = new Cache;  // never destroyed: used from any thread until exit
+  return *cache;
+}
+}  // namespace
+
+ByteBuffer BufferCache::Take(size_t min_capacity) {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.buffers.empty()) return ByteBuffer();
+  size_t best = 0;
+  for (size_t i = 0; i < c.buffers.size(); ++i) {
+    size_t cap = c.buffers[i].capacity(), best_cap = c.buffers[best].capacity();
+    // The smallest buffer that is big enough, else the biggest.
+    bool fits = cap >= min_capacity, best_fits = best_cap >= min_capacity;
+    if ((fits && (!best_fits || cap < best_cap)) || (!fits && !best_fits && cap > best_cap)) best = i;
+  }
+  ByteBuffer out = std::move(c.buffers[best]);
+  c.buffers.erase(c.buffers.begin() + static_cast<ptrdiff_t>(best));
+  c.bytes -= out.capacity();
+  out.Clear();
+  return out;
+}
+
+void BufferCache::Give(ByteBuffer buffer) {
+  if (buffer.capacity() < (1u << 20)) return;  // small ones are cheap to make
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.buffers.size() >= kMaxCachedBuffers || c.bytes + buffer.capacity() > kMaxCachedBytes) return;
+  c.bytes += buffer.capacity();
+  c.buffers.push_back(std::move(buffer));
 }
 
 }  // namespace megackpt::cas::internal

@@ -76,6 +76,34 @@ class ByteBuffer {
   size_t capacity_ = 0;
 };
 
+// A process-wide cache of large ByteBuffers. Touching fresh memory costs far
+// more than the work done with it here (page faults run at ~0.1-2 GB/s on this
+// machine, DESIGN.md), so upload and download buffers are recycled across
+// streams and CasStore objects. Thread-safe.
+class BufferCache {
+ public:
+  // A buffer with capacity >= min_capacity when the cache has one (else the
+  // largest cached one, or an empty buffer). Its size is 0.
+  static ByteBuffer Take(size_t min_capacity = 0);
+  // Returns a buffer for reuse; dropped when the cache is full.
+  static void Give(ByteBuffer buffer);
+};
+
+// A ByteBuffer borrowed from the BufferCache for the lifetime of this object.
+class CachedBuffer {
+ public:
+  explicit CachedBuffer(size_t min_capacity = 0) : buf_(BufferCache::Take(min_capacity)) {}
+  ~CachedBuffer() { BufferCache::Give(std::move(buf_)); }
+  CachedBuffer(const CachedBuffer&) = delete;
+  CachedBuffer& operator=(const CachedBuffer&) = delete;
+  ByteBuffer& operator*() { return buf_; }
+  ByteBuffer* operator->() { return &buf_; }
+  const ByteBuffer* operator->() const { return &buf_; }
+
+ private:
+  ByteBuffer buf_;
+};
+
 }  // namespace megackpt::cas::internal
 
 #endif  // MEGACKPT_SRC_CAS_BYTES_H_

@@ -12,9 +12,9 @@
 // concurrent uploads of the same content keep one copy.
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -35,6 +35,7 @@ using internal::ByteBuffer;
 
 // Bytes of whole chunks per pipeline batch.
 constexpr size_t kBatchBytes = 8u << 20;
+constexpr size_t kBatchCapacity = 2 * kBatchBytes + 2 * kMaxChunkSize;
 // Largest serialized span fetched from a xorb at once when downloading.
 constexpr size_t kFetchBytes = 8u << 20;
 
@@ -74,6 +75,14 @@ class UploadStreamImpl final : public UploadStream {
         lease_(std::move(lease)),
         builder_(store->options().max_xorb_bytes, store->options().max_xorb_chunks),
         rebuild_(store->options().max_xorb_bytes, store->options().max_xorb_chunks) {
+    for (Batch& b : batches_) {
+      // A batch holds up to kBatchBytes of whole chunks, the tail of an
+      // unfinished chunk and one appended piece (<= kBatchBytes).
+      b.data = internal::BufferCache::Take(kBatchCapacity);
+      b.data.Reserve(kBatchCapacity);
+      b.records = internal::BufferCache::Take(kBatchCapacity);
+      b.records.Reserve(kBatchCapacity);
+    }
     fill_ = &batches_[0];
     idle_ = &batches_[1];
     pool_ = store->options().pool ? store->options().pool : &ThreadPool::Default();
@@ -82,7 +91,18 @@ class UploadStreamImpl final : public UploadStream {
   }
 
   ~UploadStreamImpl() override {
-    if (in_flight_.valid()) in_flight_.wait();
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      worker_.join();
+    }
+    for (Batch& b : batches_) {
+      internal::BufferCache::Give(std::move(b.data));
+      internal::BufferCache::Give(std::move(b.records));
+    }
   }
 
   const std::string& name() const override { return options_.name; }
@@ -144,13 +164,37 @@ class UploadStreamImpl final : public UploadStream {
     idle_ = full;
     if (full->ends.empty()) return Status::OK();
     if (wait || threads_ <= 1) return ProcessBatch(*full);
-    in_flight_ = std::async(std::launch::async, [this, full] { return ProcessBatch(*full); });
+    if (!worker_.joinable()) worker_ = std::thread([this] { WorkerLoop(); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = full;
+      busy_ = true;
+    }
+    cv_.notify_all();
     return Status::OK();
   }
 
+  // The background stage: one persistent thread per stream (not a pool task,
+  // so a stream used from inside pool tasks cannot starve the pool).
+  void WorkerLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return job_ != nullptr || stop_; });
+      if (job_ == nullptr) return;
+      Batch* b = std::exchange(job_, nullptr);
+      lock.unlock();
+      Status s = ProcessBatch(*b);
+      lock.lock();
+      job_status_ = s;
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
   Status WaitInFlight() {
-    if (!in_flight_.valid()) return Status::OK();
-    return in_flight_.get();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+    return std::exchange(job_status_, Status::OK());
   }
 
   uint32_t SlotOf(const MerkleHash& xorb) {
@@ -332,7 +376,13 @@ class UploadStreamImpl final : public UploadStream {
   Batch batches_[2];
   Batch* fill_;
   Batch* idle_;
-  std::future<Status> in_flight_;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Batch* job_ = nullptr;  // guarded by mu_
+  bool busy_ = false;     // guarded by mu_
+  bool stop_ = false;     // guarded by mu_
+  Status job_status_;     // guarded by mu_
 
   // Touched only by the batch stage (one at a time, in order).
   XorbBuilder builder_, rebuild_;
@@ -366,6 +416,10 @@ class RangeReader {
  public:
   RangeReader(CasBackend* backend, ThreadPool* pool, int threads)
       : backend_(backend), pool_(pool), threads_(threads) {}
+  ~RangeReader() {
+    internal::BufferCache::Give(std::move(fetch_));
+    internal::BufferCache::Give(std::move(out_));
+  }
 
   Status Read(const FileReconstruction& rec, uint64_t offset, uint64_t length, const ByteSink& sink,
               ChunkCache* cache) {
@@ -418,10 +472,14 @@ class RangeReader {
       uint32_t a = first;
       uint64_t a_pos = first_pos;
       while (a < last) {
+        // Bounded both in fetched (serialized) and decoded bytes.
         uint32_t b = a + 1;
-        while (b < last && layout.RecordEnd(b) - layout.chunks[a].byte_offset <= kFetchBytes) ++b;
-        uint64_t piece_bytes = 0;
-        for (uint32_t c = a; c < b; ++c) piece_bytes += layout.chunks[c].unpacked_bytes;
+        uint64_t piece_bytes = layout.chunks[a].unpacked_bytes;
+        while (b < last && layout.RecordEnd(b) - layout.chunks[a].byte_offset <= kFetchBytes &&
+               piece_bytes + layout.chunks[b].unpacked_bytes <= kFetchBytes) {
+          piece_bytes += layout.chunks[b].unpacked_bytes;
+          ++b;
+        }
         std::span<const std::byte> piece;
         if (b == a + 1 && cache && cache->xorb == t.xorb_hash && cache->index == a) {
           piece = std::as_bytes(std::span(cache->data));
@@ -459,6 +517,15 @@ class RangeReader {
   Status FetchAndDecode(const XorbLayout& layout, uint32_t a, uint32_t b, uint64_t bytes) {
     const uint64_t start = layout.chunks[a].byte_offset;
     const uint64_t stop = layout.RecordEnd(b - 1);
+    if (fetch_.capacity() == 0) {
+      fetch_ = internal::BufferCache::Take(kFetchBytes + 2 * kMaxChunkSize);
+      fetch_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
+    }
+    if (out_.capacity() == 0) {
+      // Records are never larger than their chunks plus a header.
+      out_ = internal::BufferCache::Take(kFetchBytes + 2 * kMaxChunkSize);
+      out_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
+    }
     fetch_.Resize(stop - start);
     std::span<std::byte> dst(fetch_.data(), fetch_.size());
     MEGA_RETURN_IF_ERROR(backend_->ReadXorbRange(layout.xorb_hash, start, dst));

@@ -337,7 +337,9 @@ XorbBuilder::XorbBuilder(uint32_t max_bytes, uint32_t max_chunks)
     : max_bytes_(max_bytes),
       max_chunks_(max_chunks),
       data_(std::make_unique<internal::ByteBuffer>()) {}
-XorbBuilder::~XorbBuilder() = default;
+XorbBuilder::~XorbBuilder() {
+  if (data_) internal::BufferCache::Give(std::move(*data_));
+}
 XorbBuilder::XorbBuilder(XorbBuilder&&) noexcept = default;
 XorbBuilder& XorbBuilder::operator=(XorbBuilder&&) noexcept = default;
 
@@ -350,6 +352,11 @@ bool XorbBuilder::Fits(size_t record_size) const {
 uint32_t XorbBuilder::Add(const MerkleHash& chunk_hash, uint32_t unpacked_bytes,
                           std::span<const std::byte> record) {
   if (finished_) Clear();
+  if (data_->capacity() == 0) {
+    // First use: recycle a buffer big enough for a whole xorb when one is cached.
+    *data_ = internal::BufferCache::Take(max_bytes_);
+    data_->Reserve(max_bytes_);  // address space only: pages are touched as written
+  }
   uint32_t index = static_cast<uint32_t>(layout_.chunks.size());
   layout_.chunks.push_back({chunk_hash, static_cast<uint32_t>(data_->size()), unpacked_bytes});
   data_->Append(record.data(), record.size());

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/mega_internal.h"
+#include "megackpt/dcp/mega_storage.h"
 #include "megackpt/checksum.h"
 
 namespace megackpt::dcp::mega_storage {

@@ -377,10 +377,10 @@ class Exchange {
     const uint64_t seq = GetU64(h + 16);
     if (kind != id_.kind || phase != id_.phase || root != id_.root || seq != id_.seq) {
       return FailedPreconditionError(
-          "collective mismatch at #" + std::to_string(id_.seq) + ": rank " +
-          std::to_string(self_) + " called " + DescribeCall(id_.kind, id_.root) + " but rank " +
-          std::to_string(r.src) + " sent " + DescribeCall(kind, root) + " #" +
-          std::to_string(seq) + " (phase " + std::to_string(phase) + ")");
+          "collective mismatch at #" + std::to_string(id_.seq) + ": rank " + std::to_string(self_) +
+          " called " + DescribeCall(id_.kind, id_.root) + " but rank " + std::to_string(r.src) +
+          " sent " + DescribeCall(kind, root) + " #" + std::to_string(seq) + " (phase " +
+          std::to_string(phase) + ")");
     }
     const uint64_t length = GetU64(h + 24);
     if (length > kMpiMaxBlobBytes) {
@@ -398,7 +398,8 @@ class Exchange {
       r->data_reqs.push_back(MPI_REQUEST_NULL);
       const int rc = MPI_Irecv(r->data.data() + off, static_cast<int>(n), MPI_BYTE, r->src, tag_,
                                comm_, &r->data_reqs.back());
-      if (rc != MPI_SUCCESS) return MpiCallError("MPI_Irecv from rank " + std::to_string(r->src), rc);
+      if (rc != MPI_SUCCESS)
+        return MpiCallError("MPI_Irecv from rank " + std::to_string(r->src), rc);
     }
     return Status::OK();
   }
@@ -561,9 +562,9 @@ class MpiProcessGroup final : public ProcessGroup {
   }
 
   Exchange* NewExchange(const Call& c, uint8_t phase) {
-    current_ = std::make_unique<Exchange>(comm_, TagFor(c, phase),
-                                          PhaseId{c.kind, phase, c.root, c.seq}, rank_,
-                                          g_fragment_bytes.load());
+    current_ =
+        std::make_unique<Exchange>(comm_, TagFor(c, phase), PhaseId{c.kind, phase, c.root, c.seq},
+                                   rank_, g_fragment_bytes.load());
     return current_.get();
   }
 

@@ -21,7 +21,8 @@ Status ProcessGroup::AllReduceStatus(const Status& local) {
   for (size_t r = 0; r < all->size(); ++r) {
     Status s;
     Status decoded = dist::DecodeStatus((*all)[r], &s);
-    if (!decoded.ok()) return decoded.WithContext("AllReduceStatus: from rank " + std::to_string(r));
+    if (!decoded.ok())
+      return decoded.WithContext("AllReduceStatus: from rank " + std::to_string(r));
     statuses.push_back(std::move(s));
   }
   return dist::CombineRankStatuses(statuses);

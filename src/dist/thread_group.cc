@@ -120,23 +120,21 @@ class ThreadProcessGroup final : public ProcessGroup {
     std::unique_lock<std::mutex> lock(rv.mu);
     if (!rv.cause.ok()) return BrokenError(seq, /*waiting=*/false);
     if (root < 0 || root >= rv.world_size) {
-      return FailLocked(InvalidArgumentError(label + ": root " + std::to_string(root) +
-                                             " out of range [0, " +
-                                             std::to_string(rv.world_size) + ")"),
-                        seq, false, rank_);
+      return FailLocked(
+          InvalidArgumentError(label + ": root " + std::to_string(root) + " out of range [0, " +
+                               std::to_string(rv.world_size) + ")"),
+          seq, false, rank_);
     }
     if (kind == CollectiveKind::kScatter && rank_ == root &&
         blobs->size() != static_cast<size_t>(rv.world_size)) {
-      return FailLocked(InvalidArgumentError(label + ": root passed " +
-                                             std::to_string(blobs->size()) +
-                                             " blobs, expected world_size " +
-                                             std::to_string(rv.world_size)),
-                        seq, false, rank_);
+      return FailLocked(
+          InvalidArgumentError(label + ": root passed " + std::to_string(blobs->size()) +
+                               " blobs, expected world_size " + std::to_string(rv.world_size)),
+          seq, false, rank_);
     }
 
     // Wait until every rank left the previous collective.
-    if (!rv.cv.wait_until(lock, deadline,
-                          [&] { return rv.generation == seq || !rv.cause.ok(); })) {
+    if (!rv.cv.wait_until(lock, deadline, [&] { return rv.generation == seq || !rv.cause.ok(); })) {
       return FailLocked(DeadlineExceededError(label + ": timed out after " +
                                               std::to_string(options_.timeout.count()) +
                                               " ms waiting for ranks to leave the previous "
@@ -152,12 +150,11 @@ class ThreadProcessGroup final : public ProcessGroup {
       rv.first_rank = rank_;
     } else if (rv.kind != kind || rv.root != root) {
       return FailLocked(
-          FailedPreconditionError("collective mismatch at #" + std::to_string(seq) + ": rank " +
-                                  std::to_string(rank_) + " called " + CollectiveKindName(kind) +
-                                  "(root " + std::to_string(root) + ") but rank " +
-                                  std::to_string(rv.first_rank) + " called " +
-                                  CollectiveKindName(rv.kind) + "(root " +
-                                  std::to_string(rv.root) + ")"),
+          FailedPreconditionError(
+              "collective mismatch at #" + std::to_string(seq) + ": rank " + std::to_string(rank_) +
+              " called " + CollectiveKindName(kind) + "(root " + std::to_string(root) +
+              ") but rank " + std::to_string(rv.first_rank) + " called " +
+              CollectiveKindName(rv.kind) + "(root " + std::to_string(rv.root) + ")"),
           seq, false, -1);
     }
     switch (kind) {
@@ -283,12 +280,11 @@ class ThreadProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::vector<Status> RunThreadRanks(int world_size,
-                                   const std::function<Status(ProcessGroup&)>& fn,
+std::vector<Status> RunThreadRanks(int world_size, const std::function<Status(ProcessGroup&)>& fn,
                                    ProcessGroupOptions options) {
   if (world_size < 1) {
-    return {InvalidArgumentError("RunThreadRanks: world_size " + std::to_string(world_size) +
-                                 " < 1")};
+    return {
+        InvalidArgumentError("RunThreadRanks: world_size " + std::to_string(world_size) + " < 1")};
   }
   if (options.timeout.count() <= 0) {
     return std::vector<Status>(

@@ -6,11 +6,16 @@ namespace megackpt::dist {
 
 std::string CollectiveKindName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kBarrier: return "Barrier";
-    case CollectiveKind::kGather: return "Gather";
-    case CollectiveKind::kScatter: return "Scatter";
-    case CollectiveKind::kBroadcast: return "Broadcast";
-    case CollectiveKind::kAllGather: return "AllGather";
+    case CollectiveKind::kBarrier:
+      return "Barrier";
+    case CollectiveKind::kGather:
+      return "Gather";
+    case CollectiveKind::kScatter:
+      return "Scatter";
+    case CollectiveKind::kBroadcast:
+      return "Broadcast";
+    case CollectiveKind::kAllGather:
+      return "AllGather";
   }
   return "Unknown(" + std::to_string(static_cast<int>(kind)) + ")";
 }

@@ -1,11 +1,17 @@
-// Routes a path to its filesystem. mega:// support lands with the hub issue (#6).
+// Routes a path to its filesystem: mega:// URIs to the mega:// filesystem of
+// the environment's hub endpoint (MEGA_ENDPOINT / MEGA_HOME), everything else
+// to the local POSIX filesystem.
 #include "megackpt/fs.h"
+#include "megackpt/hub/mega_fs.h"
+#include "megackpt/mega_uri.h"
 
 namespace megackpt {
 
 Result<std::shared_ptr<FileSystem>> FileSystemForPath(std::string_view path) {
-  if (path.starts_with("mega://")) {
-    return FailedPreconditionError("mega:// paths are not supported yet: " + std::string(path));
+  if (IsMegaUri(path)) {
+    MEGA_RETURN_IF_ERROR(ParseMegaUri(path).status());
+    MEGA_ASSIGN_OR_RETURN(auto fs, hub::MegaFileSystemFor());
+    return std::shared_ptr<FileSystem>(std::move(fs));
   }
   return LocalFileSystem();
 }

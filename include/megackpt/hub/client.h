@@ -67,6 +67,11 @@ class HubConnection {
   // path); each ReadAt fetches only the bytes it covers.
   virtual Result<std::unique_ptr<RandomAccessFile>> OpenFile(const MegaUri& where,
                                                              const FileEntry& entry) = 0;
+  // Random access to uploaded content by its hash alone (e.g. staged, not
+  // yet committed). Remote: through the CAS routes, fetching only the xorb
+  // ranges each ReadAt covers (chunks checked against their hashes).
+  virtual Result<std::unique_ptr<RandomAccessFile>> OpenContent(const FileEntry& entry,
+                                                                std::string name) = 0;
 
   // ---- buckets ----
   virtual Result<BucketInfo> GetBucket(std::string_view bucket) = 0;

@@ -1,0 +1,754 @@
+// MegaStorageWriter / MegaStorageReader (docs/mega-storage.md).
+//
+// Save: the coordinator assigns every item of every rank a shard file in
+// PrepareGlobalPlan and ships the whole per-rank file layout (names, item
+// order, dtypes, shapes) in SavePlan::storage_data. WriteData opens a
+// ShardFileWriter per file on first use, writes items in parallel straight from
+// the planner's tensors (CRC computed per 1 MiB piece while hot), and finishes a
+// file (header, fsync) as soon as all of its items are in. Finish commits.
+//
+// Load: Metadata comes from .metadata or is rebuilt from the shard headers;
+// ReadData reads each item's box with MegaReader::ReadTensor (whole pieces,
+// checksum verified) or ReadSlice (only the needed runs), in parallel.
+#include "megackpt/dcp/mega_storage.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "dcp/mega_storage_commit.h"
+#include "dcp/mega_storage_files.h"
+#include "dcp/mega_storage_shard.h"
+#include "megackpt/checksum.h"
+#include "megackpt/dcp/consolidate.h"
+#include "megackpt/dcp/filesystem.h"
+#include "megackpt/index_file.h"
+#include "megackpt/thread_pool.h"
+
+namespace megackpt::dcp {
+
+using json = nlohmann::json;
+using mega_storage::ShardFileWriter;
+using mega_storage::ShardTensorSpec;
+
+namespace {
+
+constexpr std::string_view kLayoutFormat = "megackpt-mega-layout-v1";
+
+std::string MetadataNameFor(const StorageSetUp& setup) {
+  if (!setup.use_collectives && setup.world_size > 1 && setup.rank > 0) {
+    return std::string(kMetadataFileName) + ".rank" + std::to_string(setup.rank);
+  }
+  return std::string(kMetadataFileName);
+}
+
+std::string IndexNameFor(const StorageSetUp& setup) {
+  if (!setup.use_collectives && setup.world_size > 1 && setup.rank > 0) {
+    return "model-rank" + std::to_string(setup.rank) + ".mega.index.json";
+  }
+  return std::string(kMegaStorageIndexName);
+}
+
+int RankTagFor(const StorageSetUp& setup) {
+  return !setup.use_collectives && setup.world_size > 1 ? setup.rank : -1;
+}
+
+// One planned item of a shard file.
+struct LayoutItem {
+  MetadataIndex key;  // fqn + chunk offsets (none for bytes)
+  bool is_bytes = false;
+  DType dtype = DType::kU8;
+  Shape sizes;         // chunk sizes (bytes: {nbytes})
+  Shape global_shape;  // tensors
+};
+
+struct LayoutFile {
+  std::string name;
+  std::vector<LayoutItem> items;
+};
+
+// What PrepareGlobalPlan tells one rank.
+struct RankLayout {
+  std::string save_id;
+  std::vector<LayoutFile> files;
+};
+
+std::string EncodeLayout(const RankLayout& l) {
+  json j;
+  j["format"] = kLayoutFormat;
+  j["save_id"] = l.save_id;
+  json files = json::array();
+  for (const LayoutFile& f : l.files) {
+    json items = json::array();
+    for (const LayoutItem& it : f.items) {
+      json v;
+      v["fqn"] = it.key.fqn;
+      v["offsets"] = it.key.offset ? json(*it.key.offset) : json(nullptr);
+      v["bytes"] = it.is_bytes;
+      v["dtype"] = std::string(DTypeName(it.dtype));
+      v["sizes"] = it.sizes;
+      v["global"] = it.global_shape;
+      items.push_back(std::move(v));
+    }
+    files.push_back({{"name", f.name}, {"items", std::move(items)}});
+  }
+  j["files"] = std::move(files);
+  return j.dump();
+}
+
+Result<RankLayout> DecodeLayout(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kLayoutFormat) {
+    return FailedPreconditionError(
+        "save plan carries no MEGA file layout (PrepareGlobalPlan of MegaStorageWriter did not run "
+        "on the coordinator)");
+  }
+  try {
+    RankLayout l;
+    l.save_id = j.at("save_id").get<std::string>();
+    for (const json& f : j.at("files")) {
+      LayoutFile lf;
+      lf.name = f.at("name").get<std::string>();
+      for (const json& v : f.at("items")) {
+        LayoutItem it;
+        it.key.fqn = v.at("fqn").get<std::string>();
+        if (!v.at("offsets").is_null()) it.key.offset = v.at("offsets").get<Shape>();
+        it.is_bytes = v.at("bytes").get<bool>();
+        MEGA_ASSIGN_OR_RETURN(it.dtype, DTypeFromName(v.at("dtype").get<std::string>()));
+        it.sizes = v.at("sizes").get<Shape>();
+        it.global_shape = v.at("global").get<Shape>();
+        lf.items.push_back(std::move(it));
+      }
+      l.files.push_back(std::move(lf));
+    }
+    return l;
+  } catch (const std::exception& e) {
+    return InternalError(std::string("malformed MEGA file layout in the save plan: ") + e.what());
+  }
+}
+
+LayoutItem ItemFor(const WriteItem& w) {
+  LayoutItem it;
+  it.key = MetadataIndex(w.index.fqn, w.index.offset);
+  if (w.type == WriteItemType::kByteIO) {
+    it.is_bytes = true;
+    it.key.offset.reset();
+    it.dtype = DType::kU8;
+    it.sizes = {static_cast<int64_t>(w.bytes_size)};
+  } else if (w.tensor_data) {
+    it.dtype = w.tensor_data->properties.dtype;
+    it.sizes = w.tensor_data->chunk.sizes;
+    it.global_shape = w.tensor_data->size;
+    if (!it.key.offset) it.key.offset = w.tensor_data->chunk.offsets;
+  }
+  return it;
+}
+
+}  // namespace
+
+// ============================== writer =======================================
+
+struct MegaStorageWriter::Impl {
+  std::string path;
+  std::optional<FqnToIndexMapping> mapping;
+  MegaStorageWriterOptions options;
+  std::shared_ptr<FileSystem> fs;
+  StorageSetUp setup;
+  std::string save_id = mega_storage::NewSaveId();
+  bool committed = false;
+
+  // Per save: the decoded layout and the shard writers opened so far.
+  std::string layout_text;
+  RankLayout layout;
+  std::map<MetadataIndex, std::pair<size_t, size_t>> where;  // key -> (file, position)
+  struct Slot {
+    std::unique_ptr<ShardFileWriter> writer;
+    bool done = false;
+  };
+  std::vector<Slot> slots;
+  std::vector<std::string> created;  // full paths of files this rank created
+  std::unique_ptr<ThreadPool> pool;
+  std::mutex mu;
+
+  void ForgetSave() {
+    for (Slot& s : slots) {
+      if (s.writer && !s.done) s.writer->Abandon();
+    }
+    slots.clear();
+    created.clear();
+    layout_text.clear();
+    layout = RankLayout();
+    where.clear();
+    committed = false;
+  }
+
+  Status EnsureLayout(const std::string& text) {
+    if (!layout_text.empty() && text == layout_text) return Status::OK();
+    if (!layout_text.empty()) {
+      return FailedPreconditionError(path + ": WriteData got a different file layout within one save");
+    }
+    MEGA_ASSIGN_OR_RETURN(layout, DecodeLayout(text));
+    layout_text = text;
+    slots.clear();
+    slots.resize(layout.files.size());
+    for (size_t f = 0; f < layout.files.size(); ++f) {
+      for (size_t k = 0; k < layout.files[f].items.size(); ++k) {
+        where[layout.files[f].items[k].key] = {f, k};
+      }
+    }
+    return Status::OK();
+  }
+
+  MegaMetadata ShardMetadata(const LayoutFile& f, const PlannerData& planner_data) const {
+    std::map<std::string, mega_storage::ShardEntry> entries;
+    std::map<std::string, ObjectPath> paths;
+    for (const LayoutItem& it : f.items) {
+      mega_storage::ShardEntry e;
+      e.is_bytes = it.is_bytes;
+      e.dtype = it.dtype;
+      if (!it.is_bytes) {
+        e.global_shape = it.global_shape;
+        e.offsets = it.key.offset.value_or(Shape(it.sizes.size(), 0));
+      }
+      entries[it.key.fqn] = e;
+      auto p = planner_data.object_paths.find(it.key.fqn);
+      if (p != planner_data.object_paths.end()) paths[it.key.fqn] = p->second;
+    }
+    MegaMetadata md;
+    md.Add(std::string(kDcpVersionKey), MetaValue::U32(kDcpShardVersion)).IgnoreError();
+    md.Add(std::string(kDcpSaveIdKey), MetaValue::String(layout.save_id)).IgnoreError();
+    md.Add(std::string(kDcpEntriesKey), MetaValue::String(mega_storage::EncodeShardEntries(entries)))
+        .IgnoreError();
+    if (!paths.empty()) {
+      md.Add(std::string(kDcpObjectPathsKey), MetaValue::String(mega_storage::EncodeObjectPaths(paths)))
+          .IgnoreError();
+    }
+    return md;
+  }
+
+  Status OpenSlot(size_t f, const PlannerData& planner_data) {
+    if (slots[f].writer) return Status::OK();
+    const LayoutFile& lf = layout.files[f];
+    std::vector<ShardTensorSpec> specs;
+    for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes});
+    const std::string full = JoinPath(path, lf.name);
+    MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
+    created.push_back(full);
+    if (!file->supports_write_at()) {
+      return UnimplementedError(full + ": sequential sink");  // handled by the caller
+    }
+    mega_storage::ShardWriterOptions so;
+    so.tensor_alignment = options.tensor_alignment;
+    so.checksum = options.checksum;
+    MEGA_ASSIGN_OR_RETURN(slots[f].writer, ShardFileWriter::Create(std::move(file), std::move(specs),
+                                                                   ShardMetadata(lf, planner_data), so));
+    return Status::OK();
+  }
+
+  // Sinks without positioned writes (e.g. an upload stream): the whole file must
+  // be in this call; MegaWriter computes checksums in a first pass, then streams.
+  Status WriteSequentialFile(size_t f, const SavePlan& plan, const std::vector<size_t>& items,
+                             SavePlanner& planner, std::vector<WriteResult>* results) {
+    const LayoutFile& lf = layout.files[f];
+    const std::string full = JoinPath(path, lf.name);
+    if (items.size() != lf.items.size()) {
+      return UnimplementedError(full + ": this filesystem cannot write a shard in several waves "
+                                       "(no positioned writes); give async_save a staging pool "
+                                       "larger than one rank's state");
+    }
+    MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
+    MegaWriterOptions wo;
+    wo.tensor_alignment = options.tensor_alignment;
+    wo.checksum = options.checksum;
+    wo.max_parallel = 1;
+    MegaWriter writer(wo);
+    for (const MetaEntry& e : ShardMetadata(lf, plan.planner_data).entries()) {
+      MEGA_RETURN_IF_ERROR(writer.AddMetadata(e.key, e.value));
+    }
+    std::vector<ResolvedData> held(lf.items.size());
+    for (size_t i : items) {
+      const WriteItem& w = plan.items[i];
+      const size_t pos = where.at(MetadataIndex(w.index.fqn, ItemFor(w).key.offset)).second;
+      MEGA_ASSIGN_OR_RETURN(held[pos], planner.ResolveData(w));
+    }
+    for (size_t pos = 0; pos < lf.items.size(); ++pos) {
+      const LayoutItem& it = lf.items[pos];
+      Tensor t = held[pos].tensor;
+      if (it.is_bytes) {
+        MEGA_ASSIGN_OR_RETURN(t, Tensor::FromBlob(const_cast<char*>(held[pos].bytes.data()), DType::kU8,
+                                                  it.sizes));
+      }
+      MEGA_RETURN_IF_ERROR(writer.AddTensor(it.key.fqn, t));
+    }
+    MEGA_ASSIGN_OR_RETURN(MegaWriteResult wr, writer.Finish(*file));
+    if (options.sync) MEGA_RETURN_IF_ERROR(file->Sync());
+    MEGA_RETURN_IF_ERROR(file->Close());
+    for (size_t i : items) {
+      const WriteItem& w = plan.items[i];
+      const size_t pos = where.at(MetadataIndex(w.index.fqn, ItemFor(w).key.offset)).second;
+      const MegaTensorInfo& t = wr.tensors[pos];
+      WriteResult& r = (*results)[i];
+      r.index = w.index;
+      r.size_in_bytes = t.logical_nbytes;
+      r.storage_data.relative_path = lf.name;
+      r.storage_data.offset = t.file_offset;
+      r.storage_data.length = t.logical_nbytes;
+      r.storage_data.checksum = t.checksum_type == MegaChecksumType::kCrc32
+                                    ? mega_storage::CrcString(t.crc32())
+                                    : (t.checksum_type == MegaChecksumType::kSha256
+                                           ? "sha256:" + t.checksum_hex()
+                                           : "");
+    }
+    slots[f].done = true;
+    return Status::OK();
+  }
+};
+
+MegaStorageWriter::MegaStorageWriter(std::string path, std::optional<FqnToIndexMapping> mapping,
+                                     MegaStorageWriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = std::move(path);
+  impl_->mapping = std::move(mapping);
+  impl_->options = std::move(options);
+  if (impl_->options.thread_count < 1) impl_->options.thread_count = 1;
+}
+
+MegaStorageWriter::~MegaStorageWriter() {
+  if (impl_) impl_->ForgetSave();
+}
+
+Status MegaStorageWriter::Reset(std::string_view checkpoint_id) {
+  impl_->ForgetSave();
+  if (!checkpoint_id.empty()) impl_->path = std::string(checkpoint_id);
+  impl_->save_id = mega_storage::NewSaveId();
+  return Status::OK();
+}
+
+bool MegaStorageWriter::ValidateCheckpointId(std::string_view checkpoint_id) const {
+  return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+}
+
+std::optional<StorageMeta> MegaStorageWriter::GetStorageMeta() const {
+  StorageMeta m;
+  m.checkpoint_id = impl_->path;
+  m.save_id = impl_->save_id;
+  return m;
+}
+
+Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
+  Impl& s = *impl_;
+  s.setup = setup;
+  if (s.options.fs) {
+    s.fs = s.options.fs;
+  } else {
+    MEGA_ASSIGN_OR_RETURN(s.fs, FileSystemForPath(s.path));
+  }
+  if (setup.is_coordinator) {
+    MEGA_RETURN_IF_ERROR(s.fs->CreateDirectories(s.path));
+    if (!s.options.overwrite) {
+      const std::string md = MetadataNameFor(setup);
+      MEGA_ASSIGN_OR_RETURN(bool exists, s.fs->Exists(JoinPath(s.path, md)));
+      if (exists) {
+        return AlreadyExistsError("a checkpoint already exists at " + s.path + " (" + md +
+                                  " present); set overwrite to replace it");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Result<SavePlan> MegaStorageWriter::PrepareLocalPlan(SavePlan plan) { return plan; }
+
+Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<SavePlan> plans) {
+  Impl& s = *impl_;
+  if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
+  const int rank_tag = RankTagFor(s.setup);
+  // Group items by (bucket, rank, k): k separates several chunks of one fqn that
+  // one rank holds in one bucket, so every tensor in a file is named by its fqn.
+  using GroupKey = std::tuple<int, int, int>;
+  std::map<GroupKey, std::vector<std::pair<size_t, size_t>>> groups;  // -> (plan, item)
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const int rank = s.setup.use_collectives ? static_cast<int>(r) : s.setup.rank;
+    std::map<std::pair<int, std::string>, int> seen;
+    for (size_t i = 0; i < plans[r].items.size(); ++i) {
+      const WriteItem& w = plans[r].items[i];
+      int bucket = 1;
+      if (s.mapping) {
+        auto it = s.mapping->find(w.index.fqn);
+        if (it != s.mapping->end()) bucket = it->second;
+      }
+      if (bucket < 1) {
+        return InvalidArgumentError("fqn_to_index_mapping maps " + w.index.fqn + " to " +
+                                    std::to_string(bucket) + "; buckets start at 1");
+      }
+      int k = seen[{bucket, w.index.fqn}]++;
+      groups[{bucket, rank, k}].push_back({r, i});
+    }
+  }
+  const size_t count = groups.size();
+  std::vector<std::string> plain;
+  for (size_t n = 1; n <= count; ++n) plain.push_back(mega_storage::ShardFileName(".mega", n, count, "", -1));
+  std::string id_in_name;
+  if (rank_tag >= 0) {
+    id_in_name = s.save_id;
+  } else {
+    // Plain names unless one is taken (by the committed checkpoint or leftovers):
+    // never overwrite a file the current .metadata may reference.
+    MEGA_ASSIGN_OR_RETURN(bool taken, mega_storage::AnyExists(*s.fs, s.path, plain));
+    if (taken) id_in_name = s.save_id;
+  }
+  std::vector<RankLayout> layouts(plans.size());
+  for (auto& l : layouts) l.save_id = s.save_id;
+  size_t n = 0;
+  for (const auto& [key, members] : groups) {
+    ++n;
+    const std::string name = mega_storage::ShardFileName(".mega", n, count, id_in_name, rank_tag);
+    // All members of a group belong to one plan (one rank).
+    const size_t r = members.front().first;
+    LayoutFile lf;
+    lf.name = name;
+    for (const auto& [pr, i] : members) lf.items.push_back(ItemFor(plans[pr].items[i]));
+    layouts[r].files.push_back(std::move(lf));
+  }
+  for (size_t r = 0; r < plans.size(); ++r) plans[r].storage_data = EncodeLayout(layouts[r]);
+  return plans;
+}
+
+Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& plan,
+                                                              SavePlanner& planner) {
+  Impl& s = *impl_;
+  if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
+  MEGA_RETURN_IF_ERROR(s.EnsureLayout(plan.storage_data));
+  // Which file and position each item goes to.
+  std::vector<std::pair<size_t, size_t>> target(plan.items.size());
+  std::map<size_t, std::vector<size_t>> by_file;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const WriteItem& w = plan.items[i];
+    const LayoutItem want = ItemFor(w);
+    auto it = s.where.find(want.key);
+    if (it == s.where.end()) {
+      return FailedPreconditionError(s.path + ": item " + ToString(w.index) +
+                                     " is not in the file layout of the global plan");
+    }
+    const LayoutItem& have = s.layout.files[it->second.first].items[it->second.second];
+    if (have.dtype != want.dtype || have.sizes != want.sizes || have.is_bytes != want.is_bytes) {
+      return FailedPreconditionError(s.path + ": item " + ToString(w.index) +
+                                     " differs from the global plan");
+    }
+    target[i] = it->second;
+    by_file[it->second.first].push_back(i);
+  }
+  std::vector<WriteResult> results(plan.items.size());
+  std::vector<size_t> positioned;  // items written through ShardFileWriters
+  for (auto& [f, items] : by_file) {
+    if (s.slots[f].done) {
+      return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
+    }
+    Status st = s.OpenSlot(f, plan.planner_data);
+    if (st.code() == StatusCode::kUnimplemented && !s.slots[f].writer) {
+      MEGA_RETURN_IF_ERROR(s.WriteSequentialFile(f, plan, items, planner, &results));
+      continue;
+    }
+    MEGA_RETURN_IF_ERROR(st);
+    positioned.insert(positioned.end(), items.begin(), items.end());
+  }
+  // Largest first, so the threads finish together.
+  std::stable_sort(positioned.begin(), positioned.end(), [&](size_t a, size_t b) {
+    return WriteItemNbytes(plan.items[a]) > WriteItemNbytes(plan.items[b]);
+  });
+  const int par = s.options.thread_count;
+  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
+  MEGA_RETURN_IF_ERROR(ParallelFor(
+      s.pool.get(), positioned.size(),
+      [&](size_t k) -> Status {
+        const size_t i = positioned[k];
+        const WriteItem& w = plan.items[i];
+        auto [f, pos] = target[i];
+        ShardFileWriter& fw = *s.slots[f].writer;
+        {
+          // Released before the next item is resolved (bounded staging pools).
+          MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(w));
+          if (w.type == WriteItemType::kByteIO) {
+            if (data.bytes.size() != w.bytes_size) {
+              return InternalError("planner resolved " + ToString(w.index) + " to " +
+                                   std::to_string(data.bytes.size()) + " bytes, the plan says " +
+                                   std::to_string(w.bytes_size));
+            }
+            MEGA_RETURN_IF_ERROR(fw.WriteBytes(pos, AsBytes(data.bytes)));
+          } else {
+            MEGA_RETURN_IF_ERROR(fw.WriteTensor(pos, data.tensor).WithContext("writing " + ToString(w.index)));
+          }
+        }
+        WriteResult& r = results[i];
+        r.index = w.index;
+        r.size_in_bytes = fw.tensor_nbytes(pos);
+        r.storage_data.relative_path = s.layout.files[f].name;
+        r.storage_data.offset = fw.tensor_file_offset(pos);
+        r.storage_data.length = fw.tensor_nbytes(pos);
+        r.storage_data.checksum = fw.checksum_string(pos);
+        return Status::OK();
+      },
+      par));
+  // Finish the files that are complete now (header + fsync), in parallel.
+  std::vector<size_t> complete;
+  for (const auto& [f, items] : by_file) {
+    if (s.slots[f].writer && !s.slots[f].done && s.slots[f].writer->all_written()) complete.push_back(f);
+  }
+  MEGA_RETURN_IF_ERROR(ParallelFor(
+      s.pool.get(), complete.size(),
+      [&](size_t k) -> Status {
+        MEGA_RETURN_IF_ERROR(s.slots[complete[k]].writer->Finish(s.options.sync));
+        s.slots[complete[k]].done = true;
+        return Status::OK();
+      },
+      par));
+  return results;
+}
+
+Status MegaStorageWriter::Finish(const Metadata& metadata,
+                                 const std::vector<std::vector<WriteResult>>& results) {
+  (void)results;  // metadata.storage_data already holds every rank's results
+  Impl& s = *impl_;
+  if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
+  for (size_t f = 0; f < s.slots.size(); ++f) {
+    if (!s.slots[f].done) {
+      return InternalError(s.path + ": shard " + s.layout.files[f].name +
+                           " did not receive all of its items");
+    }
+  }
+  Metadata md = metadata;
+  if (!md.storage_meta) md.storage_meta = StorageMeta();
+  if (md.storage_meta->checkpoint_id.empty()) md.storage_meta->checkpoint_id = s.path;
+  if (md.storage_meta->save_id.empty()) md.storage_meta->save_id = s.save_id;
+  mega_storage::CommitRequest req;
+  req.dir = s.path;
+  req.metadata_name = MetadataNameFor(s.setup);
+  req.index_name = IndexNameFor(s.setup);
+  req.other_index_name = RankTagFor(s.setup) >= 0 ? "" : std::string(kSafetensorsStorageIndexName);
+  req.sync = s.options.sync;
+  req.rank_tag = RankTagFor(s.setup);
+  MEGA_ASSIGN_OR_RETURN(req.index, mega_storage::BuildIndex(md, /*mega_fields=*/true));
+  req.metadata = std::move(md);
+  mega_storage::PreviousState prev =
+      mega_storage::ReadPreviousState(*s.fs, s.path, req.metadata_name, req.index_name);
+  MEGA_RETURN_IF_ERROR(mega_storage::Commit(*s.fs, req, prev));
+  s.committed = true;
+  if (s.options.consolidate) {
+    ConsolidateOptions co;
+    co.format = s.options.consolidate_format;
+    co.max_shard_size = s.options.consolidate_max_shard_size;
+    co.fqn_to_index_mapping = s.mapping;
+    co.thread_count = s.options.thread_count;
+    co.sync = s.options.sync;
+    co.checksum = s.options.checksum == MegaChecksumType::kNone ? MegaChecksumType::kCrc32
+                                                                 : s.options.checksum;
+    co.fs = s.fs;
+    auto r = Consolidate(s.path, s.path, co);
+    if (!r.ok()) {
+      return r.status().WithContext(s.path + ": saved (sharded) and committed, but consolidation failed");
+    }
+  }
+  return Status::OK();
+}
+
+void MegaStorageWriter::Abort() {
+  Impl& s = *impl_;
+  if (s.committed || !s.fs) return;
+  for (auto& slot : s.slots) {
+    if (slot.writer && !slot.done) slot.writer->Abandon();
+  }
+  for (const std::string& f : s.created) s.fs->Remove(f).IgnoreError();
+  s.created.clear();
+}
+
+// ============================== reader =======================================
+
+struct MegaStorageReader::Impl {
+  std::string path;
+  MegaStorageReaderOptions options;
+  mega_storage::CheckpointPaths paths;
+  std::shared_ptr<Metadata> metadata;
+  std::unique_ptr<mega_storage::ShardFiles> files;
+  CheckpointSource source = CheckpointSource::kMetadataFile;
+  std::unique_ptr<ThreadPool> pool;
+};
+
+MegaStorageReader::MegaStorageReader(std::string path, MegaStorageReaderOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = std::move(path);
+  impl_->options = std::move(options);
+  if (impl_->options.thread_count < 1) impl_->options.thread_count = 1;
+}
+
+MegaStorageReader::~MegaStorageReader() = default;
+
+Status MegaStorageReader::Reset(std::string_view checkpoint_id) {
+  if (!checkpoint_id.empty()) impl_->path = std::string(checkpoint_id);
+  impl_->metadata.reset();
+  impl_->files.reset();
+  return Status::OK();
+}
+
+bool MegaStorageReader::ValidateCheckpointId(std::string_view checkpoint_id) const {
+  return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+}
+
+CheckpointSource MegaStorageReader::source() const { return impl_->source; }
+
+Result<Metadata> MegaStorageReader::ReadMetadata() {
+  Impl& s = *impl_;
+  MEGA_ASSIGN_OR_RETURN(s.paths, mega_storage::ResolveCheckpointPath(s.path, s.options.fs));
+  std::optional<Metadata> md;
+  Status metadata_error;
+  if (s.paths.index_file.empty() && s.paths.single_file.empty()) {
+    const std::string name = s.options.metadata_rank >= 1
+                                 ? std::string(kMetadataFileName) + ".rank" +
+                                       std::to_string(s.options.metadata_rank)
+                                 : std::string(kMetadataFileName);
+    const std::string full = JoinPath(s.paths.dir, name);
+    auto text = s.paths.fs->ReadWhole(full, kMaxMetadataBytes);
+    if (text.ok()) {
+      auto decoded = DecodeMetadata(*text);
+      if (decoded.ok()) {
+        for (const std::string& f : mega_storage::ReferencedFiles(*decoded)) {
+          if (!f.ends_with(".mega") && !f.ends_with(".safetensors")) {
+            return FailedPreconditionError(
+                full + " references " + f +
+                ", which is not a .mega or .safetensors shard (a FileSystemWriter checkpoint? "
+                "load it with the fs reader)");
+          }
+        }
+        md = std::move(*decoded);
+        s.source = CheckpointSource::kMetadataFile;
+      } else {
+        // E.g. TensorPlay's pickle: fall back to the shard headers.
+        metadata_error = Status(decoded.status().code(), full + ": " + decoded.status().message());
+      }
+    } else if (text.status().code() != StatusCode::kNotFound) {
+      metadata_error = text.status();
+    }
+  }
+  if (!md) {
+    auto rebuilt = mega_storage::RebuildMetadata(s.paths, &s.source);
+    if (!rebuilt.ok()) {
+      if (!metadata_error.ok() && rebuilt.status().code() == StatusCode::kNotFound) {
+        return metadata_error;
+      }
+      return rebuilt.status();
+    }
+    md = std::move(*rebuilt);
+  }
+  if (!md->storage_meta) md->storage_meta = StorageMeta();
+  md->storage_meta->load_id = mega_storage::NewSaveId();
+  s.metadata = std::make_shared<Metadata>(*md);
+  s.files = std::make_unique<mega_storage::ShardFiles>(s.paths.fs, s.paths.dir,
+                                                       s.options.verify_checksums);
+  return std::move(*md);
+}
+
+Status MegaStorageReader::SetUpStorageReader(const Metadata& metadata, const StorageSetUp& setup) {
+  (void)setup;
+  if (!impl_->metadata) impl_->metadata = std::make_shared<Metadata>(metadata);
+  return Status::OK();
+}
+
+Result<LoadPlan> MegaStorageReader::PrepareLocalPlan(LoadPlan plan) { return plan; }
+
+Result<std::vector<LoadPlan>> MegaStorageReader::PrepareGlobalPlan(std::vector<LoadPlan> plans) {
+  return plans;
+}
+
+Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
+  Impl& s = *impl_;
+  if (!s.metadata || !s.files) MEGA_RETURN_IF_ERROR(ReadMetadata().status());
+  const Metadata& md = *s.metadata;
+  // Largest reads first.
+  std::vector<size_t> order(plan.items.size());
+  std::vector<uint64_t> size(plan.items.size(), 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    uint64_t n = 1;
+    for (int64_t l : plan.items[i].lengths) n *= static_cast<uint64_t>(std::max<int64_t>(l, 0));
+    size[i] = n;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+  const int par = s.options.thread_count;
+  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
+  return ParallelFor(
+      s.pool.get(), order.size(),
+      [&](size_t k) -> Status {
+        const ReadItem& item = plan.items[order[k]];
+        MetadataIndex key(item.storage_index.fqn, item.storage_index.offset);
+        auto info = md.storage_data.find(key);
+        if (info == md.storage_data.end()) {
+          return NotFoundError(s.path + ": checkpoint has no stored piece " + ToString(key));
+        }
+        auto entry = md.state_dict_metadata.find(key.fqn);
+        if (entry == md.state_dict_metadata.end()) {
+          return NotFoundError(s.path + ": checkpoint has no entry " + key.fqn);
+        }
+        if (item.type == LoadItemType::kByteIO) {
+          if (!std::holds_alternative<BytesStorageMetadata>(entry->second)) {
+            return InvalidArgumentError(s.path + ": " + key.fqn + " is a tensor, not bytes");
+          }
+          MEGA_ASSIGN_OR_RETURN(std::string value, s.files->ReadBytes(info->second, key.fqn));
+          return planner.LoadBytes(item, std::move(value));
+        }
+        const auto* t = std::get_if<TensorStorageMetadata>(&entry->second);
+        if (!t) return InvalidArgumentError(s.path + ": " + key.fqn + " is bytes, not a tensor");
+        const ChunkStorageMetadata* chunk = nullptr;
+        if (item.storage_index.index && *item.storage_index.index >= 0 &&
+            static_cast<size_t>(*item.storage_index.index) < t->chunks.size() &&
+            t->chunks[*item.storage_index.index].offsets == key.offset) {
+          chunk = &t->chunks[*item.storage_index.index];
+        } else {
+          for (const auto& c : t->chunks) {
+            if (key.offset && c.offsets == *key.offset) chunk = &c;
+          }
+        }
+        if (!chunk) return NotFoundError(s.path + ": checkpoint has no chunk " + ToString(key));
+        MEGA_ASSIGN_OR_RETURN(Tensor dst, planner.ResolveTensor(item));
+        if (dst.dtype() != t->properties.dtype || dst.shape() != item.lengths) {
+          return InvalidArgumentError(
+              s.path + ": destination of " + ToString(key) + " is " + std::string(DTypeName(dst.dtype())) +
+              ShapeToString(dst.shape()) + ", the read is " +
+              std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
+        }
+        MEGA_RETURN_IF_ERROR(s.files->ReadBox(info->second, key.fqn, t->properties.dtype,
+                                              chunk->sizes, item.storage_offsets, dst,
+                                              s.options.verify_partial_reads));
+        return planner.CommitTensor(item, dst);
+      },
+      par);
+}
+
+// ============================== free functions ================================
+
+Result<Metadata> RebuildMetadataFromShards(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(path, std::move(fs)));
+  CheckpointSource source;
+  return mega_storage::RebuildMetadata(paths, &source);
+}
+
+Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shared_ptr<FileSystem> fs) {
+  MegaStorageReaderOptions o;
+  o.fs = std::move(fs);
+  MegaStorageReader reader(path, o);
+  MEGA_ASSIGN_OR_RETURN(Metadata md, reader.ReadMetadata());
+  MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(path, o.fs));
+  mega_storage::ShardFiles files(paths.fs, paths.dir, true);
+  std::vector<std::pair<const MetadataIndex*, const StorageInfo*>> pieces;
+  for (const auto& [key, info] : md.storage_data) pieces.push_back({&key, &info});
+  std::unique_ptr<ThreadPool> pool;
+  if (thread_count > 1) pool = std::make_unique<ThreadPool>(thread_count - 1);
+  return ParallelFor(
+      pool.get(), pieces.size(),
+      [&](size_t i) { return files.Verify(*pieces[i].second, pieces[i].first->fqn); },
+      std::max(thread_count, 1));
+}
+
+}  // namespace megackpt::dcp

@@ -1,0 +1,257 @@
+// Multi-rank checkpoints through the threads backend: resharding between world
+// sizes and layouts, and faults that must reach every rank as a clear error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "dcp/synthetic.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/filesystem.h"
+#include "megackpt/process_group.h"
+
+namespace megackpt::dcp {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "dcp-threads-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
+
+ private:
+  std::string path_;
+};
+
+ProcessGroupOptions Quick() {
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(30);
+  return o;
+}
+
+Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
+                     int variant = 0) {
+  auto results = RunThreadRanks(
+      world,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, true));
+        auto writer = NewFileSystemWriter(dir);
+        return Save(sd, *writer, &g);
+      },
+      Quick());
+  for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
+// Loads at `world` with layout `variant` and verifies every rank's bytes.
+std::vector<Status> LoadSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
+                                  int variant) {
+  return RunThreadRanks(
+      world,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
+        auto reader = NewFileSystemReader(dir);
+        MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
+        return synthetic::VerifyRankState(spec, sd);
+      },
+      Quick());
+}
+
+void ExpectAllFail(const std::vector<Status>& results, StatusCode code,
+                   const std::vector<std::string>& substrings) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    const Status& s = results[r];
+    EXPECT_FALSE(s.ok()) << "rank " << r << " succeeded";
+    EXPECT_EQ(s.code(), code) << "rank " << r << ": " << s.ToString();
+    for (const auto& sub : substrings) {
+      EXPECT_NE(s.message().find(sub), std::string::npos) << "rank " << r << ": " << s.ToString();
+    }
+  }
+}
+
+TEST(DcpThreads, ReshardMatrix) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(42, 600 << 10);
+  for (int save_world : {1, 2, 4}) {
+    const std::string ckpt = dir.path("ws" + std::to_string(save_world));
+    Status s = SaveSynthetic(spec, ckpt, save_world);
+    ASSERT_TRUE(s.ok()) << "save at " << save_world << ": " << s.ToString();
+    for (int load_world : {1, 2, 3, 4}) {
+      for (int variant : {0, 1 + (save_world + load_world) % (synthetic::kNumLayouts - 1)}) {
+        auto results = LoadSynthetic(spec, ckpt, load_world, variant);
+        for (size_t r = 0; r < results.size(); ++r) {
+          EXPECT_TRUE(results[r].ok()) << "save " << save_world << " -> load " << load_world
+                                       << " variant " << variant << " rank " << r << ": "
+                                       << results[r].ToString();
+        }
+      }
+    }
+  }
+}
+
+TEST(DcpThreads, ReplicatedItemsAreWrittenOnce) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(5, 200 << 10);
+  ASSERT_TRUE(SaveSynthetic(spec, dir.path("c"), 4).ok());
+  auto reader = NewFileSystemReader(dir.path("c"));
+  auto md = reader->ReadMetadata();
+  ASSERT_TRUE(md.ok());
+  uint64_t stored = 0;
+  for (const auto& [idx, info] : md->storage_data) stored += info.length;
+  EXPECT_EQ(stored, spec.total_bytes);  // every byte of the global state exactly once
+}
+
+TEST(DcpThreads, AsyncSaveFromFourRanks) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(9, 400 << 10);
+  auto results = RunThreadRanks(
+      4,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 4, g.rank(), 0, true));
+        AsyncSaveOptions opts;
+        opts.pool = StagingPool::Create(64 << 10);
+        AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path("a")), &g, opts);
+        MEGA_RETURN_IF_ERROR(h.staged.get());
+        return h.done.get();
+      },
+      Quick());
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A planner whose ResolveData throws on one rank.
+class ThrowOnRank : public SavePlanner {
+ public:
+  ThrowOnRank(int rank, int bad_rank) : inner_(NewDefaultSavePlanner()), throws_(rank == bad_rank) {}
+  Status SetUp(const StateDict& sd, const std::optional<StorageMeta>& m, bool c) override {
+    return inner_->SetUp(sd, m, c);
+  }
+  Result<SavePlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
+  Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> p) override {
+    return inner_->CreateGlobalPlan(std::move(p));
+  }
+  Result<SavePlan> FinishPlan(SavePlan p) override { return inner_->FinishPlan(std::move(p)); }
+  Result<ResolvedData> ResolveData(const WriteItem& item) override {
+    if (throws_) throw std::runtime_error("disk on fire");
+    return inner_->ResolveData(item);
+  }
+
+ private:
+  std::unique_ptr<SavePlanner> inner_;
+  bool throws_;
+};
+
+TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(1, 100 << 10);
+  auto results = RunThreadRanks(
+      3,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
+        ThrowOnRank planner(g.rank(), 1);
+        SaveOptions so;
+        so.planner = &planner;
+        return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);
+      },
+      Quick());
+  ExpectAllFail(results, StatusCode::kInternal, {"rank 1: ", "disk on fire"});
+  EXPECT_FALSE(fs::exists(dir.path("t") + "/.metadata"));
+  // Every rank aborted: no data files left behind.
+  for (auto& e : fs::directory_iterator(dir.path("t"))) ADD_FAILURE() << "left over: " << e.path();
+}
+
+TEST(DcpThreadsFaults, WriterErrorOnOneRankFailsEveryRank) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(2, 100 << 10);
+  // Rank 2 writes into a path that is a regular file: its data files cannot be created.
+  fs::create_directories(dir.path("w"));
+  std::ofstream(dir.path("blocker")) << "x";
+  auto results = RunThreadRanks(
+      3,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
+        auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
+        return Save(sd, *writer, &g);
+      },
+      Quick());
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].ok()) << r;
+    EXPECT_NE(results[r].message().find("rank 2: "), std::string::npos) << results[r].ToString();
+  }
+}
+
+class DcpThreadsLoadFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = synthetic::MakeSpec(3, 300 << 10);
+    ckpt_ = dir_.path("c");
+    ASSERT_TRUE(SaveSynthetic(spec_, ckpt_, 2).ok());
+    for (auto& e : fs::directory_iterator(ckpt_)) {
+      if (e.path().extension() == ".distcp") data_files_.push_back(e.path().string());
+    }
+    std::sort(data_files_.begin(), data_files_.end());
+    ASSERT_FALSE(data_files_.empty());
+  }
+  std::vector<Status> LoadAt(int world) { return LoadSynthetic(spec_, ckpt_, world, 1); }
+
+  TempDir dir_;
+  synthetic::Spec spec_;
+  std::string ckpt_;
+  std::vector<std::string> data_files_;
+};
+
+TEST_F(DcpThreadsLoadFaults, MissingDataFile) {
+  fs::remove(data_files_.back());
+  ExpectAllFail(LoadAt(3), StatusCode::kNotFound, {"is missing", fs::path(data_files_.back()).filename()});
+}
+
+TEST_F(DcpThreadsLoadFaults, TruncatedDataFile) {
+  fs::resize_file(data_files_[0], fs::file_size(data_files_[0]) / 2);
+  ExpectAllFail(LoadAt(4), StatusCode::kDataLoss, {"truncated", fs::path(data_files_[0]).filename()});
+}
+
+TEST_F(DcpThreadsLoadFaults, CorruptMetadata) {
+  std::ofstream(ckpt_ + "/.metadata", std::ios::trunc) << "{\"format\": \"megackpt-dcp-metadata\", \"version\": 1}";
+  ExpectAllFail(LoadAt(2), StatusCode::kDataLoss, {".metadata", "state_dict_metadata"});
+}
+
+TEST_F(DcpThreadsLoadFaults, FlippedDataByte) {
+  {
+    std::fstream f(data_files_[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    char c;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 1);
+    f.seekp(5000);
+    f.write(&c, 1);
+  }
+  // World 1 reads every byte, so the flipped one is certainly checked.
+  ExpectAllFail(LoadAt(1), StatusCode::kDataLoss, {"checksum mismatch", fs::path(data_files_[0]).filename()});
+  auto r3 = LoadAt(3);
+  for (const Status& s : r3) EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+}
+
+TEST_F(DcpThreadsLoadFaults, ShapeMismatchOnOneRankFailsEveryRank) {
+  auto results = RunThreadRanks(
+      3,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec_, 3, g.rank(), 1, false));
+        if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
+        return Load(sd, *NewFileSystemReader(ckpt_), &g);
+      },
+      Quick());
+  ExpectAllFail(results, StatusCode::kInvalidArgument, {"rank 1: ", "'rng_state'"});
+}
+
+}  // namespace
+}  // namespace megackpt::dcp
