@@ -34,7 +34,7 @@ TEST(CasDedupTest, CheckpointVersionsAndResharding) {
   auto store = CasStore::OpenLocal(dir.path(), {}, {.create = true, .sync = false});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   scenario::Options opts;
-  opts.total_bytes = 96ull << 20;
+  opts.total_bytes = 64ull << 20;
   auto report = scenario::Run(**store, opts, /*verify=*/true);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   std::printf("%s", report->ToString().c_str());
@@ -112,7 +112,7 @@ std::vector<int> UploadConcurrently(const std::string& dir, const std::vector<st
       ThreadPool pool(2);  // the parent's threads do not exist in the child
       CasStoreOptions opts;
       opts.pool = &pool;
-      opts.max_xorb_bytes = 512u << 10;
+      opts.max_xorb_bytes = 256u << 10;
       auto store = CasStore::OpenLocal(dir, opts, {.create = true, .sync = false});
       if (!store.ok()) ::_exit(4);
       auto r = (*store)->Upload(std::as_bytes(std::span(data[i])));
@@ -140,7 +140,7 @@ std::vector<int> UploadConcurrently(const std::string& dir, const std::vector<st
 TEST(CasConcurrencyTest, TwoProcessesUploadingTheSameContentStoreOneCopy) {
   for (int round = 0; round < 2; ++round) {
     TempDir dir;
-    std::string shared = Data(round + 1, 24u << 20);
+    std::string shared = Data(round + 1, 12u << 20);
     // Round 0: identical files. Round 1: same content, different tails.
     std::vector<std::string> data = {shared, shared};
     if (round == 1) {

@@ -200,10 +200,7 @@ Status DescribeOutputs(FileSystem& fs, const std::string& dir, const std::vector
       ro.verify_checksums = false;
       MEGA_ASSIGN_OR_RETURN(auto reader, MegaReader::Open(std::move(opened), ro));
       for (const auto& t : reader->tensors()) {
-        std::string sum = t.checksum_type == MegaChecksumType::kCrc32
-                              ? mega_storage::CrcString(t.crc32())
-                              : (t.checksum_type == MegaChecksumType::kSha256 ? "sha256:" + t.checksum_hex()
-                                                                              : "");
+        std::string sum = mega_storage::MegaChecksumString(t);
         infos[t.name] = {f.name, t.file_offset, t.logical_nbytes, sum, 0, {}, ""};
       }
     }

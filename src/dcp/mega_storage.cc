@@ -266,13 +266,14 @@ struct MegaStorageWriter::Impl {
     wo.checksum = options.checksum;
     wo.max_parallel = 1;
     MegaWriter writer(wo);
-    for (const MetaEntry& e : ShardMetadata(lf, plan.planner_data).entries()) {
+    const MegaMetadata shard_md = ShardMetadata(lf, plan.planner_data);
+    for (const MetaEntry& e : shard_md.entries()) {
       MEGA_RETURN_IF_ERROR(writer.AddMetadata(e.key, e.value));
     }
     std::vector<ResolvedData> held(lf.items.size());
     for (size_t i : items) {
       const WriteItem& w = plan.items[i];
-      const size_t pos = where.at(MetadataIndex(w.index.fqn, ItemFor(w).key.offset)).second;
+      const size_t pos = where.at(ItemFor(w).key).second;
       MEGA_ASSIGN_OR_RETURN(held[pos], planner.ResolveData(w));
     }
     for (size_t pos = 0; pos < lf.items.size(); ++pos) {
@@ -289,7 +290,7 @@ struct MegaStorageWriter::Impl {
     MEGA_RETURN_IF_ERROR(file->Close());
     for (size_t i : items) {
       const WriteItem& w = plan.items[i];
-      const size_t pos = where.at(MetadataIndex(w.index.fqn, ItemFor(w).key.offset)).second;
+      const size_t pos = where.at(ItemFor(w).key).second;
       const MegaTensorInfo& t = wr.tensors[pos];
       WriteResult& r = (*results)[i];
       r.index = w.index;
@@ -297,11 +298,7 @@ struct MegaStorageWriter::Impl {
       r.storage_data.relative_path = lf.name;
       r.storage_data.offset = t.file_offset;
       r.storage_data.length = t.logical_nbytes;
-      r.storage_data.checksum = t.checksum_type == MegaChecksumType::kCrc32
-                                    ? mega_storage::CrcString(t.crc32())
-                                    : (t.checksum_type == MegaChecksumType::kSha256
-                                           ? "sha256:" + t.checksum_hex()
-                                           : "");
+      r.storage_data.checksum = mega_storage::MegaChecksumString(t);
     }
     slots[f].done = true;
     return Status::OK();

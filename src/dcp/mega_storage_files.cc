@@ -14,8 +14,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 std::string BaseName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -26,15 +24,6 @@ std::string ParentOf(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
-}
-
-std::string MegaChecksumString(const MegaTensorInfo& t) {
-  switch (t.checksum_type) {
-    case MegaChecksumType::kCrc32: return CrcString(t.crc32());
-    case MegaChecksumType::kSha256: return "sha256:" + t.checksum_hex();
-    case MegaChecksumType::kNone: return "";
-  }
-  return "";
 }
 
 // One stored piece found in a shard header.

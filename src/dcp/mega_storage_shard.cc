@@ -31,8 +31,6 @@ using json = nlohmann::json;
 
 constexpr uint64_t kWritePiece = 1ull << 20;  // CRC + pwrite granularity (bytes stay in cache)
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 std::string ChecksumName(MegaChecksumType t) {
   switch (t) {
     case MegaChecksumType::kNone: return "none";
@@ -491,6 +489,28 @@ std::string CrcString(uint32_t crc) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
   return buf;
+}
+
+std::string MegaChecksumString(const MegaTensorInfo& t) {
+  std::string out;
+  switch (t.checksum_type) {
+    case MegaChecksumType::kCrc32: return CrcString(t.crc32());
+    case MegaChecksumType::kSha256:
+      out = "sha256:";
+      out += t.checksum_hex();
+      return out;
+    case MegaChecksumType::kNone: return out;
+  }
+  return out;
+}
+
+std::string Quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('\'');
+  out.append(s);
+  out.push_back('\'');
+  return out;
 }
 
 }  // namespace megackpt::dcp::mega_storage

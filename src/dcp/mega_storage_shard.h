@@ -136,6 +136,11 @@ std::string NewSaveId();
 
 // "crc32:%08x".
 std::string CrcString(uint32_t crc);
+// "crc32:..." / "sha256:..." / "" for a tensor of a MEGA file.
+std::string MegaChecksumString(const MegaTensorInfo& t);
+
+// 'name' (for messages).
+std::string Quote(std::string_view s);
 
 }  // namespace megackpt::dcp::mega_storage
 

@@ -1,8 +1,9 @@
-// Storage backends by name. "mega" is wired by the MEGA storage backend (issue:
-// MegaStorageWriter/Reader); until then it reports Unimplemented.
+// Storage backends by name: "fs" (FileSystemWriter/Reader) and "mega"
+// (MegaStorageWriter/Reader, mega_storage.h).
 #include "megackpt/dcp/storage_factory.h"
 
 #include "megackpt/dcp/filesystem.h"
+#include "megackpt/dcp/mega_storage.h"
 
 namespace megackpt::dcp {
 
@@ -17,7 +18,11 @@ Result<std::unique_ptr<StorageWriter>> MakeStorageWriter(std::string_view kind,
     return NewFileSystemWriter(path, o);
   }
   if (kind == "mega") {
-    return UnimplementedError("storage \"mega\" (MegaStorageWriter) is not built in yet");
+    MegaStorageWriterOptions o;
+    o.thread_count = options.thread_count;
+    o.sync = options.sync;
+    o.overwrite = options.overwrite;
+    return std::unique_ptr<StorageWriter>(new MegaStorageWriter(path, std::nullopt, o));
   }
   return InvalidArgumentError("unknown storage \"" + std::string(kind) + "\" (expected fs or mega)");
 }
@@ -31,7 +36,9 @@ Result<std::unique_ptr<StorageReader>> MakeStorageReader(std::string_view kind,
     return NewFileSystemReader(path, o);
   }
   if (kind == "mega") {
-    return UnimplementedError("storage \"mega\" (MegaStorageReader) is not built in yet");
+    MegaStorageReaderOptions o;
+    o.thread_count = options.thread_count;
+    return std::unique_ptr<StorageReader>(new MegaStorageReader(path, o));
   }
   return InvalidArgumentError("unknown storage \"" + std::string(kind) + "\" (expected fs or mega)");
 }

@@ -1,0 +1,273 @@
+// `megackpt bench dcp`: distributed save/load throughput of the FileSystemWriter
+// and FileSystemReader next to the machine's limits, measured the same way in the
+// same run (DESIGN.md, performance model).
+//
+//  - state: 16 F32 tensors of --size/16 bytes, each sharded by rows over the
+//    ranks; every rank's shards live in one pre-faulted buffer per tensor.
+//  - save_gbps: Save with sync (every data file fsynced, then the metadata
+//    commit) of the whole state; limit durable_write_gbps: one plain file of the
+//    same size written with large pwrites and fdatasync.
+//  - save_nosync_gbps vs pagecache_write_gbps: the same without any fsync.
+//  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
+//    repetitions (warm page cache, like the limit); limit pagecache_read_gbps: a
+//    warm pread of a cached file into a reused buffer.
+//  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
+//    before it (the state itself is already resident).
+//  Each: one dropped warm-up, then --reps runs; min/median/max.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "dcp_bench.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/filesystem.h"
+#include "megackpt/process_group.h"
+
+namespace megackpt::bench {
+namespace {
+
+constexpr int kWarmup = 1;
+constexpr int kTensors = 16;
+constexpr int64_t kCols = 1024;  // F32: 4 KiB rows
+
+struct RankState {
+  dcp::StateDict save;
+  dcp::StateDict load;
+  std::vector<Tensor> save_shards, load_shards;
+};
+
+Result<RankState> BuildState(uint64_t size, int world, int rank) {
+  RankState st;
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
+  for (int t = 0; t < kTensors; ++t) {
+    int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
+    Shape local{r1 - r0, kCols};
+    const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * kCols * 4;
+    MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(nbytes, true));
+    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(nbytes, true));
+    FillRandom(a.get(), nbytes, 1000 + t * 64 + rank);
+    MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, local, a));
+    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, local, b));
+    const std::string name = "layers." + std::to_string(t) + ".weight";
+    std::vector<dcp::Shard> sa, sb;
+    if (r1 > r0) {
+      sa.push_back(dcp::Shard{{r0, 0}, ta});
+      sb.push_back(dcp::Shard{{r0, 0}, tb});
+    }
+    st.save.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sa}));
+    st.load.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sb}));
+    st.save_shards.push_back(ta);
+    st.load_shards.push_back(tb);
+  }
+  return st;
+}
+
+uint64_t GlobalBytes(uint64_t size) {
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
+  return static_cast<uint64_t>(rows) * kCols * 4 * kTensors;
+}
+
+// Runs one collective operation on every rank and returns its wall time: the
+// threads backend times the whole multi-thread run; MPI ranks start together
+// (barrier) and report the slowest rank.
+class Runner {
+ public:
+  Runner(std::vector<RankState>* states, ProcessGroup* mpi, int world)
+      : states_(states), mpi_(mpi), world_(world) {}
+
+  int rank() const { return mpi_ ? mpi_->rank() : 0; }
+
+  Result<double> Run(const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+    if (!mpi_) {
+      double t0 = NowSeconds();
+      auto results = RunThreadRanks(world_, [&](ProcessGroup& g) { return fn(g, (*states_)[g.rank()]); });
+      double dt = NowSeconds() - t0;
+      for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
+      return dt;
+    }
+    MEGA_RETURN_IF_ERROR(mpi_->Barrier());
+    double t0 = NowSeconds();
+    Status s = fn(*mpi_, (*states_)[0]);
+    double dt = NowSeconds() - t0;
+    MEGA_RETURN_IF_ERROR(mpi_->AllReduceStatus(s));
+    MEGA_ASSIGN_OR_RETURN(auto all, mpi_->AllGather(std::to_string(dt)));
+    double worst = 0;
+    for (const auto& x : all) worst = std::max(worst, std::stod(x));
+    return worst;
+  }
+
+  Result<Summary> Gbps(uint64_t bytes, int reps, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+    std::vector<double> secs;
+    for (int i = 0; i < kWarmup + reps; ++i) {
+      MEGA_ASSIGN_OR_RETURN(double dt, Run(fn));
+      if (i >= kWarmup) secs.push_back(dt);
+    }
+    return Summarize(ToGbps(secs, bytes));
+  }
+
+ private:
+  std::vector<RankState>* states_;
+  ProcessGroup* mpi_;
+  int world_;
+};
+
+Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
+  const int world = mpi ? mpi->world_size() : o.world_size;
+  const int my_rank = mpi ? mpi->rank() : 0;
+  const uint64_t bytes = GlobalBytes(o.size);
+  // Rank 0 picks the folder; MPI ranks learn it.
+  std::unique_ptr<TempDir> tmp;
+  std::string base = o.dir;
+  if (my_rank == 0 && base.empty()) {
+    tmp = std::make_unique<TempDir>("megackpt-bench-dcp");
+    base = tmp->path();
+  }
+  if (mpi) {
+    MEGA_ASSIGN_OR_RETURN(base, mpi->Broadcast(base, 0));
+  }
+  const std::string ckpt = base + "/ckpt";
+
+  std::vector<RankState> states;
+  if (mpi) {
+    MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, my_rank));
+    states.push_back(std::move(st));
+  } else {
+    for (int r = 0; r < world; ++r) {
+      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, r));
+      states.push_back(std::move(st));
+    }
+  }
+  Runner runner(&states, mpi, world);
+  auto save_fn = [&](bool sync) {
+    return [&, sync](ProcessGroup& g, RankState& st) -> Status {
+      dcp::FileSystemWriterOptions wo;
+      wo.sync = sync;
+      wo.thread_count = o.threads;
+      auto writer = dcp::NewFileSystemWriter(ckpt, wo);
+      return dcp::Save(st.save, *writer, &g);
+    };
+  };
+  auto load_fn = [&](ProcessGroup& g, RankState& st) -> Status {
+    dcp::FileSystemReaderOptions ro;
+    ro.thread_count = o.threads;
+    auto reader = dcp::NewFileSystemReader(ckpt, ro);
+    return dcp::Load(st.load, *reader, &g);
+  };
+
+  // Peak extra memory of one synchronous save (first, before other buffers).
+  MEGA_RETURN_IF_ERROR(runner.Run(save_fn(true)).status());  // warm the files' paths
+  const bool reset_ok = ResetPeakRss();
+  const uint64_t rss_before = CurrentRssBytes();
+  MEGA_RETURN_IF_ERROR(runner.Run(save_fn(true)).status());
+  uint64_t peak_extra = PeakRssBytes() > rss_before ? PeakRssBytes() - rss_before : 0;
+  if (mpi) {
+    MEGA_ASSIGN_OR_RETURN(auto all, mpi->AllGather(std::to_string(peak_extra)));
+    for (const auto& x : all) peak_extra = std::max<uint64_t>(peak_extra, std::stoull(x));
+  }
+
+  MEGA_ASSIGN_OR_RETURN(Summary save, runner.Gbps(bytes, o.reps, save_fn(true)));
+  MEGA_ASSIGN_OR_RETURN(Summary save_nosync, runner.Gbps(bytes, o.reps, save_fn(false)));
+  MEGA_ASSIGN_OR_RETURN(Summary load, runner.Gbps(bytes, o.reps, load_fn));
+  // The benchmark measures real loads: the last one must have restored the bytes.
+  for (const RankState& st : states) {
+    for (size_t i = 0; i < st.save_shards.size(); ++i) {
+      if (!TensorBytesEqual(st.save_shards[i], st.load_shards[i])) {
+        return InternalError("bench dcp: loaded tensor " + std::to_string(i) + " differs from the saved one");
+      }
+    }
+  }
+  states.clear();  // free the state before measuring the limits
+
+  Summary durable, pc_write, pc_read;
+  if (my_rank == 0) {
+    const std::string file = base + "/limit.bin";
+    MEGA_ASSIGN_OR_RETURN(durable, FileWriteGbps(file, bytes, true, kWarmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(pc_write, FileWriteGbps(file, bytes, false, kWarmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(pc_read, FileReadGbps(file, bytes, kWarmup, o.reps));
+  }
+  if (mpi) MEGA_RETURN_IF_ERROR(mpi->Barrier());
+  if (my_rank != 0) return Status::OK();
+  std::error_code ec;
+  if (!o.dir.empty()) std::filesystem::remove_all(ckpt, ec);
+
+  auto put = [&](const std::string& key, const Summary& s) {
+    (*out)[key] = s.median;
+    (*out)[key + "_min"] = s.min;
+    (*out)[key + "_max"] = s.max;
+  };
+  (*out)["size_bytes"] = bytes;
+  (*out)["world_size"] = world;
+  (*out)["backend"] = mpi ? "mpi" : "threads";
+  (*out)["threads_per_rank"] = o.threads;
+  (*out)["reps"] = o.reps;
+  put("save_gbps", save);
+  put("save_nosync_gbps", save_nosync);
+  put("load_gbps", load);
+  put("durable_write_gbps", durable);
+  put("pagecache_write_gbps", pc_write);
+  put("pagecache_read_gbps", pc_read);
+  (*out)["save_vs_durable_write"] = durable.median > 0 ? save.median / durable.median : 0;
+  (*out)["save_nosync_vs_pagecache_write"] = pc_write.median > 0 ? save_nosync.median / pc_write.median : 0;
+  (*out)["load_vs_pagecache_read"] = pc_read.median > 0 ? load.median / pc_read.median : 0;
+  (*out)["peak_extra_rss_bytes"] = reset_ok ? peak_extra : peak_extra;
+  (*out)["peak_rss_reset_ok"] = reset_ok;
+
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors), world %d (%s), "
+                "%d I/O threads/rank, %d reps after %d warm-up\n",
+                bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup);
+  *table += head;
+  char cols[128];
+  std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max", "vs limit");
+  *table += cols;
+  *table += FormatRow("limit: write + fdatasync", durable) + "\n";
+  *table += FormatRow("save (durable, default)", save, durable.median) + "\n";
+  *table += FormatRow("limit: page-cache write", pc_write) + "\n";
+  *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
+  *table += FormatRow("limit: warm read, reused buffer", pc_read) + "\n";
+  *table += FormatRow("load (pre-faulted, reused tensors)", load, pc_read.median) + "\n";
+  char mem[160];
+  std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
+                peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");
+  *table += mem;
+  return Status::OK();
+}
+
+}  // namespace
+
+int RunDcpBench(const DcpBenchOptions& options) {
+  std::unique_ptr<ProcessGroup> mpi;
+  if (options.backend == "mpi") {
+    auto g = NewMpiProcessGroup();
+    if (!g.ok()) {
+      std::fprintf(stderr, "megackpt bench dcp: %s\n", g.status().ToString().c_str());
+      return 1;
+    }
+    mpi = std::move(*g);
+  }
+  nlohmann::json out = nlohmann::json::object();
+  std::string table;
+  Status s = Bench(options, mpi.get(), &out, &table);
+  if (!s.ok()) {
+    std::fprintf(stderr, "megackpt bench dcp: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (mpi && mpi->rank() != 0) return 0;
+  if (options.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::fputs(table.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace megackpt::bench

@@ -1,0 +1,159 @@
+// Test helpers for the hub: a temp folder, and a real `megahub serve` child
+// process on a loopback port (started with --port 0; the printed port is
+// read back), stopped by PID.
+#ifndef MEGACKPT_TESTS_HUB_TEST_SERVER_H_
+#define MEGACKPT_TESTS_HUB_TEST_SERVER_H_
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace megackpt::testing {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "megahub-test") {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string MegahubBinary() { return std::string(MEGACKPT_BINARY_DIR) + "/tools/megahub"; }
+inline std::string MegackptBinary() { return std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt"; }
+
+// Runs a command, returns its stdout (stderr passes through) and exit code.
+inline std::string RunCommand(const std::string& cmd, int* exit_code = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  if (exit_code) *exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+// `megahub token create` on a root; returns the token ("" on failure).
+inline std::string CreateToken(const std::string& root, const std::string& scope,
+                               const std::string& ns = "") {
+  std::string cmd = MegahubBinary() + " token create --root '" + root + "' --scope " + scope;
+  if (!ns.empty()) cmd += " --namespace " + ns;
+  std::string out = RunCommand(cmd);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+class MegahubProcess {
+ public:
+  MegahubProcess() = default;
+  MegahubProcess(const MegahubProcess&) = delete;
+  ~MegahubProcess() { Stop(); }
+
+  // Starts `megahub serve --root root --port 0 extra...`; waits for the
+  // "listening on 127.0.0.1:N" line (up to 20 s). False on failure.
+  bool Start(const std::string& root, const std::vector<std::string>& extra = {}) {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    std::vector<std::string> args = {MegahubBinary(), "serve", "--root", root, "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_fd_ = fds[0];
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char c;
+      ssize_t n = read(out_fd_, &c, 1);
+      if (n <= 0) break;
+      if (c == '\n') {
+        const std::string prefix = "listening on 127.0.0.1:";
+        if (line.rfind(prefix, 0) == 0) {
+          port_ = std::atoi(line.c_str() + prefix.size());
+          return port_ > 0;
+        }
+        line.clear();
+      } else {
+        line += c;
+      }
+    }
+    Kill();
+    return false;
+  }
+
+  // SIGTERM (graceful), then SIGKILL after 10 s. Returns the exit status.
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        Reset();
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    Kill();
+    return -1;
+  }
+
+  // SIGKILL (a crash).
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    Reset();
+  }
+
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void Reset() {
+    pid_ = -1;
+    if (out_fd_ >= 0) close(out_fd_);
+    out_fd_ = -1;
+  }
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int port_ = 0;
+};
+
+}  // namespace megackpt::testing
+
+#endif  // MEGACKPT_TESTS_HUB_TEST_SERVER_H_
