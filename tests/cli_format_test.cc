@@ -205,7 +205,14 @@ TEST_F(CliFormatTest, ConvertWithCompressionShuffleSha256AndSafetensorsIndex) {
   ASSERT_EQ(m.code, 0) << m.err;
   auto reader = *MegaReader::OpenFile(Path("z.mega"));
   EXPECT_EQ(reader->alignment(), 64u);
-  for (const auto& t : reader->tensors()) EXPECT_EQ(t.checksum_type, MegaChecksumType::kSha256);
+  int compressed = 0, shuffled = 0;
+  for (const auto& t : reader->tensors()) {
+    EXPECT_EQ(t.checksum_type, MegaChecksumType::kSha256);
+    compressed += t.compressed();
+    shuffled += t.byte_shuffled();
+  }
+  EXPECT_GT(compressed, 0);  // the test data is compressible
+  EXPECT_GT(shuffled, 0);
   // MEGA file -> safetensors folder (index) -> MEGA file -> safetensors file.
   RunResult s = Run("convert " + Path("z.mega") + " " + Path("st") + " --max-shard-size 30KB");
   ASSERT_EQ(s.code, 0) << s.err;
@@ -216,6 +223,19 @@ TEST_F(CliFormatTest, ConvertWithCompressionShuffleSha256AndSafetensorsIndex) {
   RunResult i = Run("inspect " + Path("st/model.safetensors.index.json") + " --json");
   ASSERT_EQ(i.code, 0) << i.err;
   EXPECT_EQ(json::parse(i.out)["format"], "safetensors-index");
+  // Compressed MEGA -> MEGA folder (decoded tensors go through the spill arena),
+  // with a progress display forced on.
+  RunResult mm = Run("convert " + Path("z.mega") + " " + Path("re") +
+                     " --format mega --max-shard-size 50kB --progress");
+  ASSERT_EQ(mm.code, 0) << mm.err;
+  EXPECT_THAT(mm.err, HasSubstr("convert: "));
+  EXPECT_THAT(mm.err, HasSubstr("GB/s"));
+  ASSERT_EQ(Run("verify " + Path("re")).code, 0);
+  ASSERT_EQ(Run("convert " + Path("re") + " " + Path("re.safetensors")).code, 0);
+  EXPECT_EQ(ReadAll(Path("re.safetensors")), ReadAll(src));
+  for (const auto& e : fs::directory_iterator(Path("re"))) {
+    EXPECT_THAT(e.path().filename().string(), ::testing::Not(HasSubstr("spill")));
+  }
   ASSERT_EQ(Run("convert " + Path("st") + " " + Path("again.mega")).code, 0);
   ASSERT_EQ(Run("convert " + Path("again.mega") + " " + Path("final.safetensors")).code, 0);
   EXPECT_EQ(ReadAll(Path("final.safetensors")), ReadAll(src));

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -527,6 +528,7 @@ class LocalBackend final : public CasBackend {
   // deleted xorbs, restores entries lost to a crash between a xorb's link and
   // its index append).
   Status RebuildIndex() {
+    MEGA_RETURN_IF_ERROR(CleanTemp());
     MEGA_ASSIGN_OR_RETURN(Fd lock_fd, LockIndexForWrite());
     MEGA_ASSIGN_OR_RETURN(std::vector<MerkleHash> xorbs, ListXorbs());
     std::string all;

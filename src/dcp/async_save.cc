@@ -184,24 +184,33 @@ class StagingWriter final : public StorageWriter {
     MEGA_RETURN_IF_ERROR(ParallelFor(
         &ThreadPool::Default(), wave.size(),
         [&](size_t k) -> Status {
-          const WriteItem& item = plan.items[wave[k]];
-          std::byte* dst = base + offsets[k];
-          MEGA_ASSIGN_OR_RETURN(ResolvedData src, source->ResolveData(item));
-          if (item.type == WriteItemType::kByteIO) {
-            std::memcpy(dst, src.bytes.data(), src.bytes.size());
-            out[k].bytes = std::string_view(reinterpret_cast<const char*>(dst), src.bytes.size());
-          } else {
-            MEGA_ASSIGN_OR_RETURN(Tensor copy, Tensor::FromBlob(dst, src.tensor.dtype(), src.tensor.shape()));
-            MEGA_RETURN_IF_ERROR(CopyTensor(src.tensor, copy));
-            out[k].tensor = std::move(copy);
+          try {
+            return StageOne(plan.items[wave[k]], source, base + offsets[k], own, &out[k]);
+          } catch (const std::exception& e) {
+            return InternalError(std::string("SavePlanner::ResolveData threw an exception: ") + e.what());
+          } catch (...) {
+            return InternalError("SavePlanner::ResolveData threw a non-standard exception");
           }
-          out[k].hold = own;
-          return Status::OK();
         },
         2));
     for (size_t k = 0; k < wave.size(); ++k) {
       staged->emplace(plan.items[wave[k]].index, std::move(out[k]));
     }
+    return Status::OK();
+  }
+
+  static Status StageOne(const WriteItem& item, SavePlanner* source, std::byte* dst,
+                         const std::shared_ptr<std::byte>& own, ResolvedData* out) {
+    MEGA_ASSIGN_OR_RETURN(ResolvedData src, source->ResolveData(item));
+    if (item.type == WriteItemType::kByteIO) {
+      std::memcpy(dst, src.bytes.data(), src.bytes.size());
+      out->bytes = std::string_view(reinterpret_cast<const char*>(dst), src.bytes.size());
+    } else {
+      MEGA_ASSIGN_OR_RETURN(Tensor copy, Tensor::FromBlob(dst, src.tensor.dtype(), src.tensor.shape()));
+      MEGA_RETURN_IF_ERROR(CopyTensor(src.tensor, copy));
+      out->tensor = std::move(copy);
+    }
+    out->hold = own;
     return Status::OK();
   }
 

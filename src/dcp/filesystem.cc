@@ -88,6 +88,18 @@ bool ParseDataFileName(std::string_view name, int* rank) {
   return true;
 }
 
+// Planners are user code and may throw on our worker threads; an exception must
+// become a Status there (it cannot cross threads).
+Status NoThrow(const char* what, const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return InternalError(std::string(what) + " threw an exception: " + e.what());
+  } catch (...) {
+    return InternalError(std::string(what) + " threw a non-standard exception");
+  }
+}
+
 std::string BaseName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -265,7 +277,9 @@ class FileSystemWriterImpl final : public StorageWriter {
             std::lock_guard<std::mutex> lock(mu);
             written_.push_back(full);
           }
-          return WriteFile(full, names[f], plan, bins[f], planner, &results);
+          return NoThrow("FileSystemWriter::WriteData", [&] {
+            return WriteFile(full, names[f], plan, bins[f], planner, &results);
+          });
         },
         options_.thread_count);
     MEGA_RETURN_IF_ERROR(s);
@@ -494,23 +508,30 @@ class FileSystemReaderImpl final : public StorageReader {
     return ParallelFor(
         pool_.get(), units.size(),
         [&](size_t u) -> Status {
-          const ReadUnit& unit = units[u];
-          ItemState& st = items[unit.item];
-          const ReadItem& item = plan.items[unit.item];
-          if (item.type == LoadItemType::kByteIO) {
-            std::string value(st.info->length, '\0');
-            auto span = std::as_writable_bytes(std::span<char>(value.data(), value.size()));
-            MEGA_RETURN_IF_ERROR(ReadRange(st, item, 0, span, /*expand=*/false, nullptr, 0));
-            return planner.LoadBytes(item, std::move(value));
-          }
-          MEGA_RETURN_IF_ERROR(ReadTensorUnit(st, item, unit));
-          if (st.remaining.fetch_sub(1) == 1) return planner.CommitTensor(item, st.dest);
-          return Status::OK();
+          return NoThrow("FileSystemReader::ReadData",
+                         [&] { return ReadUnitAt(plan, planner, items, units[u]); });
         },
         options_.thread_count);
   }
 
  private:
+  // One unit of work: a bytes value, or one byte range of a tensor item (the
+  // item is committed when its last range is in).
+  Status ReadUnitAt(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
+                    const ReadUnit& unit) {
+    ItemState& st = items[unit.item];
+    const ReadItem& item = plan.items[unit.item];
+    if (item.type == LoadItemType::kByteIO) {
+      std::string value(st.info->length, '\0');
+      auto span = std::as_writable_bytes(std::span<char>(value.data(), value.size()));
+      MEGA_RETURN_IF_ERROR(ReadRange(st, item, 0, span, /*expand=*/false, nullptr, 0));
+      return planner.LoadBytes(item, std::move(value));
+    }
+    MEGA_RETURN_IF_ERROR(ReadTensorUnit(st, item, unit));
+    if (st.remaining.fetch_sub(1) == 1) return planner.CommitTensor(item, st.dest);
+    return Status::OK();
+  }
+
   Status EnsureFs() {
     if (fs_) return Status::OK();
     if (options_.fs) {

@@ -1670,7 +1670,28 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
     impl->Handle(req, res, nullptr);
   };
   auto with_body = [impl](const httplib::Request& req, httplib::Response& res,
-                          const httplib::ContentReader& reader) { impl->Handle(req, res, &reader); };
+                          const httplib::ContentReader& reader) {
+    // Handlers that answer early (auth, 404) leave the body unread; drain it
+    // afterwards or the next request on this keep-alive connection would be
+    // parsed from the middle of this body.
+    bool consumed = false;
+    httplib::ContentReader tracked(
+        [&](httplib::ContentReceiver receiver) {
+          consumed = true;
+          return reader(std::move(receiver));
+        },
+        [&](httplib::MultipartContentHeader header, httplib::ContentReceiver receiver) {
+          consumed = true;
+          return reader(std::move(header), std::move(receiver));
+        });
+    impl->Handle(req, res, &tracked);
+    if (!consumed) {
+      reader([impl](const char*, size_t len) {
+        impl->request_body_bytes += len;
+        return true;
+      });
+    }
+  };
   http.Get(".*", plain);
   http.Delete(".*", plain);
   http.Post(".*", httplib::Server::HandlerWithContentReader(with_body));

@@ -15,7 +15,7 @@ using json = nlohmann::json;
 class StagingWriter final : public WritableFile {
  public:
   StagingWriter(std::unique_ptr<ContentUpload> upload, std::string name, std::string full_path,
-                std::function<Status(StagedEntry)> done)
+                std::function<Status(StagedEntry, const cas::FileUploadResult*)> done)
       : upload_(std::move(upload)), name_(std::move(name)), full_path_(std::move(full_path)),
         done_(std::move(done)) {}
 
@@ -33,13 +33,13 @@ class StagingWriter final : public WritableFile {
     StagedEntry e;
     e.entry = upload_->entry();
     e.entry.path = full_path_;
-    return done_(std::move(e));
+    return done_(std::move(e), &upload_->result());
   }
 
  private:
   std::unique_ptr<ContentUpload> upload_;
   std::string name_, full_path_;
-  std::function<Status(StagedEntry)> done_;
+  std::function<Status(StagedEntry, const cas::FileUploadResult*)> done_;
   bool closed_ = false;
 };
 
@@ -171,9 +171,14 @@ Result<std::string> HubTransaction::FullPath(std::string_view relative_path) con
   return full;
 }
 
-Status HubTransaction::Record(StagedEntry entry) {
+Status HubTransaction::Record(StagedEntry entry, const cas::FileUploadResult* upload) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return FailedPreconditionError(root_.ToString() + ": transaction is closed");
+  if (upload) {
+    ++stats_.files_written;
+    stats_.bytes_written += upload->size;
+    stats_.new_bytes += upload->stored_bytes;
+  }
   std::string path = entry.entry.path;
   staged_[path] = std::move(entry);
   return Status::OK();
@@ -185,7 +190,7 @@ Result<std::unique_ptr<WritableFile>> HubTransaction::OpenForWrite(std::string_v
   MEGA_ASSIGN_OR_RETURN(MegaUri uri, root_.WithPath(full));
   MEGA_ASSIGN_OR_RETURN(auto upload, hub_->BeginUpload(uri.ToString()));
   return std::unique_ptr<WritableFile>(new StagingWriter(
-      std::move(upload), uri.ToString(), full, [this](StagedEntry e) { return Record(std::move(e)); }));
+      std::move(upload), uri.ToString(), full, [this](StagedEntry e, const cas::FileUploadResult* r) { return Record(std::move(e), r); }));
 }
 
 Status HubTransaction::Put(std::string_view relative_path, std::string_view data) {
@@ -226,6 +231,11 @@ std::optional<StagedEntry> HubTransaction::FindStaged(std::string_view full_path
   auto it = staged_.find(std::string(full_path));
   if (it == staged_.end()) return std::nullopt;
   return it->second;
+}
+
+TransactionStats HubTransaction::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
 bool HubTransaction::is_open() const {

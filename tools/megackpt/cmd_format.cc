@@ -917,6 +917,7 @@ Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const st
                                                : fs::path(path).parent_path().string(),
                                            spill_bytes));
   uint64_t shard_bytes = 0;
+  std::vector<std::pair<void*, size_t>> mapped_ranges;
   for (size_t id : ids) {
     const TensorRef& t = src.tensors[id];
     const ModelFile& f = src.files[t.file];
@@ -930,12 +931,14 @@ Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const st
                                                    std::shared_ptr<void>(arena)));
       MEGA_RETURN_IF_ERROR(f.mega->ReadTensor(t.index, view));
     }
-    // Populate the page tables of the source range in one call: copying out of
-    // a mapping page fault by page fault is several times slower.
-    if (t.nbytes > 0) {
+    // Populate the page tables of a mapped source range in one call: copying
+    // out of a mapping page fault by page fault is several times slower.
+    const bool mapped_source = f.st || f.mega->tensors()[t.index].is_plain();
+    if (t.nbytes > 0 && mapped_source) {
       uintptr_t start = reinterpret_cast<uintptr_t>(view.data()) & ~uintptr_t{4095};
       uintptr_t end = reinterpret_cast<uintptr_t>(view.data()) + t.nbytes;
       madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ);
+      mapped_ranges.emplace_back(reinterpret_cast<void*>(start), end - start);
     }
     MEGA_RETURN_IF_ERROR(writer.AddTensor(t.name, view));
     shard_bytes += t.nbytes;
@@ -943,6 +946,9 @@ Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const st
   progress.Watch(path, 0);
   auto result = writer.WriteFile(path, o.sync);
   progress.Unwatch();
+  // Drop this shard's source pages from our page tables (they stay in the page
+  // cache): the process then maps at most one output shard of source at a time.
+  for (const auto& [start, len] : mapped_ranges) madvise(start, len, MADV_DONTNEED);
   MEGA_RETURN_IF_ERROR(result.status());
   progress.Add(shard_bytes);
   return Status::OK();

@@ -1,12 +1,499 @@
-// Placeholder until the hub commands land.
+// Hub commands: push, pull, ls, rm, log (and `bench hub`). Thin shells over
+// megackpt::hub (HubConnection, HubTransaction, MegaFileSystem).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "hub_bench.h"  // bench/
 #include "megackpt/commands.h"
+#include "megackpt/hub/client.h"
+#include "megackpt/hub/mega_fs.h"
+#include "megackpt/hub/transaction.h"
+#include "megackpt/mega_uri.h"
+#include "megackpt/thread_pool.h"
 
 namespace megackpt::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct HubFlags {
+  std::string endpoint;  // "" = MEGA_ENDPOINT / default
+  std::string token;     // "" = MEGA_TOKEN
+  bool json = false;
+  bool quiet = false;
+  int threads = 4;
+};
+
+void AddHubFlags(CLI::App* cmd, HubFlags* f) {
+  cmd->add_option("--endpoint", f->endpoint,
+                  "Hub endpoint: http://HOST:PORT (megahub) or file:///DIR (embedded); "
+                  "default $MEGA_ENDPOINT, else $MEGA_HOME/hub");
+  cmd->add_option("--token", f->token, "Bearer token (default $MEGA_TOKEN)");
+  cmd->add_flag("--json", f->json, "Print the result as JSON");
+  cmd->add_flag("-q,--quiet", f->quiet, "No progress output on stderr");
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "megackpt: %s\n", s.ToString().c_str());
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
+  std::optional<std::string> token;
+  if (!f.token.empty()) token = f.token;
+  return hub::ConnectHub(f.endpoint, token);
+}
+
+std::string HumanBytes(uint64_t n) {
+  char buf[64];
+  if (n >= (1ull << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", n / double(1ull << 30));
+  } else if (n >= (1ull << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", n / double(1ull << 20));
+  } else if (n >= 1024) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
+  }
+  return buf;
+}
+
+// Progress lines on stderr: "[k/n] path (size)".
+class Progress {
+ public:
+  Progress(bool quiet, size_t total_files, uint64_t total_bytes, const char* verb)
+      : quiet_(quiet), total_files_(total_files), total_bytes_(total_bytes), verb_(verb) {}
+  void FileDone(const std::string& path, uint64_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++files_;
+    bytes_ += size;
+    if (quiet_) return;
+    std::fprintf(stderr, "%s [%zu/%zu] %s (%s) — %s / %s\n", verb_, files_, total_files_,
+                 path.c_str(), HumanBytes(size).c_str(), HumanBytes(bytes_).c_str(),
+                 HumanBytes(total_bytes_).c_str());
+  }
+
+ private:
+  std::mutex mu_;
+  bool quiet_;
+  size_t total_files_, files_ = 0;
+  uint64_t total_bytes_, bytes_ = 0;
+  const char* verb_;
+};
+
+// ---- push ----
+
+int Push(const std::string& dir, const std::string& target, const HubFlags& f,
+         const std::string& message, bool is_private, bool rebase) {
+  auto uri = ParseMegaUri(target);
+  if (!uri.ok()) return Fail(uri.status());
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Fail(InvalidArgumentError("push: '" + dir + "' is not a folder"));
+  }
+  std::vector<std::pair<std::string, uint64_t>> files;  // relative path, size
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    files.emplace_back(std::filesystem::relative(it->path(), dir, ec).generic_string(), it->file_size(ec));
+  }
+  if (ec) return Fail(ErrnoToStatus("push: listing " + dir, ec.value()));
+  std::sort(files.begin(), files.end());
+  uint64_t total = 0;
+  for (const auto& [p, s] : files) total += s;
+
+  auto hub = Connect(f);
+  if (!hub.ok()) return Fail(hub.status());
+  hub::TransactionOptions opts;
+  opts.message = message.empty() ? "megackpt push " + std::to_string(files.size()) + " files" : message;
+  opts.rebase = rebase;
+  opts.create_private = is_private;
+  auto txn = hub::HubTransaction::Begin(*hub, *uri, opts);
+  if (!txn.ok()) return Fail(txn.status());
+  Progress progress(f.quiet || f.json, files.size(), total, "push");
+  ThreadPool pool(std::max(1, f.threads));
+  Status s = ParallelFor(&pool, files.size(), [&](size_t i) -> Status {
+    const auto& [rel, size] = files[i];
+    MEGA_ASSIGN_OR_RETURN(auto in, OpenLocalFile(dir + "/" + rel));
+    MEGA_ASSIGN_OR_RETURN(auto out, (*txn)->OpenForWrite(rel));
+    std::string buf(std::min<uint64_t>(in->size(), 8u << 20), '\0');
+    for (uint64_t off = 0; off < in->size();) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), in->size() - off));
+      auto dst = std::as_writable_bytes(std::span<char>(buf.data(), n));
+      MEGA_RETURN_IF_ERROR(in->ReadExactlyAt(off, dst));
+      MEGA_RETURN_IF_ERROR(out->Append(dst));
+      off += n;
+    }
+    MEGA_RETURN_IF_ERROR(out->Close());
+    progress.FileDone(rel, size);
+    return Status::OK();
+  });
+  if (!s.ok()) {
+    (*txn)->Abort();
+    return Fail(s);
+  }
+  auto commit = (*txn)->Commit();
+  if (!commit.ok()) return Fail(commit.status());
+  hub::TransactionStats st = (*txn)->stats();
+  if (f.json) {
+    json out = {{"commit", commit->id},
+                {"uploaded_bytes", st.new_bytes},
+                {"total_bytes", total},
+                {"files", files.size()}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("%s %s: %zu files, %s, %s uploaded (new content)\n",
+                commit->id.empty() ? "updated" : ("commit " + commit->id).c_str(),
+                uri->Root().ToString().c_str(), files.size(), HumanBytes(total).c_str(),
+                HumanBytes(st.new_bytes).c_str());
+  }
+  return 0;
+}
+
+// ---- pull ----
+
+struct RemoteFile {
+  std::string rel;  // path relative to the URI's path
+  hub::FileEntry entry;
+  MegaUri where;
+};
+
+Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const MegaUri& uri,
+                                             std::string* commit_out) {
+  std::vector<RemoteFile> out;
+  std::string prefix = uri.path.empty() ? "" : uri.path + "/";
+  if (uri.is_bucket) {
+    MEGA_ASSIGN_OR_RETURN(auto list, hub.ListBucket(uri.repo_id(), uri.path.empty() ? "" : uri.path));
+    for (const auto& e : list) {
+      if (!uri.path.empty() && e.path != uri.path && !e.path.starts_with(prefix)) continue;
+      RemoteFile rf;
+      rf.rel = e.path == uri.path ? std::filesystem::path(e.path).filename().string()
+                                  : e.path.substr(prefix.size());
+      rf.entry.path = e.path;
+      rf.entry.size = e.size;
+      rf.entry.sha256 = e.sha256;
+      rf.entry.xet_hash = e.xet_hash;
+      MEGA_ASSIGN_OR_RETURN(rf.where, uri.WithPath(e.path));
+      out.push_back(std::move(rf));
+    }
+    return out;
+  }
+  MEGA_ASSIGN_OR_RETURN(std::string commit, hub.ResolveRevision(uri.repo_id(), uri.revision));
+  *commit_out = commit;
+  MegaUri pinned = uri;
+  pinned.revision = commit;
+  pinned.has_revision = true;
+  if (!uri.path.empty()) {
+    auto single = hub.GetFile(uri.repo_id(), commit, uri.path);
+    if (single.ok()) {
+      RemoteFile rf;
+      rf.rel = std::filesystem::path(uri.path).filename().string();
+      rf.entry = *single;
+      rf.where = pinned;
+      out.push_back(std::move(rf));
+      return out;
+    }
+    if (single.status().code() != StatusCode::kNotFound) return single.status();
+  }
+  MEGA_ASSIGN_OR_RETURN(auto list, hub.ListFiles(uri.repo_id(), commit, prefix));
+  for (const auto& e : list) {
+    RemoteFile rf;
+    rf.rel = e.path.substr(prefix.size());
+    rf.entry = e;
+    MEGA_ASSIGN_OR_RETURN(rf.where, pinned.WithPath(e.path));
+    out.push_back(std::move(rf));
+  }
+  return out;
+}
+
+int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
+  auto uri = ParseMegaUri(source);
+  if (!uri.ok()) return Fail(uri.status());
+  auto hub = Connect(f);
+  if (!hub.ok()) return Fail(hub.status());
+  std::string commit;
+  auto files = ResolveFiles(**hub, *uri, &commit);
+  if (!files.ok()) return Fail(files.status());
+  if (files->empty()) return Fail(NotFoundError(source + ": no files"));
+  uint64_t total = 0;
+  for (const auto& rf : *files) total += rf.entry.size;
+  Progress progress(f.quiet || f.json, files->size(), total, "pull");
+  // Files are split into pieces downloaded in parallel (one range request each).
+  constexpr uint64_t kPiece = 16u << 20;
+  struct Piece {
+    size_t file;
+    uint64_t offset, length;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::unique_ptr<WritableFile>> outs(files->size());
+  std::vector<std::unique_ptr<RandomAccessFile>> ins(files->size());
+  std::vector<std::string> tmps(files->size());
+  std::vector<std::atomic<int>> left(files->size());
+  for (size_t i = 0; i < files->size(); ++i) {
+    const RemoteFile& rf = (*files)[i];
+    Status vs = ValidateRepoPath(rf.rel);
+    if (!vs.ok()) return Fail(vs);
+    std::string path = dir + "/" + rf.rel;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    tmps[i] = path + ".megackpt-partial";
+    auto out = CreateLocalFile(tmps[i]);
+    if (!out.ok()) return Fail(out.status());
+    outs[i] = *std::move(out);
+    auto in = (*hub)->OpenFile(rf.where, rf.entry);
+    if (!in.ok()) return Fail(in.status());
+    ins[i] = *std::move(in);
+    int n = 0;
+    for (uint64_t off = 0; off < rf.entry.size; off += kPiece) {
+      pieces.push_back({i, off, std::min(kPiece, rf.entry.size - off)});
+      ++n;
+    }
+    left[i] = n;
+    if (n == 0) pieces.push_back({i, 0, 0}), left[i] = 1;
+  }
+  ThreadPool pool(std::max(1, f.threads));
+  Status s = ParallelFor(&pool, pieces.size(), [&](size_t k) -> Status {
+    const Piece& p = pieces[k];
+    std::string buf(p.length, '\0');
+    auto dst = std::as_writable_bytes(std::span<char>(buf.data(), buf.size()));
+    if (p.length) {
+      MEGA_RETURN_IF_ERROR(ins[p.file]->ReadExactlyAt(p.offset, dst));
+      MEGA_RETURN_IF_ERROR(outs[p.file]->WriteAt(p.offset, dst));
+    }
+    if (--left[p.file] == 0) {
+      MEGA_RETURN_IF_ERROR(outs[p.file]->Close());
+      const RemoteFile& rf = (*files)[p.file];
+      std::error_code ec;
+      std::filesystem::rename(tmps[p.file], dir + "/" + rf.rel, ec);
+      if (ec) return ErrnoToStatus("rename " + tmps[p.file], ec.value());
+      progress.FileDone(rf.rel, rf.entry.size);
+    }
+    return Status::OK();
+  });
+  if (!s.ok()) {
+    for (const auto& t : tmps) std::filesystem::remove(t);
+    return Fail(s);
+  }
+  if (f.json) {
+    std::printf("%s\n", json{{"commit", commit}, {"files", files->size()}, {"bytes", total}}.dump().c_str());
+  } else {
+    std::printf("pulled %zu files (%s)%s into %s\n", files->size(), HumanBytes(total).c_str(),
+                commit.empty() ? "" : (" at " + commit).c_str(), dir.c_str());
+  }
+  return 0;
+}
+
+// ---- ls / rm / log ----
+
+int Ls(const std::string& target, const HubFlags& f, bool recursive) {
+  auto uri = ParseMegaUri(target);
+  if (!uri.ok()) return Fail(uri.status());
+  auto hub = Connect(f);
+  if (!hub.ok()) return Fail(hub.status());
+  json out = json::array();
+  if (recursive) {
+    std::string commit;
+    auto files = ResolveFiles(**hub, *uri, &commit);
+    if (!files.ok()) return Fail(files.status());
+    for (const auto& rf : *files) {
+      if (f.json) {
+        out.push_back({{"path", rf.entry.path}, {"size", rf.entry.size}, {"sha256", rf.entry.sha256},
+                       {"xet_hash", rf.entry.xet_hash}});
+      } else {
+        std::printf("%12llu  %s\n", static_cast<unsigned long long>(rf.entry.size), rf.entry.path.c_str());
+      }
+    }
+  } else {
+    auto fs = hub::NewMegaFileSystem(*hub);
+    auto st = fs->Stat(target);
+    if (!st.ok()) return Fail(st.status());
+    std::vector<FileInfo> list;
+    if (st->is_directory) {
+      auto l = fs->List(target);
+      if (!l.ok()) return Fail(l.status());
+      list = *std::move(l);
+    } else {
+      list.push_back(*st);
+    }
+    for (const auto& e : list) {
+      if (f.json) {
+        out.push_back({{"path", e.path}, {"size", e.size}, {"type", e.is_directory ? "directory" : "file"}});
+      } else if (e.is_directory) {
+        std::printf("%12s  %s/\n", "-", e.path.c_str());
+      } else {
+        std::printf("%12llu  %s\n", static_cast<unsigned long long>(e.size), e.path.c_str());
+      }
+    }
+  }
+  if (f.json) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::string& message) {
+  auto uri = ParseMegaUri(target);
+  if (!uri.ok()) return Fail(uri.status());
+  if (uri->path.empty()) return Fail(InvalidArgumentError("rm: " + target + " names no path inside the repo"));
+  auto hub = Connect(f);
+  if (!hub.ok()) return Fail(hub.status());
+  if (uri->is_bucket) {
+    std::vector<hub::BucketOperation> ops;
+    auto single = (*hub)->GetBucketEntry(uri->repo_id(), uri->path);
+    if (single.ok()) {
+      hub::BucketOperation op;
+      op.kind = hub::BucketOperation::Kind::kDelete;
+      op.entry.path = uri->path;
+      ops.push_back(op);
+    } else if (recursive) {
+      auto list = (*hub)->ListBucket(uri->repo_id(), uri->path + "/");
+      if (!list.ok()) return Fail(list.status());
+      for (const auto& e : *list) {
+        hub::BucketOperation op;
+        op.kind = hub::BucketOperation::Kind::kDelete;
+        op.entry.path = e.path;
+        ops.push_back(op);
+      }
+    }
+    if (ops.empty()) return Fail(NotFoundError(target + ": no such file"));
+    Status s = (*hub)->BucketBatch(uri->repo_id(), ops);
+    if (!s.ok()) return Fail(s);
+    if (f.json) std::printf("%s\n", json{{"deleted", ops.size()}}.dump().c_str());
+    else std::printf("deleted %zu file(s) from %s\n", ops.size(), uri->Root().ToString().c_str());
+    return 0;
+  }
+  hub::CommitRequest req;
+  req.repo = uri->repo_id();
+  req.branch = uri->revision;
+  req.message = message.empty() ? "megackpt rm " + uri->path : message;
+  hub::CommitOperation op;
+  op.kind = recursive ? hub::CommitOperation::Kind::kDeleteFolder : hub::CommitOperation::Kind::kDelete;
+  op.path = uri->path;
+  if (recursive) {
+    // `rm -r` of a single file is fine too.
+    auto head = (*hub)->ResolveRevision(req.repo, req.branch);
+    if (head.ok() && (*hub)->GetFile(req.repo, *head, uri->path).ok()) op.kind = hub::CommitOperation::Kind::kDelete;
+  }
+  req.ops.push_back(op);
+  auto c = (*hub)->Commit(req);
+  if (!c.ok()) return Fail(c.status());
+  if (f.json) {
+    std::printf("%s\n", json{{"commit", c->id}, {"deleted", c->changes.size()}}.dump().c_str());
+  } else {
+    std::printf("commit %s: deleted %zu file(s)\n", c->id.c_str(), c->changes.size());
+  }
+  return 0;
+}
+
+int Log(const std::string& target, const HubFlags& f, size_t limit) {
+  auto uri = ParseMegaUri(target);
+  if (!uri.ok()) return Fail(uri.status());
+  if (uri->is_bucket) return Fail(InvalidArgumentError("log: buckets have no history"));
+  auto hub = Connect(f);
+  if (!hub.ok()) return Fail(hub.status());
+  auto commits = (*hub)->ListCommits(uri->repo_id(), uri->revision, limit);
+  if (!commits.ok()) return Fail(commits.status());
+  json out = json::array();
+  for (const auto& c : *commits) {
+    if (f.json) {
+      out.push_back({{"commit", c.id},
+                     {"parent", c.parent ? json(*c.parent) : json(nullptr)},
+                     {"author", c.author},
+                     {"date", hub::FormatTimestamp(c.created_ms)},
+                     {"message", c.message}});
+    } else {
+      std::printf("%s  %s  %-12s %s\n", c.id.c_str(), hub::FormatTimestamp(c.created_ms).c_str(),
+                  c.author.c_str(), c.message.c_str());
+    }
+  }
+  if (f.json) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
 
 void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
-  (void)app;
-  (void)bench;
-  (void)exit_code;
+  static HubFlags flags;
+  static std::string a, b, message;
+  static bool is_private = false, rebase = false, recursive = false;
+  static size_t limit = 50;
+
+  CLI::App* push = app.add_subcommand(
+      "push",
+      "Upload a folder to a hub repo or bucket as ONE commit; only content the hub lacks travels.\n"
+      "  megackpt push ./ckpt mega://org/model@main/ckpt/step-100 --json\n"
+      "  -> {\"commit\": \"<40 hex>\", \"uploaded_bytes\": N, \"total_bytes\": N, \"files\": N}\n"
+      "The repo is created when missing (when the token may write to the namespace).");
+  push->add_option("DIR", a, "Local folder")->required();
+  push->add_option("URI", b, "mega://[type/]NS/REPO[@BRANCH][/PATH] or mega://buckets/NS/NAME[/PATH]")->required();
+  push->add_option("-m,--message", message, "Commit message");
+  push->add_flag("--private", is_private, "Create the repo private when it does not exist");
+  push->add_flag("--rebase", rebase, "If the branch moved meanwhile, commit on top unless the same paths changed");
+  push->add_option("-j,--threads", flags.threads, "Files uploaded in parallel")->default_val(4);
+  AddHubFlags(push, &flags);
+  push->callback([exit_code] { *exit_code = Push(a, b, flags, message, is_private, rebase); });
+
+  CLI::App* pull = app.add_subcommand(
+      "pull",
+      "Download a repo folder/file (at a branch, tag or commit) or bucket folder into DIR.\n"
+      "  megackpt pull mega://org/model@main/ckpt/step-100 ./restored");
+  pull->add_option("URI", a, "mega:// source")->required();
+  pull->add_option("DIR", b, "Local destination folder")->required();
+  pull->add_option("-j,--threads", flags.threads, "Parallel range downloads")->default_val(4);
+  AddHubFlags(pull, &flags);
+  pull->callback([exit_code] { *exit_code = Pull(a, b, flags); });
+
+  CLI::App* ls = app.add_subcommand("ls", "List a hub folder (or every file below it with -r)\n"
+                                          "  megackpt ls mega://org/model@main/ckpt");
+  ls->add_option("URI", a, "mega:// folder or file")->required();
+  ls->add_flag("-r,--recursive", recursive, "Every file below the folder, with full paths");
+  AddHubFlags(ls, &flags);
+  ls->callback([exit_code] { *exit_code = Ls(a, flags, recursive); });
+
+  CLI::App* rm = app.add_subcommand("rm", "Delete a file (or a folder with -r) as one commit\n"
+                                          "  megackpt rm -r mega://org/model@main/ckpt/step-90");
+  rm->add_option("URI", a, "mega:// file or folder")->required();
+  rm->add_flag("-r,--recursive", recursive, "Delete a folder");
+  rm->add_option("-m,--message", message, "Commit message");
+  AddHubFlags(rm, &flags);
+  rm->callback([exit_code] { *exit_code = Rm(a, flags, recursive, message); });
+
+  CLI::App* log = app.add_subcommand("log", "Commit history of a repo branch, newest first\n"
+                                            "  megackpt log mega://org/model");
+  log->add_option("URI", a, "mega://[type/]NS/REPO[@REV]")->required();
+  log->add_option("-n,--limit", limit, "At most this many commits")->default_val(50);
+  AddHubFlags(log, &flags);
+  log->callback([exit_code] { *exit_code = Log(a, flags, limit); });
+
+  static uint64_t bench_bytes = 256ull << 20;
+  static int bench_reps = 5;
+  static bool bench_json = false;
+  CLI::App* hb = bench.add_subcommand(
+      "hub",
+      "Save/load through mega:// (embedded and a megahub on loopback) vs a local path vs the\n"
+      "page-cache limits, plus second-version upload bytes/time (10% of files changed).");
+  hb->add_option("--bytes", bench_bytes, "Checkpoint size in bytes")->default_val(256ull << 20);
+  hb->add_option("--reps", bench_reps, "Measured repetitions (after one warm-up)")->default_val(5);
+  hb->add_flag("--json", bench_json, "JSON output");
+  hb->callback([exit_code] {
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+    std::string megahub = self + "/megahub";
+    bench::HubBenchOptions o;
+    o.bytes = bench_bytes;
+    o.reps = bench_reps;
+    o.megahub = std::filesystem::exists(megahub) ? megahub : "";
+    o.json = bench_json;
+    auto out = bench::RunHubBench(o);
+    if (!out.ok()) {
+      std::fprintf(stderr, "megackpt: %s\n", out.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("%s", out->c_str());
+  });
 }
 
 }  // namespace megackpt::cli

@@ -71,6 +71,14 @@ struct TransactionOptions {
   bool create_private = false;
 };
 
+struct TransactionStats {
+  uint64_t files_written = 0;  // files closed through OpenForWrite/Put
+  uint64_t bytes_written = 0;  // their bytes
+  // Serialized bytes of the xorbs those uploads added to the hub's CAS
+  // (what travelled for a remote hub; dedup keeps it below bytes_written).
+  uint64_t new_bytes = 0;
+};
+
 class HubTransaction {
  public:
   // Begins on `root`: a repo URI whose revision is a branch (default "main")
@@ -101,6 +109,8 @@ class HubTransaction {
   // Adds entries staged elsewhere (other ranks). Paths are full repo paths.
   Status Stage(std::span<const StagedEntry> entries);
 
+  TransactionStats stats() const;
+
   // Everything staged so far, sorted by path.
   std::vector<StagedEntry> staged() const;
   // The staged entry of a full repo path, if any (read-your-writes).
@@ -115,7 +125,7 @@ class HubTransaction {
 
  private:
   HubTransaction() = default;
-  Status Record(StagedEntry entry);
+  Status Record(StagedEntry entry, const cas::FileUploadResult* upload = nullptr);
   Result<std::string> FullPath(std::string_view relative_path) const;
 
   std::shared_ptr<HubConnection> hub_;
@@ -124,6 +134,7 @@ class HubTransaction {
   std::string base_;
   mutable std::mutex mu_;
   bool open_ = true;
+  TransactionStats stats_;
   std::map<std::string, StagedEntry> staged_;  // by path; last write wins
 };
 

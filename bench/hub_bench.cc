@@ -1,0 +1,245 @@
+#include "hub_bench.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "megackpt/hub/client.h"
+#include "megackpt/hub/mega_fs.h"
+#include "megackpt/hub/store.h"
+#include "megackpt/hub/transaction.h"
+#include "megackpt/tensor.h"
+
+namespace megackpt::bench {
+namespace {
+
+constexpr int kFiles = 20;  // 10% changed = 2 files
+
+// A megahub child process on a loopback port, stopped (SIGTERM) on destruction.
+class HubChild {
+ public:
+  ~HubChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st;
+      waitpid(pid_, &st, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  Result<std::string> Start(const std::string& binary, const std::string& root) {
+    int fds[2];
+    if (pipe(fds) != 0) return ErrnoToStatus("pipe", errno);
+    pid_ = fork();
+    if (pid_ < 0) return ErrnoToStatus("fork", errno);
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      execl(binary.c_str(), binary.c_str(), "serve", "--root", root.c_str(), "--port", "0",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+    std::string line;
+    for (int waited = 0; waited < 200;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) {
+        ++waited;
+        continue;
+      }
+      char c;
+      if (read(fd_, &c, 1) <= 0) break;
+      if (c != '\n') {
+        line += c;
+        continue;
+      }
+      if (line.rfind("listening on ", 0) == 0) return "http://" + line.substr(13);
+      line.clear();
+    }
+    return UnavailableError("megahub did not start: " + binary);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+struct Row {
+  std::string name;
+  Summary gbps;
+  double ratio_to = 0;
+};
+
+// Saves kFiles files (slices of `data`) as one transaction.
+Result<hub::TransactionStats> Save(std::shared_ptr<hub::HubConnection> hub, const std::string& uri,
+                                   const std::byte* data, uint64_t bytes) {
+  MEGA_ASSIGN_OR_RETURN(MegaUri root, ParseMegaUri(uri));
+  MEGA_ASSIGN_OR_RETURN(auto txn, hub::HubTransaction::Begin(hub, root));
+  uint64_t per = bytes / kFiles;
+  ThreadPool pool(2);
+  MEGA_RETURN_IF_ERROR(ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
+    MEGA_ASSIGN_OR_RETURN(auto f, txn->OpenForWrite("shard-" + std::to_string(i) + ".bin"));
+    MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data + i * per, per)));
+    return f->Close();
+  }));
+  MEGA_RETURN_IF_ERROR(txn->Commit().status());
+  return txn->stats();
+}
+
+Status Load(FileSystem& fs, const std::string& uri, std::byte* dst, uint64_t bytes) {
+  uint64_t per = bytes / kFiles;
+  ThreadPool pool(2);
+  return ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
+    MEGA_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
+    return f->ReadExactlyAt(0, std::span<std::byte>(dst + i * per, per));
+  });
+}
+
+}  // namespace
+
+Result<std::string> RunHubBench(const HubBenchOptions& o) {
+  uint64_t bytes = o.bytes / kFiles * kFiles;
+  if (bytes == 0) return InvalidArgumentError("bench hub: --bytes too small");
+  TempDir tmp("megackpt-hub-bench");
+  MEGA_ASSIGN_OR_RETURN(auto src, AllocateBuffer(bytes, true));
+  MEGA_ASSIGN_OR_RETURN(auto dst, AllocateBuffer(bytes, true));
+  std::byte* data = static_cast<std::byte*>(src.get());
+  std::byte* out = static_cast<std::byte*>(dst.get());
+  std::memset(out, 0, bytes);
+  std::vector<Row> rows;
+
+  // Machine limits, same sizes.
+  MEGA_ASSIGN_OR_RETURN(Summary wlimit, FileWriteGbps(tmp.path() + "/limit.bin", bytes, false, o.warmup, o.reps));
+  {
+    MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp.path() + "/read.bin"));
+    FillRandom(data, bytes, 99);
+    MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data, bytes)));
+    MEGA_RETURN_IF_ERROR(f->Close());
+  }
+  MEGA_ASSIGN_OR_RETURN(Summary rlimit, FileReadGbps(tmp.path() + "/read.bin", bytes, o.warmup, o.reps));
+  std::filesystem::remove(tmp.path() + "/read.bin");
+  rows.push_back({"page-cache write (limit)", wlimit, 0});
+  rows.push_back({"page-cache read (limit)", rlimit, 0});
+
+  // Local path through the filesystem seam.
+  {
+    std::vector<double> save, load;
+    auto fs = LocalFileSystem();
+    for (int r = 0; r < o.warmup + o.reps; ++r) {
+      FillRandom(data, bytes, 1000 + r);
+      std::string dir = tmp.path() + "/local-" + std::to_string(r);
+      double t0 = NowSeconds();
+      uint64_t per = bytes / kFiles;
+      ThreadPool pool(2);
+      MEGA_RETURN_IF_ERROR(ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
+        MEGA_ASSIGN_OR_RETURN(auto f, fs->OpenForWrite(dir + "/shard-" + std::to_string(i) + ".bin"));
+        MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data + i * per, per)));
+        return f->Close();
+      }));
+      double t1 = NowSeconds();
+      MEGA_RETURN_IF_ERROR(Load(*fs, dir, out, bytes));
+      double t2 = NowSeconds();
+      if (std::memcmp(out, data, bytes) != 0) return DataLossError("bench hub: local load mismatch");
+      if (r >= o.warmup) {
+        save.push_back(bytes / (t1 - t0) / 1e9);
+        load.push_back(bytes / (t2 - t1) / 1e9);
+      }
+      std::filesystem::remove_all(dir);
+    }
+    rows.push_back({"local path save", Summarize(save), wlimit.median});
+    rows.push_back({"local path load", Summarize(load), rlimit.median});
+  }
+
+  struct Mode {
+    std::string name;
+    std::shared_ptr<hub::HubConnection> hub;
+  };
+  std::vector<Mode> modes;
+  MEGA_ASSIGN_OR_RETURN(auto embedded, hub::OpenEmbeddedHub(tmp.path() + "/embedded"));
+  modes.push_back({"mega:// embedded", embedded});
+  HubChild child;
+  if (!o.megahub.empty()) {
+    std::string root = tmp.path() + "/remote";
+    std::string token;
+    {
+      MEGA_ASSIGN_OR_RETURN(auto store, hub::HubStore::Open(root));
+      MEGA_ASSIGN_OR_RETURN(token, store->CreateToken(hub::TokenScope::kWrite, std::nullopt));
+    }
+    MEGA_ASSIGN_OR_RETURN(std::string endpoint, child.Start(o.megahub, root));
+    MEGA_ASSIGN_OR_RETURN(auto remote, hub::OpenRemoteHub(endpoint, token));
+    modes.push_back({"mega:// megahub loopback", remote});
+  }
+
+  nlohmann::json second = nlohmann::json::array();
+  for (auto& m : modes) {
+    auto fs = hub::NewMegaFileSystem(m.hub);
+    std::vector<double> save, load;
+    for (int r = 0; r < o.warmup + o.reps; ++r) {
+      FillRandom(data, bytes, 2000 + r);  // new content every repetition: no dedup
+      std::string uri = "mega://bench/run" + std::to_string(r) + "@main/ckpt";
+      double t0 = NowSeconds();
+      MEGA_RETURN_IF_ERROR(Save(m.hub, uri, data, bytes).status());
+      double t1 = NowSeconds();
+      MEGA_RETURN_IF_ERROR(Load(*fs, uri, out, bytes));
+      double t2 = NowSeconds();
+      if (std::memcmp(out, data, bytes) != 0) return DataLossError("bench hub: " + m.name + " load mismatch");
+      if (r >= o.warmup) {
+        save.push_back(bytes / (t1 - t0) / 1e9);
+        load.push_back(bytes / (t2 - t1) / 1e9);
+      }
+    }
+    rows.push_back({m.name + " save", Summarize(save), wlimit.median});
+    rows.push_back({m.name + " load", Summarize(load), rlimit.median});
+
+    // Second version: 10% of the files (2 of 20) changed, on top of the last run.
+    std::string uri = "mega://bench/run" + std::to_string(o.warmup + o.reps - 1) + "@main/ckpt";
+    uint64_t per = bytes / kFiles;
+    FillRandom(data + 3 * per, per, 777);
+    FillRandom(data + 11 * per, per, 778);
+    double t0 = NowSeconds();
+    MEGA_ASSIGN_OR_RETURN(auto st, Save(m.hub, uri, data, bytes));
+    double dt = NowSeconds() - t0;
+    second.push_back({{"mode", m.name},
+                      {"bytes", bytes},
+                      {"uploaded_bytes", st.new_bytes},
+                      {"uploaded_fraction", static_cast<double>(st.new_bytes) / bytes},
+                      {"seconds", dt}});
+  }
+
+  if (o.json) {
+    nlohmann::json j = {{"bytes", bytes}, {"files", kFiles}, {"rows", nlohmann::json::array()}, {"second_version", second}};
+    for (const auto& r : rows) {
+      j["rows"].push_back({{"name", r.name}, {"min_gbps", r.gbps.min}, {"median_gbps", r.gbps.median},
+                           {"max_gbps", r.gbps.max}, {"ratio_to_limit", r.ratio_to > 0 ? r.gbps.median / r.ratio_to : 0}});
+    }
+    return j.dump(2) + "\n";
+  }
+  std::string text;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "hub bench: %llu bytes in %d files, median of %d runs after %d warm-up (GB/s)\n",
+                static_cast<unsigned long long>(bytes), kFiles, o.reps, o.warmup);
+  text += buf;
+  std::snprintf(buf, sizeof buf, "%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
+  text += buf;
+  for (const auto& r : rows) text += FormatRow(r.name, r.gbps, r.ratio_to) + "\n";
+  text += "\nsecond version (2 of 20 files changed):\n";
+  for (const auto& s : second) {
+    std::snprintf(buf, sizeof buf, "  %-30s uploaded %llu of %llu bytes (%.1f%%) in %.3f s\n",
+                  s["mode"].get<std::string>().c_str(), static_cast<unsigned long long>(s["uploaded_bytes"].get<uint64_t>()),
+                  static_cast<unsigned long long>(bytes), 100 * s["uploaded_fraction"].get<double>(),
+                  s["seconds"].get<double>());
+    text += buf;
+  }
+  return text;
+}
+
+}  // namespace megackpt::bench

@@ -1,0 +1,293 @@
+// `megackpt bench mega`: save/load throughput of MegaStorageWriter and
+// MegaStorageReader next to the machine's limits, measured the same way in the
+// same run (DESIGN.md, performance model).
+//
+//  - state: 16 F32 tensors of --size/16 bytes, each sharded by rows over the
+//    --world-size ranks (threads backend); every rank's shards are pre-faulted.
+//    bench/torch_peer.py builds the same state for torch.save and torch DCP.
+//  - save_gbps: Save with sync (every shard fsynced, then index and .metadata
+//    commit) into an empty folder; limit durable_write_gbps: one plain file of
+//    the same size written with large pwrites + fdatasync.
+//  - save_nosync_gbps vs pagecache_write_gbps: the same without fsync.
+//  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
+//    repetitions (warm page cache); limit pagecache_read_gbps: warm pread of a
+//    cached file into a reused buffer.
+//  - async_blocked_seconds: how long the caller is blocked in AsyncSave (until
+//    its tensors are staged and it may modify them), staging pool reused across
+//    saves, vs sync_save_seconds (the median durable save).
+//  Each: one dropped warm-up, then --reps runs; min/median/max. The checkpoint
+//  folder is emptied before every save (outside the timed region), as the limit
+//  writes a fresh file every time.
+#include "mega_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/process_group.h"
+
+namespace megackpt::bench {
+namespace {
+
+constexpr int kWarmup = 1;
+constexpr int kTensors = 16;
+constexpr int64_t kCols = 1024;  // F32: 4 KiB rows
+
+struct RankState {
+  dcp::StateDict save;
+  dcp::StateDict load;
+  std::vector<Tensor> save_shards, load_shards;
+  uint64_t bytes = 0;
+  std::shared_ptr<dcp::StagingPool> pool;
+};
+
+int64_t Rows(uint64_t size) {
+  return std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
+}
+
+Result<RankState> BuildState(uint64_t size, int world, int rank) {
+  RankState st;
+  const int64_t rows = Rows(size);
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
+    const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * kCols * 4;
+    MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(std::max<uint64_t>(nbytes, 64), true));
+    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(std::max<uint64_t>(nbytes, 64), true));
+    FillRandom(a.get(), nbytes, 7000 + t * 64 + rank);
+    MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, {r1 - r0, kCols}, a));
+    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, {r1 - r0, kCols}, b));
+    std::vector<dcp::Shard> sa, sb;
+    if (r1 > r0) {
+      sa.push_back(dcp::Shard{{r0, 0}, ta});
+      sb.push_back(dcp::Shard{{r0, 0}, tb});
+    }
+    const std::string name = "layers." + std::to_string(t) + ".weight";
+    st.save.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sa}));
+    st.load.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sb}));
+    st.save_shards.push_back(ta);
+    st.load_shards.push_back(tb);
+    st.bytes += nbytes;
+  }
+  // Room for the rank's whole state: one wave, so the caller is released as soon
+  // as everything is copied.
+  st.pool = dcp::StagingPool::Create(st.bytes + (kTensors + 1) * 4096);
+  return st;
+}
+
+class Bench {
+ public:
+  Bench(const MegaBenchOptions& o, std::string ckpt) : o_(o), ckpt_(std::move(ckpt)) {}
+
+  Status Setup() {
+    for (int r = 0; r < o_.world_size; ++r) {
+      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o_.size, o_.world_size, r));
+      states_.push_back(std::move(st));
+    }
+    return Status::OK();
+  }
+
+  uint64_t bytes() const { return static_cast<uint64_t>(Rows(o_.size)) * kCols * 4 * kTensors; }
+
+  // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
+  // folder first (untimed). Returns the wall time.
+  Result<double> Run(bool fresh, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+    if (fresh) {
+      std::error_code ec;
+      std::filesystem::remove_all(ckpt_, ec);
+    }
+    const double t0 = NowSeconds();
+    auto results = RunThreadRanks(o_.world_size, [&](ProcessGroup& g) { return fn(g, states_[g.rank()]); });
+    const double dt = NowSeconds() - t0;
+    for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
+    return dt;
+  }
+
+  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+    std::vector<double> secs;
+    for (int i = 0; i < kWarmup + o_.reps; ++i) {
+      MEGA_ASSIGN_OR_RETURN(double dt, Run(fresh, fn));
+      if (i >= kWarmup) secs.push_back(dt);
+    }
+    return secs;
+  }
+
+  std::function<Status(ProcessGroup&, RankState&)> SaveFn(bool sync) {
+    return [this, sync](ProcessGroup& g, RankState& st) -> Status {
+      dcp::MegaStorageWriterOptions wo;
+      wo.sync = sync;
+      wo.thread_count = o_.threads;
+      dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
+      return dcp::Save(st.save, writer, &g);
+    };
+  }
+
+  std::function<Status(ProcessGroup&, RankState&)> LoadFn() {
+    return [this](ProcessGroup& g, RankState& st) -> Status {
+      dcp::MegaStorageReaderOptions ro;
+      ro.thread_count = o_.threads;
+      dcp::MegaStorageReader reader(ckpt_, ro);
+      return dcp::Load(st.load, reader, &g);
+    };
+  }
+
+  // Durable async saves; returns per-rep blocked seconds (slowest rank).
+  Result<std::vector<double>> AsyncBlocked() {
+    std::vector<double> blocked;
+    for (int i = 0; i < kWarmup + o_.reps; ++i) {
+      std::mutex mu;
+      double worst = 0;
+      MEGA_RETURN_IF_ERROR(Run(true, [&](ProcessGroup& g, RankState& st) -> Status {
+                             dcp::MegaStorageWriterOptions wo;
+                             wo.thread_count = o_.threads;
+                             auto writer = std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);
+                             dcp::AsyncSaveOptions ao;
+                             ao.pool = st.pool;
+                             const double t0 = NowSeconds();
+                             dcp::AsyncSaveHandle h = dcp::AsyncSave(st.save, writer, &g, ao);
+                             Status staged = h.staged.get();
+                             const double dt = NowSeconds() - t0;
+                             Status done = h.done.get();
+                             {
+                               std::lock_guard<std::mutex> lock(mu);
+                               worst = std::max(worst, dt);
+                             }
+                             MEGA_RETURN_IF_ERROR(staged);
+                             return done;
+                           }).status());
+      if (i >= kWarmup) blocked.push_back(worst);
+    }
+    return blocked;
+  }
+
+  Status CheckLoaded() const {
+    for (const RankState& st : states_) {
+      for (size_t i = 0; i < st.save_shards.size(); ++i) {
+        if (!TensorBytesEqual(st.save_shards[i], st.load_shards[i])) {
+          return InternalError("bench mega: loaded tensor " + std::to_string(i) + " differs from the saved one");
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  void FreeState() { states_.clear(); }
+
+ private:
+  MegaBenchOptions o_;
+  std::string ckpt_;
+  std::vector<RankState> states_;
+};
+
+Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table) {
+  std::unique_ptr<TempDir> tmp;
+  std::string base = o.dir;
+  if (base.empty()) {
+    tmp = std::make_unique<TempDir>("megackpt-bench-mega");
+    base = tmp->path();
+  }
+  std::filesystem::create_directories(base);
+  const std::string ckpt = base + "/ckpt";
+  Bench bench(o, ckpt);
+  MEGA_RETURN_IF_ERROR(bench.Setup());
+  const uint64_t bytes = bench.bytes();
+
+  MEGA_ASSIGN_OR_RETURN(auto sync_secs, bench.Seconds(true, bench.SaveFn(true)));
+  MEGA_ASSIGN_OR_RETURN(auto nosync_secs, bench.Seconds(true, bench.SaveFn(false)));
+  MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked());
+  // The folder now holds the last async save; load it.
+  MEGA_ASSIGN_OR_RETURN(auto load_secs, bench.Seconds(false, bench.LoadFn()));
+  MEGA_RETURN_IF_ERROR(bench.CheckLoaded());
+  bench.FreeState();
+  std::error_code ec;
+  std::filesystem::remove_all(ckpt, ec);
+
+  const std::string file = base + "/limit.bin";
+  MEGA_ASSIGN_OR_RETURN(Summary durable, FileWriteGbps(file, bytes, true, kWarmup, o.reps));
+  MEGA_ASSIGN_OR_RETURN(Summary pc_write, FileWriteGbps(file, bytes, false, kWarmup, o.reps));
+  MEGA_ASSIGN_OR_RETURN(Summary pc_read, FileReadGbps(file, bytes, kWarmup, o.reps));
+  std::filesystem::remove(file, ec);
+
+  const Summary save = Summarize(ToGbps(sync_secs, bytes));
+  const Summary save_nosync = Summarize(ToGbps(nosync_secs, bytes));
+  const Summary load = Summarize(ToGbps(load_secs, bytes));
+  const Summary sync_s = Summarize(sync_secs);
+  const Summary blocked_s = Summarize(blocked);
+
+  auto put = [&](const std::string& key, const Summary& s) {
+    (*out)[key] = s.median;
+    (*out)[key + "_min"] = s.min;
+    (*out)[key + "_max"] = s.max;
+  };
+  (*out)["bench"] = "mega";
+  (*out)["bytes"] = bytes;
+  (*out)["tensors"] = kTensors;
+  (*out)["world_size"] = o.world_size;
+  (*out)["reps"] = o.reps;
+  put("save_gbps", save);
+  put("save_nosync_gbps", save_nosync);
+  put("load_gbps", load);
+  put("durable_write_gbps", durable);
+  put("pagecache_write_gbps", pc_write);
+  put("pagecache_read_gbps", pc_read);
+  put("sync_save_seconds", sync_s);
+  put("async_blocked_seconds", blocked_s);
+  (*out)["save_vs_durable_write"] = durable.median > 0 ? save.median / durable.median : 0;
+  (*out)["save_nosync_vs_pagecache_write"] = pc_write.median > 0 ? save_nosync.median / pc_write.median : 0;
+  (*out)["load_vs_pagecache_read"] = pc_read.median > 0 ? load.median / pc_read.median : 0;
+  (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
+
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
+                "(threads), %d reps after %d warm-up; GB/s min / median / max\n",
+                bytes / 1e9, kTensors, o.world_size, o.reps, kWarmup);
+  *table = head;
+  *table += FormatRow("save (durable)", save, durable.median) + "\n";
+  *table += FormatRow("  limit: write + fsync", durable) + "\n";
+  *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
+  *table += FormatRow("  limit: page-cache write", pc_write) + "\n";
+  *table += FormatRow("load (warm, reused tensors)", load, pc_read.median) + "\n";
+  *table += FormatRow("  limit: page-cache read", pc_read) + "\n";
+  char tail[512];
+  std::snprintf(tail, sizeof tail,
+                "seconds min / median / max\n"
+                "  sync save          %8.4f %8.4f %8.4f\n"
+                "  async blocked      %8.4f %8.4f %8.4f   (%.1f%% of the sync save; goal <= 10%%)\n",
+                sync_s.min, sync_s.median, sync_s.max, blocked_s.min, blocked_s.median, blocked_s.max,
+                sync_s.median > 0 ? 100.0 * blocked_s.median / sync_s.median : 0.0);
+  *table += tail;
+  return Status::OK();
+}
+
+}  // namespace
+
+int RunMegaBench(const MegaBenchOptions& options) {
+  MegaBenchOptions o = options;
+  o.world_size = std::max(1, o.world_size);
+  o.reps = std::max(1, o.reps);
+  nlohmann::json out;
+  std::string table;
+  Status s = RunAll(o, &out, &table);
+  if (!s.ok()) {
+    std::fprintf(stderr, "megackpt bench mega: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (o.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("%s", table.c_str());
+  }
+  return 0;
+}
+
+}  // namespace megackpt::bench

@@ -1,0 +1,26 @@
+// `megackpt bench mega` (bench/mega_bench.cc): MegaStorageWriter/Reader next to
+// the machine's limits; bench/torch_peer.py prints torch's numbers for the same state.
+#ifndef MEGACKPT_BENCH_MEGA_BENCH_H_
+#define MEGACKPT_BENCH_MEGA_BENCH_H_
+
+#include <cstdint>
+#include <string>
+
+namespace megackpt::bench {
+
+struct MegaBenchOptions {
+  uint64_t size = 2ull << 30;  // state bytes
+  int world_size = 1;          // ranks (threads backend)
+  int reps = 5;                // measured repetitions after one dropped warm-up
+  int threads = 2;             // I/O threads per rank
+  bool json = false;
+  std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
+};
+
+// Runs the benchmark, prints a table or one JSON object; returns the exit code
+// (0 ok, 1 failure).
+int RunMegaBench(const MegaBenchOptions& options);
+
+}  // namespace megackpt::bench
+
+#endif  // MEGACKPT_BENCH_MEGA_BENCH_H_
