@@ -185,7 +185,8 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     MegaWriter writer;
     for (int i = 0; i < kOpenTensors; ++i) {
       MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(small.data() + 64 * i, DType::kF32, {8, 8}));
-      std::string name = "model.layers." + std::to_string(i / 10) + ".mlp.w" + std::to_string(i % 10);
+      std::string name =
+          "model.layers." + std::to_string(i / 10) + ".mlp.w" + std::to_string(i % 10);
       MEGA_RETURN_IF_ERROR(writer.AddTensor(name, t));
       many.emplace_back(name, t);
     }
@@ -240,9 +241,10 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
     std::printf("%s\n", doc.dump(2).c_str());
     return 0;
   }
-  std::printf("megackpt bench format: %.3f GB of tensor data (%d F32 tensors), %d runs after %d "
-              "dropped warm-up, decimal GB/s\n",
-              bytes / 1e9, num_tensors, reps, kWarmup);
+  std::printf(
+      "megackpt bench format: %.3f GB of tensor data (%d F32 tensors), %d runs after %d "
+      "dropped warm-up, decimal GB/s\n",
+      bytes / 1e9, num_tensors, reps, kWarmup);
   std::printf("%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
   for (const auto& r : rows) {
     if (r.ms) continue;

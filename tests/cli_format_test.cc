@@ -24,8 +24,8 @@ namespace megackpt {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 const std::string kBinary = std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt";
 
@@ -86,7 +86,8 @@ class CliFormatTest : public ::testing::Test {
     ts.emplace_back("scalar", Filled(DType::kF32, {}, 40));
     ts.emplace_back("empty", Filled(DType::kBF16, {0, 16}, 41));
     for (int i = 0; i < 5; ++i) {
-      ts.emplace_back("layers." + std::to_string(i) + ".weight", Filled(DType::kF32, {64, 100}, 50 + i));
+      ts.emplace_back("layers." + std::to_string(i) + ".weight",
+                      Filled(DType::kF32, {64, 100}, 50 + i));
     }
     return ts;
   }
@@ -323,9 +324,8 @@ TEST_F(CliFormatTest, VerifyChecksTheIndexIsTruthful) {
 
   // A tensor that is not where the index says.
   ShardIndex wrong = good;
-  wrong.weight_map["layers.0.weight"] = shards.back() == good.weight_map.at("layers.0.weight")
-                                            ? shards.front()
-                                            : shards.back();
+  wrong.weight_map["layers.0.weight"] =
+      shards.back() == good.weight_map.at("layers.0.weight") ? shards.front() : shards.back();
   ASSERT_TRUE(WriteShardIndexFile(index_path, wrong).ok());
   RunResult r1 = Run("verify " + Path("f"));
   EXPECT_EQ(r1.code, 1);
@@ -356,7 +356,8 @@ TEST_F(CliFormatTest, VerifyChecksTheIndexIsTruthful) {
   EXPECT_THAT(r4.err, HasSubstr(shards[0]));
 
   // A malformed index.
-  ASSERT_TRUE(WriteLocalFileAtomically(index_path, "{\"weight_map\": {\"w\": \"/abs.mega\"}}", false).ok());
+  ASSERT_TRUE(
+      WriteLocalFileAtomically(index_path, "{\"weight_map\": {\"w\": \"/abs.mega\"}}", false).ok());
   RunResult r5 = Run("verify " + index_path);
   EXPECT_EQ(r5.code, 1);
   EXPECT_THAT(r5.err, HasSubstr("absolute"));

@@ -69,12 +69,14 @@ class MegahubProcess {
   MegahubProcess(const MegahubProcess&) = delete;
   ~MegahubProcess() { Stop(); }
 
-  // Starts `megahub serve --root root --port 0 extra...`; waits for the
+  // Starts `megahub serve --root root --port port extra...` (port 0: any
+  // free port); waits for the
   // "listening on 127.0.0.1:N" line (up to 20 s). False on failure.
-  bool Start(const std::string& root, const std::vector<std::string>& extra = {}) {
+  bool Start(const std::string& root, const std::vector<std::string>& extra = {}, int port = 0) {
     int fds[2];
     if (pipe(fds) != 0) return false;
-    std::vector<std::string> args = {MegahubBinary(), "serve", "--root", root, "--port", "0"};
+    std::vector<std::string> args = {MegahubBinary(), "serve", "--root", root, "--port",
+                                     std::to_string(port)};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ < 0) return false;

@@ -80,8 +80,8 @@ struct SafetensorsHeader {
 // a file of `file_size` bytes named `file_name` (used in messages only).
 // DataLoss on any malformed content; ResourceExhausted when json.size() exceeds
 // kSafetensorsMaxHeaderBytes.
-Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
-                                                 std::string_view json, uint64_t file_size);
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name, std::string_view json,
+                                                 uint64_t file_size);
 
 // Validates a whole file image held in memory (length field, header, coverage).
 Result<SafetensorsHeader> ParseSafetensors(std::string_view file_name,
@@ -226,8 +226,7 @@ class SafetensorsWriter {
 
 // Writes `tensors` (name, tensor) and `metadata` as one safetensors file to
 // `out` (not closed). Same errors as SafetensorsWriter::Start.
-Status WriteSafetensors(WritableFile* out,
-                        std::span<const std::pair<std::string, Tensor>> tensors,
+Status WriteSafetensors(WritableFile* out, std::span<const std::pair<std::string, Tensor>> tensors,
                         const std::map<std::string, std::string>& metadata = {},
                         const SafetensorsWriteOptions& options = {});
 

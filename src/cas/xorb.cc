@@ -1,5 +1,6 @@
 #include "megackpt/cas/xorb.h"
 
+#include <immintrin.h>
 #include <lz4frame.h>
 
 #include <algorithm>
@@ -25,28 +26,75 @@ constexpr uint32_t kFooterVersion = 1;
 constexpr size_t kSampleBytes = 16 * 1024;
 
 // Splits `in` into 4 byte lanes (bytes 4i+k go to lane k), lanes concatenated.
-void SplitBg4(const uint8_t* in, size_t n, uint8_t* out) {
-  size_t lane_size[4];
-  for (int k = 0; k < 4; ++k) lane_size[k] = n > static_cast<size_t>(k) ? (n - k + 3) / 4 : 0;
-  uint8_t* lane[4] = {out, out + lane_size[0], out + lane_size[0] + lane_size[1],
-                      out + lane_size[0] + lane_size[1] + lane_size[2]};
-  size_t groups = n / 4;
-  for (size_t i = 0; i < groups; ++i) {
+void SplitBg4Scalar(const uint8_t* in, size_t n, uint8_t* const lane[4], size_t from) {
+  for (size_t i = from; i < n / 4; ++i) {
     lane[0][i] = in[4 * i];
     lane[1][i] = in[4 * i + 1];
     lane[2][i] = in[4 * i + 2];
     lane[3][i] = in[4 * i + 3];
   }
+}
+
+// 16 input bytes at a time: one byte shuffle puts each lane's 4 bytes together.
+__attribute__((target("ssse3"))) size_t SplitBg4Ssse3(const uint8_t* in, size_t n,
+                                                      uint8_t* const lane[4]) {
+  const __m128i mask = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  size_t groups = n / 16;
+  for (size_t g = 0; g < groups; ++g) {
+    __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * g)), mask);
+    uint32_t w[4];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);
+    std::memcpy(lane[0] + 4 * g, &w[0], 4);
+    std::memcpy(lane[1] + 4 * g, &w[1], 4);
+    std::memcpy(lane[2] + 4 * g, &w[2], 4);
+    std::memcpy(lane[3] + 4 * g, &w[3], 4);
+  }
+  return groups * 4;  // 4-byte groups done
+}
+
+__attribute__((target("ssse3"))) size_t JoinBg4Ssse3(const uint8_t* const lane[4], size_t n,
+                                                     uint8_t* out) {
+  const __m128i mask = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  size_t groups = n / 16;
+  for (size_t g = 0; g < groups; ++g) {
+    uint32_t w[4];
+    std::memcpy(&w[0], lane[0] + 4 * g, 4);
+    std::memcpy(&w[1], lane[1] + 4 * g, 4);
+    std::memcpy(&w[2], lane[2] + 4 * g, 4);
+    std::memcpy(&w[3], lane[3] + 4 * g, 4);
+    // The shuffle is its own inverse (a 4x4 byte transpose).
+    __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)), mask);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g), v);
+  }
+  return groups * 4;
+}
+
+bool HaveSsse3() {
+  static const bool have = __builtin_cpu_supports("ssse3");
+  return have;
+}
+
+void LaneStarts(size_t n, size_t lane_size[4]) {
+  for (int k = 0; k < 4; ++k) lane_size[k] = n > static_cast<size_t>(k) ? (n - k + 3) / 4 : 0;
+}
+
+void SplitBg4(const uint8_t* in, size_t n, uint8_t* out) {
+  size_t ls[4];
+  LaneStarts(n, ls);
+  uint8_t* const lane[4] = {out, out + ls[0], out + ls[0] + ls[1], out + ls[0] + ls[1] + ls[2]};
+  size_t done = HaveSsse3() ? SplitBg4Ssse3(in, n, lane) : 0;
+  SplitBg4Scalar(in, n, lane, done);
+  size_t groups = n / 4;
   for (size_t j = groups * 4; j < n; ++j) lane[j % 4][groups] = in[j];
 }
 
 void JoinBg4(const uint8_t* in, size_t n, uint8_t* out) {
-  size_t lane_size[4];
-  for (int k = 0; k < 4; ++k) lane_size[k] = n > static_cast<size_t>(k) ? (n - k + 3) / 4 : 0;
-  const uint8_t* lane[4] = {in, in + lane_size[0], in + lane_size[0] + lane_size[1],
-                            in + lane_size[0] + lane_size[1] + lane_size[2]};
+  size_t ls[4];
+  LaneStarts(n, ls);
+  const uint8_t* const lane[4] = {in, in + ls[0], in + ls[0] + ls[1], in + ls[0] + ls[1] + ls[2]};
+  size_t done = HaveSsse3() ? JoinBg4Ssse3(lane, n, out) : 0;
   size_t groups = n / 4;
-  for (size_t i = 0; i < groups; ++i) {
+  for (size_t i = done; i < groups; ++i) {
     out[4 * i] = lane[0][i];
     out[4 * i + 1] = lane[1][i];
     out[4 * i + 2] = lane[2][i];
@@ -239,6 +287,14 @@ Result<ChunkRecordHeader> ParseChunkRecordHeader(std::span<const std::byte> buf,
                          std::to_string(header.compressed_len) + " passes the end of the data (" +
                          std::to_string(buf.size() - offset - kChunkRecordHeaderSize) +
                          " bytes left)");
+  }
+  // LZ4 cannot expand a byte into more than 255 (a match length costs at least
+  // one byte per 255): refuse headers promising more before allocating for them.
+  if (header.scheme != CompressionScheme::kNone &&
+      uint64_t{header.uncompressed_len} > 256 * uint64_t{header.compressed_len} + 64) {
+    return DataLossError(At(offset) + ": uncompressed length " +
+                         std::to_string(header.uncompressed_len) + " is impossible for " +
+                         std::to_string(header.compressed_len) + " LZ4 bytes");
   }
   if (header.scheme == CompressionScheme::kNone &&
       header.compressed_len != header.uncompressed_len) {

@@ -132,6 +132,14 @@ TEST(ChunkRecordTest, MalformedRecordsAreDataLoss) {
   cut[2] = static_cast<char>(clen >> 8);
   cut[3] = static_cast<char>(clen >> 16);
   expect_loss(cut, "truncated LZ4 frame");
+  // An LZ4 header promising more than 256x its payload is refused before
+  // anything is allocated for it.
+  std::string bomb = lz.substr(0, 8 + 10);
+  bomb[1] = 10;
+  bomb[2] = 0;
+  bomb[3] = 0;
+  bomb[5] = bomb[6] = bomb[7] = static_cast<char>(0xff);
+  expect_loss(bomb, "impossible expansion");
   // Decoding into a buffer of the wrong size.
   std::string dst(10, '\0');
   EXPECT_EQ(DecodeChunkRecordTo(Bytes(good), 0, std::as_writable_bytes(std::span(dst))).status().code(),

@@ -172,7 +172,7 @@ struct MegaStorageWriter::Impl {
   std::vector<Slot> slots;
   std::vector<std::string> created;  // full paths of files this rank created
   std::unique_ptr<ThreadPool> pool;
-  std::mutex mu;
+  std::map<std::string, ObjectPath> object_paths;  // from this rank's local plan
 
   void ForgetSave() {
     for (Slot& s : slots) {
@@ -185,6 +185,7 @@ struct MegaStorageWriter::Impl {
     where.clear();
     committed = false;
   }
+
 
   Status EnsureLayout(const std::string& text) {
     if (!layout_text.empty() && text == layout_text) return Status::OK();
@@ -216,7 +217,11 @@ struct MegaStorageWriter::Impl {
       }
       entries[it.key.fqn] = e;
       auto p = planner_data.object_paths.find(it.key.fqn);
-      if (p != planner_data.object_paths.end()) paths[it.key.fqn] = p->second;
+      if (p != planner_data.object_paths.end()) {
+        paths[it.key.fqn] = p->second;
+      } else if (auto q = object_paths.find(it.key.fqn); q != object_paths.end()) {
+        paths[it.key.fqn] = q->second;
+      }
     }
     MegaMetadata md;
     md.Add(std::string(kDcpVersionKey), MetaValue::U32(kDcpShardVersion)).IgnoreError();
@@ -358,7 +363,12 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
   return Status::OK();
 }
 
-Result<SavePlan> MegaStorageWriter::PrepareLocalPlan(SavePlan plan) { return plan; }
+Result<SavePlan> MegaStorageWriter::PrepareLocalPlan(SavePlan plan) {
+  // The nesting of this rank's fqns goes into its shard headers (so Metadata
+  // rebuilt from headers alone restores it); the finished plans may not carry it.
+  impl_->object_paths = plan.planner_data.object_paths;
+  return plan;
+}
 
 Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<SavePlan> plans) {
   Impl& s = *impl_;

@@ -42,6 +42,13 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& paths, CheckpointSource*
 // Every file name a Metadata references (storage_data relative paths).
 std::set<std::string> ReferencedFiles(const Metadata& metadata);
 
+// Reads the box [start, start + dst.shape()) of a dense row-major tensor of
+// shape `stored` whose bytes start at file offset `base`, into dst (any strides):
+// one pread per contiguous run, neighbouring runs merged only while the bytes
+// read stay within 5% of the bytes needed. `what` prefixes error messages.
+Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
+                   const Shape& start, const Tensor& dst, const std::string& what);
+
 // Opened shard files of one checkpoint folder, shared by reader threads.
 class ShardFiles {
  public:

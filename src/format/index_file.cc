@@ -61,8 +61,7 @@ std::vector<std::string> ShardIndex::TensorsInShard(std::string_view shard) cons
 
 Status ValidateShardFileName(std::string_view name) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("shard file name '" + std::string(name) + "' " +
-                                std::string(why));
+    return InvalidArgumentError("shard file name '" + std::string(name) + "' " + std::string(why));
   };
   if (name.empty()) return bad("is empty");
   if (name.front() == '/') return bad("is an absolute path (must be relative to the index folder)");
@@ -81,8 +80,7 @@ Status ValidateShardFileName(std::string_view name) {
 }
 
 Result<ShardIndex> ParseShardIndex(std::string_view index_name, std::string_view json_text) {
-  MEGA_ASSIGN_OR_RETURN(json root,
-                        ParseJsonRejectingDuplicates(index_name, json_text, "index"));
+  MEGA_ASSIGN_OR_RETURN(json root, ParseJsonRejectingDuplicates(index_name, json_text, "index"));
   if (!root.is_object()) return Malformed(index_name, "root is not a JSON object");
   ShardIndex index;
   bool have_weight_map = false;
@@ -106,14 +104,14 @@ Result<ShardIndex> ParseShardIndex(std::string_view index_name, std::string_view
       have_weight_map = true;
       for (auto w = it->begin(); w != it->end(); ++w) {
         if (!w->is_string()) {
-          return Malformed(index_name, "\"weight_map\" entry for tensor '" + w.key() +
-                                           "' is not a string");
+          return Malformed(index_name,
+                           "\"weight_map\" entry for tensor '" + w.key() + "' is not a string");
         }
         std::string file = w->get<std::string>();
         Status valid = ValidateShardFileName(file);
         if (!valid.ok()) {
-          return Malformed(index_name, "\"weight_map\" entry for tensor '" + w.key() + "': " +
-                                           valid.message());
+          return Malformed(index_name,
+                           "\"weight_map\" entry for tensor '" + w.key() + "': " + valid.message());
         }
         index.weight_map.emplace(w.key(), std::move(file));
       }

@@ -52,8 +52,8 @@ TEST(IndexFileTest, ParsesHuggingFaceStyleIndexAndKeepsExtras) {
   EXPECT_EQ(index->total_size, 16060522496u);
   EXPECT_EQ(index->weight_map.size(), 3u);
   EXPECT_EQ(index->weight_map.at("lm_head.weight"), "model-00002-of-00002.safetensors");
-  EXPECT_THAT(index->ShardFiles(), ElementsAre("model-00001-of-00002.safetensors",
-                                               "model-00002-of-00002.safetensors"));
+  EXPECT_THAT(index->ShardFiles(),
+              ElementsAre("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"));
   EXPECT_THAT(index->TensorsInShard("model-00002-of-00002.safetensors"),
               ElementsAre("lm_head.weight", "model.norm.weight"));
   EXPECT_EQ(index->extra_metadata.at("format"), "\"pt\"");
@@ -122,8 +122,9 @@ TEST(IndexFileTest, ShardNameValidation) {
   EXPECT_TRUE(ValidateShardFileName("model.safetensors").ok());
   EXPECT_TRUE(ValidateShardFileName("sub/model-00001-of-00002.mega").ok());
   EXPECT_TRUE(ValidateShardFileName("a..b.mega").ok());
-  for (std::string bad : std::vector<std::string>{"", "/etc/passwd", "../x.mega", "a/../../x", "a/..", "a//b", "a/",
-                          "a\\b", std::string("a\0b", 3)}) {
+  for (std::string bad :
+       std::vector<std::string>{"", "/etc/passwd", "../x.mega", "a/../../x", "a/..", "a//b", "a/",
+                                "a\\b", std::string("a\0b", 3)}) {
     Status s = ValidateShardFileName(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
   }

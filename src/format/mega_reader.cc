@@ -922,9 +922,70 @@ Result<Tensor> MegaReader::LoadTensor(std::string_view name) const {
 }
 
 Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, ThreadPool* pool) const {
-  return ParallelFor(pool, requests.size(), [&](size_t i) {
-    return ReadTensor(requests[i].tensor_index, requests[i].dst);
-  });
+  if (pool == nullptr) {
+    for (const MegaReadRequest& req : requests) {
+      MEGA_RETURN_IF_ERROR(ReadTensor(req.tensor_index, req.dst));
+    }
+    return Status::OK();
+  }
+  // Work items finer than a tensor, so one big tensor still keeps every core
+  // busy: blocks of plain CRC-32/unverified tensors (CRC partials combined
+  // afterwards), chunks of chunked tensors; anything else is one item.
+  struct Item {
+    size_t request;
+    int64_t chunk = -1;        // chunk index, or -1
+    uint64_t offset = 0, len = 0;  // block of a plain tensor (len > 0)
+  };
+  std::vector<Item> items;
+  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> crc_parts(requests.size());
+  const uint64_t block = options_.read_block_size;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const MegaReadRequest& req = requests[i];
+    if (req.tensor_index >= tensors_.size()) return ReadTensor(req.tensor_index, req.dst);
+    const MegaTensorInfo& t = tensors_[req.tensor_index];
+    const bool shape_ok = req.dst.defined() && req.dst.dtype() == t.dtype && req.dst.shape() == t.shape;
+    const bool contiguous = shape_ok && req.dst.is_contiguous();
+    const bool crc_or_none = !options_.verify_checksums || t.checksum_type != MegaChecksumType::kSha256;
+    if (contiguous && t.is_plain() && crc_or_none && t.logical_nbytes > block) {
+      for (uint64_t off = 0; off < t.logical_nbytes; off += block) {
+        items.push_back({i, -1, off, std::min(block, t.logical_nbytes - off)});
+      }
+      crc_parts[i].resize((t.logical_nbytes + block - 1) / block);
+    } else if (contiguous && t.chunked()) {
+      for (size_t c = 0; c < t.chunks.size(); ++c) items.push_back({i, static_cast<int64_t>(c)});
+    } else {
+      items.push_back({i});
+    }
+  }
+  ReadContext ctx{*file_, block, options_.verify_checksums};
+  MEGA_RETURN_IF_ERROR(ParallelFor(pool, items.size(), [&](size_t k) -> Status {
+    const Item& it = items[k];
+    const MegaReadRequest& req = requests[it.request];
+    const MegaTensorInfo& t = tensors_[req.tensor_index];
+    if (it.len > 0) {
+      auto dst = req.dst.Bytes().subspan(it.offset, it.len);
+      MEGA_RETURN_IF_ERROR(file_->ReadExactlyAt(t.file_offset + it.offset, dst));
+      if (ctx.verify && t.checksum_type == MegaChecksumType::kCrc32) {
+        crc_parts[it.request][it.offset / block] = {Crc32(dst), dst.size()};
+      }
+      return Status::OK();
+    }
+    if (it.chunk >= 0) {
+      const MegaChunkInfo& c = t.chunks[it.chunk];
+      return DecodeUnit(ctx, ChunkUnit(t, c), req.dst.Bytes().subspan(c.logical_offset, c.logical_size));
+    }
+    return ReadTensor(req.tensor_index, req.dst);
+  }));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (crc_parts[i].empty() || !ctx.verify) continue;
+    const MegaTensorInfo& t = tensors_[requests[i].tensor_index];
+    if (t.checksum_type != MegaChecksumType::kCrc32) continue;
+    uint32_t crc = 0;
+    for (const auto& [part, len] : crc_parts[i]) crc = mega_internal::Crc32Combine(crc, part, len);
+    const MegaChecksum got = mega_internal::Crc32Field(crc);
+    if (got != t.checksum) return ChecksumMismatch(ctx, TensorUnit(t), got);
+  }
+  return Status::OK();
 }
 
 Status MegaReader::ReadRange(size_t index, uint64_t logical_offset, std::span<std::byte> dst) const {

@@ -578,22 +578,48 @@ TEST(MegaRoundTripTest, MappedTensorOutlivesReader) {
 TEST(MegaRoundTripTest, ReadTensorsInParallel) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (int i = 0; i < 12; ++i) {
-    tensors.push_back({"t" + std::to_string(i), MakeTensor(DType::kF32, {1000 + i}, i)});
+    tensors.push_back({"t" + std::to_string(i), MakeTensor(DType::kF32, {1000 + i * 500}, i)});
   }
   MegaWriter w;
-  for (auto& [n, t] : tensors) ASSERT_TRUE(w.AddTensor(n, t).ok());
-  auto r = OpenBytes("par.mega", WriteToMemory(w));
-  ASSERT_TRUE(r.ok());
-  std::vector<MegaReadRequest> reqs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    reqs.push_back({i, *Tensor::Empty(DType::kF32, tensors[i].second.shape())});
+    MegaTensorWriteOptions to;  // mix checksums and storage formats
+    if (i % 3 == 1) to.checksum = MegaChecksumType::kSha256;
+    if (i % 4 == 2) to.chunk_bytes = 3000;
+    if (i % 5 == 3) to.checksum = MegaChecksumType::kNone;
+    ASSERT_TRUE(w.AddTensor(tensors[i].first, tensors[i].second, to).ok());
   }
+  std::string bytes = WriteToMemory(w);
+  MegaReaderOptions ro;
+  ro.read_block_size = 4096;  // big tensors are split into many block items
+  auto r = OpenBytes("par.mega", bytes, ro);
+  ASSERT_TRUE(r.ok());
   ThreadPool pool(2);
-  ASSERT_TRUE((*r)->ReadTensors(reqs, &pool).ok());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    EXPECT_TRUE(TensorBytesEqual(reqs[i].dst, tensors[i].second));
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::vector<MegaReadRequest> reqs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      reqs.push_back({i, *Tensor::Empty(DType::kF32, tensors[i].second.shape())});
+    }
+    // One strided destination too.
+    Tensor wide = MakeTensor(DType::kF32, {2, tensors[0].second.numel()}, 0);
+    reqs[0].dst = *wide.Narrow(0, 1, 1);
+    reqs[0].dst = *Tensor::FromBlobStrided(reqs[0].dst.data(), DType::kF32,
+                                           tensors[0].second.shape(), {1});
+    ASSERT_TRUE((*r)->ReadTensors(reqs, p).ok());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_TRUE(TensorBytesEqual(reqs[i].dst, tensors[i].second)) << i;
+    }
   }
   EXPECT_TRUE((*r)->VerifyAll(&pool).ok());
+  // A flipped byte in the middle of a block-split CRC tensor is caught.
+  const MegaTensorInfo* t0 = (*r)->Find("t9");
+  ASSERT_EQ(t0->checksum_type, MegaChecksumType::kCrc32);
+  std::string bad = bytes;
+  bad[t0->file_offset + 10000] ^= 4;
+  auto rb = OpenBytes("par.mega", bad, ro);
+  std::vector<MegaReadRequest> one = {{9, *Tensor::Empty(DType::kF32, t0->shape)}};
+  Status st = (*rb)->ReadTensors(one, &pool);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("tensor 't9': CRC32 mismatch"), std::string::npos) << st.ToString();
 }
 
 TEST(MegaWriterTest, ArgumentErrors) {

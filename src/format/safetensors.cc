@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_set>
 
 #include "format/safetensors_json.h"
@@ -83,9 +83,9 @@ Result<SafetensorsTensorInfo> ParseTensorEntry(std::string_view file, const std:
   for (size_t i = 0; i < shape_it->size(); ++i) {
     auto dim = AsUnsigned((*shape_it)[i], static_cast<uint64_t>(INT64_MAX));
     if (!dim) {
-      return MalformedTensor(file, name,
-                             "shape dimension " + std::to_string(i) +
-                                 " is not a non-negative integer below 2^63");
+      return MalformedTensor(
+          file, name,
+          "shape dimension " + std::to_string(i) + " is not a non-negative integer below 2^63");
     }
     info.shape.push_back(static_cast<int64_t>(*dim));
   }
@@ -102,8 +102,8 @@ Result<SafetensorsTensorInfo> ParseTensorEntry(std::string_view file, const std:
   }
   if (*end < *begin) {
     return MalformedTensor(file, name,
-                           "data_offsets [" + std::to_string(*begin) + ", " +
-                               std::to_string(*end) + ") end before they begin");
+                           "data_offsets [" + std::to_string(*begin) + ", " + std::to_string(*end) +
+                               ") end before they begin");
   }
   info.data_begin = *begin;
   info.data_end = *end;
@@ -115,8 +115,8 @@ Result<SafetensorsTensorInfo> ParseTensorEntry(std::string_view file, const std:
   }
   uint64_t bits;
   if (__builtin_mul_overflow(*numel, static_cast<uint64_t>(DTypeBits(info.dtype)), &bits)) {
-    return MalformedTensor(file, name, "byte size of shape " + ShapeToString(info.shape) +
-                                           " overflows");
+    return MalformedTensor(file, name,
+                           "byte size of shape " + ShapeToString(info.shape) + " overflows");
   }
   if (bits % 8 != 0) {
     return MalformedTensor(file, name,
@@ -142,23 +142,40 @@ int SafetensorsDTypeRank(DType dtype) {
   // I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, (C64), F64,
   // I64, U64. Gaps keep the two F6 types and C64 we do not support in place.
   switch (dtype) {
-    case DType::kBool: return 0;
-    case DType::kF4: return 1;
-    case DType::kU8: return 4;
-    case DType::kI8: return 5;
-    case DType::kF8_E5M2: return 6;
-    case DType::kF8_E4M3: return 7;
-    case DType::kF8_E8M0: return 8;
-    case DType::kI16: return 9;
-    case DType::kU16: return 10;
-    case DType::kF16: return 11;
-    case DType::kBF16: return 12;
-    case DType::kI32: return 13;
-    case DType::kU32: return 14;
-    case DType::kF32: return 15;
-    case DType::kF64: return 17;
-    case DType::kI64: return 18;
-    case DType::kU64: return 19;
+    case DType::kBool:
+      return 0;
+    case DType::kF4:
+      return 1;
+    case DType::kU8:
+      return 4;
+    case DType::kI8:
+      return 5;
+    case DType::kF8_E5M2:
+      return 6;
+    case DType::kF8_E4M3:
+      return 7;
+    case DType::kF8_E8M0:
+      return 8;
+    case DType::kI16:
+      return 9;
+    case DType::kU16:
+      return 10;
+    case DType::kF16:
+      return 11;
+    case DType::kBF16:
+      return 12;
+    case DType::kI32:
+      return 13;
+    case DType::kU32:
+      return 14;
+    case DType::kF32:
+      return 15;
+    case DType::kF64:
+      return 17;
+    case DType::kI64:
+      return 18;
+    case DType::kU64:
+      return 19;
   }
   return 0;
 }
@@ -182,7 +199,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
     return Malformed(file_name, "header does not start with '{'");
   }
 
-  MEGA_ASSIGN_OR_RETURN(json root, ParseJsonRejectingDuplicates(file_name, json_text, "safetensors header"));
+  MEGA_ASSIGN_OR_RETURN(json root,
+                        ParseJsonRejectingDuplicates(file_name, json_text, "safetensors header"));
   if (!root.is_object()) return Malformed(file_name, "header is not a JSON object");
 
   header.tensors.reserve(root.size());
@@ -192,8 +210,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
       if (!it->is_object()) return Malformed(file_name, "\"__metadata__\" is not a JSON object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) {
-          return Malformed(file_name, "\"__metadata__\" value of key " + Quote(m.key()) +
-                                          " is not a string");
+          return Malformed(file_name,
+                           "\"__metadata__\" value of key " + Quote(m.key()) + " is not a string");
         }
         header.metadata.emplace(m.key(), m->get<std::string>());
       }
@@ -297,8 +315,8 @@ Result<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     // Cap before allocating: a lying length must not cost memory.
     if (n > kSafetensorsMaxHeaderBytes) {
       return ResourceExhaustedError(name + ": safetensors header length " + std::to_string(n) +
-                                    " exceeds the " +
-                                    std::to_string(kSafetensorsMaxHeaderBytes) + "-byte limit");
+                                    " exceeds the " + std::to_string(kSafetensorsMaxHeaderBytes) +
+                                    "-byte limit");
     }
     if (n > size - kSafetensorsLengthBytes) {
       return Malformed(name, "header length " + std::to_string(n) +
@@ -306,11 +324,13 @@ Result<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
                                  " bytes)");
     }
     std::string text(static_cast<size_t>(n), '\0');
-    MEGA_RETURN_IF_ERROR(file->ReadExactlyAt(
-        kSafetensorsLengthBytes, std::as_writable_bytes(std::span<char>(text.data(), text.size()))));
+    MEGA_RETURN_IF_ERROR(
+        file->ReadExactlyAt(kSafetensorsLengthBytes,
+                            std::as_writable_bytes(std::span<char>(text.data(), text.size()))));
     MEGA_ASSIGN_OR_RETURN(header, ParseSafetensorsHeader(name, text, size));
   }
-  return std::unique_ptr<SafetensorsReader>(new SafetensorsReader(std::move(file), std::move(header)));
+  return std::unique_ptr<SafetensorsReader>(
+      new SafetensorsReader(std::move(file), std::move(header)));
 }
 
 const SafetensorsTensorInfo* SafetensorsReader::Find(std::string_view name) const {
@@ -327,14 +347,11 @@ Result<const SafetensorsTensorInfo*> SafetensorsReader::Lookup(std::string_view 
 Result<Tensor> SafetensorsReader::View(std::string_view name) const {
   MEGA_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, Lookup(name));
   const std::byte* map = file_->mapped_data();
-  if (map == nullptr && file_->size() > 0) {
+  if (map == nullptr) {
     return FailedPreconditionError(file_->name() + ": tensor " + Quote(name) +
                                    ": zero-copy view needs a mapped file (open with mmap)");
   }
-  // Empty files are never mapped; only an empty data buffer can reach here then.
-  static std::byte empty_storage[1];
-  std::byte* data = map ? const_cast<std::byte*>(map) + header_.data_offset() + info->data_begin
-                        : empty_storage;
+  std::byte* data = const_cast<std::byte*>(map) + header_.data_offset() + info->data_begin;
   // The view shares ownership of the file, which owns the mapping.
   return Tensor::FromBlob(data, info->dtype, info->shape, std::shared_ptr<void>(file_));
 }
@@ -382,7 +399,8 @@ Status ReadStrided(const RandomAccessFile& file, uint64_t offset, const Tensor& 
   Shape sub_shape(dst.shape().begin() + 1, dst.shape().end());
   std::vector<int64_t> sub_strides(dst.strides().begin() + 1, dst.strides().end());
   for (int64_t r = 0; r < rows; ++r) {
-    auto* base = static_cast<std::byte*>(dst.data()) + r * dst.strides()[0] * static_cast<int64_t>(esize);
+    auto* base =
+        static_cast<std::byte*>(dst.data()) + r * dst.strides()[0] * static_cast<int64_t>(esize);
     MEGA_ASSIGN_OR_RETURN(Tensor row,
                           Tensor::FromBlobStrided(base, dst.dtype(), sub_shape, sub_strides));
     MEGA_RETURN_IF_ERROR(
@@ -400,11 +418,10 @@ Status SafetensorsReader::ReadTensor(std::string_view name, const Tensor& dst) c
                                 ": destination tensor is undefined");
   }
   if (dst.dtype() != info->dtype || dst.shape() != info->shape) {
-    return InvalidArgumentError(file_->name() + ": tensor " + Quote(name) + " is " +
-                                std::string(DTypeName(info->dtype)) + " " +
-                                ShapeToString(info->shape) + " but the destination is " +
-                                std::string(DTypeName(dst.dtype())) + " " +
-                                ShapeToString(dst.shape()));
+    return InvalidArgumentError(
+        file_->name() + ": tensor " + Quote(name) + " is " + std::string(DTypeName(info->dtype)) +
+        " " + ShapeToString(info->shape) + " but the destination is " +
+        std::string(DTypeName(dst.dtype())) + " " + ShapeToString(dst.shape()));
   }
   const uint64_t offset = header_.data_offset() + info->data_begin;
   if (dst.numel() == 0) return Status::OK();
@@ -429,6 +446,10 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Start(
     const std::map<std::string, std::string>& metadata, const SafetensorsWriteOptions& options) {
   if (out == nullptr) return InvalidArgumentError("safetensors writer: null output file");
   const std::string& file = out->name();
+  if (out->size() != 0) {
+    return FailedPreconditionError(file + ": safetensors writer needs an empty file (" +
+                                   std::to_string(out->size()) + " bytes already written)");
+  }
   {
     std::unordered_set<std::string_view> seen;
     for (const auto& s : specs) {
@@ -497,16 +518,18 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Start(
   try {
     text = root.dump();
   } catch (const ordered_json::exception& e) {
-    return InvalidArgumentError(file + ": cannot encode safetensors header (names and metadata "
-                                "must be valid UTF-8): " + e.what());
+    return InvalidArgumentError(file +
+                                ": cannot encode safetensors header (names and metadata "
+                                "must be valid UTF-8): " +
+                                e.what());
   }
   text.append((kSafetensorsHeaderAlignment - text.size() % kSafetensorsHeaderAlignment) %
                   kSafetensorsHeaderAlignment,
               ' ');
   if (text.size() > kSafetensorsMaxHeaderBytes) {
     return InvalidArgumentError(file + ": safetensors header of " + std::to_string(text.size()) +
-                                " bytes exceeds the " +
-                                std::to_string(kSafetensorsMaxHeaderBytes) + "-byte limit");
+                                " bytes exceeds the " + std::to_string(kSafetensorsMaxHeaderBytes) +
+                                "-byte limit");
   }
   std::string prefix(kSafetensorsLengthBytes, '\0');
   StoreLe64(text.size(), reinterpret_cast<std::byte*>(prefix.data()));
@@ -543,17 +566,16 @@ Status SafetensorsWriter::WriteTensor(const Tensor& tensor) {
   const SafetensorsTensorInfo& info = layout_[next];
   if (written_ != info.data_begin) {
     return FailedPreconditionError(out_->name() + ": tensor " + Quote(info.name) +
-                                   " must start at data offset " +
-                                   std::to_string(info.data_begin) + " but " +
-                                   std::to_string(written_) + " bytes were written");
+                                   " must start at data offset " + std::to_string(info.data_begin) +
+                                   " but " + std::to_string(written_) + " bytes were written");
   }
   if (!tensor.defined() || tensor.dtype() != info.dtype || tensor.shape() != info.shape) {
     return InvalidArgumentError(
         out_->name() + ": tensor " + Quote(info.name) + " was planned as " +
         std::string(DTypeName(info.dtype)) + " " + ShapeToString(info.shape) + " but got " +
-        (tensor.defined() ? std::string(DTypeName(tensor.dtype())) + " " +
-                                ShapeToString(tensor.shape())
-                          : std::string("an undefined tensor")));
+        (tensor.defined()
+             ? std::string(DTypeName(tensor.dtype())) + " " + ShapeToString(tensor.shape())
+             : std::string("an undefined tensor")));
   }
   if (tensor.is_contiguous()) {
     MEGA_RETURN_IF_ERROR(AppendData(tensor.Bytes()));
@@ -563,8 +585,8 @@ Status SafetensorsWriter::WriteTensor(const Tensor& tensor) {
     const int64_t rows = tensor.shape()[0];
     const uint64_t row_bytes = tensor.nbytes() / static_cast<uint64_t>(rows);
     const int64_t per_pass = std::max<int64_t>(1, static_cast<int64_t>(kStaging / row_bytes));
-    const size_t cap = static_cast<size_t>(std::min<uint64_t>(
-        tensor.nbytes(), static_cast<uint64_t>(per_pass) * row_bytes));
+    const size_t cap = static_cast<size_t>(
+        std::min<uint64_t>(tensor.nbytes(), static_cast<uint64_t>(per_pass) * row_bytes));
     if (!staging_ || staging_cap_ < cap) {
       MEGA_ASSIGN_OR_RETURN(staging_, AllocateBuffer(cap));
       staging_cap_ = cap;
@@ -583,9 +605,9 @@ Status SafetensorsWriter::WriteTensor(const Tensor& tensor) {
 
 Status SafetensorsWriter::Finish() {
   if (written_ != data_bytes_) {
-    return FailedPreconditionError(out_->name() + ": safetensors data incomplete: " +
-                                   std::to_string(written_) + " of " +
-                                   std::to_string(data_bytes_) + " bytes written");
+    return FailedPreconditionError(out_->name() +
+                                   ": safetensors data incomplete: " + std::to_string(written_) +
+                                   " of " + std::to_string(data_bytes_) + " bytes written");
   }
   return Status::OK();
 }
@@ -598,8 +620,8 @@ Status WriteSafetensors(WritableFile* out, std::span<const std::pair<std::string
   std::map<std::string_view, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) {
     if (!t.defined()) {
-      return InvalidArgumentError((out ? out->name() : std::string("safetensors")) +
-                                  ": tensor " + Quote(name) + " is undefined");
+      return InvalidArgumentError((out ? out->name() : std::string("safetensors")) + ": tensor " +
+                                  Quote(name) + " is undefined");
     }
     specs.push_back({name, t.dtype(), t.shape()});
     by_name.emplace(name, &t);

@@ -86,8 +86,7 @@ class StrictDomBuilder final : public nlohmann::json_sax<json> {
 }  // namespace
 
 Result<nlohmann::json> ParseJsonRejectingDuplicates(std::string_view file_name,
-                                                    std::string_view text,
-                                                    std::string_view what) {
+                                                    std::string_view text, std::string_view what) {
   StrictDomBuilder builder;
   bool ok = false;
   try {

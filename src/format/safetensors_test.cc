@@ -151,8 +151,8 @@ TEST(SafetensorsTest, ReferenceOrderAlignsEveryTensor) {
 
 TEST(SafetensorsTest, AsGivenOrderKeepsCallerOrder) {
   TempFolder dir;
-  std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"z", Filled(DType::kU8, {3}, 1)}, {"a", Filled(DType::kF64, {2}, 2)}};
+  std::vector<std::pair<std::string, Tensor>> tensors = {{"z", Filled(DType::kU8, {3}, 1)},
+                                                         {"a", Filled(DType::kF64, {2}, 2)}};
   const std::string path = dir.File("given.safetensors");
   ASSERT_TRUE(SaveSafetensorsFile(path, tensors, {}, {.order = SafetensorsOrder::kAsGiven}).ok());
   auto reader = *SafetensorsReader::Open(path);
@@ -171,7 +171,8 @@ TEST(SafetensorsTest, MatchesReferenceSerializationBytes) {
     const std::string path = dir.File("attn.safetensors");
     std::vector<std::pair<std::string, Tensor>> ts = {{"attn.0", t}};
     ASSERT_TRUE(SaveSafetensorsFile(path, ts).ok());
-    const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
+    const std::string header =
+        R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
     ASSERT_EQ(header.size(), 64u);  // already a multiple of 8: no padding
     std::string data(reinterpret_cast<const char*>(v.data()), 24);
     EXPECT_EQ(ReadString(path), Craft(header, data));
@@ -194,7 +195,8 @@ TEST(SafetensorsTest, MatchesReferenceSerializationBytes) {
     ASSERT_TRUE(SaveSafetensorsFile(path, {}).ok());
     EXPECT_EQ(ReadString(path), Craft("{}      "));
     ASSERT_TRUE(SaveSafetensorsFile(path, {}, {{"framework", "pt"}}).ok());
-    EXPECT_EQ(ReadString(path), Craft(R"({"__metadata__":{"framework":"pt"}})" + std::string(5, ' ')));
+    EXPECT_EQ(ReadString(path),
+              Craft(R"({"__metadata__":{"framework":"pt"}})" + std::string(5, ' ')));
     auto reader = SafetensorsReader::Open(path);
     ASSERT_TRUE(reader.ok());
     EXPECT_TRUE((*reader)->tensors().empty());
@@ -292,10 +294,8 @@ TEST(SafetensorsTest, StreamingWriterWithAppendData) {
   Tensor a = Filled(DType::kF32, {4, 4}, 1);
   Tensor b = Filled(DType::kU8, {10}, 2);
   auto out = *CreateLocalFile(path);
-  auto w = SafetensorsWriter::Start(out.get(),
-                                    {{"a", DType::kF32, {4, 4}}, {"b", DType::kU8, {10}},
-                                     {"c", DType::kU8, {0}}},
-                                    {});
+  auto w = SafetensorsWriter::Start(
+      out.get(), {{"a", DType::kF32, {4, 4}}, {"b", DType::kU8, {10}}, {"c", DType::kU8, {0}}}, {});
   ASSERT_TRUE(w.ok());
   ASSERT_EQ((*w)->layout()[0].name, "a");
   // "a" in two pieces, then "b" through WriteTensor.
@@ -336,6 +336,10 @@ TEST(SafetensorsTest, WriterRejectsBadInput) {
   // Undefined tensor through the convenience API.
   std::vector<std::pair<std::string, Tensor>> ts = {{"u", Tensor()}};
   EXPECT_EQ(WriteSafetensors(out.get(), ts).code(), StatusCode::kInvalidArgument);
+  // The sink must be empty: the header goes at offset 0.
+  ASSERT_TRUE(out->Append(AsBytes("x")).ok());
+  EXPECT_EQ(SafetensorsWriter::Start(out.get(), {{"a", DType::kU8, {1}}}, {}).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 // ---- hostile input: one test per error ---------------------------------------
@@ -358,8 +362,7 @@ std::vector<MalformedCase> MalformedCases() {
        "shorter than the 8-byte header length"},
       {"HeaderLengthAboveCap", Le64(kSafetensorsMaxHeaderBytes + 1) + "{}",
        StatusCode::kResourceExhausted, "exceeds the 100000000-byte limit"},
-      {"HugeLyingHeaderLength", Le64(UINT64_MAX) + "{}", StatusCode::kResourceExhausted,
-       "exceeds"},
+      {"HugeLyingHeaderLength", Le64(UINT64_MAX) + "{}", StatusCode::kResourceExhausted, "exceeds"},
       {"HeaderLengthPastEnd", Le64(50) + "{}", StatusCode::kDataLoss, "past the end"},
       {"HeaderNotStartingWithBrace", Craft(" {}"), StatusCode::kDataLoss, "start with '{'"},
       {"EmptyHeader", Craft(""), StatusCode::kDataLoss, "start with '{'"},
@@ -382,8 +385,8 @@ std::vector<MalformedCase> MalformedCases() {
        StatusCode::kDataLoss, "'t': missing \"dtype\""},
       {"DtypeNotString", one(R"("t":{"dtype":3,"shape":[2],"data_offsets":[0,2]})", "ab"),
        StatusCode::kDataLoss, "'t': \"dtype\" is not a string"},
-      {"UnknownDtype", one(R"("t":{"dtype":"C64","shape":[2],"data_offsets":[0,16]})",
-                           std::string(16, 'x')),
+      {"UnknownDtype",
+       one(R"("t":{"dtype":"C64","shape":[2],"data_offsets":[0,16]})", std::string(16, 'x')),
        StatusCode::kDataLoss, "'t': unsupported dtype 'C64'"},
       {"MissingShape", one(R"("t":{"dtype":"U8","data_offsets":[0,2]})", "ab"),
        StatusCode::kDataLoss, "'t': missing \"shape\""},
@@ -414,26 +417,28 @@ std::vector<MalformedCase> MalformedCases() {
        StatusCode::kDataLoss, "'t': data_offsets [0, 2) hold 2 bytes but F32 [2] needs 8"},
       {"F4OddElementCount", one(R"("t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]})", "ab"),
        StatusCode::kDataLoss, "'t': F4 tensor of shape [3] has an odd element count"},
-      {"OffsetsPastDataBuffer",
-       one(R"("t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})", "ab"), StatusCode::kDataLoss,
-       "'t': data_offsets [0, 4) exceed the data buffer of 2 bytes"},
+      {"OffsetsPastDataBuffer", one(R"("t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})", "ab"),
+       StatusCode::kDataLoss, "'t': data_offsets [0, 4) exceed the data buffer of 2 bytes"},
       {"HugeOffsetsPastDataBuffer",
        one(R"("t":{"dtype":"U8","shape":[2],"data_offsets":[18446744073709551614,18446744073709551616]})",
            "ab"),
        StatusCode::kDataLoss, "'t'"},
       {"GapBetweenTensors",
-       Craft(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})",
-             "abc"),
+       Craft(
+           R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})",
+           "abc"),
        StatusCode::kDataLoss, "'b': data_offsets begin at 2 leaving a gap [1, 2)"},
       {"GapAtStart", one(R"("t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]})", "ab"),
        StatusCode::kDataLoss, "'t': data_offsets begin at 1 leaving a gap [0, 1)"},
       {"OverlappingTensors",
-       Craft(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
-             "abc"),
+       Craft(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
+           "abc"),
        StatusCode::kDataLoss, "'b': data_offsets [1, 3) overlap tensor 'a' ending at 2"},
       {"SameRangeTwice",
-       Craft(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})",
-             "ab"),
+       Craft(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})",
+           "ab"),
        StatusCode::kDataLoss, "overlap tensor"},
       {"TrailingBytesNotCovered", one(ok_entry, "abcd"), StatusCode::kDataLoss,
        "data buffer of 4 bytes is not fully covered: tensors end at 2"},
@@ -519,7 +524,8 @@ TEST(SafetensorsGoldenTest, ParsesPythonWrittenFiles) {
       auto reader = SafetensorsReader::Open(folder + file, {.mmap = mmap});
       ASSERT_TRUE(reader.ok()) << reader.status().ToString();
       EXPECT_EQ((*reader)->header().header_bytes, want["header_bytes"].get<uint64_t>());
-      EXPECT_EQ((*reader)->metadata(), (want["metadata"].get<std::map<std::string, std::string>>()));
+      EXPECT_EQ((*reader)->metadata(),
+                (want["metadata"].get<std::map<std::string, std::string>>()));
       ASSERT_EQ((*reader)->tensors().size(), want["tensors"].size());
       // The expectation lists tensors in data order, as our reader does.
       for (size_t i = 0; i < want["tensors"].size(); ++i) {
@@ -541,13 +547,15 @@ TEST(SafetensorsGoldenTest, RewritingReferenceGoldenReproducesItByteForByte) {
   const std::string folder = std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/safetensors/";
   auto reader = *SafetensorsReader::Open(folder + "reference.safetensors");
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& info : reader->tensors()) tensors.emplace_back(info.name, *reader->View(info.name));
+  for (const auto& info : reader->tensors())
+    tensors.emplace_back(info.name, *reader->View(info.name));
   // Hand them over in a scrambled order: the reference order is restored.
   std::reverse(tensors.begin(), tensors.end());
   TempFolder dir;
   const std::string path = dir.File("rewritten.safetensors");
   ASSERT_TRUE(SaveSafetensorsFile(path, tensors, reader->metadata()).ok());
-  EXPECT_EQ(Sha(AsBytes(ReadString(path))), Sha(AsBytes(ReadString(folder + "reference.safetensors"))));
+  EXPECT_EQ(Sha(AsBytes(ReadString(path))),
+            Sha(AsBytes(ReadString(folder + "reference.safetensors"))));
 }
 
 // ---- our files read by an independent Python reader ----------------------------

@@ -26,6 +26,8 @@
 namespace megackpt::cli {
 namespace {
 
+using namespace ::megackpt::dcp;  // NOLINT: this file is the dcp command group
+
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;

@@ -83,11 +83,19 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
     if (c != ' ' && c != '_') s.push_back(c);
   }
   s = Lower(s);
-  static const std::vector<std::pair<std::string, double>> kUnits = {
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
-      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12},
-      {"k", 1e3},      {"m", 1e6},         {"g", 1e9},            {"t", 1e12},
-      {"b", 1.0}};
+  static const std::vector<std::pair<std::string, double>> kUnits = {{"kib", 1024.0},
+                                                                     {"mib", 1048576.0},
+                                                                     {"gib", 1073741824.0},
+                                                                     {"tib", 1099511627776.0},
+                                                                     {"kb", 1e3},
+                                                                     {"mb", 1e6},
+                                                                     {"gb", 1e9},
+                                                                     {"tb", 1e12},
+                                                                     {"k", 1e3},
+                                                                     {"m", 1e6},
+                                                                     {"g", 1e9},
+                                                                     {"t", 1e12},
+                                                                     {"b", 1.0}};
   double scale = 1;
   for (const auto& [suffix, factor] : kUnits) {
     if (EndsWith(s, suffix)) {
@@ -100,7 +108,8 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !(v > 0) || !std::isfinite(v) || v * scale >= 1.8e19) {
-    return InvalidArgumentError("'" + text + "' is not a positive byte size like 5GB, 500MiB or 1000000");
+    return InvalidArgumentError("'" + text +
+                                "' is not a positive byte size like 5GB, 500MiB or 1000000");
   }
   return static_cast<uint64_t>(v * scale);
 }
@@ -119,23 +128,29 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
-std::string ShapeJsonless(const Shape& shape) { return ShapeToString(shape); }
-
 // ---- inputs ------------------------------------------------------------------------
 
 enum class FileFormat { kMega, kSafetensors };
 
-std::string_view FormatExt(FileFormat f) { return f == FileFormat::kMega ? ".mega" : ".safetensors"; }
-std::string_view FormatName(FileFormat f) { return f == FileFormat::kMega ? "mega" : "safetensors"; }
+std::string_view FormatExt(FileFormat f) {
+  return f == FileFormat::kMega ? ".mega" : ".safetensors";
+}
+std::string_view FormatName(FileFormat f) {
+  return f == FileFormat::kMega ? "mega" : "safetensors";
+}
 
 enum class InputKind { kMegaFile, kSafetensorsFile, kMegaIndex, kSafetensorsIndex };
 
 std::string_view InputKindName(InputKind k) {
   switch (k) {
-    case InputKind::kMegaFile: return "mega";
-    case InputKind::kSafetensorsFile: return "safetensors";
-    case InputKind::kMegaIndex: return "mega-index";
-    case InputKind::kSafetensorsIndex: return "safetensors-index";
+    case InputKind::kMegaFile:
+      return "mega";
+    case InputKind::kSafetensorsFile:
+      return "safetensors";
+    case InputKind::kMegaIndex:
+      return "mega-index";
+    case InputKind::kSafetensorsIndex:
+      return "safetensors-index";
   }
   return "?";
 }
@@ -191,15 +206,15 @@ Result<ResolvedInput> ResolveInput(const std::string& path) {
     if (indexes.size() == 1) return ResolveInput(indexes[0]);
     if (models.size() == 1) return ResolveInput(models[0]);
     if (models.empty()) {
-      return InvalidArgumentError(path + ": folder has no *.index.json, .mega or .safetensors file");
+      return InvalidArgumentError(path +
+                                  ": folder has no *.index.json, .mega or .safetensors file");
     }
     return InvalidArgumentError(path + ": folder has several model files (" + list(models) +
                                 ") and no index; pass one file");
   }
   if (auto kind = IndexKindFromPath(path)) {
-    return ResolvedInput{*kind == IndexKind::kMega ? InputKind::kMegaIndex
-                                                   : InputKind::kSafetensorsIndex,
-                         path};
+    return ResolvedInput{
+        *kind == IndexKind::kMega ? InputKind::kMegaIndex : InputKind::kSafetensorsIndex, path};
   }
   if (EndsWith(path, ".index.json")) {
     // An index without the usual double extension: decide by its shard names.
@@ -271,10 +286,12 @@ void AppendFileTensors(Model& model, size_t file_id, const std::set<std::string>
   };
   if (f.mega) {
     const auto& ts = f.mega->tensors();
-    for (size_t i = 0; i < ts.size(); ++i) add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].logical_nbytes, i);
+    for (size_t i = 0; i < ts.size(); ++i)
+      add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].logical_nbytes, i);
   } else {
     const auto& ts = f.st->tensors();
-    for (size_t i = 0; i < ts.size(); ++i) add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].nbytes(), i);
+    for (size_t i = 0; i < ts.size(); ++i)
+      add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].nbytes(), i);
   }
 }
 
@@ -295,8 +312,8 @@ Result<Model> OpenModel(const ResolvedInput& input, const OpenOptions& options) 
   Model model;
   model.input = input;
   if (!IsIndexKind(input.kind)) {
-    MEGA_ASSIGN_OR_RETURN(ModelFile f,
-                          OpenModelFile(input.path, fs::path(input.path).filename().string(), options));
+    MEGA_ASSIGN_OR_RETURN(
+        ModelFile f, OpenModelFile(input.path, fs::path(input.path).filename().string(), options));
     model.files.push_back(std::move(f));
     AppendFileTensors(model, 0, nullptr);
     return model;
@@ -308,8 +325,8 @@ Result<Model> OpenModel(const ResolvedInput& input, const OpenOptions& options) 
     auto f = OpenModelFile(path, shard, options);
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound) {
-        return NotFoundError(input.path + ": shard '" + shard + "' listed in the index is missing (" +
-                             path + ")");
+        return NotFoundError(input.path + ": shard '" + shard +
+                             "' listed in the index is missing (" + path + ")");
       }
       return f.status();
     }
@@ -405,7 +422,8 @@ ordered_json InspectJson(const Model& model) {
   ordered_json files = ordered_json::array();
   for (const auto& f : model.files) {
     std::error_code ec;
-    files.push_back({{"name", f.name}, {"format", std::string(FormatName(f.format))},
+    files.push_back({{"name", f.name},
+                     {"format", std::string(FormatName(f.format))},
                      {"size", static_cast<uint64_t>(fs::file_size(f.path, ec))}});
   }
   doc["files"] = std::move(files);
@@ -434,7 +452,7 @@ void PrintInspectTable(const Model& model) {
   size_t wname = 4, wshape = 5, wfile = 4;
   for (const auto& t : model.tensors) {
     wname = std::max(wname, std::min<size_t>(t.name.size(), 60));
-    wshape = std::max(wshape, ShapeJsonless(t.shape).size());
+    wshape = std::max(wshape, ShapeToString(t.shape).size());
     wfile = std::max(wfile, model.files[t.file].name.size());
   }
   std::printf("%-*s  %-8s  %-*s  %14s  %-*s\n", static_cast<int>(wname), "name", "dtype",
@@ -442,7 +460,7 @@ void PrintInspectTable(const Model& model) {
   for (const auto& t : model.tensors) {
     std::printf("%-*s  %-8s  %-*s  %14llu  %-*s\n", static_cast<int>(wname),
                 Truncate(t.name, 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
-                static_cast<int>(wshape), ShapeJsonless(t.shape).c_str(),
+                static_cast<int>(wshape), ShapeToString(t.shape).c_str(),
                 static_cast<unsigned long long>(t.nbytes), static_cast<int>(wfile),
                 model.files[t.file].name.c_str());
   }
@@ -567,8 +585,8 @@ int RunVerify(const std::string& path, bool quiet) {
             problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
                          "' is not listed in the index's weight_map");
           } else if (it->second != shard) {
-            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
-                         "' is mapped to '" + it->second + "' by the index");
+            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name + "' is mapped to '" +
+                         it->second + "' by the index");
           } else {
             mapped_bytes += t.nbytes;
           }
@@ -600,14 +618,13 @@ int RunVerify(const std::string& path, bool quiet) {
     return kExitFailure;
   }
   if (!quiet) {
-    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
-                std::string(InputKindName(input->kind)).c_str(),
-                static_cast<unsigned long long>(files), files == 1 ? "" : "s",
-                static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
-                (input->kind == InputKind::kSafetensorsFile ||
-                 input->kind == InputKind::kSafetensorsIndex)
-                    ? " (structure only: safetensors has no checksums)"
-                    : "");
+    std::printf(
+        "OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
+        std::string(InputKindName(input->kind)).c_str(), static_cast<unsigned long long>(files),
+        files == 1 ? "" : "s", static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
+        (input->kind == InputKind::kSafetensorsFile || input->kind == InputKind::kSafetensorsIndex)
+            ? " (structure only: safetensors has no checksums)"
+            : "");
   }
   return kExitOk;
 }
@@ -747,19 +764,21 @@ Result<OutputPlan> PlanOutput(const std::string& dst, FileFormat src_format,
     plan.dir = fs::path(dst).parent_path().string();
     if (plan.dir.empty()) plan.dir = ".";
     std::string file = fs::path(dst).filename().string();
-    plan.base = file.substr(0, file.size() - (f == FileFormat::kMega ? kMegaIndexSuffix.size()
-                                                                     : kSafetensorsIndexSuffix.size()));
+    plan.base =
+        file.substr(0, file.size() - (f == FileFormat::kMega ? kMegaIndexSuffix.size()
+                                                             : kSafetensorsIndexSuffix.size()));
     if (plan.base.empty()) return InvalidArgumentError(dst + ": index name has no base name");
     return plan;
   }
   std::error_code ec;
   if (fs::exists(dst, ec) && !fs::is_directory(dst, ec)) {
-    return InvalidArgumentError(dst + ": exists and is not a folder (use a .mega or .safetensors "
-                                      "name for a single-file output)");
+    return InvalidArgumentError(dst +
+                                ": exists and is not a folder (use a .mega or .safetensors "
+                                "name for a single-file output)");
   }
-  plan.format = o.format ? *o.format
-                         : (src_format == FileFormat::kMega ? FileFormat::kSafetensors
-                                                            : FileFormat::kMega);
+  plan.format =
+      o.format ? *o.format
+               : (src_format == FileFormat::kMega ? FileFormat::kSafetensors : FileFormat::kMega);
   plan.dir = dst;
   plan.index_path = dst + "/" + plan.base + std::string(FormatExt(plan.format)) + ".index.json";
   return plan;
@@ -864,7 +883,8 @@ Status WriteSafetensorsShard(const Model& src, const std::vector<size_t>& ids,
     by_name.emplace(t.name, &t);
   }
   MEGA_ASSIGN_OR_RETURN(auto out, CreateLocalFile(path));
-  MEGA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Start(out.get(), std::move(specs), metadata));
+  MEGA_ASSIGN_OR_RETURN(auto writer,
+                        SafetensorsWriter::Start(out.get(), std::move(specs), metadata));
   for (const auto& info : writer->layout()) {
     const TensorRef& t = *by_name.at(info.name);
     const ModelFile& f = src.files[t.file];
@@ -872,7 +892,8 @@ Status WriteSafetensorsShard(const Model& src, const std::vector<size_t>& ids,
       // Raw bytes: chunked pread into a reused buffer, appended as they come.
       for (uint64_t off = 0; off < t.nbytes; off += kCopyChunk) {
         size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, t.nbytes - off));
-        MEGA_ASSIGN_OR_RETURN(std::byte * buf, staging.Get(std::min<uint64_t>(kCopyChunk, t.nbytes)));
+        MEGA_ASSIGN_OR_RETURN(std::byte * buf,
+                              staging.Get(std::min<uint64_t>(kCopyChunk, t.nbytes)));
         MEGA_RETURN_IF_ERROR(f.st->ReadRange(t.name, off, std::span<std::byte>(buf, n)));
         MEGA_RETURN_IF_ERROR(writer->AppendData(std::span<const std::byte>(buf, n)));
         progress.Add(n);
@@ -902,7 +923,8 @@ Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const st
   wo.byte_shuffle = o.shuffle;
   MegaWriter writer(wo);
   for (const auto& [k, v] : metadata) {
-    MEGA_RETURN_IF_ERROR(writer.AddMetadata(std::string(kSafetensorsMetaPrefix) + k, MetaValue::String(v)));
+    MEGA_RETURN_IF_ERROR(
+        writer.AddMetadata(std::string(kSafetensorsMetaPrefix) + k, MetaValue::String(v)));
   }
   // Decoded MEGA tensors (compressed/shuffled/chunked sources) go to a spill arena.
   uint64_t spill_bytes = 0;
@@ -911,11 +933,10 @@ Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const st
     const ModelFile& f = src.files[t.file];
     if (f.mega && !f.mega->tensors()[t.index].is_plain()) spill_bytes += t.nbytes;
   }
-  MEGA_ASSIGN_OR_RETURN(auto arena,
-                        SpillArena::Create(fs::path(path).parent_path().string().empty()
-                                               ? "."
-                                               : fs::path(path).parent_path().string(),
-                                           spill_bytes));
+  MEGA_ASSIGN_OR_RETURN(auto arena, SpillArena::Create(fs::path(path).parent_path().string().empty()
+                                                           ? "."
+                                                           : fs::path(path).parent_path().string(),
+                                                       spill_bytes));
   uint64_t shard_bytes = 0;
   std::vector<std::pair<void*, size_t>> mapped_ranges;
   for (size_t id : ids) {
@@ -970,7 +991,8 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
     std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
     return kExitFailure;
   }
-  const FileFormat src_format = model->files.empty() ? FileFormat::kSafetensors : model->files[0].format;
+  const FileFormat src_format =
+      model->files.empty() ? FileFormat::kSafetensors : model->files[0].format;
   auto plan = PlanOutput(dst, src_format, o);
   if (!plan.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", plan.status().ToString().c_str());
@@ -997,11 +1019,16 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
       paths.push_back(plan->single_path);
     }
   }
+  if (plan->folder && SameFile(plan->index_path, input->path)) {
+    std::fprintf(stderr, "megackpt convert: %s would overwrite its own source index\n",
+                 plan->index_path.c_str());
+    return kExitUsage;
+  }
   for (const auto& p : paths) {
     for (const auto& f : model->files) {
       if (SameFile(p, f.path)) {
-        std::fprintf(stderr, "megackpt convert: %s would overwrite its own source %s\n",
-                     p.c_str(), f.path.c_str());
+        std::fprintf(stderr, "megackpt convert: %s would overwrite its own source %s\n", p.c_str(),
+                     f.path.c_str());
         return kExitUsage;
       }
     }
@@ -1016,8 +1043,8 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
   const auto metadata = PortableMetadata(*model);
   Progress progress(o.progress, model->total_bytes);
   StagingBuffer staging;
-  const double t0 = std::chrono::duration<double>(
-                        std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double t0 =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::vector<std::string> written;
   Status status;
   ShardIndex index;
@@ -1052,10 +1079,10 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
     std::fprintf(stderr, "megackpt convert: %s\n", status.ToString().c_str());
     return kExitFailure;
   }
-  const double secs = std::max(1e-9, std::chrono::duration<double>(
-                                         std::chrono::steady_clock::now().time_since_epoch())
-                                             .count() -
-                                         t0);
+  const double secs = std::max(
+      1e-9,
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
+          t0);
   std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%.2f GB/s)\n",
               model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
               std::string(InputKindName(input->kind)).c_str(),
@@ -1076,8 +1103,10 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "PATH is a .mega file, a .safetensors file, a *.mega.index.json or\n"
         "*.safetensors.index.json index, or a folder holding one index (or one model file).\n"
         "Only headers are read. Exit 0 ok, 1 unreadable/malformed input, 2 usage error.\n"
-        "JSON (--json): {\"format\": \"mega\"|\"safetensors\"|\"mega-index\"|\"safetensors-index\",\n"
-        "  \"metadata\": {...}, \"tensors\": [{\"name\", \"dtype\", \"shape\", \"nbytes\", \"file\", ...}],\n"
+        "JSON (--json): {\"format\": "
+        "\"mega\"|\"safetensors\"|\"mega-index\"|\"safetensors-index\",\n"
+        "  \"metadata\": {...}, \"tensors\": [{\"name\", \"dtype\", \"shape\", \"nbytes\", "
+        "\"file\", ...}],\n"
         "  \"files\": [...], \"total_nbytes\": N}");
     auto path = std::make_shared<std::string>();
     auto as_json = std::make_shared<bool>(false);
@@ -1139,17 +1168,21 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     auto* o_max = cmd->add_option("--max-shard-size", *max_shard,
                                   "Folder outputs: max tensor bytes per shard, e.g. 5GB (=5e9, "
                                   "the default), 500MiB, 1000000");
-    auto* o_align = cmd->add_option("--alignment", *alignment,
-                                    "MEGA: header alignment (general.alignment), > 0 (default 4096)");
-    auto* o_sum = cmd->add_option("--checksum", *checksum, "MEGA: none|crc32|sha256 (default crc32)");
+    auto* o_align =
+        cmd->add_option("--alignment", *alignment,
+                        "MEGA: header alignment (general.alignment), > 0 (default 4096)");
+    auto* o_sum =
+        cmd->add_option("--checksum", *checksum, "MEGA: none|crc32|sha256 (default crc32)");
     auto* o_comp = cmd->add_option("--compression", *compression,
                                    "MEGA: none|zstd[:level] (default none; tensors that do not "
                                    "shrink stay raw)");
     auto* o_shuf = cmd->add_flag("--shuffle", *shuffle, "MEGA: byte-shuffle before compressing");
     cmd->add_option("--format", *format, "Folder outputs: mega|safetensors");
-    cmd->add_flag("--progress", *progress, "Show progress on stderr even when it is not a terminal");
+    cmd->add_flag("--progress", *progress,
+                  "Show progress on stderr even when it is not a terminal");
     cmd->add_flag("--no-progress", *no_progress, "Never show progress");
-    cmd->add_flag("--no-sync", *no_sync, "Skip fsync of the written files (faster, not crash-safe)");
+    cmd->add_flag("--no-sync", *no_sync,
+                  "Skip fsync of the written files (faster, not crash-safe)");
     cmd->callback([=] {
       ConvertOptions o;
       auto usage = [&](const std::string& msg) {
@@ -1200,7 +1233,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
           return usage("--format must be mega or safetensors");
         }
       }
-      o.mega_options_given = o_align->count() + o_sum->count() + o_comp->count() + o_shuf->count() > 0;
+      o.mega_options_given =
+          o_align->count() + o_sum->count() + o_comp->count() + o_shuf->count() > 0;
       o.sync = !*no_sync;
       o.progress = !*no_progress && (*progress || isatty(STDERR_FILENO));
       *exit_code = RunConvert(*src, *dst, o);
@@ -1232,7 +1266,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->callback([=] {
       auto bytes = ParseByteSize(*size);
       if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench format: --size: %s\n", bytes.status().message().c_str());
+        std::fprintf(stderr, "megackpt bench format: --size: %s\n",
+                     bytes.status().message().c_str());
         *exit_code = kExitUsage;
         return;
       }

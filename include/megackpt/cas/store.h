@@ -297,6 +297,8 @@ class CasStore {
   Result<StoreStats> Stat();
   // Deletes xorbs no live file references (see GcOptions); holds the kCollect
   // lock so concurrent uploads either finish first or start after.
+  // REQUIRES: the calling thread holds no unfinished UploadStream of this store
+  // (it would wait for itself).
   Result<GcResult> GarbageCollect(const GcOptions& options = {});
   // Re-reads every stored chunk and checks it against its hash, and every
   // file's terms against the xorb layouts. DataLoss naming the first bad
