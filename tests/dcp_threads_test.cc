@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "dcp/synthetic.h"
+#include "dcp/test_fs.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/process_group.h"
@@ -127,6 +128,66 @@ TEST(DcpThreads, AsyncSaveFromFourRanks) {
       Quick());
   for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// All ranks together read at most 1.05x the bytes their destinations need, for a
+// load that reshards every tensor.
+TEST(DcpThreads, ReshardedLoadReadsAtMostFivePercentExtra) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(21, 2 << 20);
+  ASSERT_TRUE(SaveSynthetic(spec, dir.path("c"), 2).ok());
+  for (int variant : {1, 2, 3}) {
+    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
+    std::atomic<uint64_t> needed{0};
+    auto results = RunThreadRanks(
+        3,
+        [&](ProcessGroup& g) -> Status {
+          MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), variant, false));
+          FileSystemReaderOptions ro;
+          ro.fs = counting;
+          MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir.path("c"), ro), &g));
+          MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
+          needed += synthetic::RankStateBytes(sd);
+          return Status::OK();
+        },
+        Quick());
+    for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+    const double ratio = static_cast<double>(counting->data_bytes_read.load()) / needed.load();
+    EXPECT_LE(ratio, 1.05) << "variant " << variant << ": read " << counting->data_bytes_read.load()
+                           << " bytes for " << needed.load();
+    EXPECT_GE(ratio, 1.0) << "variant " << variant;
+  }
+}
+
+// use_collectives = false: every rank saves alone (own metadata file) and loads alone.
+TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
+  TempDir dir;
+  auto results = RunThreadRanks(
+      3,
+      [&](ProcessGroup& g) -> Status {
+        StateDict sd;
+        sd.Set("who", StateValue::Bytes("rank " + std::to_string(g.rank())));
+        SaveOptions so;
+        so.use_collectives = false;
+        MEGA_RETURN_IF_ERROR(Save(sd, *NewFileSystemWriter(dir.path("c")), &g, so));
+        MEGA_RETURN_IF_ERROR(g.Barrier());  // all saved before anyone loads
+        StateDict back;
+        back.Set("who", StateValue::Bytes(""));
+        FileSystemReaderOptions ro;
+        ro.metadata_rank = g.rank() == 0 ? -1 : g.rank();
+        LoadOptions lo;
+        lo.use_collectives = false;
+        MEGA_RETURN_IF_ERROR(Load(back, *NewFileSystemReader(dir.path("c"), ro), &g, lo));
+        if (back.Find("who")->bytes() != "rank " + std::to_string(g.rank())) {
+          return DataLossError("rank " + std::to_string(g.rank()) + " loaded '" +
+                               back.Find("who")->bytes() + "'");
+        }
+        return Status::OK();
+      },
+      Quick());
+  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(fs::exists(dir.path("c") + "/.metadata"));
+  EXPECT_TRUE(fs::exists(dir.path("c") + "/.metadata.rank2"));
 }
 
 // A planner whose ResolveData throws on one rank.

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "hub_test_server.h"
+#include "megackpt/checksum.h"
 #include "megackpt/fs.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"

@@ -350,9 +350,14 @@ class MegaReader {
   // InvalidArgument when dst's dtype or shape differs from the tensor's.
   Status ReadTensor(size_t index, const Tensor& dst) const;
   Status ReadTensor(std::string_view name, const Tensor& dst) const;
-  // Allocates a contiguous tensor and reads into it.
+  // Allocates a contiguous tensor of the declared size and reads into it.
+  // (A compressed tensor may declare up to ~43000x its stored size; callers
+  // handling untrusted files should check logical_nbytes first.)
   Result<Tensor> LoadTensor(std::string_view name) const;
-  // Reads several tensors, in parallel on `pool` (nullptr = the caller's thread).
+  // Reads several tensors. With a pool, work is split finer than tensors:
+  // plain CRC-32/unverified tensors into read_block_size blocks (CRC partials
+  // combined), chunked tensors into chunks; others are one item each.
+  // nullptr = everything on the caller's thread. First error wins.
   Status ReadTensors(std::span<const MegaReadRequest> requests, ThreadPool* pool = nullptr) const;
 
   // Reads decoded bytes [logical_offset, logical_offset + dst.size()) of one
@@ -371,8 +376,10 @@ class MegaReader {
   // be whole rows of bytes (InvalidArgument otherwise).
   Status ReadSlice(std::string_view name, std::span<const int64_t> start, const Tensor& dst) const;
 
-  // A zero-copy view into the mapping for a plain tensor. The view's owner
-  // keeps the mapping alive (also after the reader is destroyed).
+  // A zero-copy, read-only view into the mapping for a plain tensor (writing
+  // through it faults: the mapping is PROT_READ). The view's owner keeps the
+  // mapping alive (also after the reader is destroyed). The data pointer is
+  // only as aligned as the tensor's file offset.
   // FailedPrecondition when the file is not mapped or the tensor is not plain.
   // Verifies the checksum first when options.verify_checksums.
   Result<Tensor> MappedTensor(std::string_view name) const;
@@ -429,10 +436,11 @@ struct MegaTensorWriteOptions {
 };
 
 struct MegaWriterOptions {
-  // Header alignment = general.alignment. 0 is InvalidArgument.
+  // Header alignment = general.alignment. Must be in [1, 2^30] (else
+  // InvalidArgument from Finish).
   uint64_t alignment = 4096;
-  // Alignment of each tensor's payload_offset (relative to header_length).
-  // 1 = packed back to back, as the reference tooling writes.
+  // Alignment of each tensor's payload_offset (relative to header_length), in
+  // [1, 2^30]. 1 = packed back to back, as the reference tooling writes.
   uint64_t tensor_alignment = 1;
   MegaChecksumType checksum = MegaChecksumType::kCrc32;
   MegaCodec compression = MegaCodec::kNone;

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -110,25 +111,39 @@ class UploadStreamImpl final : public UploadStream {
   const FileUploadResult* result() const override { return done_ ? &result_ : nullptr; }
 
   Status Append(std::span<const std::byte> data) override {
+    while (!data.empty()) {
+      size_t take = std::min(data.size(), kBatchBytes);
+      MEGA_RETURN_IF_ERROR(AppendWith(take, [&](std::span<std::byte> dst) {
+        std::memcpy(dst.data(), data.data(), dst.size());
+        return Status::OK();
+      }));
+      data = data.subspan(take);
+    }
+    return Status::OK();
+  }
+
+  // Appends n bytes (n <= kBatchBytes) that `fill` writes straight into the
+  // batch buffer (UploadFile reads the file there: no extra copy).
+  Status AppendWith(size_t n, const std::function<Status(std::span<std::byte>)>& fill) {
     if (!status_.ok()) return status_;
     if (finished_) return FailedPreconditionError(options_.name + ": upload already finished");
-    while (!data.empty()) {
-      // Feed in pieces so a batch never grows far past kBatchBytes.
-      size_t take = std::min(data.size(), kBatchBytes);
-      std::span<const std::byte> piece = data.first(take);
-      data = data.subspan(take);
-      size_t old = fill_->data.size();
-      fill_->data.Append(piece.data(), piece.size());
-      ends_scratch_.clear();
-      chunker_.Feed(std::span<const std::byte>(fill_->data.data() + old, piece.size()),
-                    &ends_scratch_);
-      for (uint64_t e : ends_scratch_) fill_->ends.push_back(static_cast<uint32_t>(e - fill_->base));
-      position_ += take;
-      if (!fill_->ends.empty() && fill_->ends.back() >= kBatchBytes) {
-        status_ = Dispatch(/*wait=*/false);
-        if (!status_.ok()) return status_;
-        if (options_.progress) options_.progress(position_);
-      }
+    size_t old = fill_->data.size();
+    fill_->data.Resize(old + n);
+    std::span<std::byte> dst(fill_->data.data() + old, n);
+    Status s = fill(dst);
+    if (!s.ok()) {
+      fill_->data.Resize(old);
+      status_ = s;
+      return s;
+    }
+    ends_scratch_.clear();
+    chunker_.Feed(dst, &ends_scratch_);
+    for (uint64_t e : ends_scratch_) fill_->ends.push_back(static_cast<uint32_t>(e - fill_->base));
+    position_ += n;
+    if (!fill_->ends.empty() && fill_->ends.back() >= kBatchBytes) {
+      status_ = Dispatch(/*wait=*/false);
+      if (!status_.ok()) return status_;
+      if (options_.progress) options_.progress(position_);
     }
     return Status::OK();
   }
@@ -644,16 +659,15 @@ Result<FileUploadResult> CasStore::UploadFile(const RandomAccessFile& file,
                                               const UploadOptions& options) {
   UploadOptions opts = options;
   if (opts.name == "upload") opts.name = file.name();
-  MEGA_ASSIGN_OR_RETURN(auto stream, BeginUpload(opts));
-  ByteBuffer buf;
-  buf.Resize(std::min<uint64_t>(file.size(), kBatchBytes));
+  MEGA_ASSIGN_OR_RETURN(auto lease, backend_->Lock(StoreLockKind::kUpload));
+  UploadStreamImpl stream(this, opts, std::move(lease));
   for (uint64_t off = 0; off < file.size();) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), file.size() - off));
-    MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(off, std::span<std::byte>(buf.data(), n)));
-    MEGA_RETURN_IF_ERROR(stream->Append(std::span<const std::byte>(buf.data(), n)));
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kBatchBytes, file.size() - off));
+    MEGA_RETURN_IF_ERROR(stream.AppendWith(
+        n, [&](std::span<std::byte> dst) { return file.ReadExactlyAt(off, dst); }));
     off += n;
   }
-  return stream->Finish();
+  return stream.Finish();
 }
 
 Result<FileUploadResult> CasStore::UploadFile(const std::string& path,

@@ -334,11 +334,11 @@ Result<PlannerData> ParsePlannerData(const Node& n) {
       for (size_t i = 0; i < p.j.size(); ++i) {
         Node step = p.At(i);
         if (step.j.is_string()) {
-          path.push_back(PathKey{step.j.get<std::string>()});
+          path.emplace_back().key.emplace<std::string>(step.j.get<std::string>());
         } else {
           MEGA_ASSIGN_OR_RETURN(int64_t idx, step.Int());
           if (idx < 0) return step.Error("negative list index");
-          path.push_back(PathKey{idx});
+          path.emplace_back().key.emplace<int64_t>(idx);
         }
       }
       if (!std::holds_alternative<std::string>(path[0].key)) {
@@ -667,8 +667,18 @@ Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded) {
 }
 
 std::string EncodeEnvelope(const Status& status, std::string_view payload) {
-  if (status.ok()) return "P" + std::string(payload);
-  return "E" + std::to_string(static_cast<int>(status.code())) + ":" + status.message();
+  std::string out;
+  if (status.ok()) {
+    out.reserve(payload.size() + 1);
+    out += 'P';
+    out += payload;
+    return out;
+  }
+  out += 'E';
+  out += std::to_string(static_cast<int>(status.code()));
+  out += ':';
+  out += status.message();
+  return out;
 }
 
 Result<std::string> DecodeEnvelope(std::string_view blob) {

@@ -105,8 +105,8 @@ TEST(Dedup, LowestRankKeepsReplicas) {
 
 TEST(Dedup, LoadBalancedSpreadsReplicas) {
   std::vector<SavePlan> plans(2);
-  for (int i = 0; i < 4; ++i) {
-    for (auto& p : plans) p.items.push_back(ShardItem("t" + std::to_string(i), {0}, {100}, {100}));
+  for (const char* name : {"t0", "t1", "t2", "t3"}) {
+    for (auto& p : plans) p.items.push_back(ShardItem(name, {0}, {100}, {100}));
   }
   auto d = DedupSavePlans(plans, DedupMode::kLoadBalanced);
   ASSERT_TRUE(d.ok());

@@ -109,7 +109,7 @@ struct Flattener {
       }
       case StateValue::Kind::kDict:
         for (auto& [key, child] : v.dict()) {
-          path.push_back(PathKey{key});
+          path.emplace_back().key.emplace<std::string>(key);
           Status s = Visit(child, fqn + "." + key, path);
           path.pop_back();
           MEGA_RETURN_IF_ERROR(s);
@@ -118,7 +118,7 @@ struct Flattener {
       case StateValue::Kind::kList:
         for (size_t i = 0; i < v.list().size(); ++i) {
           if (v.list()[i].is_none()) continue;  // holes (e.g. rebuilt lists) carry nothing
-          path.push_back(PathKey{static_cast<int64_t>(i)});
+          path.emplace_back().key.emplace<int64_t>(static_cast<int64_t>(i));
           Status s = Visit(v.list()[i], fqn + "." + std::to_string(i), path);
           path.pop_back();
           MEGA_RETURN_IF_ERROR(s);
@@ -151,7 +151,9 @@ std::string PathToString(const ObjectPath& path) {
     if (const auto* str = std::get_if<std::string>(&k.key)) {
       s += *str;
     } else {
-      s += "[" + std::to_string(std::get<int64_t>(k.key)) + "]";
+      s += '[';
+      s += std::to_string(std::get<int64_t>(k.key));
+      s += ']';
     }
   }
   return s;

@@ -296,23 +296,30 @@ void Gf2Square(uint32_t* square, const uint32_t* mat) {
 
 }  // namespace
 
+namespace {
+
+// kZeroOps[k] appends 2^k zero bytes to a CRC register (as a 32x32 GF(2) matrix).
+struct ZeroOperators {
+  uint32_t op[64][32];
+  ZeroOperators() {
+    uint32_t one_bit[32], a[32], b[32];
+    one_bit[0] = 0xEDB88320u;  // reflected polynomial: operator for one zero bit
+    for (int n = 1; n < 32; ++n) one_bit[n] = 1u << (n - 1);
+    Gf2Square(a, one_bit);  // 2 bits
+    Gf2Square(b, a);        // 4 bits
+    Gf2Square(op[0], b);    // 8 bits = 1 byte
+    for (int k = 1; k < 64; ++k) Gf2Square(op[k], op[k - 1]);
+  }
+};
+
+}  // namespace
+
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   if (len_b == 0) return crc_a;
-  uint32_t odd[32], even[32];
-  odd[0] = 0xEDB88320u;  // reflected polynomial: operator for one zero bit
-  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
-  Gf2Square(even, odd);  // two zero bits
-  Gf2Square(odd, even);  // four zero bits
-  // Each iteration squares the operator (8, 16, 32... zero bits = 1, 2, 4... bytes).
-  while (true) {
-    Gf2Square(even, odd);
-    if (len_b & 1) crc_a = Gf2Times(even, crc_a);
-    len_b >>= 1;
-    if (len_b == 0) break;
-    Gf2Square(odd, even);
-    if (len_b & 1) crc_a = Gf2Times(odd, crc_a);
-    len_b >>= 1;
-    if (len_b == 0) break;
+  if (crc_a == 0) return crc_b;  // the zero-append operator is linear: 0 stays 0
+  static const ZeroOperators kOps;
+  for (int k = 0; len_b != 0; ++k, len_b >>= 1) {
+    if (len_b & 1) crc_a = Gf2Times(kOps.op[k], crc_a);
   }
   return crc_a ^ crc_b;
 }

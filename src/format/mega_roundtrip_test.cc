@@ -634,6 +634,14 @@ TEST(MegaWriterTest, ArgumentErrors) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("a0.mega"), std::string::npos);
   }
+  for (uint64_t bad : {uint64_t{1} << 31, uint64_t{0}}) {
+    MegaWriterOptions o;
+    o.tensor_alignment = bad;
+    MegaWriter w(o);
+    ASSERT_TRUE(w.AddTensor("t", t).ok());
+    MemoryWritableFile out("ta.mega");
+    EXPECT_EQ(w.Finish(out).status().code(), StatusCode::kInvalidArgument);
+  }
   MegaWriter w;
   ASSERT_TRUE(w.AddTensor("t", t).ok());
   EXPECT_EQ(w.AddTensor("t", t).code(), StatusCode::kInvalidArgument);

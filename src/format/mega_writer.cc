@@ -93,11 +93,15 @@ struct Unit {
 // to `feed` in pieces of kZstdFeed bytes.
 Status ForEachInputPiece(const Tensor& src, const Unit& u, bool shuffle,
                          const std::function<Status(std::span<const std::byte>, bool last)>& feed) {
-  MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(kZstdFeed));
-  std::byte* b = buf.get();
+  if (u.logical == 0) return feed({}, true);
   const bool contiguous = src.is_contiguous();
   const auto* base = static_cast<const std::byte*>(src.data());
-  if (u.logical == 0) return feed({}, true);
+  // Contiguous, unshuffled sources are fed straight from caller memory.
+  std::shared_ptr<std::byte> buf;
+  if (!contiguous || shuffle) {
+    MEGA_ASSIGN_OR_RETURN(buf, AllocateBuffer(std::min<uint64_t>(kZstdFeed, u.logical)));
+  }
+  std::byte* b = buf.get();
   if (!shuffle) {
     for (uint64_t off = 0; off < u.logical; off += kZstdFeed) {
       const uint64_t n = std::min<uint64_t>(kZstdFeed, u.logical - off);
@@ -116,7 +120,7 @@ Status ForEachInputPiece(const Tensor& src, const Unit& u, bool shuffle,
   std::shared_ptr<std::byte> gather_buf;
   const uint64_t block_elems = kZstdFeed / es;
   if (!contiguous) {
-    MEGA_ASSIGN_OR_RETURN(gather_buf, AllocateBuffer(block_elems * es));
+    MEGA_ASSIGN_OR_RETURN(gather_buf, AllocateBuffer(std::min(block_elems, n_elems) * es));
   }
   for (size_t plane = 0; plane < es; ++plane) {
     for (uint64_t e0 = 0; e0 < n_elems; e0 += kZstdFeed) {
@@ -145,8 +149,12 @@ Status ForEachInputPiece(const Tensor& src, const Unit& u, bool shuffle,
 // Returns whether it ran to completion.
 Result<bool> CompressUnit(const Tensor& src, const Unit& u, int level,
                           const std::function<bool(std::span<const std::byte>)>& out) {
-  std::unique_ptr<ZSTD_CCtx, CctxFree> cctx(ZSTD_createCCtx());
+  // One context per thread, reset for every unit (creating one per small
+  // tensor would dominate the cost).
+  thread_local std::unique_ptr<ZSTD_CCtx, CctxFree> cctx;
+  if (!cctx) cctx.reset(ZSTD_createCCtx());
   if (!cctx) return ResourceExhaustedError("ZSTD_createCCtx failed");
+  ZSTD_CCtx_reset(cctx.get(), ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
   ZSTD_CCtx_setPledgedSrcSize(cctx.get(), u.logical);
@@ -286,7 +294,7 @@ Status MegaWriter::AddMetadata(std::string key, MetaValue value) {
   }
   if (key == "general.alignment") {
     auto v = value.AsUint64();
-    if (!v.ok() || *v != options_.alignment || value.type() == MetaType::kFloat32) {
+    if (!v.ok() || *v != options_.alignment) {
       return InvalidArgumentError("MegaWriter: general.alignment " + value.ToJson() +
                                   " differs from options.alignment " +
                                   std::to_string(options_.alignment));
@@ -328,8 +336,17 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
   finished_ = true;
   const MegaWriterOptions& o = options_;
   const std::string& fname = file.name();
-  if (o.alignment == 0) return InvalidArgumentError(fname + ": MegaWriter alignment 0");
-  if (o.tensor_alignment == 0) return InvalidArgumentError(fname + ": MegaWriter tensor_alignment 0");
+  // Alignments are padding sizes: 0 is meaningless and huge ones would make the
+  // header (or the gaps) absurdly large.
+  constexpr uint64_t kMaxAlignment = 1ull << 30;
+  if (o.alignment == 0 || o.alignment > kMaxAlignment) {
+    return InvalidArgumentError(fname + ": MegaWriter alignment " + std::to_string(o.alignment) +
+                                " (must be 1..2^30)");
+  }
+  if (o.tensor_alignment == 0 || o.tensor_alignment > kMaxAlignment) {
+    return InvalidArgumentError(fname + ": MegaWriter tensor_alignment " +
+                                std::to_string(o.tensor_alignment) + " (must be 1..2^30)");
+  }
   if (!(o.min_ratio > 0)) return InvalidArgumentError(fname + ": MegaWriter min_ratio must be > 0");
   if (o.zstd_level < ZSTD_minCLevel() || o.zstd_level > ZSTD_maxCLevel()) {
     return InvalidArgumentError(fname + ": zstd level " + std::to_string(o.zstd_level) + " out of range");

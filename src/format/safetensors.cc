@@ -7,7 +7,6 @@
 #include <optional>
 #include <unordered_set>
 
-#include "format/safetensors_json.h"
 #include "megackpt/checksum.h"
 
 namespace megackpt {
@@ -44,71 +43,15 @@ void StoreLe64(uint64_t v, std::byte* p) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
 }
 
-// A non-negative JSON integer that fits `max`, or nullopt.
-std::optional<uint64_t> AsUnsigned(const json& v, uint64_t max) {
-  uint64_t out;
-  if (v.is_number_unsigned()) {
-    out = v.get<uint64_t>();
-  } else if (v.is_number_integer()) {
-    int64_t s = v.get<int64_t>();
-    if (s < 0) return std::nullopt;
-    out = static_cast<uint64_t>(s);
-  } else {
-    return std::nullopt;
-  }
-  if (out > max) return std::nullopt;
-  return out;
-}
-
-Result<SafetensorsTensorInfo> ParseTensorEntry(std::string_view file, const std::string& name,
-                                               const json& entry) {
-  if (!entry.is_object()) return MalformedTensor(file, name, "entry is not a JSON object");
-  SafetensorsTensorInfo info;
-  info.name = name;
-
-  auto dtype_it = entry.find("dtype");
-  if (dtype_it == entry.end()) return MalformedTensor(file, name, "missing \"dtype\"");
-  if (!dtype_it->is_string()) return MalformedTensor(file, name, "\"dtype\" is not a string");
-  const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
-  auto dtype = DTypeFromName(dtype_name);
-  if (!dtype.ok()) {
-    return MalformedTensor(file, name, "unsupported dtype " + Quote(dtype_name));
-  }
-  info.dtype = *dtype;
-
-  auto shape_it = entry.find("shape");
-  if (shape_it == entry.end()) return MalformedTensor(file, name, "missing \"shape\"");
-  if (!shape_it->is_array()) return MalformedTensor(file, name, "\"shape\" is not an array");
-  info.shape.reserve(shape_it->size());
-  for (size_t i = 0; i < shape_it->size(); ++i) {
-    auto dim = AsUnsigned((*shape_it)[i], static_cast<uint64_t>(INT64_MAX));
-    if (!dim) {
-      return MalformedTensor(
-          file, name,
-          "shape dimension " + std::to_string(i) + " is not a non-negative integer below 2^63");
-    }
-    info.shape.push_back(static_cast<int64_t>(*dim));
-  }
-
-  auto offsets_it = entry.find("data_offsets");
-  if (offsets_it == entry.end()) return MalformedTensor(file, name, "missing \"data_offsets\"");
-  if (!offsets_it->is_array() || offsets_it->size() != 2) {
-    return MalformedTensor(file, name, "\"data_offsets\" is not an array [begin, end]");
-  }
-  auto begin = AsUnsigned((*offsets_it)[0], std::numeric_limits<uint64_t>::max());
-  auto end = AsUnsigned((*offsets_it)[1], std::numeric_limits<uint64_t>::max());
-  if (!begin || !end) {
-    return MalformedTensor(file, name, "\"data_offsets\" are not non-negative integers");
-  }
-  if (*end < *begin) {
+// The checks that need the whole entry: offsets ordered, checked size
+// arithmetic, whole bytes, and offsets matching dtype x shape.
+Status CheckEntrySize(std::string_view file, const SafetensorsTensorInfo& info) {
+  const std::string& name = info.name;
+  if (info.data_end < info.data_begin) {
     return MalformedTensor(file, name,
-                           "data_offsets [" + std::to_string(*begin) + ", " + std::to_string(*end) +
-                               ") end before they begin");
+                           "data_offsets [" + std::to_string(info.data_begin) + ", " +
+                               std::to_string(info.data_end) + ") end before they begin");
   }
-  info.data_begin = *begin;
-  info.data_end = *end;
-
-  // Checked size arithmetic: elements * bits must be a whole number of bytes.
   auto numel = NumElements(info.shape);
   if (!numel.ok()) {
     return MalformedTensor(file, name, "shape " + ShapeToString(info.shape) + " overflows");
@@ -125,15 +68,259 @@ Result<SafetensorsTensorInfo> ParseTensorEntry(std::string_view file, const std:
   }
   const uint64_t nbytes = bits / 8;
   if (info.nbytes() != nbytes) {
-    return MalformedTensor(file, name,
-                           "data_offsets [" + std::to_string(info.data_begin) + ", " +
-                               std::to_string(info.data_end) + ") hold " +
-                               std::to_string(info.nbytes()) + " bytes but " +
-                               std::string(DTypeName(info.dtype)) + " " +
-                               ShapeToString(info.shape) + " needs " + std::to_string(nbytes));
+    return MalformedTensor(
+        file, name,
+        "data_offsets [" + std::to_string(info.data_begin) + ", " + std::to_string(info.data_end) +
+            ") hold " + std::to_string(info.nbytes()) + " bytes but " +
+            std::string(DTypeName(info.dtype)) + " " + ShapeToString(info.shape) + " needs " +
+            std::to_string(nbytes));
   }
-  return info;
+  return Status::OK();
 }
+
+// Streams the header JSON straight into SafetensorsTensorInfo records (no DOM:
+// a 10,000-tensor header parses several times faster), rejecting every
+// malformed construct as it is seen. Keys repeated within one object are
+// errors (plain JSON parsers silently keep the last one).
+class HeaderParser final : public nlohmann::json_sax<json> {
+ public:
+  HeaderParser(std::string_view file, SafetensorsHeader* header) : file_(file), header_(header) {}
+
+  // The first error (OK while parsing succeeds).
+  const Status& status() const { return status_; }
+
+  bool null() override { return Other(); }
+  bool boolean(bool) override { return Other(); }
+  bool number_integer(number_integer_t v) override {
+    return v < 0 ? Other() : Unsigned(static_cast<uint64_t>(v));
+  }
+  bool number_unsigned(number_unsigned_t v) override { return Unsigned(v); }
+  bool number_float(number_float_t, const string_t&) override { return Other(); }
+  bool binary(binary_t&) override { return Other(); }
+
+  bool string(string_t& v) override {
+    if (skip_depth_ > 0) return true;
+    if (level_ == Level::kMetadata) {
+      header_->metadata.emplace(key_, std::move(v));
+      return true;
+    }
+    if (level_ == Level::kEntry && field_ == kDtype) {
+      auto dtype = DTypeFromName(v);
+      if (!dtype.ok()) return FailTensor("unsupported dtype " + Quote(v));
+      entry_.dtype = *dtype;
+      return true;
+    }
+    return Other();
+  }
+
+  bool start_object(std::size_t) override {
+    if (skip_depth_ > 0) return Skip();
+    switch (level_) {
+      case Level::kTop:
+        level_ = Level::kRoot;
+        return true;
+      case Level::kRoot:
+        if (key_ == kSafetensorsMetadataKey) {
+          level_ = Level::kMetadata;
+        } else {
+          entry_ = SafetensorsTensorInfo();
+          entry_.name = key_;
+          seen_ = 0;
+          unknown_keys_.clear();
+          level_ = Level::kEntry;
+        }
+        return true;
+      case Level::kEntry:
+        if (field_ == kOther) return Skip();
+        return Other();
+      default:
+        return Other();
+    }
+  }
+
+  bool end_object() override {
+    if (skip_depth_ > 0) return Unskip();
+    switch (level_) {
+      case Level::kMetadata:
+        level_ = Level::kRoot;
+        return true;
+      case Level::kEntry:
+        level_ = Level::kRoot;
+        return FinishEntry();
+      case Level::kRoot:
+        level_ = Level::kDone;
+        return true;
+      default:
+        return true;
+    }
+  }
+
+  bool start_array(std::size_t) override {
+    if (skip_depth_ > 0) return Skip();
+    if (level_ == Level::kEntry) {
+      if (field_ == kShape) {
+        level_ = Level::kShape;
+        return true;
+      }
+      if (field_ == kOffsets) {
+        level_ = Level::kOffsets;
+        offsets_count_ = 0;
+        return true;
+      }
+      if (field_ == kOther) return Skip();
+    }
+    return Other();
+  }
+
+  bool end_array() override {
+    if (skip_depth_ > 0) return Unskip();
+    if (level_ == Level::kShape) {
+      level_ = Level::kEntry;
+    } else if (level_ == Level::kOffsets) {
+      if (offsets_count_ != 2) return ArityError();
+      level_ = Level::kEntry;
+    }
+    return true;
+  }
+
+  bool key(string_t& k) override {
+    if (skip_depth_ > 0) return true;
+    switch (level_) {
+      case Level::kRoot:
+        if (k == kSafetensorsMetadataKey) {
+          if (seen_metadata_) return Fail("header: duplicate key " + Quote(k));
+          seen_metadata_ = true;
+        } else if (!names_.insert(k).second) {
+          return Fail("header: duplicate key " + Quote(k));
+        }
+        break;
+      case Level::kMetadata:
+        if (header_->metadata.count(k)) return Fail("header: duplicate key " + Quote(k));
+        break;
+      case Level::kEntry: {
+        field_ = k == "dtype" ? kDtype : k == "shape" ? kShape : k == "data_offsets" ? kOffsets
+                                                                                     : kOther;
+        bool repeated = false;
+        if (field_ == kOther) {
+          repeated = std::find(unknown_keys_.begin(), unknown_keys_.end(), k) != unknown_keys_.end();
+          unknown_keys_.push_back(k);
+        } else {
+          repeated = (seen_ & field_) != 0;
+          seen_ |= field_;
+        }
+        if (repeated) return Fail("header: duplicate key " + Quote(k));
+        break;
+      }
+      default:
+        break;
+    }
+    key_ = std::move(k);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    return Fail(std::string("header is not valid JSON: ") + e.what());
+  }
+
+ private:
+  enum class Level { kTop, kRoot, kMetadata, kEntry, kShape, kOffsets, kDone };
+  enum Field : unsigned { kOther = 0, kDtype = 1, kShape = 2, kOffsets = 4 };
+  // Unknown entry fields are skipped whole, but not without bound.
+  static constexpr int kMaxSkipDepth = 128;
+
+  bool Fail(std::string what) {
+    if (status_.ok()) status_ = Malformed(file_, what);
+    return false;
+  }
+  bool FailTensor(std::string what) {
+    if (status_.ok()) status_ = MalformedTensor(file_, entry_.name, what);
+    return false;
+  }
+  bool ArityError() { return FailTensor("\"data_offsets\" is not an array [begin, end]"); }
+
+  bool Skip() {
+    if (++skip_depth_ > kMaxSkipDepth) {
+      return Fail("header nesting deeper than " + std::to_string(kMaxSkipDepth) + " levels");
+    }
+    return true;
+  }
+  bool Unskip() {
+    --skip_depth_;
+    return true;
+  }
+
+  bool Unsigned(uint64_t v) {
+    if (skip_depth_ > 0) return true;
+    if (level_ == Level::kShape) {
+      if (v > static_cast<uint64_t>(INT64_MAX)) return Other();
+      entry_.shape.push_back(static_cast<int64_t>(v));
+      return true;
+    }
+    if (level_ == Level::kOffsets) {
+      if (offsets_count_ >= 2) return ArityError();
+      (offsets_count_++ == 0 ? entry_.data_begin : entry_.data_end) = v;
+      return true;
+    }
+    return Other();
+  }
+
+  // A value that is not what its position needs (or is ignored there).
+  bool Other() {
+    if (skip_depth_ > 0) return true;
+    switch (level_) {
+      case Level::kTop:
+        return Fail("header is not a JSON object");
+      case Level::kRoot:
+        if (key_ == kSafetensorsMetadataKey) return Fail("\"__metadata__\" is not a JSON object");
+        entry_.name = key_;
+        return FailTensor("entry is not a JSON object");
+      case Level::kMetadata:
+        return Fail("\"__metadata__\" value of key " + Quote(key_) + " is not a string");
+      case Level::kEntry:
+        switch (field_) {
+          case kDtype: return FailTensor("\"dtype\" is not a string");
+          case kShape: return FailTensor("\"shape\" is not an array");
+          case kOffsets: return ArityError();
+          default: return true;  // unknown fields are ignored, as the reference does
+        }
+      case Level::kShape:
+        return FailTensor("shape dimension " + std::to_string(entry_.shape.size()) +
+                          " is not a non-negative integer below 2^63");
+      case Level::kOffsets:
+        if (offsets_count_ >= 2) return ArityError();
+        return FailTensor("\"data_offsets\" are not non-negative integers");
+      default:
+        return Fail("header has content after its closing brace");
+    }
+  }
+
+  bool FinishEntry() {
+    if (!(seen_ & kDtype)) return FailTensor("missing \"dtype\"");
+    if (!(seen_ & kShape)) return FailTensor("missing \"shape\"");
+    if (!(seen_ & kOffsets)) return FailTensor("missing \"data_offsets\"");
+    Status s = CheckEntrySize(file_, entry_);
+    if (!s.ok()) {
+      status_ = s;
+      return false;
+    }
+    header_->tensors.push_back(std::move(entry_));
+    return true;
+  }
+
+  std::string_view file_;
+  SafetensorsHeader* header_;
+  Status status_;
+  Level level_ = Level::kTop;
+  std::string key_;
+  Field field_ = kOther;
+  unsigned seen_ = 0;
+  std::vector<std::string> unknown_keys_;
+  SafetensorsTensorInfo entry_;
+  int offsets_count_ = 0;
+  int skip_depth_ = 0;
+  bool seen_metadata_ = false;
+  std::unordered_set<std::string> names_;
+};
 
 }  // namespace
 
@@ -199,27 +386,17 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
     return Malformed(file_name, "header does not start with '{'");
   }
 
-  MEGA_ASSIGN_OR_RETURN(json root,
-                        ParseJsonRejectingDuplicates(file_name, json_text, "safetensors header"));
-  if (!root.is_object()) return Malformed(file_name, "header is not a JSON object");
-
-  header.tensors.reserve(root.size());
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& key = it.key();
-    if (key == kSafetensorsMetadataKey) {
-      if (!it->is_object()) return Malformed(file_name, "\"__metadata__\" is not a JSON object");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) {
-          return Malformed(file_name,
-                           "\"__metadata__\" value of key " + Quote(m.key()) + " is not a string");
-        }
-        header.metadata.emplace(m.key(), m->get<std::string>());
-      }
-      continue;
-    }
-    MEGA_ASSIGN_OR_RETURN(auto info, ParseTensorEntry(file_name, key, *it));
-    header.tensors.push_back(std::move(info));
+  HeaderParser parser(file_name, &header);
+  bool parsed = false;
+  try {
+    parsed = json::sax_parse(json_text.begin(), json_text.end(), &parser,
+                             json::input_format_t::json, /*strict=*/true,
+                             /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
+    return Malformed(file_name, std::string("header is not valid JSON: ") + e.what());
   }
+  if (!parser.status().ok()) return parser.status();
+  if (!parsed) return Malformed(file_name, "header is not valid JSON");
 
   // The data buffer must be tiled exactly: sorted by offsets, each tensor starts
   // where the previous ended, the last ends at the end of the file.

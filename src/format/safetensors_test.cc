@@ -356,7 +356,9 @@ std::vector<MalformedCase> MalformedCases() {
   auto one = [](const std::string& entry, const std::string& data) {
     return Craft("{" + entry + "}", data);
   };
-  std::string deep = "{\"x\":" + std::string(200, '[') + std::string(200, ']') + "}";
+  // Unknown entry fields are skipped, but not to any depth.
+  std::string deep = R"({"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":)" +
+                     std::string(200, '[') + std::string(200, ']') + "}}";
   return {
       {"ShorterThanLengthField", std::string("\x05\x00\x00", 3), StatusCode::kDataLoss,
        "shorter than the 8-byte header length"},
@@ -445,6 +447,19 @@ std::vector<MalformedCase> MalformedCases() {
       {"DataWithoutTensors", Craft("{}", "x"), StatusCode::kDataLoss,
        "data buffer of 1 bytes is not fully covered"},
       {"DeeplyNestedJson", Craft(deep), StatusCode::kDataLoss, "nesting deeper than"},
+      {"EntryIsArray", one(R"("t":[1,2])", ""), StatusCode::kDataLoss, "'t': entry is not"},
+      {"DtypeIsObject", one(R"("t":{"dtype":{},"shape":[2],"data_offsets":[0,2]})", "ab"),
+       StatusCode::kDataLoss, "'t': \"dtype\" is not a string"},
+      {"NestedShape", one(R"("t":{"dtype":"U8","shape":[[2]],"data_offsets":[0,2]})", "ab"),
+       StatusCode::kDataLoss, "'t': shape dimension 0"},
+      {"OffsetsTooFew", one(R"("t":{"dtype":"U8","shape":[0],"data_offsets":[0]})", ""),
+       StatusCode::kDataLoss, "'t': \"data_offsets\" is not an array [begin, end]"},
+      {"OffsetsNotArray", one(R"("t":{"dtype":"U8","shape":[0],"data_offsets":{}})", ""),
+       StatusCode::kDataLoss, "'t': \"data_offsets\" is not an array [begin, end]"},
+      {"DuplicateMetadataObject", Craft(R"({"__metadata__":{},"__metadata__":{}})"),
+       StatusCode::kDataLoss, "duplicate key '__metadata__'"},
+      {"MetadataValueIsObject", Craft(R"({"__metadata__":{"k":{"a":"b"}}})"),
+       StatusCode::kDataLoss, "key 'k' is not a string"},
   };
 }
 

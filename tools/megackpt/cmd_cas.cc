@@ -6,6 +6,8 @@
 // malformed hash or range).
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -232,6 +234,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
   struct Args {
     StoreFlags store;
     std::string hash, out, range;
+    bool progress = false, quiet = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = cas_cmd->add_subcommand(
@@ -246,6 +249,8 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
   cmd->add_option("--range", args->range,
                   "START-END: bytes START..END inclusive (as in HTTP Range); END may be omitted "
                   "('START-' = to the end)");
+  cmd->add_flag("--progress", args->progress, "report progress on stderr (default: over 256 MiB on a terminal)");
+  cmd->add_flag("--quiet", args->quiet, "no progress output");
   cmd->callback([args, exit_code] {
     auto hash = ParseHashArg("get", args->hash, exit_code);
     if (!hash) return;
@@ -277,17 +282,46 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
       *exit_code = kExitFailure;
       return;
     }
+    auto rec = (*store)->GetReconstruction(*hash);
+    if (!rec.ok()) {
+      Fail("get", rec.status());
+      *exit_code = kExitFailure;
+      return;
+    }
+    const uint64_t want =
+        range.offset >= rec->size ? 0 : std::min(range.length, rec->size - range.offset);
+    Progress progress("get " + args->hash.substr(0, 12), want,
+                      !args->quiet && (args->progress || (want >= (256ull << 20) && ::isatty(2))));
+    uint64_t done = 0;
     Status s;
     if (args->out == "-") {
-      s = (*store)->Download(*hash, range, [](std::span<const std::byte> piece) {
+      s = (*store)->Download(*hash, range, [&](std::span<const std::byte> piece) {
         if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size()) {
           return IOError("stdout: write failed");
         }
+        progress.Update(done += piece.size());
         return Status::OK();
       });
       std::fflush(stdout);
     } else {
-      s = (*store)->DownloadToFile(*hash, args->out, range);
+      // Written to OUT.part, renamed over OUT when complete and synced.
+      const std::string part = args->out + ".part";
+      auto out = CreateLocalFile(part);
+      s = out.status();
+      if (s.ok()) {
+        s = (*store)->Download(*hash, range, [&](std::span<const std::byte> piece) {
+          MEGA_RETURN_IF_ERROR((*out)->Append(piece));
+          progress.Update(done += piece.size());
+          return Status::OK();
+        });
+        if (s.ok()) s = (*out)->Sync();
+        Status c = (*out)->Close();
+        if (s.ok()) s = c;
+        if (s.ok() && std::rename(part.c_str(), args->out.c_str()) != 0) {
+          s = ErrnoToStatus("rename " + part + " -> " + args->out, errno);
+        }
+        if (!s.ok()) std::remove(part.c_str());
+      }
     }
     if (!s.ok()) {
       Fail("get", s);

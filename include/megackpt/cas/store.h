@@ -69,7 +69,8 @@ class CasBackend {
   // Stores a serialized xorb (chunk records only, no footer) whose chunks are
   // described by `layout` (layout.xorb_hash names it). Returns true when this
   // call stored it, false when it was already present (content unchanged).
-  // After OK the xorb is durable and its chunks are in the dedup index.
+  // After OK the xorb is durable (unless the backend was opened without sync)
+  // and its chunks are in the dedup index.
   // InvalidArgument when layout.serialized_bytes != serialized.size() or the
   // layout is invalid.
   virtual Result<bool> PutXorb(std::string_view serialized, const XorbLayout& layout) = 0;
@@ -97,8 +98,8 @@ class CasBackend {
   virtual Result<uint64_t> XorbSize(const MerkleHash& xorb_hash) = 0;
 
   // ---- file reconstructions ----
-  // Stores a reconstruction under recon.file_hash (replacing an identical
-  // one). FailedPrecondition naming the xorb when a referenced xorb is not
+  // Stores a reconstruction under recon.file_hash; a record already stored
+  // under that hash is kept (same hash, same bytes). FailedPrecondition naming the xorb when a referenced xorb is not
   // stored (xorbs are written before the reconstructions that use them);
   // InvalidArgument when recon.Validate() fails.
   virtual Status PutFile(const FileReconstruction& recon) = 0;
