@@ -139,7 +139,9 @@ TEST(ChunkerTest, SizesRespectLimits) {
   for (size_t i = 0; i < ends.size(); ++i) {
     uint64_t size = ends[i] - prev;
     EXPECT_LE(size, kMaxChunkSize);
-    if (i + 1 < ends.size()) EXPECT_GE(size, kMinChunkSize);
+    if (i + 1 < ends.size()) {
+      EXPECT_GE(size, kMinChunkSize);
+    }
     prev = ends[i];
   }
   EXPECT_EQ(prev, data.size());

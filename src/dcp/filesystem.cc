@@ -912,7 +912,14 @@ class FileSystemReaderImpl final : public StorageReader {
     // Strided destination: read the range (whole blocks when expanding) into a
     // staging buffer, then copy the box into place.
     uint64_t a = unit.rel, b = unit.rel + unit.len;
-    if (unit.expand && HasChecksums(*st.info)) std::tie(a, b) = Expanded(*st.info, unit.rel, unit.len);
+    if (unit.expand && HasChecksums(*st.info)) {
+      std::tie(a, b) = Expanded(*st.info, unit.rel, unit.len);
+      // Huge CRC blocks (or one whole-item CRC) would need an unbounded buffer.
+      if (b - a > options_.staging_bytes + 2 * kMaxScratchBlock) {
+        a = unit.rel;
+        b = unit.rel + unit.len;
+      }
+    }
     ScratchLease lease(this, b - a);
     if (!lease.data()) {
       return ResourceExhaustedError("cannot allocate a read buffer of " + std::to_string(b - a) +

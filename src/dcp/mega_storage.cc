@@ -406,7 +406,7 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
     // Plain names unless one is taken (by the committed checkpoint or leftovers):
     // never overwrite a file the current .metadata may reference.
     MEGA_ASSIGN_OR_RETURN(bool taken, mega_storage::AnyExists(*s.fs, s.path, plain));
-    (void)taken;  // MUTATION
+    if (taken) id_in_name = s.save_id;
   }
   std::vector<RankLayout> layouts(plans.size());
   for (auto& l : layouts) l.save_id = s.save_id;

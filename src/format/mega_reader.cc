@@ -321,32 +321,32 @@ Status MegaParser::Parse(MegaReader* r) {
     MegaTensorInfo t;
     t.tensor_id = static_cast<uint32_t>(i);
     MEGA_ASSIGN_OR_RETURN(t.name, src.CompactString("tensor name"));
-    const std::string who = "tensor " + Quote(t.name);
+    auto who = [&t] { return "tensor " + Quote(t.name); };  // built only on error
     if (r->by_name_.count(t.name)) return src.ErrorAt(at, "duplicate tensor name " + Quote(t.name));
     MEGA_ASSIGN_OR_RETURN(t.dir_flags, src.U32("dir_flags"));
     if (t.dir_flags & ~kMegaDirKnownFlags) {
-      return src.ErrorAt(at, who + ": unknown dir_flags bits " + std::to_string(t.dir_flags));
+      return src.ErrorAt(at, who() + ": unknown dir_flags bits " + std::to_string(t.dir_flags));
     }
     MEGA_ASSIGN_OR_RETURN(uint32_t ndims, src.U32("n_dims"));
     if (uint64_t{ndims} * 8 > src.remaining()) {
-      return src.Error(who + ": n_dims " + std::to_string(ndims) + " exceeds the header");
+      return src.Error(who() + ": n_dims " + std::to_string(ndims) + " exceeds the header");
     }
     t.shape.assign(ndims, 0);
     for (uint32_t d = 0; d < ndims; ++d) {
       MEGA_ASSIGN_OR_RETURN(uint64_t dim, src.U64("dim"));
       if (dim > static_cast<uint64_t>(INT64_MAX)) {
-        return src.ErrorAt(at, who + ": dimension " + std::to_string(dim) + " is too large");
+        return src.ErrorAt(at, who() + ": dimension " + std::to_string(dim) + " is too large");
       }
       t.shape[ndims - 1 - d] = static_cast<int64_t>(dim);  // stored innermost first
     }
     MEGA_ASSIGN_OR_RETURN(std::string dtype_name, src.CompactString("dtype"));
     auto dtype = DTypeFromName(dtype_name);
-    if (!dtype.ok()) return src.ErrorAt(at, who + ": unknown dtype " + Quote(dtype_name));
+    if (!dtype.ok()) return src.ErrorAt(at, who() + ": unknown dtype " + Quote(dtype_name));
     t.dtype = *dtype;
     MEGA_ASSIGN_OR_RETURN(t.payload_offset, src.U64("payload_offset"));
     auto logical = LogicalNbytes(t.dtype, t.shape);
     if (!logical.ok()) {
-      return src.ErrorAt(at, who + ": shape " + ShapeToString(t.shape) + " of " + dtype_name +
+      return src.ErrorAt(at, who() + ": shape " + ShapeToString(t.shape) + " of " + dtype_name +
                                  " overflows the logical size");
     }
     t.logical_nbytes = *logical;
@@ -358,7 +358,7 @@ Status MegaParser::Parse(MegaReader* r) {
       } else if (sf == "chunked_raw_dense") {
         t.storage_format = MegaStorageFormat::kChunkedRawDense;
       } else {
-        return src.ErrorAt(at, who + ": unknown storage_format " + Quote(sf));
+        return src.ErrorAt(at, who() + ": unknown storage_format " + Quote(sf));
       }
     }
     if (t.dir_flags & kMegaDirHasStoredNbytes) {
@@ -367,13 +367,13 @@ Status MegaParser::Parse(MegaReader* r) {
     if (t.dir_flags & kMegaDirHasTensorFlags) {
       MEGA_ASSIGN_OR_RETURN(t.tensor_flags, src.U32("tensor_flags"));
       if (t.tensor_flags & ~kMegaTensorKnownFlags) {
-        return src.ErrorAt(at, who + ": unknown tensor_flags bits " + std::to_string(t.tensor_flags));
+        return src.ErrorAt(at, who() + ": unknown tensor_flags bits " + std::to_string(t.tensor_flags));
       }
     }
     if (t.dir_flags & kMegaDirHasCodec) {
       MEGA_ASSIGN_OR_RETURN(uint32_t codec, src.U32("codec"));
       if (codec > static_cast<uint32_t>(MegaCodec::kZstd)) {
-        return src.ErrorAt(at, who + ": unknown codec " + std::to_string(codec));
+        return src.ErrorAt(at, who() + ": unknown codec " + std::to_string(codec));
       }
       t.codec = static_cast<MegaCodec>(codec);
     }
@@ -383,7 +383,7 @@ Status MegaParser::Parse(MegaReader* r) {
     if (t.dir_flags & kMegaDirHasChecksum) {
       MEGA_ASSIGN_OR_RETURN(uint32_t ct, src.U32("checksum_type"));
       if (ct > static_cast<uint32_t>(MegaChecksumType::kSha256)) {
-        return src.ErrorAt(at, who + ": unknown checksum type " + std::to_string(ct));
+        return src.ErrorAt(at, who() + ": unknown checksum type " + std::to_string(ct));
       }
       t.checksum_type = static_cast<MegaChecksumType>(ct);
       MEGA_ASSIGN_OR_RETURN(auto ck, src.Bytes(32, "checksum"));
@@ -391,27 +391,27 @@ Status MegaParser::Parse(MegaReader* r) {
     }
     // Field consistency rules (spec §3).
     if (t.compressed() && t.codec == MegaCodec::kNone) {
-      return src.ErrorAt(at, who + ": flagged COMPRESSED but codec is NONE");
+      return src.ErrorAt(at, who() + ": flagged COMPRESSED but codec is NONE");
     }
     if (!t.compressed() && t.codec != MegaCodec::kNone) {
-      return src.ErrorAt(at, who + ": codec " + std::string(MegaCodecName(t.codec)) +
+      return src.ErrorAt(at, who() + ": codec " + std::string(MegaCodecName(t.codec)) +
                                  " on an uncompressed tensor");
     }
     if (t.byte_shuffled() &&
         (t.shuffle_elem_size == 0 || t.logical_nbytes % t.shuffle_elem_size != 0)) {
-      return src.ErrorAt(at, who + ": BYTE_SHUFFLED with shuffle_elem_size " +
+      return src.ErrorAt(at, who() + ": BYTE_SHUFFLED with shuffle_elem_size " +
                                  std::to_string(t.shuffle_elem_size) +
                                  " that does not divide logical size " +
                                  std::to_string(t.logical_nbytes));
     }
     if (!t.chunked()) {
       if (!t.compressed() && t.stored_nbytes != t.logical_nbytes) {
-        return src.ErrorAt(at, who + ": uncompressed raw_dense tensor stores " +
+        return src.ErrorAt(at, who() + ": uncompressed raw_dense tensor stores " +
                                    std::to_string(t.stored_nbytes) + " bytes, logical size is " +
                                    std::to_string(t.logical_nbytes));
       }
       if (t.compressed() && t.logical_nbytes > mega_internal::ZstdMaxDecodedSize(t.stored_nbytes)) {
-        return src.ErrorAt(at, who + ": logical size " + std::to_string(t.logical_nbytes) +
+        return src.ErrorAt(at, who() + ": logical size " + std::to_string(t.logical_nbytes) +
                                    " cannot be decoded from " + std::to_string(t.stored_nbytes) +
                                    " zstd bytes");
       }

@@ -599,11 +599,12 @@ TEST(MegaRoundTripTest, ReadTensorsInParallel) {
     for (size_t i = 0; i < tensors.size(); ++i) {
       reqs.push_back({i, *Tensor::Empty(DType::kF32, tensors[i].second.shape())});
     }
-    // One strided destination too.
-    Tensor wide = MakeTensor(DType::kF32, {2, tensors[0].second.numel()}, 0);
-    reqs[0].dst = *wide.Narrow(0, 1, 1);
-    reqs[0].dst = *Tensor::FromBlobStrided(reqs[0].dst.data(), DType::kF32,
-                                           tensors[0].second.shape(), {1});
+    // One strided destination too: every other float of a wider buffer.
+    const int64_t n0 = static_cast<int64_t>(tensors[0].second.numel());
+    Tensor wide = MakeTensor(DType::kF32, {n0, 2}, 0);
+    reqs[0].dst = *Tensor::FromBlobStrided(static_cast<float*>(wide.data()) + 1, DType::kF32,
+                                           {n0}, {2}, wide.owner());
+    ASSERT_FALSE(reqs[0].dst.is_contiguous());
     ASSERT_TRUE((*r)->ReadTensors(reqs, p).ok());
     for (size_t i = 0; i < tensors.size(); ++i) {
       EXPECT_TRUE(TensorBytesEqual(reqs[i].dst, tensors[i].second)) << i;

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -157,6 +158,17 @@ struct HubServer::Impl {
       commits{0}, responses_4xx{0}, responses_5xx{0};
 
   // ---- plumbing ----
+  // Handle + a log line with the handler's duration when --log.
+  void TimedHandle(const httplib::Request& req, httplib::Response& res,
+                   const httplib::ContentReader* reader) {
+    auto t0 = std::chrono::steady_clock::now();
+    Handle(req, res, reader);
+    if (options.log_requests) {
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "megahub: %s %s -> %d (%.1f ms)\n", req.method.c_str(), req.target.c_str(),
+                   res.status, ms);
+    }
+  }
   void Handle(const httplib::Request& req, httplib::Response& res,
               const httplib::ContentReader* reader);
   Identity Authenticate(const httplib::Request& req);
@@ -1667,7 +1679,7 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
   http.set_payload_max_length(std::max(options.max_object_bytes, options.max_json_bytes));
   http.set_tcp_nodelay(true);
   auto plain = [impl](const httplib::Request& req, httplib::Response& res) {
-    impl->Handle(req, res, nullptr);
+    impl->TimedHandle(req, res, nullptr);
   };
   auto with_body = [impl](const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& reader) {
@@ -1684,7 +1696,7 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
           consumed = true;
           return reader(std::move(header), std::move(receiver));
         });
-    impl->Handle(req, res, &tracked);
+    impl->TimedHandle(req, res, &tracked);
     if (!consumed) {
       reader([impl](const char*, size_t len) {
         impl->request_body_bytes += len;
@@ -1701,9 +1713,6 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
       ++impl->responses_5xx;
     } else if (res.status >= 400) {
       ++impl->responses_4xx;
-    }
-    if (impl->options.log_requests) {
-      std::fprintf(stderr, "megahub: %s %s -> %d\n", req.method.c_str(), req.target.c_str(), res.status);
     }
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {

@@ -76,7 +76,8 @@ Status Load(StateDict& state_dict, StorageReader& reader, ProcessGroup* group = 
 
 // Reusable staging memory for AsyncSave: one pre-faulted (huge-page) arena that
 // grows on demand up to `capacity_bytes` and is kept for later saves. One async
-// save uses a pool at a time (a second one waits). Thread-safe.
+// save uses a pool at a time (a second one waits). Thread-safe. Pools come from
+// Create (AsyncSave relies on its implementation).
 class StagingPool {
  public:
   static std::shared_ptr<StagingPool> Create(uint64_t capacity_bytes);

@@ -1,6 +1,6 @@
 // FileSystemWriter / FileSystemReader: the DCP-native checkpoint layout on any
-// FileSystem (local folders; mega:// through the fs seam). docs/dcp.md, "On-disk
-// layout", has the byte-level description and the crash-safety argument.
+// FileSystem (local folders; mega:// through the fs seam). docs/dcp.md, sections
+// 4-5, has the byte-level layout and the crash-safety argument.
 //
 // A checkpoint folder holds
 //   .metadata                              the encoded Metadata; written LAST
@@ -37,7 +37,7 @@ struct FileSystemWriterOptions {
   // False: saving where a committed checkpoint exists fails with AlreadyExists.
   bool overwrite = true;
   // CRC32 granularity recorded per item (0: whole item only). Smaller blocks let
-  // a resharded load verify smaller reads; each block costs 4 bytes of metadata.
+  // a resharded load verify smaller reads; each block costs 8 hex digits of metadata.
   uint64_t checksum_block_size = 256ull << 10;
   // Largest single write call (bytes go straight from tensor memory; strided
   // tensors are copied through a per-thread buffer of this size).

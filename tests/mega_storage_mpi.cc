@@ -1,0 +1,136 @@
+// MegaStorageWriter/Reader under mpirun (tests/cmake/mega_storage.cmake; main() in
+// tests/dist_mpi_gtest_main.cc): every MPI rank saves its part, the checkpoint is
+// loaded back resharded (MPI ranks with another layout, and one process), with
+// and without an fqn_to_index_mapping; consolidation runs collectively.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "dcp/synthetic.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/consolidate.h"
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/index_file.h"
+#include "megackpt/process_group.h"
+
+namespace megackpt::dcp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<ProcessGroup> NewGroup() {
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(60);
+  auto g = NewMpiProcessGroup(o);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+// A folder created by rank 0 and known to all; removed by rank 0 at the end.
+class SharedDir {
+ public:
+  explicit SharedDir(ProcessGroup& g) : g_(g) {
+    std::string path;
+    if (g.rank() == 0) {
+      std::string tmpl = (fs::temp_directory_path() / "mega-mpi-XXXXXX").string();
+      path = mkdtemp(tmpl.data());
+    }
+    path_ = *g.Broadcast(path, 0);
+  }
+  ~SharedDir() {
+    g_.Barrier().IgnoreError();
+    if (g_.rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
+
+ private:
+  ProcessGroup& g_;
+  std::string path_;
+};
+
+// Every rank's verdict, combined.
+Status All(ProcessGroup& g, const Status& s) { return g.AllReduceStatus(s); }
+
+Status SaveFromRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir,
+                     std::optional<FqnToIndexMapping> mapping) {
+  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, g.world_size(), g.rank(), 0, true));
+  MegaStorageWriter writer(dir, std::move(mapping));
+  return Save(sd, writer, &g);
+}
+
+Status LoadOnRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir, int variant) {
+  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, g.world_size(), g.rank(), variant, false));
+  MegaStorageReader reader(dir);
+  MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
+  return synthetic::VerifyRankState(spec, sd);
+}
+
+Status LoadInOneProcess(const synthetic::Spec& spec, const std::string& dir, int variant) {
+  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 1, 0, variant, false));
+  MegaStorageReader reader(dir);
+  MEGA_RETURN_IF_ERROR(Load(sd, reader));
+  return synthetic::VerifyRankState(spec, sd);
+}
+
+TEST(MegaStorageMpi, SaveAndReshardedLoadWithoutMapping) {
+  auto g = NewGroup();
+  ASSERT_NE(g, nullptr);
+  SharedDir dir(*g);
+  auto spec = synthetic::MakeSpec(301, 400 << 10);
+  const std::string ckpt = dir.path("c");
+  Status s = All(*g, SaveFromRanks(*g, spec, ckpt, std::nullopt));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = All(*g, LoadOnRanks(*g, spec, ckpt, 3));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (g->rank() == 0) {
+    EXPECT_TRUE(LoadInOneProcess(spec, ckpt, 1).ok());
+    // The index covers every rank's items.
+    auto idx = ReadShardIndexFile(ckpt + "/model.mega.index.json");
+    ASSERT_TRUE(idx.ok());
+    std::set<std::string> files;
+    for (const auto& e : fs::directory_iterator(ckpt)) {
+      if (e.path().extension() == ".mega") files.insert(e.path().filename().string());
+    }
+    EXPECT_GE(files.size(), static_cast<size_t>(g->world_size()));
+  }
+}
+
+TEST(MegaStorageMpi, SaveWithMappingThenCollectiveConsolidation) {
+  auto g = NewGroup();
+  ASSERT_NE(g, nullptr);
+  SharedDir dir(*g);
+  auto spec = synthetic::MakeSpec(302, 400 << 10);
+  FqnToIndexMapping mapping;
+  int i = 0;
+  for (const auto& e : spec.entries) mapping[e.fqn] = 1 + (i++ % 3);
+  const std::string ckpt = dir.path("c");
+  Status s = All(*g, SaveFromRanks(*g, spec, ckpt, mapping));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = All(*g, LoadOnRanks(*g, spec, ckpt, 2));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  ConsolidateOptions o;
+  o.fqn_to_index_mapping = mapping;
+  auto r = Consolidate(ckpt, dir.path("whole"), o, g.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->files.size(), 3u);
+  s = All(*g, LoadOnRanks(*g, spec, dir.path("whole"), 4));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (g->rank() == 0) {
+    auto idx = ReadShardIndexFile(dir.path("whole/model.mega.index.json"));
+    ASSERT_TRUE(idx.ok());
+    EXPECT_EQ(idx->weight_map.size(), spec.entries.size());
+    for (const auto& e : spec.entries) {
+      EXPECT_EQ(idx->weight_map.at(e.fqn),
+                "model-0000" + std::to_string(mapping.at(e.fqn)) + "-of-00003.mega");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megackpt::dcp
