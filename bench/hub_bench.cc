@@ -8,7 +8,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
@@ -240,6 +243,97 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
     text += buf;
   }
   return text;
+}
+
+Result<std::string> RunHubLoad(const HubLoadOptions& o) {
+  if (o.megahub.empty()) return InvalidArgumentError("bench hub-load: megahub binary not found");
+  TempDir tmp("megackpt-hub-load");
+  std::string root = tmp.path() + "/hub";
+  std::string token;
+  {
+    MEGA_ASSIGN_OR_RETURN(auto store, hub::HubStore::Open(root));
+    MEGA_ASSIGN_OR_RETURN(token, store->CreateToken(hub::TokenScope::kWrite, std::nullopt));
+  }
+  HubChild child;
+  MEGA_ASSIGN_OR_RETURN(std::string endpoint, child.Start(o.megahub, root));
+  std::atomic<uint64_t> pushes{0}, pulls{0}, bytes{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  double t0 = NowSeconds();
+  for (int c = 0; c < o.clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto h = hub::OpenRemoteHub(endpoint, token);
+      if (!h.ok()) {
+        ++errors;
+        return;
+      }
+      auto fs = hub::NewMegaFileSystem(*h);
+      std::string data(o.file_bytes, '\0');
+      std::string uri = "mega://load/client" + std::to_string(c) + "@main";
+      for (int round = 0; !stop; ++round) {
+        FillRandom(data.data(), data.size(), static_cast<uint64_t>(c) * 1000003 + round);
+        std::string path = "f" + std::to_string(round % 8);
+        auto txn = hub::HubTransaction::Begin(*h, *ParseMegaUri(uri));
+        Status s = txn.status();
+        if (s.ok()) s = (*txn)->Put(path, data);
+        if (s.ok()) s = (*txn)->Commit().status();
+        if (s.ok()) {
+          ++pushes;
+          auto back = fs->ReadWhole(uri + "/" + path);
+          if (!back.ok()) {
+            s = back.status();
+          } else if (*back != data) {
+            s = DataLossError("pulled bytes differ");
+          } else {
+            ++pulls;
+          }
+        }
+        if (s.ok()) {
+          bytes += 2 * data.size();
+        } else {
+          ++errors;
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.empty()) first_error = s.ToString();
+        }
+      }
+    });
+  }
+  while (NowSeconds() - t0 < o.seconds) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double dt = NowSeconds() - t0;
+  MEGA_ASSIGN_OR_RETURN(std::string stats_text, hub::FetchServerStats(endpoint));
+  auto stats = nlohmann::json::parse(stats_text, nullptr, false);
+  uint64_t peak = stats.is_object() ? stats.value("peak_rss_bytes", uint64_t{0}) : 0;
+  uint64_t s5xx = stats.is_object() ? stats.value("responses_5xx", uint64_t{0}) : 0;
+  nlohmann::json j = {{"clients", o.clients},      {"seconds", dt},
+                      {"pushes", pushes.load()},   {"pulls", pulls.load()},
+                      {"ops_per_second", (pushes + pulls) / dt},
+                      {"mb_per_second", bytes / dt / 1e6},
+                      {"errors", errors.load()},   {"server_5xx", s5xx},
+                      {"server_peak_rss_bytes", peak}};
+  if (!first_error.empty()) j["first_error"] = first_error;
+  std::string out;
+  if (o.json) {
+    out = j.dump(2) + "\n";
+  } else {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "hub load: %d clients for %.1f s: %llu pushes + %llu pulls (%.0f ops/s, %.1f MB/s), "
+                  "errors %llu, server 5xx %llu, server peak RSS %.1f MiB\n",
+                  o.clients, dt, (unsigned long long)pushes.load(), (unsigned long long)pulls.load(),
+                  (pushes + pulls) / dt, bytes / dt / 1e6, (unsigned long long)errors.load(),
+                  (unsigned long long)s5xx, peak / 1048576.0);
+    out = buf;
+    if (!first_error.empty()) out += "first error: " + first_error + "\n";
+  }
+  if (errors > 0 || s5xx > 0) {
+    std::fputs(out.c_str(), stdout);
+    return InternalError("bench hub-load: " + std::to_string(errors.load()) + " operations failed");
+  }
+  return out;
 }
 
 }  // namespace megackpt::bench

@@ -23,6 +23,20 @@ struct HubBenchOptions {
 // Runs the benchmark and returns the table (or JSON) to print.
 Result<std::string> RunHubBench(const HubBenchOptions& options);
 
+struct HubLoadOptions {
+  int clients = 16;
+  double seconds = 15;            // bounded duration
+  uint64_t file_bytes = 256 * 1024;  // per push (new content each round)
+  std::string megahub;            // path of the megahub binary (required)
+  bool json = false;
+};
+
+// `megackpt bench hub-load`: starts a megahub on loopback, runs `clients`
+// threads that each push a file (one commit) and pull it back in a loop for
+// `seconds`, and reports operations/s, MB/s, errors (must be 0) and the
+// server's peak RSS. Fails when any operation failed.
+Result<std::string> RunHubLoad(const HubLoadOptions& options);
+
 }  // namespace megackpt::bench
 
 #endif  // MEGACKPT_BENCH_HUB_BENCH_H_

@@ -480,6 +480,8 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   } else if (relative_path.ends_with(".mega")) {
     MegaReaderOptions ro;
     ro.verify_checksums = verify_;
+    // CRC each block right after it lands, while it is still in cache.
+    ro.read_block_size = 1u << 20;
     MEGA_ASSIGN_OR_RETURN(shard->mega, MegaReader::Open(std::move(*opened), ro));
   } else {
     return InvalidArgumentError(full + ": not a .mega or .safetensors file (is this a "

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "format/safetensors_json.h"
+#include "format/index_file_json.h"
 #include "megackpt/file.h"
 #include "megackpt/fs.h"
 

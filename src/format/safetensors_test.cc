@@ -44,9 +44,6 @@ Tensor Filled(DType dtype, Shape shape, int seed) {
   return t;
 }
 
-std::string Hex(std::span<const std::byte> b) {
-  return ToHex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
-}
 
 std::string Sha(std::span<const std::byte> b) {
   auto d = Sha256Of(b);

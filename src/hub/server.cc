@@ -162,6 +162,9 @@ struct HubServer::Impl {
   void TimedHandle(const httplib::Request& req, httplib::Response& res,
                    const httplib::ContentReader* reader) {
     auto t0 = std::chrono::steady_clock::now();
+    current_content_length = req.has_header("Content-Length")
+                                 ? std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10)
+                                 : 0;
     Handle(req, res, reader);
     if (options.log_requests) {
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -223,6 +226,8 @@ struct HubServer::Impl {
   static void ErrorFrom(httplib::Response& res, const Status& s, const std::string& code = "");
   static void Json(httplib::Response& res, const json& body, int status = 200);
   Result<std::string> ReadBody(const httplib::ContentReader* reader, uint64_t limit);
+  // Content-Length of the request being handled on this thread (0 = unknown).
+  static thread_local uint64_t current_content_length;
   Status CheckRead(const Identity& who, bool is_private, const std::string& ns);
   Status CheckWrite(const Identity& who, const std::string& ns);
   std::string Endpoint(const httplib::Request& req) const;
@@ -233,6 +238,8 @@ struct HubServer::Impl {
 // ---------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------
+
+thread_local uint64_t HubServer::Impl::current_content_length = 0;
 
 void HubServer::Impl::Error(httplib::Response& res, int status, const std::string& message,
                             const std::string& code) {
@@ -258,6 +265,9 @@ Result<std::string> HubServer::Impl::ReadBody(const httplib::ContentReader* read
                                               uint64_t limit) {
   std::string body;
   if (!reader) return body;
+  if (current_content_length > 0 && current_content_length <= limit) {
+    body.reserve(static_cast<size_t>(current_content_length));
+  }
   bool too_big = false;
   bool ok = (*reader)([&](const char* data, size_t len) {
     request_body_bytes += len;

@@ -20,6 +20,7 @@
 #include "dcp_bench.h"
 #include "megackpt/commands.h"
 #include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/storage_factory.h"
 #include "megackpt/process_group.h"
 
@@ -73,6 +74,8 @@ struct DemoOptions {
   int load_world_size = 0;  // 0: pick a different one
   std::string mode = "both";
   int threads = 2;
+  bool consolidate = false;  // --storage mega: consolidate after saving
+  int mapping = 0;           // --storage mega: spread fqns over N index buckets
 };
 
 // What one rank measured in one phase.
@@ -177,6 +180,19 @@ int RunDemo(const DemoOptions& o) {
       MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 0, true));
       t->bytes = synthetic::RankStateBytes(sd);
       MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(o.storage, o.out, so));
+      if (o.storage == "mega" && (o.consolidate || o.mapping > 0)) {
+        // MegaStorageWriter options the factory does not carry (mega_storage.h).
+        std::optional<FqnToIndexMapping> mapping;
+        if (o.mapping > 0) {
+          mapping.emplace();
+          int i = 0;
+          for (const auto& e : spec.entries) (*mapping)[e.fqn] = 1 + (i++ % o.mapping);
+        }
+        MegaStorageWriterOptions mo;
+        mo.thread_count = o.threads;
+        mo.consolidate = o.consolidate;
+        writer = std::make_unique<MegaStorageWriter>(o.out, std::move(mapping), mo);
+      }
       MEGA_RETURN_IF_ERROR(g.Barrier());
       double t0 = Now();
       SaveOptions opts;
@@ -276,7 +292,17 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--mode", o->mode, "save, load or both (default)")
         ->check(CLI::IsMember({"save", "load", "both"}));
     cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+    cmd->add_flag("--consolidate", o->consolidate,
+                  "With --storage mega: consolidate into whole tensors after saving (in place)");
+    cmd->add_option("--mapping", o->mapping,
+                    "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
+        ->check(CLI::Range(1, 100000));
     cmd->callback([o, size, ws, exit_code] {
+      if ((o->consolidate || o->mapping > 0) && o->storage != "mega") {
+        std::fprintf(stderr, "megackpt demo: --consolidate and --mapping need --storage mega\n");
+        *exit_code = kExitUsage;
+        return;
+      }
       auto bytes = ParseBytes(*size);
       if (!bytes.ok()) {
         std::fprintf(stderr, "megackpt demo: --size: %s\n", bytes.status().message().c_str());

@@ -295,16 +295,6 @@ void AppendFileTensors(Model& model, size_t file_id, const std::set<std::string>
   }
 }
 
-std::vector<std::string> FileTensorNames(const ModelFile& f) {
-  std::vector<std::string> out;
-  if (f.mega) {
-    for (const auto& t : f.mega->tensors()) out.push_back(t.name);
-  } else {
-    for (const auto& t : f.st->tensors()) out.push_back(t.name);
-  }
-  return out;
-}
-
 // Opens every file of the input. For an index, each weight_map entry must be
 // found in its shard (DataLoss otherwise); tensors a shard holds beyond the
 // index are left out (verify reports them).

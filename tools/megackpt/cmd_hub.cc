@@ -494,6 +494,27 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     }
     std::printf("%s", out->c_str());
   });
+
+  static bench::HubLoadOptions load;
+  CLI::App* hl = bench.add_subcommand(
+      "hub-load",
+      "Load test: N clients push and pull through a megahub on loopback for a bounded time;\n"
+      "prints throughput, errors (must be 0) and the server's peak RSS.");
+  hl->add_option("--clients", load.clients, "Concurrent clients")->default_val(16);
+  hl->add_option("--seconds", load.seconds, "Duration")->default_val(15);
+  hl->add_option("--file-bytes", load.file_bytes, "Bytes per push")->default_val(256 * 1024);
+  hl->add_flag("--json", load.json, "JSON output");
+  hl->callback([exit_code] {
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+    load.megahub = self + "/megahub";
+    auto out = bench::RunHubLoad(load);
+    if (!out.ok()) {
+      std::fprintf(stderr, "megackpt: %s\n", out.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("%s", out->c_str());
+  });
 }
 
 }  // namespace megackpt::cli

@@ -1,4 +1,4 @@
-#include "format/safetensors_json.h"
+#include "format/index_file_json.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
-// JSON parsing shared by the safetensors header and index-file parsers.
-#ifndef MEGACKPT_FORMAT_SAFETENSORS_JSON_H_
-#define MEGACKPT_FORMAT_SAFETENSORS_JSON_H_
+// Strict JSON parsing for index files (and any small JSON document megackpt reads).
+#ifndef MEGACKPT_FORMAT_INDEX_FILE_JSON_H_
+#define MEGACKPT_FORMAT_INDEX_FILE_JSON_H_
 
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -20,4 +20,4 @@ Result<nlohmann::json> ParseJsonRejectingDuplicates(std::string_view file_name,
 
 }  // namespace megackpt
 
-#endif  // MEGACKPT_FORMAT_SAFETENSORS_JSON_H_
+#endif  // MEGACKPT_FORMAT_INDEX_FILE_JSON_H_
