@@ -2,18 +2,24 @@
 // the machine's limits, measured the same way in the same process.
 //
 // Method (DESIGN.md, performance model):
-//  - limits: memcpy between pre-faulted buffers; page-cache write of a plain
-//    file of the same size (pwrite from a pre-faulted buffer into a new file);
-//    page-cache read of a cached file into a reused, pre-faulted buffer.
+//  - limits: memcpy between the two pre-faulted buffers below; page-cache write
+//    of a plain file of the same size (64 MiB writes from a pre-faulted buffer
+//    into a new file, no fsync); page-cache read of that cached file into a
+//    reused, pre-faulted buffer.
 //  - ours: the same bytes as N tensors of caller memory (one pre-faulted
 //    buffer), written to a new file (no fsync, like the limit); read back into
 //    caller-allocated, pre-faulted, reused tensors (opening the file is part of
 //    each timed read).
-//  - every measurement: 1 dropped warm-up, then `reps` runs; min/median/max.
+//  - rounds: every configuration runs once per round, limits and ours
+//    interleaved, so that the machine's drift (it is shared and noisy) hits
+//    both alike; round 0 is a dropped warm-up; min/median/max of the rest.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -38,25 +44,33 @@ struct Row {
   bool ms = false;
 };
 
-Result<Summary> TimeGbps(uint64_t bytes, int reps, const std::function<Status()>& fn) {
-  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(kWarmup, reps, fn));
-  return Summarize(ToGbps(secs, bytes));
-}
-
 Result<Summary> TimeMs(int reps, const std::function<Status()>& fn) {
   MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(kWarmup, reps, fn));
   for (double& s : secs) s *= 1e3;
   return Summarize(secs);
 }
 
-Status CheckSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const char* what) {
+Status CheckSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                 const std::string& what) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (!TensorBytesEqual(a[i], b[i])) {
-      return InternalError(std::string(what) + ": tensor " + std::to_string(i) +
+      return InternalError(what + ": tensor " + std::to_string(i) +
                            " read back differs from what was written");
     }
   }
   return Status::OK();
+}
+
+// The page-cache write limit: a new plain file written with 64 MiB writes.
+Status WritePlainFile(const std::string& path, const std::byte* data, uint64_t n) {
+  constexpr uint64_t kBlock = 64ull << 20;
+  unlink(path.c_str());
+  MEGA_ASSIGN_OR_RETURN(auto file, CreateLocalFile(path));
+  for (uint64_t off = 0; off < n; off += kBlock) {
+    MEGA_RETURN_IF_ERROR(file->Append(
+        std::span<const std::byte>(data + off, static_cast<size_t>(std::min(kBlock, n - off)))));
+  }
+  return file->Close();
 }
 
 Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& dir,
@@ -68,14 +82,6 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   const std::string plain = dir + "/plain.bin";
   const std::string mega = dir + "/bench.mega";
   const std::string st = dir + "/bench.safetensors";
-
-  // Machine limits first (each helper frees its buffers when done).
-  MEGA_ASSIGN_OR_RETURN(Summary memcpy_s, MemcpyGbps(bytes, kWarmup, reps));
-  MEGA_ASSIGN_OR_RETURN(Summary write_s, FileWriteGbps(plain, bytes, false, kWarmup, reps));
-  MEGA_ASSIGN_OR_RETURN(Summary read_s, FileReadGbps(plain, bytes, kWarmup, reps));
-  rows->push_back({"memcpy", "memcpy (1 thread)", memcpy_s});
-  rows->push_back({"pagecache_write", "page-cache write (plain file)", write_s});
-  rows->push_back({"pagecache_read", "page-cache read (reused buffer)", read_s});
 
   // Caller memory: source tensors and reused destination tensors, pre-faulted.
   MEGA_ASSIGN_OR_RETURN(auto src_buf, AllocateBuffer(bytes, true));
@@ -121,59 +127,93 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       return reader->ReadTensors(requests, pool);
     };
   };
-
-  // MEGA without checksums first, then the default (CRC32) so that the read
-  // benchmarks below see the default file. The 1 MiB-block variants show the
-  // effect of checksumming blocks that are still in the CPU cache (the default
-  // 16 MiB blocks are not).
   ThreadPool* pool = &ThreadPool::Default();
+  // The 1 MiB-block variants show the effect of checksumming blocks that are
+  // still in the CPU cache (the default 16 MiB blocks are not).
   constexpr size_t kSmallBlock = 1u << 20;
-  MEGA_ASSIGN_OR_RETURN(Summary mw0, TimeGbps(bytes, reps, mega_write(MegaChecksumType::kNone, 0)));
-  MEGA_ASSIGN_OR_RETURN(Summary mwb,
-                        TimeGbps(bytes, reps, mega_write(MegaChecksumType::kCrc32, kSmallBlock)));
-  MEGA_ASSIGN_OR_RETURN(Summary mw, TimeGbps(bytes, reps, mega_write(MegaChecksumType::kCrc32, 0)));
-  MEGA_ASSIGN_OR_RETURN(Summary mr, TimeGbps(bytes, reps, mega_read(true, pool, 0)));
-  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "mega"));
-  std::memset(dst_buf.get(), 0, bytes);
-  MEGA_ASSIGN_OR_RETURN(Summary mr1, TimeGbps(bytes, reps, mega_read(true, nullptr, 0)));
-  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "mega (1 thread)"));
-  MEGA_ASSIGN_OR_RETURN(Summary mrb, TimeGbps(bytes, reps, mega_read(true, pool, kSmallBlock)));
-  MEGA_ASSIGN_OR_RETURN(Summary mr0, TimeGbps(bytes, reps, mega_read(false, pool, 0)));
-  rows->push_back({"mega_write", "MEGA write (CRC32, default)", mw, write_s.median});
-  rows->push_back({"mega_write_nochecksum", "MEGA write (no checksum)", mw0, write_s.median});
-  rows->push_back({"mega_write_block1m", "MEGA write (CRC32, 1 MiB blocks)", mwb, write_s.median});
-  rows->push_back({"mega_read", "MEGA read (CRC32 verified, pool)", mr, read_s.median});
-  rows->push_back({"mega_read_1thread", "MEGA read (CRC32 verified, 1 thr)", mr1, read_s.median});
-  rows->push_back({"mega_read_block1m", "MEGA read (CRC32, 1 MiB blocks)", mrb, read_s.median});
-  rows->push_back({"mega_read_noverify", "MEGA read (no verify, pool)", mr0, read_s.median});
-  unlink(mega.c_str());
 
-  MEGA_ASSIGN_OR_RETURN(Summary sw, TimeGbps(bytes, reps, [&]() -> Status {
-                          unlink(st.c_str());
-                          return SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
-                        }));
-  std::memset(dst_buf.get(), 0, bytes);
-  MEGA_ASSIGN_OR_RETURN(Summary sr, TimeGbps(bytes, reps, [&]() -> Status {
-                          MEGA_ASSIGN_OR_RETURN(auto reader,
-                                                SafetensorsReader::Open(st, {.mmap = false}));
-                          for (size_t i = 0; i < dst.size(); ++i) {
-                            MEGA_RETURN_IF_ERROR(reader->ReadTensor(named[i].first, dst[i]));
-                          }
-                          return Status::OK();
-                        }));
-  MEGA_RETURN_IF_ERROR(CheckSame(src, dst, "safetensors"));
-  // The mmap trap, for reference: zero-copy views copied into the destination.
-  MEGA_ASSIGN_OR_RETURN(Summary sv, TimeGbps(bytes, reps, [&]() -> Status {
-                          MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st));
-                          for (size_t i = 0; i < dst.size(); ++i) {
-                            MEGA_ASSIGN_OR_RETURN(Tensor v, reader->View(named[i].first));
-                            MEGA_RETURN_IF_ERROR(CopyTensor(v, dst[i]));
-                          }
-                          return Status::OK();
-                        }));
-  rows->push_back({"safetensors_write", "safetensors write", sw, write_s.median});
-  rows->push_back({"safetensors_read", "safetensors read (pread)", sr, read_s.median});
-  rows->push_back({"safetensors_mmap_copy", "safetensors mmap view + copy", sv, read_s.median});
+  struct Config {
+    std::string key, label, limit_key;  // limit_key empty for the limits
+    std::function<Status()> run;
+    bool reads = false;  // fills dst: checked against src in the last round
+  };
+  std::vector<Config> configs = {
+      {"memcpy", "memcpy (1 thread)", "",
+       [&] {
+         std::memcpy(dst_buf.get(), src_buf.get(), bytes);
+         return Status::OK();
+       },
+       true},
+      {"pagecache_write", "page-cache write (plain file)", "",
+       [&] { return WritePlainFile(plain, src_buf.get(), bytes); }},
+      {"mega_write_nochecksum", "MEGA write (no checksum)", "pagecache_write",
+       mega_write(MegaChecksumType::kNone, 0)},
+      {"mega_write_block1m", "MEGA write (CRC32, 1 MiB blocks)", "pagecache_write",
+       mega_write(MegaChecksumType::kCrc32, kSmallBlock)},
+      // Last MEGA write: the default file the reads below use.
+      {"mega_write", "MEGA write (CRC32, default)", "pagecache_write",
+       mega_write(MegaChecksumType::kCrc32, 0)},
+      {"safetensors_write", "safetensors write", "pagecache_write",
+       [&]() -> Status {
+         unlink(st.c_str());
+         return SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
+       }},
+      {"pagecache_read", "page-cache read (reused buffer)", "",
+       [&]() -> Status {
+         MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(plain));
+         return file->ReadExactlyAt(0, std::span<std::byte>(dst_buf.get(), bytes));
+       },
+       true},
+      {"mega_read", "MEGA read (CRC32 verified, pool)", "pagecache_read", mega_read(true, pool, 0),
+       true},
+      {"mega_read_1thread", "MEGA read (CRC32 verified, 1 thr)", "pagecache_read",
+       mega_read(true, nullptr, 0), true},
+      {"mega_read_block1m", "MEGA read (CRC32, 1 MiB blocks)", "pagecache_read",
+       mega_read(true, pool, kSmallBlock), true},
+      {"mega_read_noverify", "MEGA read (no verify, pool)", "pagecache_read",
+       mega_read(false, pool, 0), true},
+      {"safetensors_read", "safetensors read (pread)", "pagecache_read",
+       [&]() -> Status {
+         MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st, {.mmap = false}));
+         for (size_t i = 0; i < dst.size(); ++i) {
+           MEGA_RETURN_IF_ERROR(reader->ReadTensor(named[i].first, dst[i]));
+         }
+         return Status::OK();
+       },
+       true},
+      // The mmap trap, for reference: zero-copy views copied into the destination.
+      {"safetensors_mmap_copy", "safetensors mmap view + copy", "pagecache_read",
+       [&]() -> Status {
+         MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st));
+         for (size_t i = 0; i < dst.size(); ++i) {
+           MEGA_ASSIGN_OR_RETURN(Tensor v, reader->View(named[i].first));
+           MEGA_RETURN_IF_ERROR(CopyTensor(v, dst[i]));
+         }
+         return Status::OK();
+       },
+       true},
+  };
+
+  std::map<std::string, std::vector<double>> secs;
+  for (int round = 0; round < kWarmup + reps; ++round) {
+    const bool last = round == kWarmup + reps - 1;
+    for (const auto& c : configs) {
+      if (c.reads && last) std::memset(dst_buf.get(), 0, bytes);
+      double t0 = NowSeconds();
+      MEGA_RETURN_IF_ERROR(c.run().WithContext(c.key));
+      double dt = NowSeconds() - t0;
+      if (round >= kWarmup) secs[c.key].push_back(dt);
+      if (c.reads && last) MEGA_RETURN_IF_ERROR(CheckSame(src, dst, c.key));
+    }
+  }
+  std::map<std::string, Summary> gbps;
+  for (const auto& c : configs) gbps[c.key] = Summarize(ToGbps(secs[c.key], bytes));
+  for (const auto& c : configs) {
+    rows->push_back(
+        {c.key, c.label, gbps[c.key], c.limit_key.empty() ? 0.0 : gbps[c.limit_key].median});
+  }
+  unlink(plain.c_str());
+  unlink(mega.c_str());
   unlink(st.c_str());
   src_buf.reset();
   dst_buf.reset();

@@ -1055,6 +1055,53 @@ assert total == index["metadata"]["total_size"], (total, index["metadata"]["tota
   }
 }
 
+// /proc/self/status field in bytes (VmRSS, VmHWM), 0 when unavailable.
+uint64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
+  TempDir dir;
+  constexpr int kTensors = 16;  // 16 x 4 MiB = 64 MiB of state
+  ASSERT_TRUE(RunThreadRanks(2, [&](ProcessGroup& g) -> Status {
+                StateDict sd;
+                for (int t = 0; t < kTensors; ++t) {
+                  ShardedTensor st;
+                  st.dtype = DType::kF32;
+                  st.global_shape = {1024, 1024};
+                  MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kF32, {512, 1024}, true));
+                  static_cast<float*>(part.data())[7] = static_cast<float>(t + g.rank());
+                  st.shards.push_back({{512 * g.rank(), 0}, part});
+                  sd.Set("t" + std::to_string(t), st);
+                }
+                MegaStorageWriter w(dir.path("src"));
+                return Save(sd, w, &g);
+              })[0].ok());
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";
+    clear.flush();
+    if (!clear.good()) GTEST_SKIP() << "cannot reset the peak RSS here";
+  }
+  const uint64_t before = ProcStatusBytes("VmRSS");
+  ConsolidateOptions o;
+  o.max_shard_size = 16ull << 20;
+  o.sync = false;
+  auto r = Consolidate(dir.path("src"), dir.path("dst"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const uint64_t peak = ProcStatusBytes("VmHWM");
+  ASSERT_GT(before, 0u);
+  EXPECT_EQ(r->files.size(), 4u);
+  // Two threads, each assembling one 4 MiB tensor at a time: far below the 64 MiB model.
+  EXPECT_LT(peak - std::min(peak, before), 24ull << 20) << "peak " << peak << " before " << before;
+  std::printf("[ info ] consolidation of 64 MiB: peak RSS growth %.1f MiB\n", (peak - std::min(peak, before)) / 1048576.0);
+}
+
 TEST(MegaStorageConsolidate, CliConsolidate) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(85, 150 << 10);

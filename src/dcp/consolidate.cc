@@ -381,11 +381,15 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
       return mega_storage::Commit(*dst_fs, req, prev);
     }();
   }
-  if (collective) outcome = group->AllReduceStatus(outcome);
-  if (!outcome.ok()) {
-    for (const auto& w : written) dst_fs->Remove(w).IgnoreError();
-    return outcome;
+  // A failed commit (rank 0) leaves the previous content of DST; rank 0 removes
+  // every rank's outputs (names are known to all). Other ranks never remove
+  // anything at this point: they cannot tell a failed commit from a broken group
+  // after a successful one.
+  if (rank == 0 && !outcome.ok()) {
+    for (const OutFile& f : outs) dst_fs->Remove(JoinPath(dst, f.name)).IgnoreError();
   }
+  if (collective) outcome = group->AllReduceStatus(outcome);
+  MEGA_RETURN_IF_ERROR(outcome);
   for (const OutFile& f : outs) result.files.push_back(f.name);
   for (const OutEntry& e : entries) result.total_size += e.nbytes;
   result.entries = entries.size();

@@ -568,7 +568,20 @@ void MegaStorageWriter::Abort() {
   for (auto& slot : s.slots) {
     if (slot.writer && !slot.done) slot.writer->Abandon();
   }
-  for (const std::string& f : s.created) s.fs->Remove(f).IgnoreError();
+  // Only the coordinator knows whether the commit happened (e.g. the save was
+  // committed and a later step such as consolidation failed). Never remove a
+  // file the committed .metadata references.
+  std::set<std::string> committed;
+  auto text = s.fs->ReadWhole(JoinPath(s.path, MetadataNameFor(s.setup)), kMaxMetadataBytes);
+  if (text.ok()) {
+    auto md = DecodeMetadata(*text);
+    if (md.ok()) committed = mega_storage::ReferencedFiles(*md);
+  }
+  for (const std::string& f : s.created) {
+    const size_t slash = f.find_last_of('/');
+    if (committed.count(slash == std::string::npos ? f : f.substr(slash + 1))) continue;
+    s.fs->Remove(f).IgnoreError();
+  }
   s.created.clear();
 }
 

@@ -160,7 +160,12 @@ void ShardFileWriter::Probe(uint64_t file_offset, std::span<const std::byte> byt
 
 Status ShardFileWriter::WriteAt(uint64_t file_offset, std::span<const std::byte> bytes) {
   Probe(file_offset, bytes);
-  return file_->WriteAt(file_offset, bytes);
+  MEGA_RETURN_IF_ERROR(file_->WriteAt(file_offset, bytes));
+  const uint64_t end = file_offset + bytes.size();
+  uint64_t cur = end_written_.load();
+  while (end > cur && !end_written_.compare_exchange_weak(cur, end)) {
+  }
+  return Status::OK();
 }
 
 Status ShardFileWriter::WriteBytes(size_t i, std::span<const std::byte> bytes) {
@@ -276,9 +281,9 @@ Status ShardFileWriter::Finish(bool sync) {
     std::string zeros(kMegaFooterTrailerSize, '\0');
     MEGA_RETURN_IF_ERROR(file_->WriteAt(file_end_, AsBytes(zeros)));
     file_end_ += zeros.size();
-  } else if (file_->size() < file_end_) {
-    // Trailing alignment gap never written (cannot happen with packed tensors,
-    // but keep the size exact).
+  } else if (end_written_.load() < file_end_) {
+    // The file ends in an alignment gap before a trailing empty tensor: write
+    // its last (zero) byte so the size is exact.
     std::byte zero{0};
     MEGA_RETURN_IF_ERROR(file_->WriteAt(file_end_ - 1, std::span<const std::byte>(&zero, 1)));
   }

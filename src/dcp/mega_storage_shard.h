@@ -5,6 +5,7 @@
 #define MEGACKPT_SRC_DCP_MEGA_STORAGE_SHARD_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -96,6 +97,7 @@ class ShardFileWriter {
   uint64_t file_end_ = 0;
   uint64_t probe_at_ = UINT64_MAX;
   std::array<std::byte, 4> probe_{};
+  std::atomic<uint64_t> end_written_{0};  // largest offset written + 1
   mutable std::mutex mu_;
   bool closed_ = false;
 };

@@ -61,6 +61,9 @@ std::vector<Case> SampleTensors() {
   Tensor base = Filled(DType::kI32, {40, 64}, 8);
   v.push_back({"strided", *Tensor::FromBlobStrided(base.data(), DType::kI32, {40, 32}, {64, 2},
                                                    base.owner())});
+  // An odd-sized tensor then an empty one: the file ends in an alignment gap.
+  v.push_back({"odd", Filled(DType::kI8, {3}, 9)});
+  v.push_back({"trailing_empty", Filled(DType::kF32, {0}, 10)});
   return v;
 }
 

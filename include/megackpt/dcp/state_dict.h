@@ -64,12 +64,14 @@ class StateDict {
   bool Contains(std::string_view key) const { return Find(key) != nullptr; }
   bool Erase(std::string_view key);
 
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
-  std::vector<Entry>::iterator begin() { return entries_.begin(); }
-  std::vector<Entry>::iterator end() { return entries_.end(); }
-  std::vector<Entry>::const_iterator begin() const { return entries_.begin(); }
-  std::vector<Entry>::const_iterator end() const { return entries_.end(); }
+  // Defined below, once StateValue is complete (std::vector of an incomplete
+  // pair type may not be instantiated here; clang rejects it).
+  size_t size() const;
+  bool empty() const;
+  std::vector<Entry>::iterator begin();
+  std::vector<Entry>::iterator end();
+  std::vector<Entry>::const_iterator begin() const;
+  std::vector<Entry>::const_iterator end() const;
 
  private:
   std::vector<Entry> entries_;
@@ -120,6 +122,17 @@ class StateValue {
   StateDict dict_;
   std::vector<StateValue> list_;
 };
+
+inline size_t StateDict::size() const { return entries_.size(); }
+inline bool StateDict::empty() const { return entries_.empty(); }
+inline std::vector<StateDict::Entry>::iterator StateDict::begin() { return entries_.begin(); }
+inline std::vector<StateDict::Entry>::iterator StateDict::end() { return entries_.end(); }
+inline std::vector<StateDict::Entry>::const_iterator StateDict::begin() const {
+  return entries_.begin();
+}
+inline std::vector<StateDict::Entry>::const_iterator StateDict::end() const {
+  return entries_.end();
+}
 
 // "none", "tensor", "sharded", "bytes", "dict", "list".
 std::string_view KindName(StateValue::Kind kind);
