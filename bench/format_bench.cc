@@ -194,10 +194,18 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
        true},
   };
 
+  // Writes run in a fixed order (the default MEGA file must be the last MEGA
+  // write of each round); the reads rotate their order every round so that no
+  // reader always runs right after the same neighbour.
+  size_t first_read = 0;
+  while (first_read < configs.size() && configs[first_read].key != "pagecache_read") ++first_read;
+  const size_t num_reads = configs.size() - first_read;
   std::map<std::string, std::vector<double>> secs;
   for (int round = 0; round < kWarmup + reps; ++round) {
     const bool last = round == kWarmup + reps - 1;
-    for (const auto& c : configs) {
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const size_t i = k < first_read ? k : first_read + (k - first_read + round) % num_reads;
+      const Config& c = configs[i];
       if (c.reads && last) std::memset(dst_buf.get(), 0, bytes);
       double t0 = NowSeconds();
       MEGA_RETURN_IF_ERROR(c.run().WithContext(c.key));

@@ -460,7 +460,9 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
     const auto& entry = md->state_dict_metadata.at(key.fqn);
     if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
       for (const auto& c : t->chunks) {
-        if (c.offsets == *key.offset) EXPECT_EQ(info.length, *ChunkNbytes(t->properties.dtype, c.sizes));
+        if (c.offsets == *key.offset) {
+          EXPECT_EQ(info.length, *ChunkNbytes(t->properties.dtype, c.sizes));
+        }
       }
     }
   }
@@ -958,7 +960,9 @@ TEST(MegaStorageConsolidate, SaveOptionConsolidatesInPlace) {
   auto md = MegaStorageReader(ckpt).ReadMetadata();
   ASSERT_TRUE(md.ok());
   for (const auto& [fqn, v] : md->state_dict_metadata) {
-    if (const auto* t = std::get_if<TensorStorageMetadata>(&v)) EXPECT_EQ(t->chunks.size(), 1u) << fqn;
+    if (const auto* t = std::get_if<TensorStorageMetadata>(&v)) {
+      EXPECT_EQ(t->chunks.size(), 1u) << fqn;
+    }
   }
   // Only the consolidated checkpoint's files remain.
   std::set<std::string> expected(shards.begin(), shards.end());
@@ -968,6 +972,24 @@ TEST(MegaStorageConsolidate, SaveOptionConsolidatesInPlace) {
   int code = 0;
   std::string out = RunCommand(kCli + " verify " + ckpt, &code);
   EXPECT_EQ(code, 0) << out;
+}
+
+TEST(MegaStorageConsolidate, FailedConsolidationAfterCommitKeepsTheSavedCheckpoint) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(86, 200 << 10);
+  const std::string ckpt = dir.path("c");
+  auto fail = std::make_shared<testing::InstrumentedFileSystem>();
+  // The sharded save has more than two files; the consolidated output has two.
+  fail->fail_open_for_write = [](const std::string& p) { return p.ends_with("-of-00002.mega"); };
+  MegaStorageWriterOptions o;
+  o.consolidate = true;
+  o.fs = fail;
+  Status s = SaveSynthetic(spec, 2, MegaWriterAt(ckpt, MappingFor(spec, 2), o));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("consolidation failed"), std::string::npos) << s.ToString();
+  // Every rank aborted, yet no committed shard was removed: the sharded save loads.
+  Status l = LoadSynthetic(spec, ckpt, 3, 1);
+  EXPECT_TRUE(l.ok()) << l.ToString();
 }
 
 TEST(MegaStorageConsolidate, CollectiveOverThreadRanks) {
@@ -1077,7 +1099,9 @@ TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
                   MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kF32, {512, 1024}, true));
                   static_cast<float*>(part.data())[7] = static_cast<float>(t + g.rank());
                   st.shards.push_back({{512 * g.rank(), 0}, part});
-                  sd.Set("t" + std::to_string(t), st);
+                  std::string name = "t";
+                  name += std::to_string(t);
+                  sd.Set(std::move(name), st);
                 }
                 MegaStorageWriter w(dir.path("src"));
                 return Save(sd, w, &g);

@@ -136,6 +136,8 @@ struct BadIndex {
   const char* want;
 };
 
+void PrintTo(const BadIndex& c, std::ostream* os) { *os << c.name; }
+
 class IndexMalformedTest : public ::testing::TestWithParam<BadIndex> {};
 
 TEST_P(IndexMalformedTest, IsDataLossNamingFileAndKey) {

@@ -68,12 +68,12 @@ Status CheckEntrySize(std::string_view file, const SafetensorsTensorInfo& info) 
   }
   const uint64_t nbytes = bits / 8;
   if (info.nbytes() != nbytes) {
-    return MalformedTensor(
-        file, name,
-        "data_offsets [" + std::to_string(info.data_begin) + ", " + std::to_string(info.data_end) +
-            ") hold " + std::to_string(info.nbytes()) + " bytes but " +
-            std::string(DTypeName(info.dtype)) + " " + ShapeToString(info.shape) + " needs " +
-            std::to_string(nbytes));
+    return MalformedTensor(file, name,
+                           "data_offsets [" + std::to_string(info.data_begin) + ", " +
+                               std::to_string(info.data_end) + ") hold " +
+                               std::to_string(info.nbytes()) + " bytes but " +
+                               std::string(DTypeName(info.dtype)) + " " +
+                               ShapeToString(info.shape) + " needs " + std::to_string(nbytes));
   }
   return Status::OK();
 }
@@ -198,11 +198,14 @@ class HeaderParser final : public nlohmann::json_sax<json> {
         if (header_->metadata.count(k)) return Fail("header: duplicate key " + Quote(k));
         break;
       case Level::kEntry: {
-        field_ = k == "dtype" ? kDtype : k == "shape" ? kShape : k == "data_offsets" ? kOffsets
-                                                                                     : kOther;
+        field_ = k == "dtype"          ? kDtype
+                 : k == "shape"        ? kShape
+                 : k == "data_offsets" ? kOffsets
+                                       : kOther;
         bool repeated = false;
         if (field_ == kOther) {
-          repeated = std::find(unknown_keys_.begin(), unknown_keys_.end(), k) != unknown_keys_.end();
+          repeated =
+              std::find(unknown_keys_.begin(), unknown_keys_.end(), k) != unknown_keys_.end();
           unknown_keys_.push_back(k);
         } else {
           repeated = (seen_ & field_) != 0;
@@ -278,10 +281,14 @@ class HeaderParser final : public nlohmann::json_sax<json> {
         return Fail("\"__metadata__\" value of key " + Quote(key_) + " is not a string");
       case Level::kEntry:
         switch (field_) {
-          case kDtype: return FailTensor("\"dtype\" is not a string");
-          case kShape: return FailTensor("\"shape\" is not an array");
-          case kOffsets: return ArityError();
-          default: return true;  // unknown fields are ignored, as the reference does
+          case kDtype:
+            return FailTensor("\"dtype\" is not a string");
+          case kShape:
+            return FailTensor("\"shape\" is not an array");
+          case kOffsets:
+            return ArityError();
+          default:
+            return true;  // unknown fields are ignored, as the reference does
         }
       case Level::kShape:
         return FailTensor("shape dimension " + std::to_string(entry_.shape.size()) +

@@ -44,7 +44,6 @@ Tensor Filled(DType dtype, Shape shape, int seed) {
   return t;
 }
 
-
 std::string Sha(std::span<const std::byte> b) {
   auto d = Sha256Of(b);
   return ToHex(d);
@@ -348,6 +347,8 @@ struct MalformedCase {
   const char* want;  // substring of the message (besides the file name)
 };
 
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<MalformedCase> MalformedCases() {
   const std::string ok_entry = R"("t":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";
   auto one = [](const std::string& entry, const std::string& data) {
@@ -455,8 +456,8 @@ std::vector<MalformedCase> MalformedCases() {
        StatusCode::kDataLoss, "'t': \"data_offsets\" is not an array [begin, end]"},
       {"DuplicateMetadataObject", Craft(R"({"__metadata__":{},"__metadata__":{}})"),
        StatusCode::kDataLoss, "duplicate key '__metadata__'"},
-      {"MetadataValueIsObject", Craft(R"({"__metadata__":{"k":{"a":"b"}}})"),
-       StatusCode::kDataLoss, "key 'k' is not a string"},
+      {"MetadataValueIsObject", Craft(R"({"__metadata__":{"k":{"a":"b"}}})"), StatusCode::kDataLoss,
+       "key 'k' is not a string"},
   };
 }
 
