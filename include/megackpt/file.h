@@ -82,6 +82,9 @@ Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
 // Creates (or truncates) a local file for writing.
 Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path);
 
+// Reads all of `file`. ResourceExhausted when it is larger than `max_size`.
+Result<std::string> ReadAll(const RandomAccessFile& file, uint64_t max_size = 1ull << 32);
+
 // Reads a whole local file. `max_size` guards against huge files
 // (ResourceExhausted beyond it).
 Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size = 1ull << 32);

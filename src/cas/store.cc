@@ -178,7 +178,8 @@ class UploadStreamImpl final : public UploadStream {
     fill_ = next;
     idle_ = full;
     if (full->ends.empty()) return Status::OK();
-    if (wait || threads_ <= 1) return ProcessBatch(*full);
+    // Synchronously (final batch, or one thread): all threads hash/compress.
+    if (wait || threads_ <= 1) return ProcessBatch(*full, threads_);
     if (!worker_.joinable()) worker_ = std::thread([this] { WorkerLoop(); });
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -198,7 +199,9 @@ class UploadStreamImpl final : public UploadStream {
       if (job_ == nullptr) return;
       Batch* b = std::exchange(job_, nullptr);
       lock.unlock();
-      Status s = ProcessBatch(*b);
+      // The caller's thread is chunking the next batch meanwhile: it counts
+      // as one of the upload's threads.
+      Status s = ProcessBatch(*b, std::max(1, threads_ - 1));
       lock.lock();
       job_status_ = s;
       busy_ = false;
@@ -218,7 +221,7 @@ class UploadStreamImpl final : public UploadStream {
     return it->second;
   }
 
-  Status ProcessBatch(Batch& b) {
+  Status ProcessBatch(Batch& b, int parallel) {
     const size_t n = b.ends.size();
     b.hashes.resize(n);
     MEGA_RETURN_IF_ERROR(ParallelFor(
@@ -227,7 +230,7 @@ class UploadStreamImpl final : public UploadStream {
           b.hashes[i] = ChunkHash(b.Chunk(i));
           return Status::OK();
         },
-        threads_));
+        parallel));
     MEGA_ASSIGN_OR_RETURN(b.found, backend_->LookupChunks(b.hashes));
 
     // Chunks to store: not in the index, not seen earlier in this upload, and
@@ -254,7 +257,7 @@ class UploadStreamImpl final : public UploadStream {
               EncodeChunkRecord(b.Chunk(i), policy_, b.records.data() + b.slot_offset[i]));
           return Status::OK();
         },
-        threads_));
+        parallel));
 
     for (size_t i = 0; i < n; ++i) {
       const MerkleHash& h = b.hashes[i];

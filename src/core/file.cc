@@ -150,16 +150,20 @@ Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path) {
   return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
 }
 
-Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size) {
-  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path, false));
-  if (file->size() > max_size) {
-    return ResourceExhaustedError(path + ": file of " + std::to_string(file->size()) +
+Result<std::string> ReadAll(const RandomAccessFile& file, uint64_t max_size) {
+  if (file.size() > max_size) {
+    return ResourceExhaustedError(file.name() + ": file of " + std::to_string(file.size()) +
                                   " bytes exceeds limit " + std::to_string(max_size));
   }
-  std::string out(file->size(), '\0');
+  std::string out(file.size(), '\0');
   MEGA_RETURN_IF_ERROR(
-      file->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
+      file.ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
   return out;
+}
+
+Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size) {
+  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path, false));
+  return ReadAll(*file, max_size);
 }
 
 Status SyncDirectory(const std::string& dir) {

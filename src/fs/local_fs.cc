@@ -12,14 +12,7 @@ namespace megackpt {
 
 Result<std::string> FileSystem::ReadWhole(const std::string& path, uint64_t max_size) {
   MEGA_ASSIGN_OR_RETURN(auto file, OpenForRead(path));
-  if (file->size() > max_size) {
-    return ResourceExhaustedError(path + ": file of " + std::to_string(file->size()) +
-                                  " bytes exceeds limit " + std::to_string(max_size));
-  }
-  std::string out(file->size(), '\0');
-  MEGA_RETURN_IF_ERROR(
-      file->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
-  return out;
+  return ReadAll(*file, max_size);
 }
 
 std::string JoinPath(std::string_view base, std::string_view name) {

@@ -155,8 +155,10 @@ Result<std::shared_ptr<CasBackend>> OpenLocalBackend(const std::string& dir,
 struct CasStoreOptions {
   // Pool for hashing/compressing chunks; nullptr → ThreadPool::Default().
   ThreadPool* pool = nullptr;
-  // Threads one upload uses for hashing + compression (the caller's thread
-  // chunks). 1 = everything on the caller's thread.
+  // Threads one upload keeps busy, counting the caller's: 1 = everything on
+  // the caller's thread; N > 1 = the caller chunks while a background stage
+  // hashes and compresses on N - 1 threads (pool threads beyond the first).
+  // Downloads decode chunks on up to this many threads.
   int upload_threads = 2;
   // Try LZ4 / BG4+LZ4 per chunk (stored compressed only when smaller).
   bool compress = true;

@@ -123,9 +123,8 @@ class MegaStorageWriter final : public StorageWriter {
   void Abort() override;
   std::optional<StorageMeta> GetStorageMeta() const override;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -173,9 +172,8 @@ class MegaStorageReader final : public StorageReader {
   // Valid after ReadMetadata.
   CheckpointSource source() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
