@@ -363,6 +363,34 @@ TEST_F(CliFormatTest, VerifyChecksTheIndexIsTruthful) {
   EXPECT_THAT(r5.err, HasSubstr("absolute"));
 }
 
+// A sharded checkpoint from MegaStorageWriter: chunks of sharded tensors are listed
+// under "tensorplay.dcp.sharded" (not in weight_map) and must verify, including
+// shards that hold only chunks; a corrupt chunk still fails naming the file.
+TEST_F(CliFormatTest, VerifyShardedDcpCheckpoint) {
+  const std::string ckpt = Path("dcp");
+  RunResult save = Run("demo --out " + ckpt +
+                       " --storage mega --mode save --world-size 2 --size 4MB --seed 3");
+  ASSERT_EQ(save.code, 0) << save.err;
+  const std::string index_text = ReadAll(ckpt + "/model.mega.index.json");
+  json index = json::parse(index_text);
+  ASSERT_TRUE(index.contains("tensorplay.dcp.sharded")) << index_text;
+  RunResult ok = Run("verify " + ckpt);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+
+  // Corrupt the last payload byte of a file that holds a chunk of a sharded tensor.
+  std::string chunk_file;
+  for (const auto& [fqn, entry] : index["tensorplay.dcp.sharded"].items()) {
+    for (const auto& c : entry["chunks"]) {
+      if (c["sizes"].size() > 0) chunk_file = c["file"].get<std::string>();
+    }
+  }
+  ASSERT_FALSE(chunk_file.empty());
+  FlipByte(ckpt + "/" + chunk_file, 1);
+  RunResult bad = Run("verify " + ckpt);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr(chunk_file));
+}
+
 TEST_F(CliFormatTest, AmbiguousOrUnknownInputsAreUsageErrors) {
   WriteSource("a.safetensors");
   WriteSource("b.safetensors");

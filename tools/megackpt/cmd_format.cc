@@ -551,7 +551,44 @@ int RunVerify(const std::string& path, bool quiet) {
     } else {
       const std::string folder = fs::path(input->path).parent_path().string();
       uint64_t mapped_bytes = 0;
-      for (const std::string& shard : index->ShardFiles()) {
+      // A sharded DCP checkpoint (MegaStorageWriter, docs/mega-storage.md) lists the
+      // chunks of sharded tensors under "tensorplay.dcp.sharded": fqn -> {chunks:
+      // [{file, offsets, sizes}]}; weight_map then holds only whole entries.
+      std::map<std::string, std::set<std::string>> chunk_files;  // fqn -> files
+      std::set<std::string> shard_set;
+      for (const std::string& shard : index->ShardFiles()) shard_set.insert(shard);
+      if (auto it = index->extra_fields.find("tensorplay.dcp.sharded");
+          it != index->extra_fields.end()) {
+        json sharded = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+        if (!sharded.is_object()) {
+          problems.Add("DataLoss: " + input->path + ": 'tensorplay.dcp.sharded' is not an object");
+        } else {
+          for (const auto& [fqn, entry] : sharded.items()) {
+            const json* chunks = entry.is_object() && entry.contains("chunks") ? &entry["chunks"]
+                                                                               : nullptr;
+            if (chunks == nullptr || !chunks->is_array()) {
+              problems.Add("DataLoss: " + input->path + ": sharded entry '" + fqn +
+                           "' has no chunk list");
+              continue;
+            }
+            for (const auto& c : *chunks) {
+              if (!c.is_object() || !c.contains("file") || !c["file"].is_string()) {
+                problems.Add("DataLoss: " + input->path + ": a chunk of '" + fqn +
+                             "' names no file");
+                continue;
+              }
+              std::string file = c["file"].get<std::string>();
+              if (Status ok = ValidateShardFileName(file); !ok.ok()) {
+                problems.Add(ok.ToString());
+                continue;
+              }
+              chunk_files[fqn].insert(file);
+              shard_set.insert(file);
+            }
+          }
+        }
+      }
+      for (const std::string& shard : shard_set) {
         ++files;
         const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
         auto f = OpenModelFile(shard_path, shard, options);
@@ -571,7 +608,10 @@ int RunVerify(const std::string& path, bool quiet) {
         for (const auto& t : m.tensors) {
           in_file.insert(t.name);
           auto it = index->weight_map.find(t.name);
-          if (it == index->weight_map.end()) {
+          auto ct = chunk_files.find(t.name);
+          if (it == index->weight_map.end() && ct != chunk_files.end() && ct->second.count(shard)) {
+            mapped_bytes += t.nbytes;  // a listed chunk of a sharded tensor
+          } else if (it == index->weight_map.end()) {
             problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
                          "' is not listed in the index's weight_map");
           } else if (it->second != shard) {
@@ -579,6 +619,12 @@ int RunVerify(const std::string& path, bool quiet) {
                          it->second + "' by the index");
           } else {
             mapped_bytes += t.nbytes;
+          }
+        }
+        for (const auto& [fqn, files_of_fqn] : chunk_files) {
+          if (files_of_fqn.count(shard) && !in_file.count(fqn)) {
+            problems.Add("DataLoss: " + input->path + ": index lists a chunk of '" + fqn +
+                         "' in shard '" + shard + "' but " + shard_path + " has no such tensor");
           }
         }
         for (const auto& name : index->TensorsInShard(shard)) {
