@@ -460,7 +460,7 @@ struct MegaWriterOptions {
   // (hex STRING) over [header_length, payload_end) (costs an extra pass).
   bool payload_hashes = false;
   // Bytes per write call and size of the staging buffer for small and
-  // non-contiguous tensors. 0 = default (1 MiB: checksum + write while hot).
+  // non-contiguous tensors. 0 = default (16 MiB).
   size_t io_block_size = 0;
   // Tensors are written in parallel on this pool when the sink supports
   // positioned writes (nullptr = ThreadPool::Default()); max_parallel = 1

@@ -25,11 +25,7 @@ inline constexpr int kMaxArrayDepth = 8;
 // Minimum encoded sizes, used to bound counts before reserving memory.
 inline constexpr uint64_t kMinMetaEntryBytes = 8 + 4 + 1;   // empty key, type, 1-byte value
 inline constexpr uint64_t kMinTensorEntryBytes = 4 + 4 + 4 + 4 + 8;  // name, flags, ndim, dtype, offset
-// Read blocks: large preads amortize syscalls.
 inline constexpr uint64_t kDefaultIoBlock = 16ull << 20;
-// Write blocks: each block is checksummed and then written while it is still in
-// cache; 1 MiB measured faster than 16 MiB for CRC32 + write on this machine kind.
-inline constexpr uint64_t kDefaultWriteBlock = 1ull << 20;
 
 inline uint32_t Load32(const std::byte* p) {
   uint32_t v;

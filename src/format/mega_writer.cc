@@ -272,7 +272,7 @@ bool IsWriterManagedKey(std::string_view key) {
 }  // namespace
 
 MegaWriter::MegaWriter(MegaWriterOptions options) : options_(std::move(options)) {
-  if (options_.io_block_size == 0) options_.io_block_size = mega_internal::kDefaultWriteBlock;
+  if (options_.io_block_size == 0) options_.io_block_size = mega_internal::kDefaultIoBlock;
   // Keep blocks a multiple of 8 so strided pieces always end on element boundaries.
   options_.io_block_size = std::max<size_t>(options_.io_block_size / 8 * 8, 4096);
 }
