@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh -DMEGACKPT_BUILD_TESTS=ON
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ctest --test-dir build --output-on-failure -j "${MEGACKPT_TEST_JOBS:-2}" --timeout 900
+log=build/ctest-summary.log
+ctest --test-dir build --output-on-failure -j "${MEGACKPT_TEST_JOBS:-2}" --timeout 900 | tee "$log"
 if [[ "${FUZZ_SECONDS:-20}" != "0" ]]; then
   bash scripts/run-fuzzers.sh "${FUZZ_SECONDS:-20}"
 fi
+# Repeat ctest's verdict as the closing line (the fuzz output came after it).
+grep -E "tests passed, [0-9]+ tests failed out of" "$log" | tail -1
