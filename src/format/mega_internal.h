@@ -7,11 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "megackpt/checksum.h"
 #include "megackpt/file.h"
 #include "megackpt/mega.h"
 #include "megackpt/status.h"
@@ -188,6 +190,28 @@ uint64_t ZstdMaxDecodedSize(uint64_t stored);
 // A JSON string literal with ensure_ascii escaping. REQUIRES valid UTF-8.
 std::string PyJsonQuote(std::string_view s);
 bool IsValidUtf8(std::string_view s);
+
+// Running CRC-32 / SHA-256 of stored bytes (shared by reader and writer).
+class Checker {
+ public:
+  explicit Checker(MegaChecksumType type) : type_(type) {
+    if (type == MegaChecksumType::kSha256) sha_.emplace();
+  }
+  void Update(std::span<const std::byte> data) {
+    if (type_ == MegaChecksumType::kCrc32) crc_ = Crc32Extend(crc_, data);
+    if (type_ == MegaChecksumType::kSha256) sha_->Update(data);
+  }
+  MegaChecksum Finish() {
+    if (type_ == MegaChecksumType::kCrc32) return mega_internal::Crc32Field(crc_);
+    if (type_ == MegaChecksumType::kSha256) return mega_internal::Sha256Field(sha_->Finish());
+    return MegaChecksum{};
+  }
+
+ private:
+  MegaChecksumType type_;
+  uint32_t crc_ = 0;
+  std::optional<Sha256> sha_;
+};
 
 }  // namespace mega_internal
 }  // namespace megackpt

@@ -42,6 +42,8 @@ std::string MegaTensorInfo::checksum_hex() const {
   return "";
 }
 
+using mega_internal::Checker;
+
 namespace {
 
 std::string Quote(std::string_view s) {
@@ -62,27 +64,6 @@ std::string Range(uint64_t a, uint64_t b) {
   return out;
 }
 
-// Running CRC-32 / SHA-256 of stored bytes.
-class Checker {
- public:
-  explicit Checker(MegaChecksumType type) : type_(type) {
-    if (type == MegaChecksumType::kSha256) sha_.emplace();
-  }
-  void Update(std::span<const std::byte> data) {
-    if (type_ == MegaChecksumType::kCrc32) crc_ = Crc32Extend(crc_, data);
-    if (type_ == MegaChecksumType::kSha256) sha_->Update(data);
-  }
-  MegaChecksum Finish() {
-    if (type_ == MegaChecksumType::kCrc32) return mega_internal::Crc32Field(crc_);
-    if (type_ == MegaChecksumType::kSha256) return mega_internal::Sha256Field(sha_->Finish());
-    return MegaChecksum{};
-  }
-
- private:
-  MegaChecksumType type_;
-  uint32_t crc_ = 0;
-  std::optional<Sha256> sha_;
-};
 
 std::string DigestText(MegaChecksumType type, const MegaChecksum& c) {
   if (type == MegaChecksumType::kCrc32) {

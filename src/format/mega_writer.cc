@@ -47,6 +47,8 @@ struct MegaWriter::PendingTensor {
   MegaTensorWriteOptions options;
 };
 
+using mega_internal::Checker;
+
 namespace {
 
 constexpr uint64_t kDirectMin = 1u << 20;  // contiguous units this big skip the staging buffer
@@ -182,27 +184,6 @@ Result<bool> CompressUnit(const Tensor& src, const Unit& u, int level,
   return true;
 }
 
-// Running checksum.
-class Checker {
- public:
-  explicit Checker(MegaChecksumType type) : type_(type) {
-    if (type == MegaChecksumType::kSha256) sha_.emplace();
-  }
-  void Update(std::span<const std::byte> d) {
-    if (type_ == MegaChecksumType::kCrc32) crc_ = Crc32Extend(crc_, d);
-    if (type_ == MegaChecksumType::kSha256) sha_->Update(d);
-  }
-  MegaChecksum Finish() {
-    if (type_ == MegaChecksumType::kCrc32) return mega_internal::Crc32Field(crc_);
-    if (type_ == MegaChecksumType::kSha256) return mega_internal::Sha256Field(sha_->Finish());
-    return MegaChecksum{};
-  }
-
- private:
-  MegaChecksumType type_;
-  uint32_t crc_ = 0;
-  std::optional<Sha256> sha_;
-};
 
 // A piece of payload: `len` bytes of unit `unit` from `unit_off` (unit < 0: zeros).
 struct Piece {
