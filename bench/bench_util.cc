@@ -33,15 +33,23 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<Status()>& fn) {
+Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<Status()>& fn,
+                                     const std::function<void()>& setup) {
   std::vector<double> out;
   for (int i = 0; i < warmup + reps; ++i) {
+    if (setup) setup();
     double t0 = NowSeconds();
     MEGA_RETURN_IF_ERROR(fn());
     double dt = NowSeconds() - t0;
     if (i >= warmup) out.push_back(dt);
   }
   return out;
+}
+
+void PrepareFreshWrite(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  sync();
 }
 
 std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes) {
@@ -85,7 +93,6 @@ Result<Summary> FileWriteGbps(const std::string& path, uint64_t bytes, bool sync
   MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(bytes, true));
   FillRandom(buf.get(), bytes, 2);
   MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(warmup, reps, [&]() -> Status {
-                          unlink(path.c_str());
                           int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                           if (fd < 0) return ErrnoToStatus(path + ": create", errno);
                           Status s = WriteAll(fd, buf.get(), bytes, path);
@@ -94,7 +101,8 @@ Result<Summary> FileWriteGbps(const std::string& path, uint64_t bytes, bool sync
                           }
                           close(fd);
                           return s;
-                        }));
+                        },
+                        [&] { PrepareFreshWrite(path); }));
   unlink(path.c_str());
   return Summarize(ToGbps(secs, bytes));
 }

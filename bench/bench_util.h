@@ -27,8 +27,17 @@ struct Summary {
 Summary Summarize(std::vector<double> values);
 
 // Runs `fn` warmup + reps times; returns the seconds of the last `reps` runs.
-// Stops at the first error.
-Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<Status()>& fn);
+// `setup` (optional) runs before every run, outside the timed region. Stops at
+// the first error.
+Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<Status()>& fn,
+                                     const std::function<void()>& setup = nullptr);
+
+// Untimed preparation of every measured write, limits and ours alike: removes
+// `path` (a file or a folder) and writes back all dirty pages (sync(2)), so each
+// timed write starts from the same state — an empty target and no dirty data
+// from earlier runs that would throttle it (the kernel's dirty-page limits are
+// ~10-20% of RAM, about the size of two 2 GiB runs).
+void PrepareFreshWrite(const std::string& path);
 
 // Converts seconds to GB/s for `bytes` bytes.
 std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes);
@@ -39,7 +48,8 @@ double NowSeconds();
 // memcpy between two pre-faulted buffers of `bytes` (single thread).
 Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps);
 // Writing `bytes` from a pre-faulted buffer to a new file at `path` with large
-// writes, optionally followed by fdatasync (durable). The file is removed after.
+// writes, optionally followed by fdatasync (durable); PrepareFreshWrite before
+// every run. The file is removed after.
 Result<Summary> FileWriteGbps(const std::string& path, uint64_t bytes, bool sync, int warmup,
                               int reps);
 // Reading a cached file of `bytes` into a reused, pre-faulted buffer with pread.

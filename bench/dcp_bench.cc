@@ -13,7 +13,9 @@
 //    warm pread of a cached file into a reused buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
 //    before it (the state itself is already resident).
-//  Each: one dropped warm-up, then --reps runs; min/median/max.
+//  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
+//  save, and before every write of the limits, PrepareFreshWrite (untimed)
+//  removes the target and writes back dirty pages: both start from the same state.
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,9 +85,20 @@ class Runner {
   Runner(std::vector<RankState>* states, ProcessGroup* mpi, int world)
       : states_(states), mpi_(mpi), world_(world) {}
 
+  // Before every run (untimed), `fresh_path` non-empty: PrepareFreshWrite of it
+  // (rank 0 removes, every rank syncs), like the limits' writes.
+  void set_fresh_path(std::string path) { fresh_path_ = std::move(path); }
+
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
   Result<double> Run(const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+    if (!fresh_path_.empty()) {
+      if (rank() == 0) {
+        PrepareFreshWrite(fresh_path_);
+      } else {
+        sync();
+      }
+    }
     if (!mpi_) {
       double t0 = NowSeconds();
       auto results = RunThreadRanks(world_, [&](ProcessGroup& g) { return fn(g, (*states_)[g.rank()]); });
@@ -117,6 +130,7 @@ class Runner {
   std::vector<RankState>* states_;
   ProcessGroup* mpi_;
   int world_;
+  std::string fresh_path_;
 };
 
 Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
@@ -173,8 +187,10 @@ Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, s
     for (const auto& x : all) peak_extra = std::max<uint64_t>(peak_extra, std::stoull(x));
   }
 
+  runner.set_fresh_path(ckpt);
   MEGA_ASSIGN_OR_RETURN(Summary save, runner.Gbps(bytes, o.reps, save_fn(true)));
   MEGA_ASSIGN_OR_RETURN(Summary save_nosync, runner.Gbps(bytes, o.reps, save_fn(false)));
+  runner.set_fresh_path("");
   MEGA_ASSIGN_OR_RETURN(Summary load, runner.Gbps(bytes, o.reps, load_fn));
   // The benchmark measures real loads: the last one must have restored the bytes.
   for (const RankState& st : states) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -64,7 +65,6 @@ Status CheckSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
 // The page-cache write limit: a new plain file written with 64 MiB writes.
 Status WritePlainFile(const std::string& path, const std::byte* data, uint64_t n) {
   constexpr uint64_t kBlock = 64ull << 20;
-  unlink(path.c_str());
   MEGA_ASSIGN_OR_RETURN(auto file, CreateLocalFile(path));
   for (uint64_t off = 0; off < n; off += kBlock) {
     MEGA_RETURN_IF_ERROR(file->Append(
@@ -104,7 +104,6 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
 
   auto mega_write = [&](MegaChecksumType checksum, size_t block) {
     return [&, checksum, block]() -> Status {
-      unlink(mega.c_str());
       MegaWriterOptions o;
       o.checksum = checksum;
       o.io_block_size = block;
@@ -136,6 +135,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     std::string key, label, limit_key;  // limit_key empty for the limits
     std::function<Status()> run;
     bool reads = false;  // fills dst: checked against src in the last round
+    std::string writes;  // the file a write config creates: PrepareFreshWrite'd first
   };
   std::vector<Config> configs = {
       {"memcpy", "memcpy (1 thread)", "",
@@ -145,23 +145,39 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
        },
        true},
       {"pagecache_write", "page-cache write (plain file)", "",
-       [&] { return WritePlainFile(plain, src_buf.get(), bytes); }},
+       [&] { return WritePlainFile(plain, src_buf.get(), bytes); }, false, plain},
       {"mega_write_nochecksum", "MEGA write (no checksum)", "pagecache_write",
-       mega_write(MegaChecksumType::kNone, 0)},
+       mega_write(MegaChecksumType::kNone, 0), false, mega},
       {"mega_write_block1m", "MEGA write (CRC32, 1 MiB blocks)", "pagecache_write",
-       mega_write(MegaChecksumType::kCrc32, kSmallBlock)},
+       mega_write(MegaChecksumType::kCrc32, kSmallBlock), false, mega},
       // Last MEGA write: the default file the reads below use.
       {"mega_write", "MEGA write (CRC32, default)", "pagecache_write",
-       mega_write(MegaChecksumType::kCrc32, 0)},
+       mega_write(MegaChecksumType::kCrc32, 0), false, mega},
       {"safetensors_write", "safetensors write", "pagecache_write",
        [&]() -> Status {
-         unlink(st.c_str());
          return SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
-       }},
+       },
+       false, st},
       {"pagecache_read", "page-cache read (reused buffer)", "",
        [&]() -> Status {
          MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(plain));
          return file->ReadExactlyAt(0, std::span<std::byte>(dst_buf.get(), bytes));
+       },
+       true},
+      // Reference for the pool readers below (the default pool has one thread
+      // per core): the same pread split into two halves on two threads.
+      {"pagecache_read_2threads", "page-cache read, 2 threads (ref)", "",
+       [&]() -> Status {
+         MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(plain));
+         const uint64_t half = bytes / 2;
+         Status second;
+         std::thread t([&] {
+           second = file->ReadExactlyAt(half, std::span<std::byte>(dst_buf.get() + half, bytes - half));
+         });
+         Status first = file->ReadExactlyAt(0, std::span<std::byte>(dst_buf.get(), half));
+         t.join();
+         MEGA_RETURN_IF_ERROR(first);
+         return second;
        },
        true},
       {"mega_read", "MEGA read (CRC32 verified, pool)", "pagecache_read", mega_read(true, pool, 0),
@@ -207,6 +223,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       const size_t i = k < first_read ? k : first_read + (k - first_read + round) % num_reads;
       const Config& c = configs[i];
       if (c.reads && last) std::memset(dst_buf.get(), 0, bytes);
+      if (!c.writes.empty()) PrepareFreshWrite(c.writes);
       double t0 = NowSeconds();
       MEGA_RETURN_IF_ERROR(c.run().WithContext(c.key));
       double dt = NowSeconds() - t0;

@@ -15,9 +15,9 @@
 //  - async_blocked_seconds: how long the caller is blocked in AsyncSave (until
 //    its tensors are staged and it may modify them), staging pool reused across
 //    saves, vs sync_save_seconds (the median durable save).
-//  Each: one dropped warm-up, then --reps runs; min/median/max. The checkpoint
-//  folder is emptied before every save (outside the timed region), as the limit
-//  writes a fresh file every time.
+//  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
+//  save, and before every write of the limits, PrepareFreshWrite (untimed)
+//  removes the target and writes back dirty pages: both start from the same state.
 #include "mega_bench.h"
 
 #include <algorithm>
@@ -101,10 +101,7 @@ class Bench {
   // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
   Result<double> Run(bool fresh, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
-    if (fresh) {
-      std::error_code ec;
-      std::filesystem::remove_all(ckpt_, ec);
-    }
+    if (fresh) PrepareFreshWrite(ckpt_);
     const double t0 = NowSeconds();
     auto results = RunThreadRanks(o_.world_size, [&](ProcessGroup& g) { return fn(g, states_[g.rank()]); });
     const double dt = NowSeconds() - t0;
