@@ -117,6 +117,7 @@ def bench_torch_save_load(size, reps, base):
         for i in range(WARMUP + reps):
             if os.path.exists(path):
                 os.remove(path)
+            os.sync()  # as megackpt's benches: every timed write starts with no dirty pages
             t0 = time.perf_counter()
             torch.save(state, path)
             if sync:
@@ -176,6 +177,8 @@ def dcp_worker(rank, world, port, size, reps, base, out_path):
             if fresh and rank == 0:
                 shutil.rmtree(ckpt, ignore_errors=True)
                 os.makedirs(ckpt)
+            if fresh:
+                os.sync()  # as megackpt's benches: no dirty pages left from earlier runs
             dist.barrier()
             t0 = time.perf_counter()
             fn()
