@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every benchmark at the issues' sizes, one after another, and prints the
+# tables (run it on a quiet machine: nothing else should be building or testing).
+#   scripts/bench-all.sh [SIZE] [REPS]      (default 2GiB, 5)
+# Needs a build (scripts/build.sh). The torch peer rows need python3-torch
+# (scripts/install-deps.sh --peers); they are skipped when torch is missing.
+# Each bench removes its temporary files; set TMPDIR to put them elsewhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-2GiB}
+reps=${2:-5}
+cli=${MEGACKPT_BUILD_DIR:-build}/tools/megackpt
+[ -x "$cli" ] || { echo "bench-all: $cli not found; run scripts/build.sh first" >&2; exit 2; }
+mpi_flags=(--oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
+           --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
+
+step "bench format --size $size"
+"$cli" bench format --size "$size" --reps "$reps"
+for w in 1 2; do
+  step "bench dcp --world-size $w (threads)"
+  "$cli" bench dcp --size "$size" --reps "$reps" --world-size "$w"
+done
+step "bench dcp, mpirun -np 2"
+mpirun "${mpi_flags[@]}" -np 2 "$cli" bench dcp --backend mpi --size "$size" --reps "$reps"
+for w in 1 2; do
+  step "bench mega --world-size $w (threads)"
+  "$cli" bench mega --size "$size" --reps "$reps" --world-size "$w"
+done
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  for w in 1 2; do
+    step "torch peer --world-size $w"
+    /usr/bin/python3 bench/torch_peer.py --size "$size" --reps "$reps" --world-size "$w"
+  done
+else
+  step "torch peer skipped: python3-torch is not installed (scripts/install-deps.sh --peers)"
+fi
+step "bench cas --size $size"
+"$cli" bench cas --size "$size" --reps "$reps"
+case $size in  # bench hub takes plain bytes
+  *GiB) bytes=$(( ${size%GiB} << 30 )) ;;
+  *MiB) bytes=$(( ${size%MiB} << 20 )) ;;
+  *) bytes=$size ;;
+esac
+step "bench hub --bytes $bytes"
+"$cli" bench hub --bytes "$bytes" --reps "$reps"
