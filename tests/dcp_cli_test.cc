@@ -2,49 +2,27 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "dcp/test_util.h"
+#include "test_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
+using CliRun = megackpt::test_util::CommandResult;
+// `megackpt ARGS` (stdout and stderr together).
+CliRun Cli(const std::string& args) { return megackpt::test_util::RunMegackpt(args); }
 
-CliRun Cli(const std::string& args) {
-  const std::string cmd = std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-class TempDir {
+// A fresh folder, removed at the end.
+class TempDir : public megackpt::dcp::testing::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dcp-cli-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
-
- private:
-  std::string path_;
+  TempDir() : megackpt::dcp::testing::TempDir("dcp-cli") {}
 };
 
 TEST(DcpCli, DemoSavesAndReloadsResharded) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "dcp/synthetic.h"
+#include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/process_group.h"
@@ -18,37 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<ProcessGroup> Group() {
-  ProcessGroupOptions o;
-  o.timeout = std::chrono::seconds(60);
-  auto g = NewMpiProcessGroup(o);
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
-  return g.ok() ? std::move(*g) : nullptr;
-}
+using testing::ThrowingSavePlanner;
+
+std::unique_ptr<ProcessGroup> Group() { return testing::NewMpiGroupForTest(); }
 
 // A folder all ranks share (rank 0 creates it), removed by rank 0 at the end.
-class SharedDir {
+class SharedDir : public testing::SharedDir {
  public:
-  explicit SharedDir(ProcessGroup& g) : g_(g) {
-    std::string p;
-    if (g.rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "dcp-mpi-XXXXXX").string();
-      p = mkdtemp(tmpl.data());
-    }
-    path_ = g.Broadcast(p, 0).value();
-  }
-  ~SharedDir() {
-    g_.Barrier().IgnoreError();
-    if (g_.rank() == 0) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
-
- private:
-  ProcessGroup& g_;
-  std::string path_;
+  explicit SharedDir(ProcessGroup& g) : testing::SharedDir(g, "dcp-mpi") {}
 };
 
 TEST(DcpMpi, SaveThenResharedLoads) {
@@ -106,27 +84,6 @@ TEST(DcpMpi, AsyncSaveThenLoad) {
   EXPECT_TRUE(synthetic::VerifyRankState(spec, *dest).ok());
 }
 
-class ThrowOnRank1 : public SavePlanner {
- public:
-  explicit ThrowOnRank1(int rank) : inner_(NewDefaultSavePlanner()), rank_(rank) {}
-  Status SetUp(const StateDict& sd, const std::optional<StorageMeta>& m, bool c) override {
-    return inner_->SetUp(sd, m, c);
-  }
-  Result<SavePlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
-  Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> p) override {
-    return inner_->CreateGlobalPlan(std::move(p));
-  }
-  Result<SavePlan> FinishPlan(SavePlan p) override { return inner_->FinishPlan(std::move(p)); }
-  Result<ResolvedData> ResolveData(const WriteItem& item) override {
-    if (rank_ == 1) throw std::runtime_error("rank one exploded");
-    return inner_->ResolveData(item);
-  }
-
- private:
-  std::unique_ptr<SavePlanner> inner_;
-  int rank_;
-};
-
 TEST(DcpMpi, ThrowOnOneRankFailsEveryRank) {
   auto g = Group();
   ASSERT_TRUE(g);
@@ -134,7 +91,7 @@ TEST(DcpMpi, ThrowOnOneRankFailsEveryRank) {
   auto spec = synthetic::MakeSpec(79, 100 << 10);
   auto sd = synthetic::BuildRankState(spec, g->world_size(), g->rank(), 0, true);
   ASSERT_TRUE(sd.ok());
-  ThrowOnRank1 planner(g->rank());
+  ThrowingSavePlanner planner(g->rank() == 1, "rank one exploded");
   SaveOptions so;
   so.planner = &planner;
   Status s = Save(*sd, *NewFileSystemWriter(dir.path("t")), g.get(), so);

@@ -9,6 +9,7 @@
 
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
+#include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/process_group.h"
@@ -18,20 +19,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+// A fresh folder, removed at the end.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dcp-threads-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("dcp-threads") {}
 };
 
 ProcessGroupOptions Quick() {
@@ -190,28 +181,6 @@ TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
   EXPECT_TRUE(fs::exists(dir.path("c") + "/.metadata.rank2"));
 }
 
-// A planner whose ResolveData throws on one rank.
-class ThrowOnRank : public SavePlanner {
- public:
-  ThrowOnRank(int rank, int bad_rank) : inner_(NewDefaultSavePlanner()), throws_(rank == bad_rank) {}
-  Status SetUp(const StateDict& sd, const std::optional<StorageMeta>& m, bool c) override {
-    return inner_->SetUp(sd, m, c);
-  }
-  Result<SavePlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
-  Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> p) override {
-    return inner_->CreateGlobalPlan(std::move(p));
-  }
-  Result<SavePlan> FinishPlan(SavePlan p) override { return inner_->FinishPlan(std::move(p)); }
-  Result<ResolvedData> ResolveData(const WriteItem& item) override {
-    if (throws_) throw std::runtime_error("disk on fire");
-    return inner_->ResolveData(item);
-  }
-
- private:
-  std::unique_ptr<SavePlanner> inner_;
-  bool throws_;
-};
-
 TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(1, 100 << 10);
@@ -219,7 +188,7 @@ TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
       3,
       [&](ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
-        ThrowOnRank planner(g.rank(), 1);
+        testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
         SaveOptions so;
         so.planner = &planner;
         return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/mpi_internal.h"
+#include "dist/test_util.h"
 #include "megackpt/process_group.h"
 
 namespace megackpt {
@@ -45,16 +46,7 @@ std::unique_ptr<ProcessGroup> NewShortTimeoutGroup() {
   return NewGroup(kShortTimeout);
 }
 
-std::string Blob(int rank, size_t size, int salt = 0) {
-  std::string s(size, '\0');
-  uint32_t x = 0x9e3779b9u * static_cast<uint32_t>(rank + 1) + 7919u * static_cast<uint32_t>(salt) +
-               static_cast<uint32_t>(size);
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+using dist_test::Blob;
 
 int WorldSize() {
   int size = 0;

@@ -216,10 +216,9 @@ class LocalBackend final : public CasBackend {
   std::string FilePath(const MerkleHash& h) const { return dir_ + "/files/" + h.ToHex(); }
   std::string IndexPath() const { return dir_ + "/index/chunks.idx"; }
 
-  // Writes `parts` to a new temp file and links it at `path`. Returns true when
-  // this call created `path`, false when it already existed.
-  Result<bool> PublishObject(const std::string& path, const std::string& parent,
-                             std::initializer_list<std::span<const std::byte>> parts) {
+  // Writes `parts` to a new temp file (fdatasync'ed when syncing) and returns
+  // its path.
+  Result<std::string> WriteTemp(std::initializer_list<std::span<const std::byte>> parts) {
     std::string tmp = dir_ + "/tmp/" + RandomSuffix() + ".tmp";
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) return ErrnoToStatus("create " + tmp, errno);
@@ -234,6 +233,21 @@ class LocalBackend final : public CasBackend {
       ::unlink(tmp.c_str());
       return s;
     }
+    return tmp;
+  }
+
+  // Writes `parts` to a new temp file and links it at `path`. Returns true when
+  // this call created `path`, false when it already existed.
+  Result<bool> PublishObject(const std::string& path, const std::string& parent,
+                             std::initializer_list<std::span<const std::byte>> parts) {
+    MEGA_ASSIGN_OR_RETURN(std::string tmp, WriteTemp(parts));
+    return LinkTemp(tmp, path, parent);
+  }
+
+  // Links the synced temp file `tmp` at `path` (first link wins), removes the
+  // temp name and syncs the folder. Returns true when this call created `path`.
+  Result<bool> LinkTemp(const std::string& tmp, const std::string& path, const std::string& parent) {
+    Status s;
     bool created = true;
     if (::link(tmp.c_str(), path.c_str()) != 0) {
       int err = errno;
@@ -255,14 +269,57 @@ class LocalBackend final : public CasBackend {
   }
 
   // ---- xorbs ----
-  Result<bool> PutXorb(std::string_view serialized, const XorbLayout& layout) override {
-    const std::string name = "xorb " + layout.xorb_hash.ToHex();
+  Status CheckXorbArgs(std::string_view serialized, const XorbLayout& layout) {
     if (layout.serialized_bytes != serialized.size()) {
-      return InvalidArgumentError(name + ": layout says " + std::to_string(layout.serialized_bytes) +
-                                  " bytes, got " + std::to_string(serialized.size()));
+      return InvalidArgumentError("xorb " + layout.xorb_hash.ToHex() + ": layout says " +
+                                  std::to_string(layout.serialized_bytes) + " bytes, got " +
+                                  std::to_string(serialized.size()));
     }
     Status valid = layout.Validate();
     if (!valid.ok()) return InvalidArgumentError(valid.message());
+    return Status::OK();
+  }
+
+  // A xorb written and synced under tmp/, not yet linked.
+  class LocalStagedXorb final : public StagedXorb {
+   public:
+    LocalStagedXorb(const LocalBackend* owner, std::string tmp) : owner(owner), tmp(std::move(tmp)) {}
+    ~LocalStagedXorb() override {
+      if (!tmp.empty()) ::unlink(tmp.c_str());
+    }
+    const LocalBackend* owner;
+    std::string tmp;  // "" once consumed
+  };
+
+  Result<std::unique_ptr<StagedXorb>> StageXorb(std::string_view serialized,
+                                                const XorbLayout& layout) override {
+    MEGA_RETURN_IF_ERROR(CheckXorbArgs(serialized, layout));
+    if (::access(XorbPath(layout.xorb_hash).c_str(), F_OK) == 0) {
+      return std::unique_ptr<StagedXorb>();  // stored already: PublishStagedXorb → PutXorb → false
+    }
+    std::string footer = EncodeXorbFooter(layout);
+    MEGA_ASSIGN_OR_RETURN(std::string tmp, WriteTemp({std::as_bytes(std::span(serialized)),
+                                                      std::as_bytes(std::span(footer))}));
+    return std::unique_ptr<StagedXorb>(std::make_unique<LocalStagedXorb>(this, std::move(tmp)));
+  }
+
+  Result<bool> PublishStagedXorb(std::unique_ptr<StagedXorb> staged, std::string_view serialized,
+                                 const XorbLayout& layout) override {
+    auto* local = dynamic_cast<LocalStagedXorb*>(staged.get());
+    if (!local || local->owner != this || local->tmp.empty()) return PutXorb(serialized, layout);
+    MEGA_RETURN_IF_ERROR(CheckXorbArgs(serialized, layout));
+    const std::string tmp = std::exchange(local->tmp, std::string());
+    MEGA_ASSIGN_OR_RETURN(bool created,
+                          LinkTemp(tmp, XorbPath(layout.xorb_hash), XorbDir(layout.xorb_hash)));
+    if (created) {
+      MEGA_RETURN_IF_ERROR(AppendIndex(layout));
+      CacheLayout(std::make_shared<const XorbLayout>(layout));
+    }
+    return created;
+  }
+
+  Result<bool> PutXorb(std::string_view serialized, const XorbLayout& layout) override {
+    MEGA_RETURN_IF_ERROR(CheckXorbArgs(serialized, layout));
     const std::string path = XorbPath(layout.xorb_hash);
     if (::access(path.c_str(), F_OK) == 0) return false;
     std::string footer = EncodeXorbFooter(layout);
@@ -519,8 +576,11 @@ class LocalBackend final : public CasBackend {
       off_t good = st.st_size - st.st_size % kIndexRecordSize;
       if (::ftruncate(fd.get(), good) != 0) return ErrnoToStatus("ftruncate " + path, errno);
     }
+    // No fsync: the index is a cache of the xorb footers. Its records are
+    // appended after the xorb's data and folder entry are durable, so a record
+    // that survives a crash never names a missing xorb; a record lost to a
+    // crash costs only dedup until the next GC rebuilds the index.
     MEGA_RETURN_IF_ERROR(WriteAll(fd.get(), recs.data(), recs.size(), path));
-    if (options_.sync && ::fdatasync(fd.get()) != 0) return ErrnoToStatus("fsync " + path, errno);
     return Status::OK();  // unlocked when fd closes
   }
 

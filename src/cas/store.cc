@@ -6,8 +6,10 @@
 // background task that hashes its chunks (in parallel), looks them up in the
 // dedup index, compresses the new ones (in parallel) and packs them into the
 // current xorb, while the caller fills the next batch. At most one batch is in
-// flight, so batches are packed in order. A xorb is committed under the
-// store's kCommit lock after re-checking its chunks against the index: chunks
+// flight, so batches are packed in order. A full xorb goes to a committer
+// thread (at most one in flight) while the next one fills: the backend first
+// writes and syncs it without locks (CasBackend::StageXorb), then, under the
+// store's kCommit lock, its chunks are re-checked against the index: chunks
 // that another uploader stored meanwhile are referenced there instead, so
 // concurrent uploads of the same content keep one copy.
 #include <algorithm>
@@ -75,7 +77,8 @@ class UploadStreamImpl final : public UploadStream {
         options_(std::move(options)),
         lease_(std::move(lease)),
         builder_(store->options().max_xorb_bytes, store->options().max_xorb_chunks),
-        rebuild_(store->options().max_xorb_bytes, store->options().max_xorb_chunks) {
+        rebuild_(store->options().max_xorb_bytes, store->options().max_xorb_chunks),
+        committing_(store->options().max_xorb_bytes, store->options().max_xorb_chunks) {
     for (Batch& b : batches_) {
       // A batch holds up to kBatchBytes of whole chunks, the tail of an
       // unfinished chunk and one appended piece (<= kBatchBytes).
@@ -100,6 +103,7 @@ class UploadStreamImpl final : public UploadStream {
       cv_.notify_all();
       worker_.join();
     }
+    if (commit_thread_.joinable()) commit_thread_.join();
     for (Batch& b : batches_) {
       internal::BufferCache::Give(std::move(b.data));
       internal::BufferCache::Give(std::move(b.records));
@@ -215,6 +219,7 @@ class UploadStreamImpl final : public UploadStream {
     return std::exchange(job_status_, Status::OK());
   }
 
+  // REQUIRES: state_mu_ held (or no commit in flight).
   uint32_t SlotOf(const MerkleHash& xorb) {
     auto [it, inserted] = slot_of_.try_emplace(xorb, static_cast<uint32_t>(xorbs_.size()));
     if (inserted) xorbs_.push_back(xorb);
@@ -270,12 +275,14 @@ class UploadStreamImpl final : public UploadStream {
       }
       ChunkRef ref;
       if (b.found[i]) {
+        std::lock_guard<std::mutex> lock(state_mu_);
         ref.slot = SlotOf(b.found[i]->xorb_hash);
         ref.index = b.found[i]->chunk_index;
       } else {
         std::span<const std::byte> record(b.records.data() + b.slot_offset[i], b.record_size[i]);
         if (!builder_.Fits(record.size())) MEGA_RETURN_IF_ERROR(CommitXorb());
         builder_.Add(h, size, record);
+        std::lock_guard<std::mutex> lock(state_mu_);
         ref.index = static_cast<uint32_t>(pending_.size());
         builder_ids_.push_back(ref.index);
         pending_.push_back(ChunkRef{});
@@ -289,50 +296,87 @@ class UploadStreamImpl final : public UploadStream {
   // Stores one finished xorb and maps the pending chunk ids it holds.
   Status PutBuilt(XorbBuilder& builder, const std::vector<uint32_t>& ids) {
     XorbBuilder::Finished fin = builder.Finish();
-    MEGA_ASSIGN_OR_RETURN(
-        bool created,
-        backend_->PutXorb(std::string_view(reinterpret_cast<const char*>(fin.serialized.data()),
-                                           fin.serialized.size()),
-                          fin.layout));
-    uint32_t slot = SlotOf(fin.layout.xorb_hash);
-    for (size_t k = 0; k < ids.size(); ++k) pending_[ids[k]] = {slot, static_cast<uint32_t>(k)};
-    if (created) {
-      result_.new_xorbs += 1;
-      result_.new_chunks += fin.layout.chunks.size();
-      result_.stored_bytes += fin.layout.serialized_bytes;
-      for (const XorbChunk& c : fin.layout.chunks) result_.new_bytes += c.unpacked_bytes;
-    }
+    MEGA_ASSIGN_OR_RETURN(bool created, backend_->PutXorb(AsView(fin.serialized), fin.layout));
+    MapStored(fin.layout, ids, created);
     return Status::OK();
   }
 
+  static std::string_view AsView(std::span<const std::byte> bytes) {
+    return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+
+  // Points the pending chunk ids at their stored xorb and counts what was new.
+  void MapStored(const XorbLayout& layout, const std::vector<uint32_t>& ids, bool created) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    uint32_t slot = SlotOf(layout.xorb_hash);
+    for (size_t k = 0; k < ids.size(); ++k) pending_[ids[k]] = {slot, static_cast<uint32_t>(k)};
+    if (created) {
+      result_.new_xorbs += 1;
+      result_.new_chunks += layout.chunks.size();
+      result_.stored_bytes += layout.serialized_bytes;
+      for (const XorbChunk& c : layout.chunks) result_.new_bytes += c.unpacked_bytes;
+    }
+  }
+
+  // Hands the current xorb to the committer and starts a new one. With more
+  // than one upload thread the commit (a backend write: file + fsync, or an
+  // HTTP upload) runs on its own thread while the pipeline fills the next
+  // xorb; at most one commit is in flight, so xorbs are stored in order.
   Status CommitXorb() {
     if (builder_.empty()) return Status::OK();
+    MEGA_RETURN_IF_ERROR(WaitCommit());
+    std::swap(builder_, committing_);
+    std::swap(builder_ids_, committing_ids_);
+    builder_ids_.clear();
+    if (threads_ <= 1) return CommitBuilt(committing_, committing_ids_);
+    commit_thread_ = std::thread([this] { commit_status_ = CommitBuilt(committing_, committing_ids_); });
+    return Status::OK();
+  }
+
+  Status WaitCommit() {
+    if (commit_thread_.joinable()) commit_thread_.join();
+    return commit_status_;  // an error stays: the upload is failed
+  }
+
+  // Stores `builder`'s xorb. The bytes are written (and synced) first,
+  // outside the store's commit lock, so concurrent uploads overlap their
+  // writes; under the lock the chunks are looked up again and the staged xorb
+  // is published only when no other uploader stored any of them meanwhile —
+  // otherwise it is dropped, the stored copies are referenced and the rest is
+  // stored as a smaller xorb (one copy of every chunk either way).
+  Status CommitBuilt(XorbBuilder& builder, std::vector<uint32_t>& ids) {
+    XorbBuilder::Finished fin = builder.Finish();
+    const std::string_view bytes = AsView(fin.serialized);
+    MEGA_ASSIGN_OR_RETURN(auto staged, backend_->StageXorb(bytes, fin.layout));
     MEGA_ASSIGN_OR_RETURN(auto commit_lock, backend_->Lock(StoreLockKind::kCommit));
-    const XorbLayout& pending = builder_.pending_layout();
     std::vector<MerkleHash> hashes;
-    hashes.reserve(pending.chunks.size());
-    for (const XorbChunk& c : pending.chunks) hashes.push_back(c.hash);
+    hashes.reserve(fin.layout.chunks.size());
+    for (const XorbChunk& c : fin.layout.chunks) hashes.push_back(c.hash);
     MEGA_ASSIGN_OR_RETURN(auto found, backend_->LookupChunks(hashes));
     bool any = std::any_of(found.begin(), found.end(), [](const auto& f) { return f.has_value(); });
     if (!any) {
-      MEGA_RETURN_IF_ERROR(PutBuilt(builder_, builder_ids_));
+      MEGA_ASSIGN_OR_RETURN(bool created,
+                            backend_->PublishStagedXorb(std::move(staged), bytes, fin.layout));
+      MapStored(fin.layout, ids, created);
     } else {
-      // Another uploader stored some of these chunks since the batch was
-      // looked up: point at its copies and store only the rest.
+      staged.reset();
       std::vector<uint32_t> kept;
       rebuild_.Clear();
-      for (size_t k = 0; k < pending.chunks.size(); ++k) {
+      for (size_t k = 0; k < fin.layout.chunks.size(); ++k) {
         if (found[k]) {
-          pending_[builder_ids_[k]] = {SlotOf(found[k]->xorb_hash), found[k]->chunk_index};
+          std::lock_guard<std::mutex> lock(state_mu_);
+          pending_[ids[k]] = {SlotOf(found[k]->xorb_hash), found[k]->chunk_index};
         } else {
-          rebuild_.Add(pending.chunks[k].hash, pending.chunks[k].unpacked_bytes, builder_.record(k));
-          kept.push_back(builder_ids_[k]);
+          const XorbChunk& c = fin.layout.chunks[k];
+          const uint64_t end = fin.layout.RecordEnd(static_cast<uint32_t>(k));
+          rebuild_.Add(c.hash, c.unpacked_bytes, fin.serialized.subspan(c.byte_offset, end - c.byte_offset));
+          kept.push_back(ids[k]);
         }
       }
       if (!rebuild_.empty()) MEGA_RETURN_IF_ERROR(PutBuilt(rebuild_, kept));
-      builder_.Clear();
     }
-    builder_ids_.clear();
+    builder.Clear();
+    ids.clear();
     return Status::OK();
   }
 
@@ -341,6 +385,7 @@ class UploadStreamImpl final : public UploadStream {
     MEGA_RETURN_IF_ERROR(Dispatch(/*wait=*/true));
     MEGA_RETURN_IF_ERROR(WaitInFlight());
     MEGA_RETURN_IF_ERROR(CommitXorb());
+    MEGA_RETURN_IF_ERROR(WaitCommit());
 
     FileReconstruction& rec = result_.reconstruction;
     rec.terms.clear();
@@ -403,8 +448,14 @@ class UploadStreamImpl final : public UploadStream {
   Status job_status_;     // guarded by mu_
 
   // Touched only by the batch stage (one at a time, in order).
-  XorbBuilder builder_, rebuild_;
-  std::vector<uint32_t> builder_ids_;   // pending id of each chunk in builder_
+  XorbBuilder builder_, rebuild_, committing_;
+  std::vector<uint32_t> builder_ids_;     // pending id of each chunk in builder_
+  std::vector<uint32_t> committing_ids_;  // the same for committing_
+  std::thread commit_thread_;             // stores committing_ (at most one)
+  Status commit_status_;                  // written by commit_thread_, read after join
+  // Guards pending_, xorbs_, slot_of_ and result_'s counters, which the
+  // committer updates while the batch stage appends.
+  std::mutex state_mu_;
   std::vector<ChunkRef> pending_;       // pending id -> final location
   std::vector<MerkleHash> xorbs_;       // slot -> xorb hash
   std::unordered_map<MerkleHash, uint32_t> slot_of_;

@@ -561,72 +561,64 @@ Result<Metadata> DecodeMetadata(std::string_view encoded) {
 
 namespace internal {
 
-std::string EncodeSavePlan(const SavePlan& plan) {
-  json root{{"format", kSavePlanFormat}, {"version", kWireVersion}};
+namespace {
+
+// SavePlan and LoadPlan share one wire shape: {format, version, items: [...],
+// storage_data, planner_data}; only the item type and the format tag differ.
+template <typename Plan, typename ItemToJson>
+std::string EncodePlan(const Plan& plan, std::string_view format, ItemToJson item_json) {
+  json root{{"format", format}, {"version", kWireVersion}};
   json items = json::array();
-  for (const auto& it : plan.items) items.push_back(WriteItemJson(it));
+  for (const auto& it : plan.items) items.push_back(item_json(it));
   root["items"] = std::move(items);
   root["storage_data"] = plan.storage_data;
   root["planner_data"] = PlannerDataJson(plan.planner_data);
   return Dump(root);
+}
+
+template <typename Plan, typename ParseItem>
+Result<Plan> DecodePlan(std::string_view encoded, std::string_view format, const std::string& what,
+                        ParseItem parse_item) {
+  return Guarded<Plan>(
+      [&]() -> Result<Plan> {
+        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, what));
+        Node root{doc, "", what};
+        MEGA_RETURN_IF_ERROR(CheckHeader(root, format, kWireVersion));
+        Plan plan;
+        MEGA_ASSIGN_OR_RETURN(Node items, root.Member("items"));
+        MEGA_RETURN_IF_ERROR(items.ExpectArray());
+        for (size_t i = 0; i < items.j.size(); ++i) {
+          MEGA_ASSIGN_OR_RETURN(auto item, parse_item(items.At(i)));
+          plan.items.push_back(std::move(item));
+        }
+        MEGA_ASSIGN_OR_RETURN(plan.storage_data, root.OptString("storage_data"));
+        if (root.Has("planner_data")) {
+          MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
+          MEGA_ASSIGN_OR_RETURN(plan.planner_data, ParsePlannerData(pd));
+        }
+        return plan;
+      },
+      what.c_str());
+}
+
+}  // namespace
+
+std::string EncodeSavePlan(const SavePlan& plan) {
+  return EncodePlan(plan, kSavePlanFormat, WriteItemJson);
 }
 
 Result<SavePlan> DecodeSavePlan(std::string_view encoded) {
-  return Guarded<SavePlan>(
-      [&]() -> Result<SavePlan> {
-        static const std::string kWhat = "save plan";
-        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
-        Node root{doc, "", kWhat};
-        MEGA_RETURN_IF_ERROR(CheckHeader(root, kSavePlanFormat, kWireVersion));
-        SavePlan plan;
-        MEGA_ASSIGN_OR_RETURN(Node items, root.Member("items"));
-        MEGA_RETURN_IF_ERROR(items.ExpectArray());
-        for (size_t i = 0; i < items.j.size(); ++i) {
-          MEGA_ASSIGN_OR_RETURN(WriteItem item, ParseWriteItem(items.At(i)));
-          plan.items.push_back(std::move(item));
-        }
-        MEGA_ASSIGN_OR_RETURN(plan.storage_data, root.OptString("storage_data"));
-        if (root.Has("planner_data")) {
-          MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
-          MEGA_ASSIGN_OR_RETURN(plan.planner_data, ParsePlannerData(pd));
-        }
-        return plan;
-      },
-      "save plan");
+  static const std::string kWhat = "save plan";
+  return DecodePlan<SavePlan>(encoded, kSavePlanFormat, kWhat, ParseWriteItem);
 }
 
 std::string EncodeLoadPlan(const LoadPlan& plan) {
-  json root{{"format", kLoadPlanFormat}, {"version", kWireVersion}};
-  json items = json::array();
-  for (const auto& it : plan.items) items.push_back(ReadItemJson(it));
-  root["items"] = std::move(items);
-  root["storage_data"] = plan.storage_data;
-  root["planner_data"] = PlannerDataJson(plan.planner_data);
-  return Dump(root);
+  return EncodePlan(plan, kLoadPlanFormat, ReadItemJson);
 }
 
 Result<LoadPlan> DecodeLoadPlan(std::string_view encoded) {
-  return Guarded<LoadPlan>(
-      [&]() -> Result<LoadPlan> {
-        static const std::string kWhat = "load plan";
-        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
-        Node root{doc, "", kWhat};
-        MEGA_RETURN_IF_ERROR(CheckHeader(root, kLoadPlanFormat, kWireVersion));
-        LoadPlan plan;
-        MEGA_ASSIGN_OR_RETURN(Node items, root.Member("items"));
-        MEGA_RETURN_IF_ERROR(items.ExpectArray());
-        for (size_t i = 0; i < items.j.size(); ++i) {
-          MEGA_ASSIGN_OR_RETURN(ReadItem item, ParseReadItem(items.At(i)));
-          plan.items.push_back(std::move(item));
-        }
-        MEGA_ASSIGN_OR_RETURN(plan.storage_data, root.OptString("storage_data"));
-        if (root.Has("planner_data")) {
-          MEGA_ASSIGN_OR_RETURN(Node pd, root.Member("planner_data"));
-          MEGA_ASSIGN_OR_RETURN(plan.planner_data, ParsePlannerData(pd));
-        }
-        return plan;
-      },
-      "load plan");
+  static const std::string kWhat = "load plan";
+  return DecodePlan<LoadPlan>(encoded, kLoadPlanFormat, kWhat, ParseReadItem);
 }
 
 std::string EncodeWriteResults(const std::vector<WriteResult>& results) {

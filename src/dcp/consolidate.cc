@@ -77,16 +77,13 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
   return whole;
 }
 
-Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
-                     const std::vector<OutEntry>& entries, const Metadata& md,
-                     const std::string& save_id, const ConsolidateOptions& o,
-                     mega_storage::ShardFiles& files) {
-  std::vector<mega_storage::ShardTensorSpec> specs;
-  std::map<std::string, mega_storage::ShardEntry> shard_entries;
+// What the DCP keys of one output file record: each entry stored whole (offsets
+// 0, global shape = its shape), and the object paths the planner recorded.
+struct OutFileKeys {
+  std::map<std::string, mega_storage::ShardEntry> entries;
   std::map<std::string, ObjectPath> paths;
-  std::vector<std::string> bytes_values(f.entries.size());
-  for (size_t k = 0; k < f.entries.size(); ++k) {
-    const OutEntry& e = entries[f.entries[k]];
+
+  void Add(const OutEntry& e, const Metadata& md) {
     mega_storage::ShardEntry se;
     se.is_bytes = e.is_bytes;
     se.dtype = e.dtype;
@@ -94,19 +91,31 @@ Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
       se.global_shape = e.shape;
       se.offsets = Shape(e.shape.size(), 0);
     }
-    shard_entries[e.fqn] = se;
-    specs.push_back({e.fqn, e.dtype, e.shape});
+    entries[e.fqn] = se;
     auto p = md.planner_data.object_paths.find(e.fqn);
     if (p != md.planner_data.object_paths.end()) paths[e.fqn] = p->second;
+  }
+};
+
+Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
+                     const std::vector<OutEntry>& entries, const Metadata& md,
+                     const std::string& save_id, const ConsolidateOptions& o,
+                     mega_storage::ShardFiles& files) {
+  std::vector<mega_storage::ShardTensorSpec> specs;
+  OutFileKeys keys;
+  for (size_t k = 0; k < f.entries.size(); ++k) {
+    const OutEntry& e = entries[f.entries[k]];
+    keys.Add(e, md);
+    specs.push_back({e.fqn, e.dtype, e.shape});
   }
   MegaMetadata meta;
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), MetaValue::U32(kDcpShardVersion)));
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpSaveIdKey), MetaValue::String(save_id)));
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpEntriesKey),
-                                MetaValue::String(mega_storage::EncodeShardEntries(shard_entries))));
-  if (!paths.empty()) {
+                                MetaValue::String(mega_storage::EncodeShardEntries(keys.entries))));
+  if (!keys.paths.empty()) {
     MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpObjectPathsKey),
-                                  MetaValue::String(mega_storage::EncodeObjectPaths(paths))));
+                                  MetaValue::String(mega_storage::EncodeObjectPaths(keys.paths))));
   }
   const std::string full = JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
@@ -137,30 +146,22 @@ Status WriteSafetensorsFile(FileSystem& fs, const std::string& dir, const OutFil
                             const std::string& save_id, const ConsolidateOptions& o,
                             mega_storage::ShardFiles& files) {
   std::vector<SafetensorsTensorSpec> specs;
-  std::map<std::string, mega_storage::ShardEntry> shard_entries;
-  std::map<std::string, ObjectPath> paths;
+  OutFileKeys keys;
   std::map<std::string, size_t> by_name;
   for (size_t idx : f.entries) {
     const OutEntry& e = entries[idx];
     specs.push_back({e.fqn, e.dtype, e.shape});
     by_name[e.fqn] = idx;
-    mega_storage::ShardEntry se;
-    se.is_bytes = e.is_bytes;
-    se.dtype = e.dtype;
-    if (!e.is_bytes) {
-      se.global_shape = e.shape;
-      se.offsets = Shape(e.shape.size(), 0);
-    }
-    shard_entries[e.fqn] = se;
-    auto p = md.planner_data.object_paths.find(e.fqn);
-    if (p != md.planner_data.object_paths.end()) paths[e.fqn] = p->second;
+    keys.Add(e, md);
   }
   std::map<std::string, std::string> meta;
   meta["format"] = "pt";  // what transformers expects in __metadata__
   meta[std::string(kDcpVersionKey)] = std::to_string(kDcpShardVersion);
   meta[std::string(kDcpSaveIdKey)] = save_id;
-  meta[std::string(kDcpEntriesKey)] = mega_storage::EncodeShardEntries(shard_entries);
-  if (!paths.empty()) meta[std::string(kDcpObjectPathsKey)] = mega_storage::EncodeObjectPaths(paths);
+  meta[std::string(kDcpEntriesKey)] = mega_storage::EncodeShardEntries(keys.entries);
+  if (!keys.paths.empty()) {
+    meta[std::string(kDcpObjectPathsKey)] = mega_storage::EncodeObjectPaths(keys.paths);
+  }
   const std::string full = JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
   MEGA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Start(file.get(), specs, meta));

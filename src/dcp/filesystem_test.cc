@@ -11,6 +11,7 @@
 
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
+#include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 
 namespace megackpt::dcp {
@@ -18,21 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dcp-test-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& sub = "ckpt") const { return path_ + "/" + sub; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::vector<std::string> DataFiles(const std::string& dir) {
   std::vector<std::string> out;
@@ -339,27 +326,9 @@ TEST(FileSystemCheckpoint, ResaveIsCrashSafe) {
 
 TEST(FileSystemCheckpoint, WriterExceptionBecomesError) {
   TempDir dir;
-  class ThrowingPlanner : public SavePlanner {
-   public:
-    ThrowingPlanner() : inner_(NewDefaultSavePlanner()) {}
-    Status SetUp(const StateDict& sd, const std::optional<StorageMeta>& m, bool c) override {
-      return inner_->SetUp(sd, m, c);
-    }
-    Result<SavePlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
-    Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> p) override {
-      return inner_->CreateGlobalPlan(std::move(p));
-    }
-    Result<SavePlan> FinishPlan(SavePlan p) override { return inner_->FinishPlan(std::move(p)); }
-    Result<ResolvedData> ResolveData(const WriteItem&) override {
-      throw std::runtime_error("boom in resolve");
-    }
-
-   private:
-    std::unique_ptr<SavePlanner> inner_;
-  };
   StateDict sd;
   sd.Set("x", StateValue(Iota(DType::kU8, {100}, 1)));
-  ThrowingPlanner planner;
+  testing::ThrowingSavePlanner planner(/*throws=*/true, "boom in resolve");
   SaveOptions so;
   so.planner = &planner;
   FileSystemWriterOptions wo;

@@ -22,6 +22,7 @@
 
 #include "dcp/mega_storage_commit.h"
 #include "dcp/mega_storage_files.h"
+#include "dcp/mega_storage_hub.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/checksum.h"
 #include "megackpt/dcp/consolidate.h"
@@ -75,12 +76,20 @@ struct LayoutFile {
 struct RankLayout {
   std::string save_id;
   std::vector<LayoutFile> files;
+  // mega:// saves: every rank writes into its own transaction on the
+  // checkpoint folder, based on the coordinator's base commit ("" = bucket).
+  bool hub = false;
+  std::string hub_base;
 };
 
 std::string EncodeLayout(const RankLayout& l) {
   json j;
   j["format"] = kLayoutFormat;
   j["save_id"] = l.save_id;
+  if (l.hub) {
+    j["hub"] = true;
+    j["hub_base"] = l.hub_base;
+  }
   json files = json::array();
   for (const LayoutFile& f : l.files) {
     json items = json::array();
@@ -110,6 +119,8 @@ Result<RankLayout> DecodeLayout(std::string_view text) {
   try {
     RankLayout l;
     l.save_id = j.at("save_id").get<std::string>();
+    l.hub = j.value("hub", false);
+    l.hub_base = j.value("hub_base", "");
     for (const json& f : j.at("files")) {
       LayoutFile lf;
       lf.name = f.at("name").get<std::string>();
@@ -173,8 +184,18 @@ struct MegaStorageWriter::Impl {
   std::vector<std::string> created;  // full paths of files this rank created
   std::unique_ptr<ThreadPool> pool;
   std::map<std::string, ObjectPath> object_paths;  // from this rank's local plan
+  // mega:// (docs/mega-storage.md "mega://"): the hub target of `path`, and
+  // this rank's transaction of the current save.
+  std::optional<mega_storage::HubTarget> hub_target;
+  std::unique_ptr<hub::HubTransaction> txn;
+  std::string last_commit;  // id of the last commit this writer made
+  hub::TransactionStats hub_stats;  // this rank's uploads of the current save
 
   void ForgetSave() {
+    if (txn) {
+      if (txn->is_open()) txn->Abort();
+      txn.reset();
+    }
     for (Slot& s : slots) {
       if (s.writer && !s.done) s.writer->Abandon();
     }
@@ -235,8 +256,48 @@ struct MegaStorageWriter::Impl {
     return md;
   }
 
+  ConsolidateOptions ConsolidateOpts() const {
+    ConsolidateOptions co;
+    co.format = options.consolidate_format;
+    co.max_shard_size = options.consolidate_max_shard_size;
+    co.fqn_to_index_mapping = mapping;
+    co.thread_count = options.thread_count;
+    co.sync = options.sync;
+    co.checksum = options.checksum == MegaChecksumType::kNone ? MegaChecksumType::kCrc32 : options.checksum;
+    co.fs = fs;
+    return co;
+  }
+
+  // mega://: consolidation in place as a second commit on top of the save's
+  // (the MegaFileSystem routes every write/remove below `path` into one
+  // transaction based on `commit_id`).
+  Status ConsolidateOnHub(const std::string& commit_id) {
+    hub::MegaFileSystem* mfs = hub::AsMegaFileSystem(fs.get());
+    if (!mfs) return InternalError(path + ": not a mega:// filesystem");
+    hub::TransactionOptions o;
+    o.message = "megackpt: consolidate checkpoint " + hub_target->root.path;
+    auto ctxn = mfs->BeginTransaction(path, o, hub_target->root.is_bucket ? "" : commit_id);
+    if (!ctxn.ok()) {
+      return ctxn.status().WithContext(path + ": saved (sharded) and committed, but consolidation failed");
+    }
+    auto r = Consolidate(path, path, ConsolidateOpts());
+    if (!r.ok()) {
+      (*ctxn)->Abort();
+      return r.status().WithContext(path + ": saved (sharded) and committed, but consolidation failed");
+    }
+    auto c = (*ctxn)->Commit();
+    if (!c.ok()) {
+      return c.status().WithContext(path + ": saved (sharded) and committed, but the consolidation "
+                                           "commit failed");
+    }
+    last_commit = c->id;
+    return Status::OK();
+  }
+
   Status OpenSlot(size_t f, const PlannerData& planner_data) {
     if (slots[f].writer) return Status::OK();
+    // Hub uploads stream sequentially (WriteSequentialFile).
+    if (txn) return UnimplementedError(JoinPath(path, layout.files[f].name) + ": sequential sink");
     const LayoutFile& lf = layout.files[f];
     std::vector<ShardTensorSpec> specs;
     for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes});
@@ -265,7 +326,13 @@ struct MegaStorageWriter::Impl {
                                        "(no positioned writes); give async_save a staging pool "
                                        "larger than one rank's state");
     }
-    MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
+    std::unique_ptr<WritableFile> file;
+    if (txn) {
+      // Streams into the hub's CAS; staged in this rank's transaction on Close.
+      MEGA_ASSIGN_OR_RETURN(file, txn->OpenForWrite(lf.name));
+    } else {
+      MEGA_ASSIGN_OR_RETURN(file, fs->OpenForWrite(full));
+    }
     MegaWriterOptions wo;
     wo.tensor_alignment = options.tensor_alignment;
     wo.checksum = options.checksum;
@@ -305,6 +372,17 @@ struct MegaStorageWriter::Impl {
       r.storage_data.length = t.logical_nbytes;
       r.storage_data.checksum = mega_storage::MegaChecksumString(t);
     }
+    if (txn) {
+      // The staged upload travels to the coordinator with this file's first
+      // result (the coordinator commits it with everyone else's).
+      const std::string repo_path = txn->root().path + "/" + lf.name;
+      auto staged = txn->FindStaged(repo_path);
+      if (!staged || staged->deleted) {
+        return InternalError(full + ": upload closed but not staged in the transaction");
+      }
+      (*results)[items.front()].storage_data.extra = mega_storage::EncodeStagedExtra(*staged);
+      hub_stats = txn->stats();
+    }
     slots[f].done = true;
     return Status::OK();
   }
@@ -334,6 +412,10 @@ bool MegaStorageWriter::ValidateCheckpointId(std::string_view checkpoint_id) con
   return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
 }
 
+std::string MegaStorageWriter::last_hub_commit() const { return impl_->last_commit; }
+uint64_t MegaStorageWriter::hub_bytes_written() const { return impl_->hub_stats.bytes_written; }
+uint64_t MegaStorageWriter::hub_new_bytes() const { return impl_->hub_stats.new_bytes; }
+
 std::optional<StorageMeta> MegaStorageWriter::GetStorageMeta() const {
   StorageMeta m;
   m.checkpoint_id = impl_->path;
@@ -348,6 +430,12 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
     s.fs = s.options.fs;
   } else {
     MEGA_ASSIGN_OR_RETURN(s.fs, FileSystemForPath(s.path));
+  }
+  MEGA_ASSIGN_OR_RETURN(s.hub_target, mega_storage::HubTargetFor(s.path, s.fs.get()));
+  if (s.hub_target && s.options.consolidate && s.options.consolidate_format == ConsolidateFormat::kMega) {
+    return UnimplementedError(s.path + ": consolidating into .mega files needs positioned writes, "
+                                       "which mega:// uploads do not have; consolidate to safetensors, "
+                                       "or consolidate a local copy and push it");
   }
   if (setup.is_coordinator) {
     MEGA_RETURN_IF_ERROR(s.fs->CreateDirectories(s.path));
@@ -400,7 +488,17 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
   std::vector<std::string> plain;
   for (size_t n = 1; n <= count; ++n) plain.push_back(mega_storage::ShardFileName(".mega", n, count, "", -1));
   std::string id_in_name;
-  if (rank_tag >= 0) {
+  std::string hub_base;
+  if (s.hub_target) {
+    // One commit replaces the folder atomically: plain names, overwritten in
+    // place; the transaction's base commit goes to every rank.
+    if (s.txn && s.txn->is_open()) s.txn->Abort();
+    MEGA_ASSIGN_OR_RETURN(s.txn, mega_storage::BeginHubSave(*s.hub_target, "", s.save_id,
+                                                            /*rebase=*/rank_tag >= 0));
+    s.hub_stats = hub::TransactionStats();
+    hub_base = s.txn->base_commit();
+    if (rank_tag >= 0) id_in_name = s.save_id;
+  } else if (rank_tag >= 0) {
     id_in_name = s.save_id;
   } else {
     // Plain names unless one is taken (by the committed checkpoint or leftovers):
@@ -409,7 +507,11 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
     if (taken) id_in_name = s.save_id;
   }
   std::vector<RankLayout> layouts(plans.size());
-  for (auto& l : layouts) l.save_id = s.save_id;
+  for (auto& l : layouts) {
+    l.save_id = s.save_id;
+    l.hub = s.hub_target.has_value();
+    l.hub_base = hub_base;
+  }
   size_t n = 0;
   for (const auto& [key, members] : groups) {
     ++n;
@@ -430,6 +532,15 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   Impl& s = *impl_;
   if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
   MEGA_RETURN_IF_ERROR(s.EnsureLayout(plan.storage_data));
+  if (s.layout.hub && !s.txn) {
+    if (!s.hub_target) {
+      return FailedPreconditionError(s.path + ": the global plan is a mega:// save but this rank's "
+                                     "path is not on a hub");
+    }
+    MEGA_ASSIGN_OR_RETURN(s.txn, mega_storage::BeginHubSave(*s.hub_target, s.layout.hub_base, s.save_id,
+                                                            RankTagFor(s.setup) >= 0));
+    s.hub_stats = hub::TransactionStats();
+  }
   // Which file and position each item goes to.
   std::vector<std::pair<size_t, size_t>> target(plan.items.size());
   std::map<size_t, std::vector<size_t>> by_file;
@@ -518,9 +629,12 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
 
 Status MegaStorageWriter::Finish(const Metadata& metadata,
                                  const std::vector<std::vector<WriteResult>>& results) {
-  (void)results;  // metadata.storage_data already holds every rank's results
   Impl& s = *impl_;
   if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
+  if (s.hub_target && !s.txn) {
+    return FailedPreconditionError(s.path + ": no save in progress to commit (aborted, or "
+                                            "PrepareGlobalPlan did not run on this writer)");
+  }
   for (size_t f = 0; f < s.slots.size(); ++f) {
     if (!s.slots[f].done) {
       return InternalError(s.path + ": shard " + s.layout.files[f].name +
@@ -538,23 +652,25 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
   req.other_index_name = RankTagFor(s.setup) >= 0 ? "" : std::string(kSafetensorsStorageIndexName);
   req.sync = s.options.sync;
   req.rank_tag = RankTagFor(s.setup);
+  if (s.txn) mega_storage::StripStagedExtras(&md);
   MEGA_ASSIGN_OR_RETURN(req.index, mega_storage::BuildIndex(md, /*mega_fields=*/true));
   req.metadata = std::move(md);
+  if (s.txn) {
+    // mega://: every rank's shards + index + .metadata + deletions = one commit.
+    auto commit = mega_storage::CommitHubSave(*s.txn, *s.fs, req, results);
+    s.txn.reset();
+    MEGA_RETURN_IF_ERROR(commit.status());
+    s.committed = true;
+    s.last_commit = commit->id;
+    if (s.options.consolidate) return s.ConsolidateOnHub(commit->id);
+    return Status::OK();
+  }
   mega_storage::PreviousState prev =
       mega_storage::ReadPreviousState(*s.fs, s.path, req.metadata_name, req.index_name);
   MEGA_RETURN_IF_ERROR(mega_storage::Commit(*s.fs, req, prev));
   s.committed = true;
   if (s.options.consolidate) {
-    ConsolidateOptions co;
-    co.format = s.options.consolidate_format;
-    co.max_shard_size = s.options.consolidate_max_shard_size;
-    co.fqn_to_index_mapping = s.mapping;
-    co.thread_count = s.options.thread_count;
-    co.sync = s.options.sync;
-    co.checksum = s.options.checksum == MegaChecksumType::kNone ? MegaChecksumType::kCrc32
-                                                                 : s.options.checksum;
-    co.fs = s.fs;
-    auto r = Consolidate(s.path, s.path, co);
+    auto r = Consolidate(s.path, s.path, s.ConsolidateOpts());
     if (!r.ok()) {
       return r.status().WithContext(s.path + ": saved (sharded) and committed, but consolidation failed");
     }
@@ -564,6 +680,15 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
 
 void MegaStorageWriter::Abort() {
   Impl& s = *impl_;
+  if (s.hub_target) {
+    // Nothing is visible before the one commit: dropping the transaction is
+    // the whole abort (uploaded content is garbage-collected by the hub).
+    if (s.txn) {
+      if (s.txn->is_open()) s.txn->Abort();
+      s.txn.reset();
+    }
+    return;
+  }
   if (s.committed || !s.fs) return;
   for (auto& slot : s.slots) {
     if (slot.writer && !slot.done) slot.writer->Abandon();
@@ -621,7 +746,14 @@ CheckpointSource MegaStorageReader::source() const { return impl_->source; }
 
 Result<Metadata> MegaStorageReader::ReadMetadata() {
   Impl& s = *impl_;
-  MEGA_ASSIGN_OR_RETURN(s.paths, mega_storage::ResolveCheckpointPath(s.path, s.options.fs));
+  std::shared_ptr<FileSystem> fs = s.options.fs;
+  if (!fs) {
+    MEGA_ASSIGN_OR_RETURN(fs, FileSystemForPath(s.path));
+  }
+  // mega://: resolve the revision once; every file of this load comes from
+  // that commit even if the branch moves meanwhile.
+  MEGA_ASSIGN_OR_RETURN(std::string pinned, mega_storage::PinnedHubPath(s.path, fs.get()));
+  MEGA_ASSIGN_OR_RETURN(s.paths, mega_storage::ResolveCheckpointPath(pinned, fs));
   std::optional<Metadata> md;
   Status metadata_error;
   if (s.paths.index_file.empty() && s.paths.single_file.empty()) {
@@ -756,10 +888,15 @@ Result<Metadata> RebuildMetadataFromShards(const std::string& path, std::shared_
 
 Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shared_ptr<FileSystem> fs) {
   MegaStorageReaderOptions o;
+  if (!fs) {
+    MEGA_ASSIGN_OR_RETURN(fs, FileSystemForPath(path));
+  }
   o.fs = std::move(fs);
-  MegaStorageReader reader(path, o);
+  // mega://: metadata and shards from one commit.
+  MEGA_ASSIGN_OR_RETURN(std::string pinned, mega_storage::PinnedHubPath(path, o.fs.get()));
+  MegaStorageReader reader(pinned, o);
   MEGA_ASSIGN_OR_RETURN(Metadata md, reader.ReadMetadata());
-  MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(path, o.fs));
+  MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(pinned, o.fs));
   mega_storage::ShardFiles files(paths.fs, paths.dir, true);
   std::vector<std::pair<const MetadataIndex*, const StorageInfo*>> pieces;
   for (const auto& [key, info] : md.storage_data) pieces.push_back({&key, &info});

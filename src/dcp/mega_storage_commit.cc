@@ -75,6 +75,35 @@ Result<bool> AnyExists(FileSystem& fs, const std::string& dir, const std::vector
   return false;
 }
 
+CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vector<FileInfo>& listing,
+                        const CommitRequest& req, const PreviousState& previous) {
+  CleanupPlan plan;
+  const std::set<std::string> keep = ReferencedFiles(req.metadata);
+  std::set<std::string> present;
+  for (const FileInfo& fi : listing) {
+    if (fi.is_directory) continue;
+    const std::string name = BaseName(fi.path);
+    present.insert(name);
+    if (keep.count(name)) continue;
+    int tag = -1;
+    bool ours = IsShardFileName(name, &tag) && (req.rank_tag < 0 ? true : tag == req.rank_tag);
+    bool temp = name.starts_with(req.metadata_name + ".tmp.") ||
+                name.starts_with(req.index_name + ".tmp.");
+    if (previous.files.count(name) || ours || temp) plan.remove.insert(name);
+  }
+  if (!req.other_index_name.empty() && present.count(req.other_index_name)) {
+    auto other = ReadShardIndex(fs, JoinPath(dir, req.other_index_name));
+    bool stale = true;
+    if (other.ok()) {
+      for (const auto& f : IndexFiles(*other)) {
+        if (present.count(f) && !plan.remove.count(f)) stale = false;
+      }
+    }
+    plan.remove_other_index = stale;
+  }
+  return plan;
+}
+
 Status Commit(FileSystem& fs, const CommitRequest& req, const PreviousState& previous) {
   const std::string index_path = JoinPath(req.dir, req.index_name);
   MEGA_ASSIGN_OR_RETURN(std::string index_text, SerializeShardIndex(req.index));
@@ -99,34 +128,12 @@ Status Commit(FileSystem& fs, const CommitRequest& req, const PreviousState& pre
   }
   // 5. Cleanup: files the previous checkpoint used, shard-named files of
   //    crashed saves, temp files of interrupted atomic writes.
-  const std::set<std::string> keep = ReferencedFiles(req.metadata);
   auto listing = fs.List(req.dir);
   if (!listing.ok()) return Status::OK();
-  std::set<std::string> remove;
-  std::set<std::string> present;
-  for (const FileInfo& fi : *listing) {
-    if (fi.is_directory) continue;
-    const std::string name = BaseName(fi.path);
-    present.insert(name);
-    if (keep.count(name)) continue;
-    int tag = -1;
-    bool ours = IsShardFileName(name, &tag) && (req.rank_tag < 0 ? true : tag == req.rank_tag);
-    bool temp = name.starts_with(req.metadata_name + ".tmp.") ||
-                name.starts_with(req.index_name + ".tmp.");
-    if (previous.files.count(name) || ours || temp) remove.insert(name);
-  }
+  const CleanupPlan cleanup = PlanCleanup(fs, req.dir, *listing, req, previous);
   // The other format's index goes first when it described files we remove.
-  if (!req.other_index_name.empty() && present.count(req.other_index_name)) {
-    auto other = ReadShardIndex(fs, JoinPath(req.dir, req.other_index_name));
-    bool stale = true;
-    if (other.ok()) {
-      for (const auto& f : IndexFiles(*other)) {
-        if (present.count(f) && !remove.count(f)) stale = false;
-      }
-    }
-    if (stale) fs.Remove(JoinPath(req.dir, req.other_index_name)).IgnoreError();
-  }
-  for (const auto& name : remove) fs.Remove(JoinPath(req.dir, name)).IgnoreError();
+  if (cleanup.remove_other_index) fs.Remove(JoinPath(req.dir, req.other_index_name)).IgnoreError();
+  for (const auto& name : cleanup.remove) fs.Remove(JoinPath(req.dir, name)).IgnoreError();
   return Status::OK();
 }
 

@@ -52,6 +52,17 @@ PreviousState ReadPreviousState(FileSystem& fs, const std::string& dir,
 // True when any of `names` exists in `dir`.
 Result<bool> AnyExists(FileSystem& fs, const std::string& dir, const std::vector<std::string>& names);
 
+// Step 5's choice, given the folder's files (`listing`, read at `dir`): the
+// names to remove after committing `request` over `previous` (files of the
+// previous checkpoint and shard-named or temp leftovers that the new one does
+// not reference), and whether the other format's index became stale.
+struct CleanupPlan {
+  std::set<std::string> remove;
+  bool remove_other_index = false;
+};
+CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vector<FileInfo>& listing,
+                        const CommitRequest& request, const PreviousState& previous);
+
 // Steps 2-5. On a failure before the commit point the previous index is put
 // back. Cleanup failures after the commit are ignored (the next save retries).
 Status Commit(FileSystem& fs, const CommitRequest& request, const PreviousState& previous);

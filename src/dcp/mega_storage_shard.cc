@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/mega_internal.h"
+#include "format/quote.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/checksum.h"
 
@@ -31,15 +32,6 @@ using json = nlohmann::json;
 
 constexpr uint64_t kWritePiece = 1ull << 20;  // CRC + pwrite granularity (bytes stay in cache)
 
-std::string ChecksumName(MegaChecksumType t) {
-  switch (t) {
-    case MegaChecksumType::kNone: return "none";
-    case MegaChecksumType::kCrc32: return "crc32";
-    case MegaChecksumType::kSha256: return "sha256";
-  }
-  return "none";
-}
-
 // Scratch for gathering strided tensors, one per thread, pre-faulted once.
 std::byte* ThreadScratch() {
   thread_local std::shared_ptr<std::byte> buf;
@@ -49,6 +41,21 @@ std::byte* ThreadScratch() {
     buf = std::move(*b);
   }
   return buf.get();
+}
+
+// Writes `nbytes` bytes at file offset `base` in pieces of at most `piece_max`
+// bytes; `piece(off, n)` yields the n bytes at tensor offset off, `write_at`
+// stores them. Returns the checksum of all bytes (`type`).
+template <typename PieceFn, typename WriteFn>
+Result<MegaChecksum> WriteChecksummed(MegaChecksumType type, uint64_t base, uint64_t nbytes,
+                                      uint64_t piece_max, PieceFn piece, WriteFn write_at) {
+  mega_internal::Checker checker(type);
+  for (uint64_t off = 0; off < nbytes; off += piece_max) {
+    std::span<const std::byte> bytes = piece(off, std::min(piece_max, nbytes - off));
+    checker.Update(bytes);
+    MEGA_RETURN_IF_ERROR(write_at(base + off, bytes));
+  }
+  return checker.Finish();
 }
 
 }  // namespace
@@ -122,27 +129,14 @@ Result<std::string> ShardFileWriter::EncodeFinalHeader() {
     t.dir_flags = mega_internal::DirFlagsFor(t);
   }
   // The TensorPlay profile, exactly as MegaWriter writes it.
-  MegaMetadata md;
-  MEGA_RETURN_IF_ERROR(md.Add("general.architecture", MetaValue::String("tensorplay")));
-  MEGA_RETURN_IF_ERROR(md.Add("general.alignment", MetaValue::UInt(options_.alignment)));
-  MEGA_RETURN_IF_ERROR(md.Add("mega.tensor_info.format", MetaValue::String("self_describing")));
-  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.container", MetaValue::String("dict")));
-  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.byteorder", MetaValue::String("little")));
-  std::string devices = "{", sums = "{";
-  for (size_t i = 0; i < infos.size(); ++i) {
-    if (!mega_internal::IsValidUtf8(infos[i].name)) {
+  for (const MegaTensorInfo& t : infos) {
+    if (!mega_internal::IsValidUtf8(t.name)) {
       return InvalidArgumentError(file_->name() + ": tensor name is not valid UTF-8");
     }
-    const std::string key = mega_internal::PyJsonQuote(infos[i].name);
-    devices += (i ? ", " : "") + key + ": \"cpu\"";
-    if (infos[i].checksum_type != MegaChecksumType::kNone) {
-      sums += (sums.size() > 1 ? ", " : "") + key + ": \"" + infos[i].checksum_hex() + "\"";
-    }
   }
-  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_devices", MetaValue::String(devices + "}")));
-  MEGA_RETURN_IF_ERROR(
-      md.Add("tensorplay.checksum", MetaValue::String(ChecksumName(options_.checksum))));
-  MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_checksums", MetaValue::String(sums + "}")));
+  MegaMetadata md;
+  MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(infos, options_.alignment, "dict",
+                                                           options_.checksum, &md));
   for (const MetaEntry& e : user_metadata_.entries()) {
     MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value).WithContext(file_->name()));
   }
@@ -182,19 +176,12 @@ Status ShardFileWriter::WriteBytes(size_t i, std::span<const std::byte> bytes) {
                                      " written twice");
     }
   }
-  const uint64_t base = tensor_file_offset(i);
-  uint32_t crc = 0;
-  std::optional<Sha256> sha;
-  if (options_.checksum == MegaChecksumType::kSha256) sha.emplace();
-  for (uint64_t off = 0; off < bytes.size(); off += kWritePiece) {
-    auto piece = bytes.subspan(off, std::min<uint64_t>(kWritePiece, bytes.size() - off));
-    if (options_.checksum == MegaChecksumType::kCrc32) crc = Crc32Extend(crc, piece);
-    if (sha) sha->Update(piece);
-    MEGA_RETURN_IF_ERROR(WriteAt(base + off, piece));
-  }
-  MegaChecksum sum{};
-  if (options_.checksum == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
-  if (sha) sum = mega_internal::Sha256Field(sha->Finish());
+  MEGA_ASSIGN_OR_RETURN(
+      MegaChecksum sum,
+      WriteChecksummed(
+          options_.checksum, tensor_file_offset(i), bytes.size(), kWritePiece,
+          [&](uint64_t off, uint64_t n) { return bytes.subspan(off, n); },
+          [&](uint64_t at, std::span<const std::byte> piece) { return WriteAt(at, piece); }));
   std::lock_guard<std::mutex> lock(mu_);
   checksums_[i] = sum;
   written_[i] = 1;
@@ -228,20 +215,16 @@ Status ShardFileWriter::WriteTensor(size_t i, const Tensor& t) {
   if (!scratch) return ResourceExhaustedError(file_name() + ": no memory for a staging buffer");
   const uint64_t es = DTypeSize(t.dtype());
   const uint64_t piece_max = kWritePiece / es * es;
-  const uint64_t base = tensor_file_offset(i);
-  uint32_t crc = 0;
-  std::optional<Sha256> sha;
-  if (options_.checksum == MegaChecksumType::kSha256) sha.emplace();
-  for (uint64_t off = 0; off < nbytes_[i]; off += piece_max) {
-    std::span<std::byte> piece(scratch, std::min(piece_max, nbytes_[i] - off));
-    mega_internal::GatherBytes(t, off, piece);
-    if (options_.checksum == MegaChecksumType::kCrc32) crc = Crc32Extend(crc, piece);
-    if (sha) sha->Update(piece);
-    MEGA_RETURN_IF_ERROR(WriteAt(base + off, piece));
-  }
-  MegaChecksum sum{};
-  if (options_.checksum == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
-  if (sha) sum = mega_internal::Sha256Field(sha->Finish());
+  MEGA_ASSIGN_OR_RETURN(
+      MegaChecksum sum,
+      WriteChecksummed(
+          options_.checksum, tensor_file_offset(i), nbytes_[i], piece_max,
+          [&](uint64_t off, uint64_t n) {
+            std::span<std::byte> piece(scratch, n);
+            mega_internal::GatherBytes(t, off, piece);
+            return std::span<const std::byte>(piece);
+          },
+          [&](uint64_t at, std::span<const std::byte> piece) { return WriteAt(at, piece); }));
   std::lock_guard<std::mutex> lock(mu_);
   checksums_[i] = sum;
   written_[i] = 1;
@@ -509,13 +492,6 @@ std::string MegaChecksumString(const MegaTensorInfo& t) {
   return out;
 }
 
-std::string Quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+std::string Quote(std::string_view s) { return format_internal::Quote(s); }
 
 }  // namespace megackpt::dcp::mega_storage

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist/wire.h"
+#include "dist/test_util.h"
 #include "megackpt/process_group.h"
 
 namespace megackpt {
@@ -20,17 +21,7 @@ using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// A deterministic blob that differs per (rank, size, salt).
-std::string Blob(int rank, size_t size, int salt = 0) {
-  std::string s(size, '\0');
-  uint32_t x = 0x9e3779b9u * static_cast<uint32_t>(rank + 1) + 7919u * static_cast<uint32_t>(salt) +
-               static_cast<uint32_t>(size);
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+using dist_test::Blob;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "format/mega_test_util.h"
 #include "megackpt/file.h"
 
 namespace megackpt {
@@ -17,24 +18,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class TempFolder {
- public:
-  TempFolder() {
-    std::string tmpl = ::testing::TempDir() + "/index_file_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    path_ = mkdtemp(buf.data());
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempFolder = mega_test::TempDir;
 
 constexpr const char* kHfIndex = R"({
   "metadata": {"total_size": 16060522496, "format": "pt", "nested": {"a": [1, 2]}},

@@ -499,5 +499,44 @@ std::string PyJsonQuote(std::string_view s) {
   return out;
 }
 
+namespace {
+
+// The value of the "tensorplay.checksum" metadata key: "none" | "crc32" | "sha256".
+std::string_view TensorplayChecksumName(MegaChecksumType t) {
+  switch (t) {
+    case MegaChecksumType::kNone:
+      return "none";
+    case MegaChecksumType::kCrc32:
+      return "crc32";
+    case MegaChecksumType::kSha256:
+      return "sha256";
+  }
+  return "none";
+}
+
+}  // namespace
+
+Status AddTensorplayProfile(const std::vector<MegaTensorInfo>& tensors, uint64_t alignment,
+                            std::string_view container, MegaChecksumType checksum,
+                            MegaMetadata* md) {
+  MEGA_RETURN_IF_ERROR(md->Add("general.architecture", MetaValue::String("tensorplay")));
+  MEGA_RETURN_IF_ERROR(md->Add("general.alignment", MetaValue::UInt(alignment)));
+  MEGA_RETURN_IF_ERROR(md->Add("mega.tensor_info.format", MetaValue::String("self_describing")));
+  MEGA_RETURN_IF_ERROR(md->Add("tensorplay.container", MetaValue::String(std::string(container))));
+  MEGA_RETURN_IF_ERROR(md->Add("tensorplay.byteorder", MetaValue::String("little")));
+  std::string devices = "{", sums = "{";
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string key = PyJsonQuote(tensors[i].name);
+    devices += (i ? ", " : "") + key + ": \"cpu\"";
+    if (tensors[i].checksum_type != MegaChecksumType::kNone) {
+      sums += (sums.size() > 1 ? ", " : "") + key + ": \"" + tensors[i].checksum_hex() + "\"";
+    }
+  }
+  MEGA_RETURN_IF_ERROR(md->Add("tensorplay.tensor_devices", MetaValue::String(devices + "}")));
+  const std::string checksum_name(TensorplayChecksumName(checksum));
+  MEGA_RETURN_IF_ERROR(md->Add("tensorplay.checksum", MetaValue::String(checksum_name)));
+  return md->Add("tensorplay.tensor_checksums", MetaValue::String(sums + "}"));
+}
+
 }  // namespace mega_internal
 }  // namespace megackpt

@@ -137,6 +137,8 @@ class MetaCodec {
                               std::string_view section, MegaMetadata* out);
   static void EncodeEntries(const MegaMetadata& md, mega_internal::ByteWriter& w);
   static void EncodeEntry(std::string_view key, const MetaValue& v, mega_internal::ByteWriter& w);
+  // A scalar of `type` holding the raw (zero- or sign-extended) `bits`.
+  static MetaValue Scalar(MetaType type, uint64_t bits);
 };
 
 namespace mega_internal {
@@ -190,6 +192,15 @@ uint64_t ZstdMaxDecodedSize(uint64_t stored);
 // A JSON string literal with ensure_ascii escaping. REQUIRES valid UTF-8.
 std::string PyJsonQuote(std::string_view s);
 bool IsValidUtf8(std::string_view s);
+
+// Adds the TensorPlay profile keys for `tensors`, in the order MegaWriter
+// writes them: general.architecture, general.alignment, mega.tensor_info.format,
+// tensorplay.container, tensorplay.byteorder, tensorplay.tensor_devices (all
+// "cpu"), tensorplay.checksum, tensorplay.tensor_checksums. REQUIRES: the names
+// are valid UTF-8.
+Status AddTensorplayProfile(const std::vector<MegaTensorInfo>& tensors, uint64_t alignment,
+                            std::string_view container, MegaChecksumType checksum,
+                            MegaMetadata* md);
 
 // Running CRC-32 / SHA-256 of stored bytes (shared by reader and writer).
 class Checker {

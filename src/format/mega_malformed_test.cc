@@ -3,6 +3,11 @@
 // allocates from a lying length.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
 #include "megackpt/checksum.h"
@@ -66,6 +71,32 @@ Status OpenStatus(const std::string& bytes) {
     EXPECT_TRUE(s_.message().starts_with(kName)) << s_.ToString();                       \
     EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.ToString();            \
   } while (0)
+
+// Table-driven violations: each case builds a broken file; opening it must fail
+// with DataLoss naming the file and the case's needle.
+struct Violation {
+  const char* needle;
+  std::function<std::string()> build;
+};
+
+void ExpectViolations(const std::vector<Violation>& cases) {
+  for (const Violation& c : cases) {
+    SCOPED_TRACE(c.needle);
+    EXPECT_DATA_LOSS(c.build(), c.needle);
+  }
+}
+
+// The bytes of a SpecT made from `args`, then changed by `mutate`.
+template <typename SpecT, typename... Args>
+std::function<std::string()> Broken(std::function<void(SpecT&)> mutate, Args... args) {
+  return [=] {
+    SpecT s(args...);
+    mutate(s);
+    return s.Build();
+  };
+}
+
+using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;  // ChunkSpec (offset, size)
 
 TEST(MegaMalformedTest, ValidBaselineParses) {
   auto r = OpenBytes(kName, Spec().Build());
@@ -501,51 +532,39 @@ TEST(MegaMalformedTest, ChunksDoNotCoverTensor) {
 }
 
 TEST(MegaMalformedTest, ChunkRecordErrors) {
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].tensor_id = 9;
-    EXPECT_DATA_LOSS(s.Build(), "tensor_id 9 out of range");
-  }
-  {
-    ChunkSpec s({{0, 20}, {20, 20}});
-    s.tensors[0].chunks[1].chunk_id = 0;
-    EXPECT_DATA_LOSS(s.Build(), "duplicate (tensor_id, chunk_id)");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].stored_size = 0;
-    EXPECT_DATA_LOSS(s.Build(), "zero logical_size or stored_size");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].stored_size = 30;
-    EXPECT_DATA_LOSS(s.Build(), "uncompressed chunk stores 30 bytes");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].codec = static_cast<MegaCodec>(2);
-    EXPECT_DATA_LOSS(s.Build(), "unknown codec 2");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].flags = 8;
-    EXPECT_DATA_LOSS(s.Build(), "unknown flags bits 8");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].codec = MegaCodec::kZstd;
-    EXPECT_DATA_LOSS(s.Build(), "COMPRESSED flag and codec ZSTD disagree");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].flags = kMegaTensorByteShuffled;
-    EXPECT_DATA_LOSS(s.Build(), "BYTE_SHUFFLED but the tensor's shuffle_elem_size 0");
-  }
-  {
-    ChunkSpec s({{0, 40}});
-    s.tensors[0].chunks[0].checksum_type = static_cast<MegaChecksumType>(5);
-    EXPECT_DATA_LOSS(s.Build(), "unknown checksum type 5");
-  }
+  ExpectViolations({
+      {"tensor_id 9 out of range",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[0].tensor_id = 9; },
+                         Pieces{{0, 40}})},
+      {"duplicate (tensor_id, chunk_id)",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[1].chunk_id = 0; },
+                         Pieces{{0, 20}, {20, 20}})},
+      {"zero logical_size or stored_size",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[0].stored_size = 0; },
+                         Pieces{{0, 40}})},
+      {"uncompressed chunk stores 30 bytes",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[0].stored_size = 30; },
+                         Pieces{{0, 40}})},
+      {"unknown codec 2",
+       Broken<ChunkSpec>(
+           [](ChunkSpec& s) { s.tensors[0].chunks[0].codec = static_cast<MegaCodec>(2); },
+           Pieces{{0, 40}})},
+      {"unknown flags bits 8",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[0].flags = 8; }, Pieces{{0, 40}})},
+      {"COMPRESSED flag and codec ZSTD disagree",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[0].codec = MegaCodec::kZstd; },
+                         Pieces{{0, 40}})},
+      {"BYTE_SHUFFLED but the tensor's shuffle_elem_size 0",
+       Broken<ChunkSpec>(
+           [](ChunkSpec& s) { s.tensors[0].chunks[0].flags = kMegaTensorByteShuffled; },
+           Pieces{{0, 40}})},
+      {"unknown checksum type 5", Broken<ChunkSpec>(
+                                      [](ChunkSpec& s) {
+                                        s.tensors[0].chunks[0].checksum_type =
+                                            static_cast<MegaChecksumType>(5);
+                                      },
+                                      Pieces{{0, 40}})},
+  });
   {
     ChunkSpec s({{0, 40}});
     std::string b = s.Build();
@@ -576,22 +595,21 @@ TEST(MegaMalformedTest, ChunkRecordErrors) {
 }
 
 TEST(MegaMalformedTest, ChunkRangeChecks) {
-  {
-    ChunkSpec s({{0, 20}, {20, 20}});
-    s.tensors[0].chunks[1].payload_offset = 10;
-    EXPECT_DATA_LOSS(s.Build(), "overlaps tensor 'c' chunk 0");
-  }
-  {
-    ChunkSpec s({{0, 20}, {20, 20}});
-    s.tensors[0].chunks[1].payload_offset = 30;
-    EXPECT_DATA_LOSS(s.Build(), "tensor 'c' chunk 1: payload range [30, +20) exceeds");
-  }
-  {
-    ChunkSpec s({{0, 20}, {20, 20}});
-    s.tensors.push_back(Raw("raw", DType::kU8, {8}, 36));  // overlaps chunk 1's [20, 40)
-    s.payload += std::string(8, 'x');
-    EXPECT_DATA_LOSS(s.Build(), "overlaps");
-  }
+  ExpectViolations({
+      {"overlaps tensor 'c' chunk 0",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[1].payload_offset = 10; },
+                         Pieces{{0, 20}, {20, 20}})},
+      {"tensor 'c' chunk 1: payload range [30, +20) exceeds",
+       Broken<ChunkSpec>([](ChunkSpec& s) { s.tensors[0].chunks[1].payload_offset = 30; },
+                         Pieces{{0, 20}, {20, 20}})},
+      {"overlaps", Broken<ChunkSpec>(
+                       [](ChunkSpec& s) {
+                         s.tensors.push_back(
+                             Raw("raw", DType::kU8, {8}, 36));  // overlaps chunk 1's [20, 40)
+                         s.payload += std::string(8, 'x');
+                       },
+                       Pieces{{0, 20}, {20, 20}})},
+  });
 }
 
 TEST(MegaMalformedTest, ChunkDirectoryKeys) {
@@ -670,65 +688,35 @@ TEST(MegaMalformedTest, TablesBaselineParses) {
 }
 
 TEST(MegaMalformedTest, SegmentViolations) {
-  {
-    TableSpec s;
-    s.segments[1].segment_id = 1;
-    EXPECT_DATA_LOSS(s.Build(), "duplicate segment 1");
-  }
-  {
-    TableSpec s;
-    s.segments[0].layer_start = 5;
-    EXPECT_DATA_LOSS(s.Build(), "segment 1: layer range 5..2 is reversed");
-  }
-  {
-    TableSpec s;
-    s.segments[0].expert_start = 3;
-    s.segments[0].expert_end = 1;
-    EXPECT_DATA_LOSS(s.Build(), "expert range 3..1 is reversed");
-  }
-  {
-    TableSpec s;
-    s.segments[1].tensor_count = 2;
-    EXPECT_DATA_LOSS(s.Build(), "segment 2: tensors [1, +2) exceed");
-  }
-  {
-    TableSpec s;
-    s.segments[1].payload_size = 5;
-    EXPECT_DATA_LOSS(s.Build(), "segment 2: payload range [24, +5) exceeds the payload size 28");
-  }
-  {
-    TableSpec s;
-    s.segments[1].reserved = 1;
-    EXPECT_DATA_LOSS(s.Build(), "segment 2: reserved field is non-zero");
-  }
+  ExpectViolations({
+      {"duplicate segment 1",
+       Broken<TableSpec>([](TableSpec& s) { s.segments[1].segment_id = 1; })},
+      {"segment 1: layer range 5..2 is reversed",
+       Broken<TableSpec>([](TableSpec& s) { s.segments[0].layer_start = 5; })},
+      {"expert range 3..1 is reversed", Broken<TableSpec>([](TableSpec& s) {
+         s.segments[0].expert_start = 3;
+         s.segments[0].expert_end = 1;
+       })},
+      {"segment 2: tensors [1, +2) exceed",
+       Broken<TableSpec>([](TableSpec& s) { s.segments[1].tensor_count = 2; })},
+      {"segment 2: payload range [24, +5) exceeds the payload size 28",
+       Broken<TableSpec>([](TableSpec& s) { s.segments[1].payload_size = 5; })},
+      {"segment 2: reserved field is non-zero",
+       Broken<TableSpec>([](TableSpec& s) { s.segments[1].reserved = 1; })},
+  });
 }
 
 TEST(MegaMalformedTest, MoeViolations) {
-  {
-    TableSpec s;
-    s.moe[1].tensor_id = 0;
-    EXPECT_DATA_LOSS(s.Build(), "duplicate tensor_id 0 ('a')");
-  }
-  {
-    TableSpec s;
-    s.moe[1].tensor_id = 7;
-    EXPECT_DATA_LOSS(s.Build(), "tensor_id 7 out of range");
-  }
-  {
-    TableSpec s;
-    s.moe[0].expert_id = 4;
-    EXPECT_DATA_LOSS(s.Build(), "expert_id 4 >= mega.moe.n_experts 4");
-  }
-  {
-    TableSpec s;
-    s.moe[0].segment_id = 9;
-    EXPECT_DATA_LOSS(s.Build(), "unknown segment_id 9");
-  }
-  {
-    TableSpec s;
-    s.moe[0].reserved = 3;
-    EXPECT_DATA_LOSS(s.Build(), "MoE expert record 0: reserved field is non-zero");
-  }
+  ExpectViolations({
+      {"duplicate tensor_id 0 ('a')",
+       Broken<TableSpec>([](TableSpec& s) { s.moe[1].tensor_id = 0; })},
+      {"tensor_id 7 out of range", Broken<TableSpec>([](TableSpec& s) { s.moe[1].tensor_id = 7; })},
+      {"expert_id 4 >= mega.moe.n_experts 4",
+       Broken<TableSpec>([](TableSpec& s) { s.moe[0].expert_id = 4; })},
+      {"unknown segment_id 9", Broken<TableSpec>([](TableSpec& s) { s.moe[0].segment_id = 9; })},
+      {"MoE expert record 0: reserved field is non-zero",
+       Broken<TableSpec>([](TableSpec& s) { s.moe[0].reserved = 3; })},
+  });
 }
 
 // ---- footer overlay ---------------------------------------------------------------
@@ -765,31 +753,18 @@ TEST(MegaMalformedTest, OverlayBadSha) {
 }
 
 TEST(MegaMalformedTest, OverlayBadRanges) {
-  {
-    OverlaySpec s;
-    s.overlay_offset = s.base.size() - 1;
-    EXPECT_DATA_LOSS(s.Build(), "does not end at the trailer");
-  }
-  {
-    OverlaySpec s;
-    s.overlay_size = UINT64_MAX;
-    EXPECT_DATA_LOSS(s.Build(), "does not end at the trailer");
-  }
-  {
-    OverlaySpec s;
-    s.base_size = s.base.size() + 1;
-    EXPECT_DATA_LOSS(s.Build(), "is past the overlay offset");
-  }
-  {
-    OverlaySpec s;
-    s.base_size = s.base.size() - 2;  // cuts tensor 'b'
-    EXPECT_DATA_LOSS(s.Build(), "tensor 'b': payload range");
-  }
-  {
-    OverlaySpec s;
-    s.generation = 0;
-    EXPECT_DATA_LOSS(s.Build(), "generation 0");
-  }
+  ExpectViolations({
+      {"does not end at the trailer",
+       Broken<OverlaySpec>([](OverlaySpec& s) { s.overlay_offset = s.base.size() - 1; })},
+      {"does not end at the trailer",
+       Broken<OverlaySpec>([](OverlaySpec& s) { s.overlay_size = UINT64_MAX; })},
+      {"is past the overlay offset",
+       Broken<OverlaySpec>([](OverlaySpec& s) { s.base_size = s.base.size() + 1; })},
+      {"tensor 'b': payload range", Broken<OverlaySpec>([](OverlaySpec& s) {
+         s.base_size = s.base.size() - 2;  // cuts tensor 'b'
+       })},
+      {"generation 0", Broken<OverlaySpec>([](OverlaySpec& s) { s.generation = 0; })},
+  });
 }
 
 TEST(MegaMalformedTest, OverlayStructuralKey) {

@@ -100,6 +100,13 @@ uint64_t NormalizeBits(MetaType t, uint64_t bits) {
 
 }  // namespace
 
+MetaValue MetaCodec::Scalar(MetaType type, uint64_t bits) {
+  MetaValue m;
+  m.type_ = type;
+  m.bits_ = bits;
+  return m;
+}
+
 // Levels of array nesting of v (1 for an array of scalars, 0 for a scalar).
 int MetaValue::ArrayDepth(const MetaValue& v) {
   if (v.type_ != MetaType::kArray) return 0;
@@ -108,72 +115,25 @@ int MetaValue::ArrayDepth(const MetaValue& v) {
   return d + 1;
 }
 
-MetaValue MetaValue::U8(uint8_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kUint8;
-  m.bits_ = v;
-  return m;
-}
-MetaValue MetaValue::I8(int8_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kInt8;
-  m.bits_ = static_cast<uint64_t>(static_cast<int64_t>(v));
-  return m;
-}
-MetaValue MetaValue::U16(uint16_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kUint16;
-  m.bits_ = v;
-  return m;
-}
-MetaValue MetaValue::I16(int16_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kInt16;
-  m.bits_ = static_cast<uint64_t>(static_cast<int64_t>(v));
-  return m;
-}
-MetaValue MetaValue::U32(uint32_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kUint32;
-  m.bits_ = v;
-  return m;
-}
-MetaValue MetaValue::I32(int32_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kInt32;
-  m.bits_ = static_cast<uint64_t>(static_cast<int64_t>(v));
-  return m;
-}
-MetaValue MetaValue::U64(uint64_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kUint64;
-  m.bits_ = v;
-  return m;
-}
-MetaValue MetaValue::I64(int64_t v) {
-  MetaValue m;
-  m.type_ = MetaType::kInt64;
-  m.bits_ = static_cast<uint64_t>(v);
-  return m;
-}
+namespace {
+uint64_t SignExtended(int64_t v) { return static_cast<uint64_t>(v); }
+}  // namespace
+
+MetaValue MetaValue::U8(uint8_t v) { return MetaCodec::Scalar(MetaType::kUint8, v); }
+MetaValue MetaValue::I8(int8_t v) { return MetaCodec::Scalar(MetaType::kInt8, SignExtended(v)); }
+MetaValue MetaValue::U16(uint16_t v) { return MetaCodec::Scalar(MetaType::kUint16, v); }
+MetaValue MetaValue::I16(int16_t v) { return MetaCodec::Scalar(MetaType::kInt16, SignExtended(v)); }
+MetaValue MetaValue::U32(uint32_t v) { return MetaCodec::Scalar(MetaType::kUint32, v); }
+MetaValue MetaValue::I32(int32_t v) { return MetaCodec::Scalar(MetaType::kInt32, SignExtended(v)); }
+MetaValue MetaValue::U64(uint64_t v) { return MetaCodec::Scalar(MetaType::kUint64, v); }
+MetaValue MetaValue::I64(int64_t v) { return MetaCodec::Scalar(MetaType::kInt64, SignExtended(v)); }
 MetaValue MetaValue::F32(float v) {
-  MetaValue m;
-  m.type_ = MetaType::kFloat32;
-  m.bits_ = std::bit_cast<uint32_t>(v);
-  return m;
+  return MetaCodec::Scalar(MetaType::kFloat32, std::bit_cast<uint32_t>(v));
 }
 MetaValue MetaValue::F64(double v) {
-  MetaValue m;
-  m.type_ = MetaType::kFloat64;
-  m.bits_ = std::bit_cast<uint64_t>(v);
-  return m;
+  return MetaCodec::Scalar(MetaType::kFloat64, std::bit_cast<uint64_t>(v));
 }
-MetaValue MetaValue::Bool(bool v) {
-  MetaValue m;
-  m.type_ = MetaType::kBool;
-  m.bits_ = v ? 1 : 0;
-  return m;
-}
+MetaValue MetaValue::Bool(bool v) { return MetaCodec::Scalar(MetaType::kBool, v ? 1 : 0); }
 MetaValue MetaValue::String(std::string v) {
   MetaValue m;
   m.type_ = MetaType::kString;

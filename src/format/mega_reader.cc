@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "format/mega_internal.h"
+#include "format/quote.h"
 #include "megackpt/checksum.h"
 #include "megackpt/mega.h"
 #include "megackpt/thread_pool.h"
@@ -46,13 +47,18 @@ using mega_internal::Checker;
 
 namespace {
 
-std::string Quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
+using format_internal::Quote;
+
+// DataLoss unless `count` records of `record_size` bytes fit in what is left
+// of the header; `count_key` names the count in the message.
+Status RecordsFit(const mega_internal::ByteSource& src, uint64_t count, uint64_t record_size,
+                  std::string_view count_key) {
+  uint64_t bytes;
+  if (MulOverflows(count, record_size, &bytes) || bytes > src.remaining()) {
+    return src.Error(std::string(count_key) + " " + std::to_string(count) +
+                     " records do not fit in the header");
+  }
+  return Status::OK();
 }
 
 std::string Range(uint64_t a, uint64_t b) {
@@ -402,11 +408,8 @@ Status MegaParser::Parse(MegaReader* r) {
   }
 
   // Chunk records.
-  uint64_t min_chunks;
-  if (MulOverflows(chunk_count, kMegaChunkRecordSize, &min_chunks) || min_chunks > src.remaining()) {
-    return src.Error("mega.chunk_directory.count " + std::to_string(chunk_count) +
-                     " records do not fit in the header");
-  }
+  MEGA_RETURN_IF_ERROR(
+      RecordsFit(src, chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count"));
   std::unordered_set<uint64_t> chunk_ids;
   for (uint64_t i = 0; i < chunk_count; ++i) {
     const uint64_t at = src.position();
@@ -501,12 +504,8 @@ Status MegaParser::Parse(MegaReader* r) {
   }
 
   // Segment records.
-  uint64_t min_segments;
-  if (MulOverflows(segment_count, kMegaSegmentRecordSize, &min_segments) ||
-      min_segments > src.remaining()) {
-    return src.Error("mega.segment_directory.count " + std::to_string(segment_count) +
-                     " records do not fit in the header");
-  }
+  MEGA_RETURN_IF_ERROR(
+      RecordsFit(src, segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count"));
   std::unordered_set<uint32_t> segment_ids;
   for (uint64_t i = 0; i < segment_count; ++i) {
     const uint64_t at = src.position();
@@ -541,11 +540,8 @@ Status MegaParser::Parse(MegaReader* r) {
   }
 
   // MoE expert records.
-  uint64_t min_moe;
-  if (MulOverflows(moe_count, kMegaMoeRecordSize, &min_moe) || min_moe > src.remaining()) {
-    return src.Error("mega.moe.expert_table.count " + std::to_string(moe_count) +
-                     " records do not fit in the header");
-  }
+  MEGA_RETURN_IF_ERROR(
+      RecordsFit(src, moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count"));
   std::unordered_set<uint32_t> moe_tensors;
   for (uint64_t i = 0; i < moe_count; ++i) {
     const uint64_t at = src.position();

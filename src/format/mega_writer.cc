@@ -33,6 +33,7 @@
 #include <optional>
 
 #include "format/mega_internal.h"
+#include "format/quote.h"
 #include "megackpt/checksum.h"
 #include "megackpt/mega.h"
 #include "megackpt/thread_pool.h"
@@ -54,14 +55,7 @@ namespace {
 constexpr uint64_t kDirectMin = 1u << 20;  // contiguous units this big skip the staging buffer
 constexpr size_t kZstdFeed = 1u << 20;      // input granularity fed to zstd (fixed: determinism)
 
-std::string Quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+using format_internal::Quote;
 
 struct CctxFree {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
@@ -227,15 +221,6 @@ class StagingPool {
   std::mutex mu_;
   std::vector<std::shared_ptr<std::byte>> free_;
 };
-
-std::string ChecksumName(MegaChecksumType t) {
-  switch (t) {
-    case MegaChecksumType::kNone: return "none";
-    case MegaChecksumType::kCrc32: return "crc32";
-    case MegaChecksumType::kSha256: return "sha256";
-  }
-  return "none";
-}
 
 bool IsProfileKey(std::string_view key) {
   return key == "general.architecture" || key == "general.alignment" ||
@@ -500,22 +485,8 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
   auto build_metadata = [&]() -> Result<MegaMetadata> {
     MegaMetadata md;
     if (o.profile == MegaProfile::kTensorPlay) {
-      MEGA_RETURN_IF_ERROR(md.Add("general.architecture", MetaValue::String("tensorplay")));
-      MEGA_RETURN_IF_ERROR(md.Add("general.alignment", MetaValue::UInt(o.alignment)));
-      MEGA_RETURN_IF_ERROR(md.Add("mega.tensor_info.format", MetaValue::String("self_describing")));
-      MEGA_RETURN_IF_ERROR(md.Add("tensorplay.container", MetaValue::String(o.tensorplay_container)));
-      MEGA_RETURN_IF_ERROR(md.Add("tensorplay.byteorder", MetaValue::String("little")));
-      std::string devices = "{", sums = "{";
-      for (size_t i = 0; i < infos.size(); ++i) {
-        const std::string key = mega_internal::PyJsonQuote(infos[i].name);
-        devices += (i ? ", " : "") + key + ": \"cpu\"";
-        if (infos[i].checksum_type != MegaChecksumType::kNone) {
-          sums += (sums.size() > 1 ? ", " : "") + key + ": \"" + infos[i].checksum_hex() + "\"";
-        }
-      }
-      MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_devices", MetaValue::String(devices + "}")));
-      MEGA_RETURN_IF_ERROR(md.Add("tensorplay.checksum", MetaValue::String(ChecksumName(o.checksum))));
-      MEGA_RETURN_IF_ERROR(md.Add("tensorplay.tensor_checksums", MetaValue::String(sums + "}")));
+      MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(
+          infos, o.alignment, o.tensorplay_container, o.checksum, &md));
     }
     for (const MetaEntry& e : user_metadata_.entries()) MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value));
     if (o.profile == MegaProfile::kBare && !md.Contains("general.alignment") &&

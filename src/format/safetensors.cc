@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "format/quote.h"
 #include "megackpt/checksum.h"
 
 namespace megackpt {
@@ -15,14 +16,7 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-std::string Quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+using format_internal::Quote;
 
 Status Malformed(std::string_view file, std::string_view what) {
   return DataLossError(std::string(file) + ": safetensors " + std::string(what));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "megackpt/checksum.h"
+#include "format/mega_test_util.h"
 #include "megackpt/file.h"
 
 namespace megackpt {
@@ -18,23 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempFolder {
- public:
-  TempFolder() {
-    std::string tmpl = ::testing::TempDir() + "/safetensors_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    path_ = mkdtemp(buf.data());
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempFolder = mega_test::TempDir;
 
 // A tensor of `dtype`/`shape` whose bytes are a function of `seed`.
 Tensor Filled(DType dtype, Shape shape, int seed) {

@@ -183,6 +183,8 @@ BucketEntry BucketEntryFromJson(const json& j) {
 // (buckets are mutable: a replaced file fails the read instead of mixing).
 class RemoteRangeFile final : public RandomAccessFile {
  public:
+  static constexpr size_t kFastRangeBytes = 1u << 20;
+
   RemoteRangeFile(std::shared_ptr<HttpClient> http, std::string target, std::string name,
                   FileEntry entry)
       : http_(std::move(http)), target_(std::move(target)), name_(std::move(name)),
@@ -194,6 +196,18 @@ class RemoteRangeFile final : public RandomAccessFile {
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset >= entry_.size || dst.empty()) return size_t{0};
     size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), entry_.size - offset));
+    // Large reads: the body goes straight into dst (no 4 KiB pieces, no copy);
+    // anything unusual falls back to the retrying cpp-httplib path below.
+    if (n >= kFastRangeBytes) {
+      std::string xet;
+      if (http_->FastRangeGet(target_, offset, dst.first(n), &xet)) {
+        if (!xet.empty() && ToLower(xet) != ToLower(entry_.xet_hash)) {
+          return AbortedError(name_ + ": the file changed while it was being read (content " + xet +
+                              ", opened " + entry_.xet_hash + ")");
+        }
+        return n;
+      }
+    }
     HttpRequest req;
     req.target = target_;
     req.headers.push_back({"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});
@@ -237,6 +251,7 @@ class RemoteHub final : public HubConnection {
 
   std::string Describe() const override { return "hub " + http_->endpoint(); }
   bool is_remote() const override { return true; }
+  uint64_t bytes_received() const override { return http_->bytes_received(); }
 
   Result<RepoInfo> GetRepo(std::string_view repo) override {
     MEGA_ASSIGN_OR_RETURN(auto j, Get("/api/repos/" + RepoPath(repo)));

@@ -36,6 +36,9 @@ struct HttpRequest {
   std::string method = "GET";
   std::string target;  // path + query, already encoded
   std::string body;
+  // When non-empty, sent instead of `body` without a copy (e.g. a 64 MiB
+  // xorb); must stay valid until Send returns.
+  std::string_view body_ref;
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> headers;
   // When set, 2xx response bodies are streamed here instead of into
@@ -67,6 +70,17 @@ class HttpClient {
   // Bytes of the counters of this client.
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
+
+  // A large `Range` GET without cpp-httplib (which reads bodies in 4 KiB
+  // pieces, each a poll + recv): one plain-HTTP connection, the body recv()ed
+  // straight into `dst` in large pieces. Returns true when `dst` holds bytes
+  // [offset, offset + dst.size()) from a 206 answer with exactly that
+  // Content-Range/Content-Length (X-Xet-Hash, when sent, in *xet_hash).
+  // Returns false — dst contents unspecified — whenever anything else
+  // happens (https endpoint, connection or timeout error, another status,
+  // chunked body...): the caller then uses Send(), which retries and maps errors.
+  bool FastRangeGet(const std::string& target, uint64_t offset, std::span<std::byte> dst,
+                    std::string* xet_hash);
 
  private:
   std::unique_ptr<httplib::Client> Acquire();

@@ -28,7 +28,7 @@ class RemoteCasBackend final : public cas::CasBackend {
     HttpRequest req;
     req.method = "POST";
     req.target = "/v1/xorbs/default/" + layout.xorb_hash.ToHex();
-    req.body = std::string(serialized);
+    req.body_ref = serialized;
     req.content_type = "application/octet-stream";
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
     auto j = json::parse(res.body, nullptr, false);
@@ -68,6 +68,17 @@ class RemoteCasBackend final : public cas::CasBackend {
       return true;
     };
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
+    if (res.status == 206 && pos < dst.size()) {
+      // The hub clamps a range running past the end ("bytes a-b/total").
+      std::string cr = res.Header("Content-Range");
+      size_t slash = cr.rfind('/');
+      uint64_t total = slash == std::string::npos ? 0 : std::strtoull(cr.c_str() + slash + 1, nullptr, 10);
+      if (total > 0 && offset + dst.size() > total) {
+        return OutOfRangeError("xorb " + h.ToHex() + " range [" + std::to_string(offset) + ", " +
+                               std::to_string(offset + dst.size()) + ") is past its end (" +
+                               std::to_string(total) + " bytes)");
+      }
+    }
     if (overflow || pos != dst.size() || res.status != 206) {
       return DataLossError("xorb " + h.ToHex() + " range [" + std::to_string(offset) + ", " +
                            std::to_string(offset + dst.size()) + "): got " + std::to_string(pos) +
@@ -137,6 +148,11 @@ class RemoteCasBackend final : public cas::CasBackend {
         term.chunk_start = t.at("range").at("start").get<uint32_t>();
         term.chunk_end = t.at("range").at("end").get<uint32_t>();
         term.unpacked_bytes = t.at("unpacked_length").get<uint64_t>();
+        // megahub extension: the term's Xet verification hash (whole terms only).
+        if (t.contains("verification_hash") && t["verification_hash"].is_string()) {
+          MEGA_ASSIGN_OR_RETURN(term.verification_hash,
+                                cas::MerkleHash::FromHex(t["verification_hash"].get<std::string>()));
+        }
         recon.size += term.unpacked_bytes;
         recon.terms.push_back(term);
       }

@@ -6,6 +6,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -199,8 +200,19 @@ struct HubServer::Impl {
                     const httplib::Request& req, httplib::Response& res);
   void ServeContent(const FileEntry& entry, const httplib::Request& req, httplib::Response& res,
                     const std::string& name);
+  // `extra` fields are merged into the 201 answer (single-file routes).
   void NativeCommit(const RepoInfo& repo, const json& body, const Identity& who,
-                    httplib::Response& res);
+                    httplib::Response& res, const json& extra = json::object());
+  // PUT/DELETE /api/repos/{ns}/{name}/files/{path}, POST .../copy: one commit
+  // each, through NativeCommit (same parent/conflict rules).
+  void FileRoute(const RepoInfo& repo, const std::vector<std::string>& seg,
+                 const httplib::Request& req, httplib::Response& res,
+                 const httplib::ContentReader* reader, const Identity& who);
+  void CopyRoute(const RepoInfo& repo, const json& body, const Identity& who,
+                 httplib::Response& res);
+  // GET /v1|v2/reconstructions/{hash}, batch GET/POST /v1/reconstructions.
+  void ReconstructionRoute(const std::vector<std::string>& seg, const httplib::Request& req,
+                           httplib::Response& res, const httplib::ContentReader* reader);
   void NdjsonCommitRoute(const RepoInfo& repo, const std::string& revision, std::string_view body,
                          const Identity& who, const httplib::Request& req, httplib::Response& res);
 
@@ -526,18 +538,38 @@ void HubServer::Impl::Handle(const httplib::Request& req, httplib::Response& res
           std::string after = req.has_param("cursor") ? req.get_param_value("cursor") : "";
           size_t limit = req.has_param("limit") ? std::stoul(req.get_param_value("limit")) : 100;
           limit = std::clamp<size_t>(limit, 1, 1000);
-          auto repos = store->ListRepos(owner, after, limit + 1);
-          if (!repos.ok()) return ErrorFrom(res, repos.status());
+          // Optional filters: type (model|dataset|space, also plural) and q
+          // (case-insensitive substring of the repo id).
+          std::optional<RepoType> type;
+          if (req.has_param("type") && !req.get_param_value("type").empty()) {
+            std::string t = req.get_param_value("type");
+            if (t.size() > 1 && t.back() == 's') t.pop_back();
+            auto parsed = RepoTypeFromName(t);
+            if (!parsed.ok()) return ErrorFrom(res, parsed.status());
+            type = *parsed;
+          }
+          std::string q = ToLower(req.get_param_value("q"));
           json arr = json::array();
           std::optional<std::string> next;
-          for (size_t i = 0; i < repos->size(); ++i) {
-            if (i == limit) {
-              next = (*repos)[i - 1].id();
-              break;
+          std::string cursor = after;
+          bool exhausted = false;
+          // Page through the store until `limit` visible matches (+1 to know
+          // whether there is more) or the end.
+          while (!exhausted && !next) {
+            auto repos = store->ListRepos(owner, cursor, 256);
+            if (!repos.ok()) return ErrorFrom(res, repos.status());
+            exhausted = repos->size() < 256;
+            for (const RepoInfo& r : *repos) {
+              cursor = r.id();
+              if (r.is_private && !CheckRead(who, true, r.ns).ok()) continue;
+              if (type && r.type != *type) continue;
+              if (!q.empty() && ToLower(r.id()).find(q) == std::string::npos) continue;
+              if (arr.size() == limit) {
+                next = arr.back()["repo_id"].get<std::string>();
+                break;
+              }
+              arr.push_back(RepoJson(r));
             }
-            const RepoInfo& r = (*repos)[i];
-            if (r.is_private && !CheckRead(who, true, r.ns).ok()) continue;
-            arr.push_back(RepoJson(r));
           }
           return Json(res, {{"repos", arr}, {"next_cursor", NullableString(next)}});
         }
@@ -553,7 +585,14 @@ void HubServer::Impl::Handle(const httplib::Request& req, httplib::Response& res
         (seg[1] == "models" || seg[1] == "datasets" || seg[1] == "spaces")) {
       return RouteHfRepo(*RepoTypeFromName(seg[1]), seg, req, res, reader, who);
     }
-    if (starts({"v1"})) return RouteCas(seg, req, res, reader, who);
+    if (starts({"v1"}) || starts({"v2", "reconstructions"})) return RouteCas(seg, req, res, reader, who);
+    // The client also knows an "mcps" repository type (preupload/commit/
+    // xet tokens); this hub has none, so every such repository is missing.
+    if (seg.size() >= 4 && seg[0] == "api" && seg[1] == "mcps") {
+      return Error(res, 404, "repository type 'mcp' is not served by this hub (repo " + seg[2] + "/" +
+                                 seg[3] + ")",
+                   "RepoNotFound");
+    }
     if (starts({"api", "whoami"}) || starts({"api", "whoami-v2"})) {
       if (!who.valid) return Error(res, 401, "invalid or missing token");
       return Json(res, {{"name", who.name},
@@ -765,11 +804,171 @@ void HubServer::Impl::RouteApiRepos(const std::vector<std::string>& seg,
     if (!s.ok()) return ErrorFrom(res, s);
     return Json(res, {{"sha256", e.sha256}, {"size", e.size}, {"xet_hash", e.xet_hash}});
   }
+  if (what == "files" && seg.size() >= 6 && (m == "PUT" || m == "DELETE")) {
+    return FileRoute(repo, seg, req, res, reader, who);
+  }
+  if (what == "copy" && seg.size() == 5 && m == "POST") {
+    auto body = ReadBody(reader, options.max_json_bytes);
+    if (!body.ok()) return ErrorFrom(res, body.status());
+    json j = json::parse(*body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return Error(res, 400, "body is not a JSON object");
+    return CopyRoute(repo, j, who, res);
+  }
   Error(res, 404, "no route for " + m + " " + req.path);
 }
 
+// PUT /api/repos/{ns}/{name}/files/{path}?revision=R&commit_message=M
+//   body = the file; X-Mega-Sha256 / X-Mega-Size checked when sent.
+// DELETE /api/repos/{ns}/{name}/files/{path}?revision=R&commit_message=M
+// Both make exactly one commit on branch R (default main) via NativeCommit;
+// an optional parent_revision query parameter is a compare-and-swap (409).
+void HubServer::Impl::FileRoute(const RepoInfo& repo, const std::vector<std::string>& seg,
+                                const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader* reader, const Identity& who) {
+  std::string path;
+  for (size_t i = 5; i < seg.size(); ++i) path += (i > 5 ? "/" : "") + seg[i];
+  Status ps = ValidateRepoPath(path);
+  if (!ps.ok()) return Error(res, 400, ps.message());
+  std::string branch = req.has_param("revision") ? req.get_param_value("revision") : "main";
+  if (branch.empty()) return Error(res, 400, "empty revision");
+  bool put = req.method == "PUT";
+  // The target must be an existing branch (tags and commit ids are not writable).
+  auto refs = store->ListRefs(repo.id());
+  if (!refs.ok()) return ErrorFrom(res, refs.status());
+  std::optional<std::string> head;
+  for (const auto& r : *refs) {
+    if (!r.is_tag && r.name == branch) head = r.target;
+  }
+  if (!head) {
+    return Error(res, 404, "branch '" + branch + "' not found in " + repo.id(), "RevisionNotFound");
+  }
+  json body = {{"revision", branch},
+               {"commit_message", req.has_param("commit_message")
+                                      ? req.get_param_value("commit_message")
+                                      : std::string(put ? "Upload " : "Delete ") + path}};
+  if (req.has_param("commit_description")) {
+    body["commit_description"] = req.get_param_value("commit_description");
+  }
+  if (req.has_param("parent_revision")) body["parent_revision"] = req.get_param_value("parent_revision");
+  json extra = {{"repo_id", repo.id()}, {"path", path}};
+  if (!put) {
+    auto entry = store->GetFile(repo.id(), *head, path);
+    if (!entry.ok()) return ErrorFrom(res, entry.status(), "EntryNotFound");
+    body["operations"] = json::array({{{"operation", "delete"}, {"path", path}}});
+    return NativeCommit(repo, body, who, res, extra);
+  }
+  std::string want_sha;
+  if (req.has_header("X-Mega-Sha256")) {
+    want_sha = ToLower(req.get_header_value("X-Mega-Sha256"));
+    if (!IsSha256Hex(want_sha)) return Error(res, 400, "X-Mega-Sha256 is not a sha256 hex digest");
+  }
+  std::optional<uint64_t> want_size;
+  if (req.has_header("X-Mega-Size")) {
+    std::string v = req.get_header_value("X-Mega-Size");
+    char* end = nullptr;
+    uint64_t n = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || !end || *end) return Error(res, 400, "X-Mega-Size '" + v + "' is not a number");
+    want_size = n;
+  }
+  uint64_t declared = want_size ? *want_size : current_content_length;
+  if (declared > options.max_object_bytes || current_content_length > options.max_object_bytes) {
+    return Error(res, 413, "file of " + std::to_string(std::max(declared, current_content_length)) +
+                               " bytes exceeds " + std::to_string(options.max_object_bytes) +
+                               " (use /api/uploads for large files)");
+  }
+  auto upload = store->BeginUpload("file " + repo.id() + "/" + path);
+  if (!upload.ok()) return ErrorFrom(res, upload.status());
+  (*upload)->set_on_close(nullptr);
+  Status write_status;
+  uint64_t got = 0;
+  bool ok = !reader || (*reader)([&](const char* data, size_t len) {
+    request_body_bytes += len;
+    blob_bytes_received += len;
+    got += len;
+    if (!write_status.ok()) return true;
+    if (got > options.max_object_bytes) {
+      write_status = ResourceExhaustedError("file body exceeds " + std::to_string(options.max_object_bytes) + " bytes");
+      return true;
+    }
+    write_status = (*upload)->Append(std::as_bytes(std::span<const char>(data, len)));
+    return true;
+  });
+  if (!ok) return Error(res, 400, "file body could not be read");
+  if (!write_status.ok()) return ErrorFrom(res, write_status);
+  Status s = (*upload)->Close();
+  if (!s.ok()) return ErrorFrom(res, s);
+  const FileEntry& e = (*upload)->entry();
+  if (!want_sha.empty() && e.sha256 != want_sha) {
+    return Error(res, 400, "sha256 mismatch: body hashes to " + e.sha256 + ", X-Mega-Sha256 says " + want_sha);
+  }
+  if (want_size && e.size != *want_size) {
+    return Error(res, 400, "size mismatch: received " + std::to_string(e.size) +
+                               " bytes, X-Mega-Size says " + std::to_string(*want_size));
+  }
+  s = store->RecordContent(e, /*sha256_verified=*/true);
+  if (!s.ok()) return ErrorFrom(res, s);
+  body["operations"] = json::array({{{"operation", "add"},
+                                     {"path", path},
+                                     {"size", e.size},
+                                     {"sha256", e.sha256},
+                                     {"xet_hash", e.xet_hash}}});
+  extra["size"] = e.size;
+  extra["sha256"] = e.sha256;
+  NativeCommit(repo, body, who, res, extra);
+}
+
+// POST /api/repos/{ns}/{name}/copy
+//   {"source_path", "path", "revision"?, "source_revision"?, "source_repo_id"?,
+//    "commit_message"?, "commit_description"?, "parent_revision"?}
+// One commit on `revision` (default main) adding `path` with the content of
+// `source_path` (same repo at the branch head unless source_repo_id /
+// source_revision say otherwise); no bytes are copied (content-addressed).
+void HubServer::Impl::CopyRoute(const RepoInfo& repo, const json& body, const Identity& who,
+                                httplib::Response& res) {
+  auto str = [&](const char* key) -> std::string {
+    return body.contains(key) && body[key].is_string() ? body[key].get<std::string>() : "";
+  };
+  std::string path = str("path"), source_path = str("source_path");
+  if (path.empty() || source_path.empty()) {
+    return Error(res, 400, "copy needs \"source_path\" and \"path\"");
+  }
+  for (const std::string* p : {&path, &source_path}) {
+    Status ps = ValidateRepoPath(*p);
+    if (!ps.ok()) return Error(res, 400, ps.message());
+  }
+  std::string branch = body.contains("revision") ? str("revision") : "main";
+  if (branch.empty()) return Error(res, 400, "revision must be a non-empty string");
+  std::string source_repo = str("source_repo_id");
+  if (source_repo.empty()) source_repo = repo.id();
+  auto src = store->GetRepo(source_repo);
+  if (!src.ok()) return ErrorFrom(res, src.status(), "RepoNotFound");
+  Status rs = CheckRead(who, src->is_private, src->ns);
+  if (!rs.ok()) return ErrorFrom(res, rs);
+  std::string source_rev = str("source_revision");
+  auto src_commit = store->ResolveRevision(source_repo, source_rev.empty() ? branch : source_rev);
+  if (!src_commit.ok()) return ErrorFrom(res, src_commit.status(), "RevisionNotFound");
+  auto entry = store->GetFile(source_repo, *src_commit, source_path);
+  if (!entry.ok()) return ErrorFrom(res, entry.status(), "EntryNotFound");
+  json commit = {{"revision", branch},
+                 {"commit_message", body.contains("commit_message") && body["commit_message"].is_string()
+                                        ? body["commit_message"].get<std::string>()
+                                        : "Copy " + source_path + " to " + path}};
+  if (body.contains("commit_description")) commit["commit_description"] = body["commit_description"];
+  if (body.contains("parent_revision")) commit["parent_revision"] = body["parent_revision"];
+  // Pin the source to the commit resolved above, so a concurrent commit
+  // cannot change what is copied.
+  commit["operations"] = json::array({{{"operation", "copy"},
+                                       {"path", path},
+                                       {"source_repo_id", source_repo},
+                                       {"source_path", source_path},
+                                       {"source_revision", *src_commit}}});
+  NativeCommit(repo, commit, who, res,
+               {{"repo_id", repo.id()}, {"path", path}, {"source_path", source_path},
+                {"source_revision", *src_commit}, {"size", entry->size}, {"sha256", entry->sha256}});
+}
+
 void HubServer::Impl::NativeCommit(const RepoInfo& repo, const json& body, const Identity& who,
-                                   httplib::Response& res) {
+                                   httplib::Response& res, const json& extra) {
   CommitRequest cr;
   cr.repo = repo.id();
   cr.branch = body.value("revision", "main");
@@ -868,6 +1067,7 @@ void HubServer::Impl::NativeCommit(const RepoInfo& repo, const json& body, const
   ++commits;
   json j = CommitJson(*c, true);
   j["commit_url"] = "/" + cr.repo + "/commit/" + c->id;
+  for (const auto& [k, v] : extra.items()) j[k] = v;
   Json(res, j, 201);
 }
 
@@ -1107,16 +1307,49 @@ void HubServer::Impl::NdjsonCommitRoute(const RepoInfo& repo, const std::string&
     }
     cr.ops.push_back(std::move(c));
   }
-  auto commit = store->Commit(cr);
+  std::string prefix = repo.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(repo.type));
+  // ?create_pr=1: the commit goes to a new branch refs/pr/N (N = next free
+  // number) based on `revision` (or the header's parentCommit); the
+  // revision itself does not move.
+  std::string create_pr = req.get_param_value("create_pr");
+  std::optional<int> pr_number;
+  if (create_pr == "1" || create_pr == "true" || create_pr == "True") {
+    auto base = store->ResolveRevision(cr.repo, revision);
+    if (!base.ok()) return ErrorFrom(res, base.status(), "RevisionNotFound");
+    if (!cr.parent) cr.parent = *base;
+    cr.create_branch = true;
+  }
+  Result<CommitInfo> commit = InternalError("no commit attempted");
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (cr.create_branch) {
+      auto refs = store->ListRefs(cr.repo);
+      if (!refs.ok()) return ErrorFrom(res, refs.status());
+      int next = 1;
+      for (const auto& r : *refs) {
+        if (r.is_tag || r.name.rfind("refs/pr/", 0) != 0) continue;
+        next = std::max(next, std::atoi(r.name.c_str() + 8) + 1);
+      }
+      pr_number = next;
+      cr.branch = "refs/pr/" + std::to_string(next);
+    }
+    commit = store->Commit(cr);
+    // A concurrent PR took the same number: try the next one.
+    if (!cr.create_branch || commit.ok() || commit.status().code() != StatusCode::kAborted) break;
+  }
   if (!commit.ok()) {
     return ErrorFrom(res, commit.status(),
                      commit.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
   }
   ++commits;
-  std::string prefix = repo.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(repo.type));
-  Json(res, {{"commitOid", commit->id},
-             {"commitUrl", Endpoint(req) + prefix + "/" + repo.id() + "/commit/" + commit->id},
-             {"commitMessage", commit->message}});
+  json out = {{"commitOid", commit->id},
+              {"commitUrl", Endpoint(req) + prefix + "/" + repo.id() + "/commit/" + commit->id},
+              {"commitMessage", commit->message}};
+  if (pr_number) {
+    out["pullRequestUrl"] = Endpoint(req) + prefix + "/" + repo.id() + "/discussions/" +
+                            std::to_string(*pr_number);
+    out["pullRequestRevision"] = cr.branch;
+  }
+  Json(res, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -1448,6 +1681,8 @@ void HubServer::Impl::RouteCas(const std::vector<std::string>& seg, const httpli
   bool write = m == "POST" || m == "PUT";
   // Batch dedup lookups are reads even though they are POSTs.
   if (seg.size() == 3 && seg[1] == "chunks" && seg[2] == "lookup") write = false;
+  // So is the batch reconstruction query.
+  if (seg.size() == 2 && seg[1] == "reconstructions") write = false;
   if (!who.valid) return Error(res, 401, who.presented ? "invalid token" : "a CAS token is required");
   if (write && who.scope != TokenScope::kWrite) return Error(res, 403, "token is read-only");
   cas::CasBackend& backend = store->cas().backend();
@@ -1460,18 +1695,10 @@ void HubServer::Impl::RouteCas(const std::vector<std::string>& seg, const httpli
     if (!body.ok()) return ErrorFrom(res, body.status());
     ++xorbs_received;
     xorb_bytes_received += body->size();
-    auto decoded = cas::DecodeXorb(AsBytes(*body));
-    if (!decoded.ok()) return ErrorFrom(res, decoded.status());
-    cas::XorbLayout layout;
-    layout.serialized_bytes = static_cast<uint32_t>(body->size());
-    for (size_t i = 0; i < decoded->chunks.size(); ++i) {
-      cas::XorbChunk c;
-      c.hash = decoded->chunks[i].hash;
-      c.byte_offset = decoded->record_offsets[i];
-      c.unpacked_bytes = static_cast<uint32_t>(decoded->chunks[i].size);
-      layout.chunks.push_back(c);
-    }
-    layout.xorb_hash = cas::XorbHash(decoded->chunks);
+    // Every record decoded and hashed without keeping the decoded bytes.
+    auto verified = cas::VerifyXorb(AsBytes(*body));
+    if (!verified.ok()) return ErrorFrom(res, verified.status());
+    const cas::XorbLayout& layout = *verified;
     if (layout.xorb_hash != *hash) {
       return Error(res, 400, "xorb content hashes to " + layout.xorb_hash.ToHex() +
                                  ", not to " + hash->ToHex());
@@ -1596,8 +1823,144 @@ void HubServer::Impl::RouteCas(const std::vector<std::string>& seg, const httpli
     }
     return Json(res, {{"file_hash", hash->ToHex()}, {"size", recon->size}});
   }
-  // GET /v1/reconstructions/{file_hash} [Range: bytes=a-b]
-  if (seg.size() == 3 && seg[1] == "reconstructions" && m == "GET") {
+  // GET /v1|v2/reconstructions/{file_hash} [Range], batch GET/POST /v1/reconstructions.
+  if (seg.size() >= 2 && seg[1] == "reconstructions") {
+    return ReconstructionRoute(seg, req, res, reader);
+  }
+  Error(res, 404, "no route for " + m + " " + req.path);
+}
+
+namespace {
+
+// The chunk ranges of a file (or of a byte range of it) grouped by xorb, as
+// Xet's reconstruction answers need them.
+struct ReconPlan {
+  uint64_t offset_into_first_range = 0;
+  json terms = json::array();
+  // xorb -> merged [start, end) chunk ranges, ascending.
+  std::map<cas::MerkleHash, std::vector<std::pair<uint32_t, uint32_t>>> ranges;
+  std::map<cas::MerkleHash, cas::XorbLayout> layouts;
+};
+
+// Terms covering bytes [first, last] of `recon` (whole chunks; the first
+// term's leading bytes before `first` are offset_into_first_range). Terms
+// that are not narrowed carry their verification hash (megahub extension
+// "verification_hash", omitted when unknown).
+Status PlanReconstruction(cas::CasBackend& backend, const cas::FileReconstruction& recon,
+                          uint64_t want_first, uint64_t want_last, ReconPlan* plan) {
+  uint64_t term_start = 0;
+  bool first_term = true;
+  for (const auto& t : recon.terms) {
+    uint64_t term_end = term_start + t.unpacked_bytes;  // exclusive
+    if (recon.size == 0 || term_end <= want_first || term_start > want_last) {
+      term_start = term_end;
+      continue;
+    }
+    auto it = plan->layouts.find(t.xorb_hash);
+    if (it == plan->layouts.end()) {
+      MEGA_ASSIGN_OR_RETURN(auto layout, backend.GetXorbLayout(t.xorb_hash));
+      it = plan->layouts.emplace(t.xorb_hash, std::move(layout)).first;
+    }
+    const cas::XorbLayout& layout = it->second;
+    if (t.chunk_end > layout.chunks.size() || t.chunk_start >= t.chunk_end) {
+      return DataLossError("file " + recon.file_hash.ToHex() + ": term past the chunks of xorb " +
+                           t.xorb_hash.ToHex());
+    }
+    // Narrow the chunk range to the chunks overlapping the wanted bytes.
+    uint32_t cs = t.chunk_start, ce = t.chunk_end;
+    uint64_t pos = term_start;
+    uint64_t narrowed_start = term_start;
+    for (uint32_t c = t.chunk_start; c < t.chunk_end; ++c) {
+      uint64_t cend = pos + layout.chunks[c].unpacked_bytes;
+      if (cend <= want_first) {
+        cs = c + 1;
+        narrowed_start = cend;
+      }
+      if (pos > want_last) {
+        ce = c;
+        break;
+      }
+      pos = cend;
+    }
+    uint64_t unpacked = 0;
+    for (uint32_t c = cs; c < ce; ++c) unpacked += layout.chunks[c].unpacked_bytes;
+    if (first_term) {
+      plan->offset_into_first_range = want_first - narrowed_start;
+      first_term = false;
+    }
+    json term = {{"hash", t.xorb_hash.ToHex()},
+                 {"unpacked_length", unpacked},
+                 {"range", {{"start", cs}, {"end", ce}}}};
+    if (cs == t.chunk_start && ce == t.chunk_end && t.verification_hash != cas::MerkleHash{}) {
+      term["verification_hash"] = t.verification_hash.ToHex();
+    }
+    plan->terms.push_back(std::move(term));
+    plan->ranges[t.xorb_hash].emplace_back(cs, ce);
+    term_start = term_end;
+  }
+  // Merge overlapping / adjacent chunk ranges per xorb (as Xet does).
+  for (auto& [xorb, list] : plan->ranges) {
+    std::sort(list.begin(), list.end());
+    std::vector<std::pair<uint32_t, uint32_t>> merged;
+    for (const auto& r : list) {
+      if (!merged.empty() && r.first <= merged.back().second) {
+        merged.back().second = std::max(merged.back().second, r.second);
+      } else {
+        merged.push_back(r);
+      }
+    }
+    list = std::move(merged);
+  }
+  return Status::OK();
+}
+
+// V1 fetch_info: xorb -> [{range, url, url_range (inclusive)}].
+json FetchInfoV1(const ReconPlan& plan, const std::string& endpoint) {
+  json fetch = json::object();
+  for (const auto& [xorb, list] : plan.ranges) {
+    const cas::XorbLayout& layout = plan.layouts.at(xorb);
+    std::string xh = xorb.ToHex();
+    json arr = json::array();
+    for (const auto& [cs, ce] : list) {
+      arr.push_back({{"range", {{"start", cs}, {"end", ce}}},
+                     {"url", endpoint + "/v1/xorbs/default/" + xh},
+                     {"url_range", {{"start", layout.chunks[cs].byte_offset},
+                                    {"end", layout.RecordEnd(ce - 1) - 1}}}});
+    }
+    fetch[xh] = std::move(arr);
+  }
+  return fetch;
+}
+
+// V2 xorbs: xorb -> [{url, ranges: [{chunks, bytes (inclusive)}]}], one
+// single-range entry per merged range (so every fetch is a plain 206).
+json XorbsV2(const ReconPlan& plan, const std::string& endpoint) {
+  json xorbs = json::object();
+  for (const auto& [xorb, list] : plan.ranges) {
+    const cas::XorbLayout& layout = plan.layouts.at(xorb);
+    std::string xh = xorb.ToHex();
+    json arr = json::array();
+    for (const auto& [cs, ce] : list) {
+      arr.push_back({{"url", endpoint + "/v1/xorbs/default/" + xh},
+                     {"ranges", json::array({{{"chunks", {{"start", cs}, {"end", ce}}},
+                                              {"bytes", {{"start", layout.chunks[cs].byte_offset},
+                                                         {"end", layout.RecordEnd(ce - 1) - 1}}}}})}});
+    }
+    xorbs[xh] = std::move(arr);
+  }
+  return xorbs;
+}
+
+}  // namespace
+
+void HubServer::Impl::ReconstructionRoute(const std::vector<std::string>& seg,
+                                          const httplib::Request& req, httplib::Response& res,
+                                          const httplib::ContentReader* reader) {
+  const std::string& m = req.method;
+  cas::CasBackend& backend = store->cas().backend();
+  bool v2 = seg[0] == "v2";
+  // Single file: GET /v{1,2}/reconstructions/{file_hash} [Range: bytes=a-b].
+  if (seg.size() == 3 && m == "GET") {
     auto hash = cas::MerkleHash::FromHex(seg[2]);
     if (!hash.ok()) return ErrorFrom(res, hash.status());
     auto recon = backend.GetFile(*hash);
@@ -1609,58 +1972,53 @@ void HubServer::Impl::RouteCas(const std::vector<std::string>& seg, const httpli
     }
     uint64_t want_first = *range ? (*range)->first : 0;
     uint64_t want_last = *range ? (*range)->last : (recon->size ? recon->size - 1 : 0);
-    json terms = json::array();
-    json fetch = json::object();
-    uint64_t term_start = 0;
-    uint64_t offset_into_first = 0;
-    bool first_term = true;
-    std::map<cas::MerkleHash, cas::XorbLayout> layouts;
-    for (const auto& t : recon->terms) {
-      uint64_t term_end = term_start + t.unpacked_bytes;  // exclusive
-      if (recon->size == 0 || term_end <= want_first || term_start > want_last) {
-        term_start = term_end;
-        continue;
-      }
-      auto it = layouts.find(t.xorb_hash);
-      if (it == layouts.end()) {
-        auto layout = backend.GetXorbLayout(t.xorb_hash);
-        if (!layout.ok()) return ErrorFrom(res, layout.status());
-        it = layouts.emplace(t.xorb_hash, *std::move(layout)).first;
-      }
-      const cas::XorbLayout& layout = it->second;
-      if (t.chunk_end > layout.chunks.size()) return Error(res, 500, "term past the xorb's chunks");
-      // Narrow the chunk range to the chunks overlapping the wanted bytes.
-      uint32_t cs = t.chunk_start, ce = t.chunk_end;
-      uint64_t pos = term_start;
-      uint64_t narrowed_start = term_start;
-      for (uint32_t c = t.chunk_start; c < t.chunk_end; ++c) {
-        uint64_t cend = pos + layout.chunks[c].unpacked_bytes;
-        if (cend <= want_first) {
-          cs = c + 1;
-          narrowed_start = cend;
-        }
-        if (pos > want_last) {
-          ce = c;
-          break;
-        }
-        pos = cend;
-      }
-      uint64_t unpacked = 0;
-      for (uint32_t c = cs; c < ce; ++c) unpacked += layout.chunks[c].unpacked_bytes;
-      if (first_term) {
-        offset_into_first = want_first - narrowed_start;
-        first_term = false;
-      }
-      std::string xh = t.xorb_hash.ToHex();
-      terms.push_back({{"hash", xh}, {"unpacked_length", unpacked}, {"range", {{"start", cs}, {"end", ce}}}});
-      uint64_t byte_first = layout.chunks[cs].byte_offset;
-      uint64_t byte_last = layout.RecordEnd(ce - 1) - 1;
-      fetch[xh].push_back({{"range", {{"start", cs}, {"end", ce}}},
-                           {"url", Endpoint(req) + "/v1/xorbs/default/" + xh},
-                           {"url_range", {{"start", byte_first}, {"end", byte_last}}}});
-      term_start = term_end;
+    ReconPlan plan;
+    Status s = PlanReconstruction(backend, *recon, want_first, want_last, &plan);
+    if (!s.ok()) return ErrorFrom(res, s);
+    json out = {{"offset_into_first_range", plan.offset_into_first_range}, {"terms", plan.terms}};
+    if (v2) {
+      out["xorbs"] = XorbsV2(plan, Endpoint(req));
+    } else {
+      out["fetch_info"] = FetchInfoV1(plan, Endpoint(req));
     }
-    return Json(res, {{"offset_into_first_range", offset_into_first}, {"terms", terms}, {"fetch_info", fetch}});
+    return Json(res, out);
+  }
+  // Batch (V1 only): POST /v1/reconstructions {"file_ids": [...]} or
+  // GET /v1/reconstructions?file_id=A&file_id=B.
+  if (!v2 && seg.size() == 2 && (m == "GET" || m == "POST")) {
+    std::vector<std::string> ids;
+    if (m == "POST") {
+      auto body = ReadBody(reader, options.max_json_bytes);
+      if (!body.ok()) return ErrorFrom(res, body.status());
+      json j = json::parse(*body, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("file_ids") || !j["file_ids"].is_array()) {
+        return Error(res, 400, "body must be {\"file_ids\": [...]}");
+      }
+      for (const auto& id : j["file_ids"]) {
+        if (!id.is_string()) return Error(res, 400, "file_ids[] must be strings");
+        ids.push_back(id.get<std::string>());
+      }
+    } else {
+      size_t n = req.get_param_value_count("file_id");
+      for (size_t i = 0; i < n; ++i) ids.push_back(req.get_param_value("file_id", i));
+    }
+    if (ids.empty()) return Error(res, 400, "no file ids given");
+    if (ids.size() > 1000) return Error(res, 400, "at most 1000 file ids per request");
+    ReconPlan plan;
+    json files = json::object();
+    for (const auto& id : ids) {
+      auto hash = cas::MerkleHash::FromHex(id);
+      if (!hash.ok()) return ErrorFrom(res, hash.status());
+      std::string key = hash->ToHex();
+      if (files.contains(key)) continue;
+      auto recon = backend.GetFile(*hash);
+      if (!recon.ok()) return ErrorFrom(res, recon.status());
+      plan.terms = json::array();
+      Status s = PlanReconstruction(backend, *recon, 0, recon->size ? recon->size - 1 : 0, &plan);
+      if (!s.ok()) return ErrorFrom(res, s);
+      files[key] = plan.terms;
+    }
+    return Json(res, {{"files", files}, {"fetch_info", FetchInfoV1(plan, Endpoint(req))}});
   }
   Error(res, 404, "no route for " + m + " " + req.path);
 }
@@ -1718,7 +2076,7 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
   http.Delete(".*", plain);
   http.Post(".*", httplib::Server::HandlerWithContentReader(with_body));
   http.Put(".*", httplib::Server::HandlerWithContentReader(with_body));
-  http.set_logger([impl](const httplib::Request& req, const httplib::Response& res) {
+  http.set_logger([impl](const httplib::Request&, const httplib::Response& res) {
     if (res.status >= 500) {
       ++impl->responses_5xx;
     } else if (res.status >= 400) {

@@ -78,8 +78,10 @@ std::optional<uint64_t> ParseSize(std::string s) {
   return v * mul;
 }
 
-void Fail(const char* cmd, const Status& s) {
+// Prints the failure of `cmd` and sets the failure exit code.
+void Fail(const char* cmd, const Status& s, int* exit_code) {
   std::fprintf(stderr, "megackpt cas %s: %s\n", cmd, s.ToString().c_str());
+  *exit_code = kExitFailure;
 }
 
 std::optional<MerkleHash> ParseHashArg(const char* cmd, const std::string& text, int* exit_code) {
@@ -186,11 +188,7 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
   cmd->add_flag("--quiet", args->quiet, "no progress output");
   cmd->callback([args, exit_code] {
     auto store = OpenStore(args->store, /*create=*/true);
-    if (!store.ok()) {
-      Fail("put", store.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!store.ok()) return Fail("put", store.status(), exit_code);
     uint64_t total_new = 0, total = 0;
     for (const std::string& path : args->files) {
       std::error_code ec;
@@ -200,11 +198,7 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
       double t0 = Now();
       auto r = (*store)->UploadFile(path, {.name = path, .progress = [&](uint64_t n) { progress.Update(n); }});
       double dt = Now() - t0;
-      if (!r.ok()) {
-        Fail("put", r.status());
-        *exit_code = kExitFailure;
-        return;
-      }
+      if (!r.ok()) return Fail("put", r.status(), exit_code);
       total += r->size;
       total_new += r->new_bytes;
       if (args->json) {
@@ -277,17 +271,9 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
       }
     }
     auto store = OpenStore(args->store, /*create=*/false);
-    if (!store.ok()) {
-      Fail("get", store.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!store.ok()) return Fail("get", store.status(), exit_code);
     auto rec = (*store)->GetReconstruction(*hash);
-    if (!rec.ok()) {
-      Fail("get", rec.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!rec.ok()) return Fail("get", rec.status(), exit_code);
     const uint64_t want =
         range.offset >= rec->size ? 0 : std::min(range.length, rec->size - range.offset);
     Progress progress("get " + args->hash.substr(0, 12), want,
@@ -323,10 +309,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
         if (!s.ok()) std::remove(part.c_str());
       }
     }
-    if (!s.ok()) {
-      Fail("get", s);
-      *exit_code = kExitFailure;
-    }
+    if (!s.ok()) Fail("get", s, exit_code);
   });
 }
 
@@ -374,11 +357,7 @@ void RegisterStat(CLI::App* cas_cmd, int* exit_code) {
   cmd->callback([args, exit_code] {
     auto store = OpenStore(args->store, false);
     Result<cas::StoreStats> st = store.ok() ? (*store)->Stat() : Result<cas::StoreStats>(store.status());
-    if (!st.ok()) {
-      Fail("stat", st.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!st.ok()) return Fail("stat", st.status(), exit_code);
     PrintStats(*st, args->json);
   });
 }
@@ -414,11 +393,7 @@ void RegisterGc(CLI::App* cas_cmd, int* exit_code) {
     }
     auto store = OpenStore(args->store, false);
     Result<cas::GcResult> r = store.ok() ? (*store)->GarbageCollect(opts) : Result<cas::GcResult>(store.status());
-    if (!r.ok()) {
-      Fail("gc", r.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!r.ok()) return Fail("gc", r.status(), exit_code);
     auto st = (*store)->Stat();
     if (args->json) {
       ordered_json j;
@@ -460,11 +435,7 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
                 "print {\"boundaries\": [end offsets], \"chunk_hashes\": [hex], \"file_hash\": hex}");
   cmd->callback([args, exit_code] {
     auto file = OpenLocalFile(args->file);
-    if (!file.ok()) {
-      Fail("chunk", file.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!file.ok()) return Fail("chunk", file.status(), exit_code);
     // Stream the file: keep the bytes of the current chunk, hash it when cut.
     cas::Chunker chunker;
     std::vector<uint64_t> ends, new_ends;
@@ -487,11 +458,7 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
     for (uint64_t off = 0; off < size;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
       Status s = (*file)->ReadExactlyAt(off, std::as_writable_bytes(std::span(buf.data(), n)));
-      if (!s.ok()) {
-        Fail("chunk", s);
-        *exit_code = kExitFailure;
-        return;
-      }
+      if (!s.ok()) return Fail("chunk", s, exit_code);
       pending.append(buf.data(), n);
       new_ends.clear();
       chunker.Feed(AsBytes(std::string_view(buf.data(), n)), &new_ends);
@@ -531,11 +498,7 @@ void RegisterVerify(CLI::App* cas_cmd, int* exit_code) {
   cmd->callback([store_flags, exit_code] {
     auto store = OpenStore(*store_flags, false);
     Status s = store.ok() ? (*store)->Verify() : store.status();
-    if (!s.ok()) {
-      Fail("verify", s);
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!s.ok()) return Fail("verify", s, exit_code);
     std::printf("ok: every chunk and file checks out\n");
   });
 }
@@ -557,11 +520,7 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
   e->add_option("FILE_HASH", ex->files, "files to include (default: every stored file)");
   e->callback([ex, exit_code] {
     auto store = OpenStore(ex->store, false);
-    if (!store.ok()) {
-      Fail("export-shard", store.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!store.ok()) return Fail("export-shard", store.status(), exit_code);
     std::vector<MerkleHash> files;
     for (const auto& f : ex->files) {
       auto h = ParseHashArg("export-shard", f, exit_code);
@@ -570,20 +529,12 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
     }
     if (files.empty()) {
       auto all = (*store)->backend().ListFiles();
-      if (!all.ok()) {
-        Fail("export-shard", all.status());
-        *exit_code = kExitFailure;
-        return;
-      }
+      if (!all.ok()) return Fail("export-shard", all.status(), exit_code);
       files = *all;
     }
     auto shard = cas::ExportShard((*store)->backend(), files);
     Status s = shard.ok() ? WriteLocalFileAtomically(ex->out, *shard) : shard.status();
-    if (!s.ok()) {
-      Fail("export-shard", s);
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!s.ok()) return Fail("export-shard", s, exit_code);
     std::printf("%s: %zu files, %s\n", ex->out.c_str(), files.size(), Human(shard->size()).c_str());
   });
 
@@ -605,11 +556,7 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
         !store.ok() ? Result<cas::ShardImportResult>(store.status())
         : !bytes.ok() ? Result<cas::ShardImportResult>(bytes.status())
                       : cas::ImportShard((*store)->backend(), AsBytes(*bytes));
-    if (!r.ok()) {
-      Fail("import-shard", r.status());
-      *exit_code = kExitFailure;
-      return;
-    }
+    if (!r.ok()) return Fail("import-shard", r.status(), exit_code);
     std::printf("%" PRIu64 " files imported, %" PRIu64 " already present\n", r->files_imported,
                 r->files_already_present);
   });

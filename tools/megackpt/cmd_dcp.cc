@@ -275,10 +275,16 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "  megackpt demo --out /tmp/ckpt --world-size 2\n"
         "  megackpt demo --out /tmp/ckpt --world-size 4 --load-world-size 3 --size 64MB\n"
         "  mpirun -np 4 megackpt demo --backend mpi --out /tmp/ckpt\n"
-        "  megackpt demo --out /tmp/ckpt --mode load --load-world-size 1   (an existing save)");
-    cmd->add_option("--out", o->out, "Checkpoint folder (or mega:// URI with --storage mega)")->required();
-    cmd->add_option("--storage", o->storage, "Storage backend: fs (default) or mega")
-        ->check(CLI::IsMember({"fs", "mega"}));
+        "  megackpt demo --out /tmp/ckpt --mode load --load-world-size 1   (an existing save)\n"
+        "  MEGA_ENDPOINT=http://127.0.0.1:8080 MEGA_TOKEN=... megackpt demo --out mega://org/model/ckpt");
+    cmd->add_option("--out", o->out,
+                    "Checkpoint folder, or a mega:// folder (mega://NS/REPO[@BRANCH]/PATH or\n"
+                    "mega://buckets/NS/NAME/PATH; MEGA_ENDPOINT / MEGA_TOKEN pick the hub)")
+        ->required();
+    auto* storage = cmd->add_option("--storage", o->storage,
+                                     "Storage backend: fs (default for local folders) or mega (always\n"
+                                     "used for mega://: each save is one hub commit)")
+                        ->check(CLI::IsMember({"fs", "mega"}));
     auto* ws = cmd->add_option("--world-size", o->world_size,
                                "Ranks that save (threads; with mpi: must equal mpirun's -np). Default 2")
                    ->check(CLI::Range(1, 1024));
@@ -297,7 +303,14 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--mapping", o->mapping,
                     "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
         ->check(CLI::Range(1, 100000));
-    cmd->callback([o, size, ws, exit_code] {
+    cmd->callback([o, size, ws, storage, exit_code] {
+      if (o->out.rfind("mega://", 0) == 0 && o->storage != "mega") {
+        // The FileSystemWriter commits file by file; on a hub that would be
+        // many commits. MegaStorageWriter makes each save one commit.
+        std::printf("megackpt demo: note: %s is a hub path; using --storage mega (one commit per save)%s\n",
+                    o->out.c_str(), storage->count() > 0 ? " instead of the requested fs" : "");
+        o->storage = "mega";
+      }
       if ((o->consolidate || o->mapping > 0) && o->storage != "mega") {
         std::fprintf(stderr, "megackpt demo: --consolidate and --mapping need --storage mega\n");
         *exit_code = kExitUsage;

@@ -5,12 +5,13 @@
 // `*.safetensors.index.json` index, or a folder holding exactly one index (or,
 // without an index, exactly one .mega / .safetensors file).
 //
+// The checkpoint opening and the conversion engine live in the library
+// (include/megackpt/convert.h); this file parses flags and prints.
+//
 // Exit codes: 0 success; 1 the data is corrupt, malformed, missing or could not
 // be written (the message names the file and tensor); 2 usage errors (bad flags
 // or option values, an input that is neither of the kinds above, an ambiguous
 // folder).
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,16 +34,13 @@
 #include <vector>
 
 #include "megackpt/commands.h"
+#include "megackpt/convert.h"
 #include "megackpt/file.h"
 #include "megackpt/index_file.h"
 #include "megackpt/mega.h"
 #include "megackpt/safetensors.h"
 #include "megackpt/tensor.h"
 #include "megackpt/thread_pool.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
 
 namespace megackpt::bench {
 // Defined in bench/format_bench.cc. Returns the process exit code.
@@ -60,10 +58,6 @@ using nlohmann::ordered_json;
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
-
-// safetensors `__metadata__` entries travel through MEGA files as STRING
-// metadata under this prefix (docs/format/safetensors.md, "Conversion").
-constexpr std::string_view kSafetensorsMetaPrefix = "safetensors.metadata.";
 
 // ---- small helpers -------------------------------------------------------------
 
@@ -128,238 +122,9 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
-// ---- inputs ------------------------------------------------------------------------
-
-enum class FileFormat { kMega, kSafetensors };
-
-std::string_view FormatExt(FileFormat f) {
-  return f == FileFormat::kMega ? ".mega" : ".safetensors";
-}
-std::string_view FormatName(FileFormat f) {
-  return f == FileFormat::kMega ? "mega" : "safetensors";
-}
-
-enum class InputKind { kMegaFile, kSafetensorsFile, kMegaIndex, kSafetensorsIndex };
-
-std::string_view InputKindName(InputKind k) {
-  switch (k) {
-    case InputKind::kMegaFile:
-      return "mega";
-    case InputKind::kSafetensorsFile:
-      return "safetensors";
-    case InputKind::kMegaIndex:
-      return "mega-index";
-    case InputKind::kSafetensorsIndex:
-      return "safetensors-index";
-  }
-  return "?";
-}
-
-bool IsIndexKind(InputKind k) {
-  return k == InputKind::kMegaIndex || k == InputKind::kSafetensorsIndex;
-}
-
-struct ResolvedInput {
-  InputKind kind;
-  std::string path;  // the file (model file or index)
-};
-
-// Decides a file's format from its name, else from its first bytes.
-Result<FileFormat> SniffModelFile(const std::string& path) {
-  if (EndsWith(path, ".mega")) return FileFormat::kMega;
-  if (EndsWith(path, ".safetensors")) return FileFormat::kSafetensors;
-  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path));
-  std::byte head[9] = {};
-  MEGA_ASSIGN_OR_RETURN(size_t n, file->ReadAt(0, head));
-  if (n >= 4 && std::memcmp(head, "MEGA", 4) == 0) return FileFormat::kMega;
-  if (n >= 9 && head[8] == std::byte{'{'}) return FileFormat::kSafetensors;
-  return InvalidArgumentError(path + ": neither a MEGA nor a safetensors file");
-}
-
-// InvalidArgument = usage problem (exit 2); NotFound etc. = exit 1.
-Result<ResolvedInput> ResolveInput(const std::string& path) {
-  std::error_code ec;
-  auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) return NotFoundError(path + ": no such file or directory");
-  if (fs::is_directory(st)) {
-    std::vector<std::string> indexes, models;
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      if (!e.is_regular_file()) continue;
-      std::string name = e.path().filename().string();
-      if (IndexKindFromPath(name)) {
-        indexes.push_back(e.path().string());
-      } else if (EndsWith(name, ".mega") || EndsWith(name, ".safetensors")) {
-        models.push_back(e.path().string());
-      }
-    }
-    std::sort(indexes.begin(), indexes.end());
-    std::sort(models.begin(), models.end());
-    auto list = [](const std::vector<std::string>& v) {
-      std::string s;
-      for (const auto& p : v) s += (s.empty() ? "" : ", ") + fs::path(p).filename().string();
-      return s;
-    };
-    if (indexes.size() > 1) {
-      return InvalidArgumentError(path + ": several index files (" + list(indexes) +
-                                  "); pass the one you mean");
-    }
-    if (indexes.size() == 1) return ResolveInput(indexes[0]);
-    if (models.size() == 1) return ResolveInput(models[0]);
-    if (models.empty()) {
-      return InvalidArgumentError(path +
-                                  ": folder has no *.index.json, .mega or .safetensors file");
-    }
-    return InvalidArgumentError(path + ": folder has several model files (" + list(models) +
-                                ") and no index; pass one file");
-  }
-  if (auto kind = IndexKindFromPath(path)) {
-    return ResolvedInput{
-        *kind == IndexKind::kMega ? InputKind::kMegaIndex : InputKind::kSafetensorsIndex, path};
-  }
-  if (EndsWith(path, ".index.json")) {
-    // An index without the usual double extension: decide by its shard names.
-    MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(path));
-    bool mega = !index.weight_map.empty() && EndsWith(index.weight_map.begin()->second, ".mega");
-    return ResolvedInput{mega ? InputKind::kMegaIndex : InputKind::kSafetensorsIndex, path};
-  }
-  MEGA_ASSIGN_OR_RETURN(FileFormat f, SniffModelFile(path));
-  return ResolvedInput{f == FileFormat::kMega ? InputKind::kMegaFile : InputKind::kSafetensorsFile,
-                       path};
-}
-
-// ---- opened models -------------------------------------------------------------------
-
-struct ModelFile {
-  std::string path;  // full path
-  std::string name;  // as referenced by the index (or the base name)
-  FileFormat format = FileFormat::kMega;
-  std::unique_ptr<MegaReader> mega;
-  std::unique_ptr<SafetensorsReader> st;
-};
-
-struct TensorRef {
-  std::string name;
-  DType dtype = DType::kU8;
-  Shape shape;
-  uint64_t nbytes = 0;
-  size_t file = 0;   // index into Model::files
-  size_t index = 0;  // position in that file's directory
-};
-
-struct Model {
-  ResolvedInput input;
-  std::optional<ShardIndex> index;
-  std::vector<ModelFile> files;
-  std::vector<TensorRef> tensors;  // files in order, each in file order
-  uint64_t total_bytes = 0;
-};
-
-struct OpenOptions {
-  bool mmap = true;
-  bool verify_checksums = true;
-};
-
-Result<ModelFile> OpenModelFile(const std::string& path, const std::string& name,
-                                const OpenOptions& options) {
-  ModelFile f;
-  f.path = path;
-  f.name = name;
-  MEGA_ASSIGN_OR_RETURN(f.format, SniffModelFile(path));
-  if (f.format == FileFormat::kMega) {
-    MegaReaderOptions mo;
-    mo.use_mmap = options.mmap;
-    mo.verify_checksums = options.verify_checksums;
-    MEGA_ASSIGN_OR_RETURN(f.mega, MegaReader::OpenFile(path, mo));
-  } else {
-    MEGA_ASSIGN_OR_RETURN(f.st, SafetensorsReader::Open(path, {.mmap = options.mmap}));
-  }
-  return f;
-}
-
-void AppendFileTensors(Model& model, size_t file_id, const std::set<std::string>* only) {
-  const ModelFile& f = model.files[file_id];
-  auto add = [&](const std::string& name, DType dtype, const Shape& shape, uint64_t nbytes,
-                 size_t i) {
-    if (only && !only->count(name)) return;
-    model.tensors.push_back({name, dtype, shape, nbytes, file_id, i});
-    model.total_bytes += nbytes;
-  };
-  if (f.mega) {
-    const auto& ts = f.mega->tensors();
-    for (size_t i = 0; i < ts.size(); ++i)
-      add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].logical_nbytes, i);
-  } else {
-    const auto& ts = f.st->tensors();
-    for (size_t i = 0; i < ts.size(); ++i)
-      add(ts[i].name, ts[i].dtype, ts[i].shape, ts[i].nbytes(), i);
-  }
-}
-
-// Opens every file of the input. For an index, each weight_map entry must be
-// found in its shard (DataLoss otherwise); tensors a shard holds beyond the
-// index are left out (verify reports them).
-Result<Model> OpenModel(const ResolvedInput& input, const OpenOptions& options) {
-  Model model;
-  model.input = input;
-  if (!IsIndexKind(input.kind)) {
-    MEGA_ASSIGN_OR_RETURN(
-        ModelFile f, OpenModelFile(input.path, fs::path(input.path).filename().string(), options));
-    model.files.push_back(std::move(f));
-    AppendFileTensors(model, 0, nullptr);
-    return model;
-  }
-  MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(input.path));
-  const std::string folder = fs::path(input.path).parent_path().string();
-  for (const std::string& shard : index.ShardFiles()) {
-    const std::string path = folder.empty() ? shard : folder + "/" + shard;
-    auto f = OpenModelFile(path, shard, options);
-    if (!f.ok()) {
-      if (f.status().code() == StatusCode::kNotFound) {
-        return NotFoundError(input.path + ": shard '" + shard +
-                             "' listed in the index is missing (" + path + ")");
-      }
-      return f.status();
-    }
-    model.files.push_back(std::move(*f));
-    auto names = index.TensorsInShard(shard);
-    std::set<std::string> wanted(names.begin(), names.end());
-    size_t before = model.tensors.size();
-    AppendFileTensors(model, model.files.size() - 1, &wanted);
-    if (model.tensors.size() - before != wanted.size()) {
-      std::set<std::string> found;
-      for (size_t i = before; i < model.tensors.size(); ++i) found.insert(model.tensors[i].name);
-      for (const auto& n : wanted) {
-        if (!found.count(n)) {
-          return DataLossError(input.path + ": index maps tensor '" + n + "' to shard '" + shard +
-                               "' but " + path + " has no such tensor");
-        }
-      }
-    }
-  }
-  model.index = std::move(index);
-  return model;
-}
-
-// The safetensors-style string metadata of a model (union over files; the
-// first file wins on conflicts).
-std::map<std::string, std::string> PortableMetadata(const Model& model) {
-  std::map<std::string, std::string> out;
-  for (const auto& f : model.files) {
-    if (f.st) {
-      for (const auto& [k, v] : f.st->metadata()) out.emplace(k, v);
-    } else {
-      for (const auto& e : f.mega->metadata().entries()) {
-        if (e.key.rfind(kSafetensorsMetaPrefix, 0) != 0 || !e.value.is_string()) continue;
-        out.emplace(e.key.substr(kSafetensorsMetaPrefix.size()), std::string(*e.value.AsString()));
-      }
-    }
-  }
-  return out;
-}
-
 // ---- inspect ------------------------------------------------------------------------
 
-json MetadataJson(const Model& model) {
+json MetadataJson(const OpenedCheckpoint& model) {
   json out = json::object();
   if (model.index) {
     for (const auto& [k, text] : model.index->extra_metadata) {
@@ -368,9 +133,9 @@ json MetadataJson(const Model& model) {
     if (model.index->total_size) out["total_size"] = *model.index->total_size;
     return out;
   }
-  const ModelFile& f = model.files[0];
-  if (f.st) {
-    for (const auto& [k, v] : f.st->metadata()) out[k] = v;
+  const CheckpointFile& f = model.files[0];
+  if (f.safetensors) {
+    for (const auto& [k, v] : f.safetensors->metadata()) out[k] = v;
   } else {
     for (const auto& e : f.mega->metadata().entries()) {
       json v = json::parse(e.value.ToJson(), nullptr, false);
@@ -380,14 +145,14 @@ json MetadataJson(const Model& model) {
   return out;
 }
 
-ordered_json InspectJson(const Model& model) {
+ordered_json InspectJson(const OpenedCheckpoint& model) {
   ordered_json doc = ordered_json::object();
-  doc["format"] = std::string(InputKindName(model.input.kind));
+  doc["format"] = std::string(CheckpointKindName(model.input.kind));
   doc["path"] = model.input.path;
   doc["metadata"] = ordered_json::parse(MetadataJson(model).dump());
   ordered_json tensors = ordered_json::array();
   for (const auto& t : model.tensors) {
-    const ModelFile& f = model.files[t.file];
+    const CheckpointFile& f = model.files[t.file];
     ordered_json e = ordered_json::object();
     e["name"] = t.name;
     e["dtype"] = std::string(DTypeName(t.dtype));
@@ -403,8 +168,8 @@ ordered_json InspectJson(const Model& model) {
       e["byte_shuffle"] = info.byte_shuffled();
       e["checksum"] = std::string(MegaChecksumTypeName(info.checksum_type));
     } else {
-      const SafetensorsTensorInfo& info = f.st->tensors()[t.index];
-      e["offset"] = f.st->header().data_offset() + info.data_begin;
+      const SafetensorsTensorInfo& info = f.safetensors->tensors()[t.index];
+      e["offset"] = f.safetensors->header().data_offset() + info.data_begin;
     }
     tensors.push_back(std::move(e));
   }
@@ -413,7 +178,7 @@ ordered_json InspectJson(const Model& model) {
   for (const auto& f : model.files) {
     std::error_code ec;
     files.push_back({{"name", f.name},
-                     {"format", std::string(FormatName(f.format))},
+                     {"format", std::string(ModelFormatName(f.format))},
                      {"size", static_cast<uint64_t>(fs::file_size(f.path, ec))}});
   }
   doc["files"] = std::move(files);
@@ -426,9 +191,9 @@ std::string Truncate(std::string s, size_t n) {
   return s;
 }
 
-void PrintInspectTable(const Model& model) {
+void PrintInspectTable(const OpenedCheckpoint& model) {
   std::printf("%s: %s, %zu tensors, %s of tensor data in %zu file%s\n", model.input.path.c_str(),
-              std::string(InputKindName(model.input.kind)).c_str(), model.tensors.size(),
+              std::string(CheckpointKindName(model.input.kind)).c_str(), model.tensors.size(),
               HumanBytes(model.total_bytes).c_str(), model.files.size(),
               model.files.size() == 1 ? "" : "s");
   json meta = MetadataJson(model);
@@ -461,12 +226,12 @@ int ExitFor(const Status& s) {
 }
 
 int RunInspect(const std::string& path, bool as_json) {
-  auto input = ResolveInput(path);
+  auto input = ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
   }
-  auto model = OpenModel(*input, {.mmap = false, .verify_checksums = false});
+  auto model = OpenCheckpoint(*input, {.mmap = false, .verify_checksums = false});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", model.status().ToString().c_str());
     return kExitFailure;
@@ -505,9 +270,9 @@ class ProblemList {
 // Verifies one opened file: every MEGA tensor's checksum (all tensors are
 // checked, every failure is reported). safetensors has no checksums: its
 // header was fully validated when it was opened.
-void VerifyModelFile(const ModelFile& f, ProblemList& problems, uint64_t* checked_tensors) {
+void VerifyModelFile(const CheckpointFile& f, ProblemList& problems, uint64_t* checked_tensors) {
   if (!f.mega) {
-    *checked_tensors += f.st->tensors().size();
+    *checked_tensors += f.safetensors->tensors().size();
     return;
   }
   const size_t n = f.mega->tensors().size();
@@ -521,7 +286,7 @@ void VerifyModelFile(const ModelFile& f, ProblemList& problems, uint64_t* checke
 }
 
 int RunVerify(const std::string& path, bool quiet) {
-  auto input = ResolveInput(path);
+  auto input = ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
@@ -529,19 +294,19 @@ int RunVerify(const std::string& path, bool quiet) {
   ProblemList problems;
   std::vector<std::string> warnings;
   uint64_t checked = 0, files_ok = 0, files = 0, bytes = 0;
-  const OpenOptions options{.mmap = false, .verify_checksums = true};
+  const OpenCheckpointOptions options{.mmap = false, .verify_checksums = true};
   if (!IsIndexKind(input->kind)) {
     ++files;
-    auto f = OpenModelFile(input->path, fs::path(input->path).filename().string(), options);
+    auto f = OpenCheckpointFile(input->path, fs::path(input->path).filename().string(), options);
     if (!f.ok()) {
       problems.Add(f.status());
     } else {
       size_t before = problems.size();
       VerifyModelFile(*f, problems, &checked);
       if (problems.size() == before) ++files_ok;
-      Model m;
+      OpenedCheckpoint m;
       m.files.push_back(std::move(*f));
-      AppendFileTensors(m, 0, nullptr);
+      AppendCheckpointFileTensors(&m, 0);
       bytes = m.total_bytes;
     }
   } else {
@@ -591,7 +356,7 @@ int RunVerify(const std::string& path, bool quiet) {
       for (const std::string& shard : shard_set) {
         ++files;
         const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
-        auto f = OpenModelFile(shard_path, shard, options);
+        auto f = OpenCheckpointFile(shard_path, shard, options);
         if (!f.ok()) {
           problems.Add(f.status().code() == StatusCode::kNotFound
                            ? "NotFound: " + input->path + ": shard '" + shard +
@@ -602,9 +367,9 @@ int RunVerify(const std::string& path, bool quiet) {
         size_t before = problems.size();
         // The weight_map must be truthful in both directions.
         std::set<std::string> in_file;
-        Model m;
+        OpenedCheckpoint m;
         m.files.push_back(std::move(*f));
-        AppendFileTensors(m, 0, nullptr);
+        AppendCheckpointFileTensors(&m, 0);
         for (const auto& t : m.tensors) {
           in_file.insert(t.name);
           auto it = index->weight_map.find(t.name);
@@ -654,13 +419,13 @@ int RunVerify(const std::string& path, bool quiet) {
     return kExitFailure;
   }
   if (!quiet) {
-    std::printf(
-        "OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
-        std::string(InputKindName(input->kind)).c_str(), static_cast<unsigned long long>(files),
-        files == 1 ? "" : "s", static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
-        (input->kind == InputKind::kSafetensorsFile || input->kind == InputKind::kSafetensorsIndex)
-            ? " (structure only: safetensors has no checksums)"
-            : "");
+    const bool safetensors = input->kind == CheckpointKind::kSafetensorsFile ||
+                             input->kind == CheckpointKind::kSafetensorsIndex;
+    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
+                std::string(CheckpointKindName(input->kind)).c_str(),
+                static_cast<unsigned long long>(files), files == 1 ? "" : "s",
+                static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
+                safetensors ? " (structure only: safetensors has no checksums)" : "");
   }
   return kExitOk;
 }
@@ -746,370 +511,53 @@ class Progress {
   bool stopped_ = false;
 };
 
-struct ConvertOptions {
-  std::optional<uint64_t> max_shard_size;
-  uint64_t alignment = 4096;
-  MegaChecksumType checksum = MegaChecksumType::kCrc32;
-  MegaCodec compression = MegaCodec::kNone;
-  int zstd_level = 3;
-  bool shuffle = false;
-  std::optional<FileFormat> format;
-  bool sync = true;
-  bool progress = false;
-  bool mega_options_given = false;
-};
 
-struct OutputPlan {
-  bool folder = false;
-  std::string dir;         // folder outputs: the folder
-  std::string index_path;  // folder outputs
-  std::string base = "model";
-  FileFormat format = FileFormat::kMega;
-  std::string single_path;  // single-file outputs
-};
-
-constexpr uint64_t kDefaultMaxShardSize = 5'000'000'000ull;  // "5GB", as transformers
-
-Result<OutputPlan> PlanOutput(const std::string& dst, FileFormat src_format,
-                              const ConvertOptions& o) {
-  OutputPlan plan;
-  auto single = [&](FileFormat f) -> Result<OutputPlan> {
-    if (o.format && *o.format != f) {
-      return InvalidArgumentError(dst + ": --format " + std::string(FormatName(*o.format)) +
-                                  " contradicts the file extension");
-    }
-    if (o.max_shard_size) {
-      return InvalidArgumentError("--max-shard-size needs a folder destination (" + dst +
-                                  " is a single file)");
-    }
-    plan.format = f;
-    plan.single_path = dst;
-    return plan;
-  };
-  if (EndsWith(dst, ".safetensors")) return single(FileFormat::kSafetensors);
-  if (EndsWith(dst, ".mega")) return single(FileFormat::kMega);
-  plan.folder = true;
-  if (auto kind = IndexKindFromPath(dst)) {
-    FileFormat f = *kind == IndexKind::kMega ? FileFormat::kMega : FileFormat::kSafetensors;
-    if (o.format && *o.format != f) {
-      return InvalidArgumentError(dst + ": --format " + std::string(FormatName(*o.format)) +
-                                  " contradicts the index name");
-    }
-    plan.format = f;
-    plan.index_path = dst;
-    plan.dir = fs::path(dst).parent_path().string();
-    if (plan.dir.empty()) plan.dir = ".";
-    std::string file = fs::path(dst).filename().string();
-    plan.base =
-        file.substr(0, file.size() - (f == FileFormat::kMega ? kMegaIndexSuffix.size()
-                                                             : kSafetensorsIndexSuffix.size()));
-    if (plan.base.empty()) return InvalidArgumentError(dst + ": index name has no base name");
-    return plan;
-  }
-  std::error_code ec;
-  if (fs::exists(dst, ec) && !fs::is_directory(dst, ec)) {
-    return InvalidArgumentError(dst +
-                                ": exists and is not a folder (use a .mega or .safetensors "
-                                "name for a single-file output)");
-  }
-  plan.format =
-      o.format ? *o.format
-               : (src_format == FileFormat::kMega ? FileFormat::kSafetensors : FileFormat::kMega);
-  plan.dir = dst;
-  plan.index_path = dst + "/" + plan.base + std::string(FormatExt(plan.format)) + ".index.json";
-  return plan;
-}
-
-std::string ShardFileName(const std::string& base, size_t i, size_t n, FileFormat f) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu", i + 1, n);
-  return base + buf + std::string(FormatExt(f));
-}
-
-// Greedy: tensors in source order; a new shard starts when the next tensor
-// would push the current one past max_bytes (a tensor larger than max_bytes
-// gets a shard of its own).
-std::vector<std::vector<size_t>> PlanShards(const Model& model, uint64_t max_bytes) {
-  std::vector<std::vector<size_t>> shards;
-  uint64_t current = 0;
-  for (size_t i = 0; i < model.tensors.size(); ++i) {
-    uint64_t n = model.tensors[i].nbytes;
-    if (shards.empty() || (!shards.back().empty() && current + n > max_bytes)) {
-      shards.emplace_back();
-      current = 0;
-    }
-    shards.back().push_back(i);
-    current += n;
-  }
-  if (shards.empty()) shards.emplace_back();
-  return shards;
-}
-
-// A reusable, pre-faulted staging buffer that grows on demand.
-class StagingBuffer {
+// Reports WriteConversion's progress to a Progress line.
+class ProgressListener : public ConvertListener {
  public:
-  Result<std::byte*> Get(size_t n) {
-    if (n > cap_) {
-      MEGA_ASSIGN_OR_RETURN(buf_, AllocateBuffer(n, /*prefault=*/true));
-      cap_ = n;
-    }
-    return buf_.get();
-  }
+  explicit ProgressListener(Progress* progress) : progress_(progress) {}
+  void OnBytesWritten(uint64_t bytes) override { progress_->Add(bytes); }
+  void OnFileWriteBegin(const std::string& path) override { progress_->Watch(path, 0); }
+  void OnFileWriteEnd(const std::string&) override { progress_->Unwatch(); }
 
  private:
-  std::shared_ptr<std::byte> buf_;
-  size_t cap_ = 0;
+  Progress* progress_;
 };
 
-constexpr size_t kCopyChunk = 64u << 20;
-
-// Memory for decoded tensors that the MEGA writer must reference until it
-// finishes: an unlinked temp file mapped shared, so the pages are page cache
-// the kernel can write back rather than anonymous memory (bounded RSS).
-class SpillArena {
- public:
-  static Result<std::shared_ptr<SpillArena>> Create(const std::string& dir, uint64_t bytes) {
-    auto arena = std::shared_ptr<SpillArena>(new SpillArena());
-    if (bytes == 0) return arena;
-    std::string tmpl = dir + "/.megackpt-spill-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    int fd = mkstemp(buf.data());
-    if (fd < 0) return ErrnoToStatus(tmpl + ": create spill file", errno);
-    unlink(buf.data());
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      int err = errno;
-      close(fd);
-      return ErrnoToStatus(std::string(buf.data()) + ": size spill file", err);
-    }
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int err = errno;
-    close(fd);
-    if (p == MAP_FAILED) return ErrnoToStatus("mmap spill file", err);
-    arena->base_ = static_cast<std::byte*>(p);
-    arena->size_ = bytes;
-    return arena;
-  }
-  ~SpillArena() {
-    if (base_) munmap(base_, size_);
-  }
-  // REQUIRES: total allocations <= the size given to Create.
-  std::byte* Allocate(uint64_t n) {
-    std::byte* p = base_ + used_;
-    used_ += n;
-    return p;
-  }
-
- private:
-  SpillArena() = default;
-  std::byte* base_ = nullptr;
-  uint64_t size_ = 0;
-  uint64_t used_ = 0;
-};
-
-Status WriteSafetensorsShard(const Model& src, const std::vector<size_t>& ids,
-                             const std::string& path,
-                             const std::map<std::string, std::string>& metadata,
-                             const ConvertOptions& o, Progress& progress, StagingBuffer& staging) {
-  std::vector<SafetensorsTensorSpec> specs;
-  std::map<std::string_view, const TensorRef*> by_name;
-  for (size_t id : ids) {
-    const TensorRef& t = src.tensors[id];
-    specs.push_back({t.name, t.dtype, t.shape});
-    by_name.emplace(t.name, &t);
-  }
-  MEGA_ASSIGN_OR_RETURN(auto out, CreateLocalFile(path));
-  MEGA_ASSIGN_OR_RETURN(auto writer,
-                        SafetensorsWriter::Start(out.get(), std::move(specs), metadata));
-  for (const auto& info : writer->layout()) {
-    const TensorRef& t = *by_name.at(info.name);
-    const ModelFile& f = src.files[t.file];
-    if (f.st) {
-      // Raw bytes: chunked pread into a reused buffer, appended as they come.
-      for (uint64_t off = 0; off < t.nbytes; off += kCopyChunk) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, t.nbytes - off));
-        MEGA_ASSIGN_OR_RETURN(std::byte * buf,
-                              staging.Get(std::min<uint64_t>(kCopyChunk, t.nbytes)));
-        MEGA_RETURN_IF_ERROR(f.st->ReadRange(t.name, off, std::span<std::byte>(buf, n)));
-        MEGA_RETURN_IF_ERROR(writer->AppendData(std::span<const std::byte>(buf, n)));
-        progress.Add(n);
-      }
-    } else {
-      // MEGA: decode (and verify the checksum) into a buffer of the tensor's size.
-      MEGA_ASSIGN_OR_RETURN(std::byte * buf, staging.Get(std::max<uint64_t>(t.nbytes, 1)));
-      MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::FromBlob(buf, t.dtype, t.shape));
-      MEGA_RETURN_IF_ERROR(f.mega->ReadTensor(t.index, dst));
-      MEGA_RETURN_IF_ERROR(writer->WriteTensor(dst));
-      progress.Add(t.nbytes);
-    }
-  }
-  MEGA_RETURN_IF_ERROR(writer->Finish());
-  if (o.sync) MEGA_RETURN_IF_ERROR(out->Sync());
-  return out->Close();
-}
-
-Status WriteMegaShard(const Model& src, const std::vector<size_t>& ids, const std::string& path,
-                      const std::map<std::string, std::string>& metadata, const ConvertOptions& o,
-                      Progress& progress) {
-  MegaWriterOptions wo;
-  wo.alignment = o.alignment;
-  wo.checksum = o.checksum;
-  wo.compression = o.compression;
-  wo.zstd_level = o.zstd_level;
-  wo.byte_shuffle = o.shuffle;
-  MegaWriter writer(wo);
-  for (const auto& [k, v] : metadata) {
-    MEGA_RETURN_IF_ERROR(
-        writer.AddMetadata(std::string(kSafetensorsMetaPrefix) + k, MetaValue::String(v)));
-  }
-  // Decoded MEGA tensors (compressed/shuffled/chunked sources) go to a spill arena.
-  uint64_t spill_bytes = 0;
-  for (size_t id : ids) {
-    const TensorRef& t = src.tensors[id];
-    const ModelFile& f = src.files[t.file];
-    if (f.mega && !f.mega->tensors()[t.index].is_plain()) spill_bytes += t.nbytes;
-  }
-  MEGA_ASSIGN_OR_RETURN(auto arena, SpillArena::Create(fs::path(path).parent_path().string().empty()
-                                                           ? "."
-                                                           : fs::path(path).parent_path().string(),
-                                                       spill_bytes));
-  uint64_t shard_bytes = 0;
-  std::vector<std::pair<void*, size_t>> mapped_ranges;
-  for (size_t id : ids) {
-    const TensorRef& t = src.tensors[id];
-    const ModelFile& f = src.files[t.file];
-    Tensor view;
-    if (f.st) {
-      MEGA_ASSIGN_OR_RETURN(view, f.st->View(t.name));
-    } else if (f.mega->tensors()[t.index].is_plain()) {
-      MEGA_ASSIGN_OR_RETURN(view, f.mega->MappedTensor(t.name));  // checksum verified
-    } else {
-      MEGA_ASSIGN_OR_RETURN(view, Tensor::FromBlob(arena->Allocate(t.nbytes), t.dtype, t.shape,
-                                                   std::shared_ptr<void>(arena)));
-      MEGA_RETURN_IF_ERROR(f.mega->ReadTensor(t.index, view));
-    }
-    // Populate the page tables of a mapped source range in one call: copying
-    // out of a mapping page fault by page fault is several times slower.
-    const bool mapped_source = f.st || f.mega->tensors()[t.index].is_plain();
-    if (t.nbytes > 0 && mapped_source) {
-      uintptr_t start = reinterpret_cast<uintptr_t>(view.data()) & ~uintptr_t{4095};
-      uintptr_t end = reinterpret_cast<uintptr_t>(view.data()) + t.nbytes;
-      madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ);
-      mapped_ranges.emplace_back(reinterpret_cast<void*>(start), end - start);
-    }
-    MEGA_RETURN_IF_ERROR(writer.AddTensor(t.name, view));
-    shard_bytes += t.nbytes;
-  }
-  progress.Watch(path, 0);
-  auto result = writer.WriteFile(path, o.sync);
-  progress.Unwatch();
-  // Drop this shard's source pages from our page tables (they stay in the page
-  // cache): the process then maps at most one output shard of source at a time.
-  for (const auto& [start, len] : mapped_ranges) madvise(start, len, MADV_DONTNEED);
-  MEGA_RETURN_IF_ERROR(result.status());
-  progress.Add(shard_bytes);
-  return Status::OK();
-}
-
-bool SameFile(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
-}
-
-int RunConvert(const std::string& src_path, const std::string& dst, const ConvertOptions& o) {
-  auto input = ResolveInput(src_path);
+// `mega_options_given`: a MEGA-only option was on the command line (a note
+// says it is ignored for safetensors output).
+int RunConvert(const std::string& src_path, const std::string& dst, const ConvertOptions& o,
+               bool show_progress, bool mega_options_given) {
+  auto input = ResolveCheckpointPath(src_path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
   }
-  auto model = OpenModel(*input, {.mmap = true, .verify_checksums = true});
+  auto model = OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
     return kExitFailure;
   }
-  const FileFormat src_format =
-      model->files.empty() ? FileFormat::kSafetensors : model->files[0].format;
-  auto plan = PlanOutput(dst, src_format, o);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "megackpt convert: %s\n", plan.status().ToString().c_str());
+  auto dest = PlanDestination(dst, model->format(), o);
+  if (!dest.ok()) {
+    std::fprintf(stderr, "megackpt convert: %s\n", dest.status().ToString().c_str());
     return kExitUsage;
   }
-  if (plan->format == FileFormat::kSafetensors && o.mega_options_given) {
+  if (dest->format == ModelFormat::kSafetensors && mega_options_given) {
     std::fprintf(stderr,
                  "megackpt convert: note: --alignment/--checksum/--compression/--shuffle apply to "
                  "MEGA output only; ignored for safetensors\n");
   }
-  auto shards = plan->folder ? PlanShards(*model, o.max_shard_size.value_or(kDefaultMaxShardSize))
-                             : std::vector<std::vector<size_t>>{};
-  if (!plan->folder) {
-    shards.emplace_back();
-    for (size_t i = 0; i < model->tensors.size(); ++i) shards[0].push_back(i);
-  }
-  std::vector<std::string> names, paths;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    if (plan->folder) {
-      names.push_back(ShardFileName(plan->base, i, shards.size(), plan->format));
-      paths.push_back(plan->dir + "/" + names.back());
-    } else {
-      names.push_back(fs::path(plan->single_path).filename().string());
-      paths.push_back(plan->single_path);
-    }
-  }
-  if (plan->folder && SameFile(plan->index_path, input->path)) {
-    std::fprintf(stderr, "megackpt convert: %s would overwrite its own source index\n",
-                 plan->index_path.c_str());
+  auto plan = PlanConversion(*model, *dest, o);
+  if (!plan.ok()) {  // an output would overwrite the source
+    std::fprintf(stderr, "megackpt convert: %s\n", plan.status().message().c_str());
     return kExitUsage;
   }
-  for (const auto& p : paths) {
-    for (const auto& f : model->files) {
-      if (SameFile(p, f.path)) {
-        std::fprintf(stderr, "megackpt convert: %s would overwrite its own source %s\n", p.c_str(),
-                     f.path.c_str());
-        return kExitUsage;
-      }
-    }
-  }
-  if (plan->folder) {
-    Status s = CreateDirectories(plan->dir);
-    if (!s.ok()) {
-      std::fprintf(stderr, "megackpt convert: %s\n", s.ToString().c_str());
-      return kExitFailure;
-    }
-  }
-  const auto metadata = PortableMetadata(*model);
-  Progress progress(o.progress, model->total_bytes);
-  StagingBuffer staging;
+  Progress progress(show_progress, model->total_bytes);
+  ProgressListener listener(&progress);
   const double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  std::vector<std::string> written;
-  Status status;
-  ShardIndex index;
-  for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
-    // Each shard is written under a temp name and renamed when complete, so an
-    // interrupted convert never leaves a truncated file under a final name.
-    const std::string tmp = paths[i] + ".tmp-" + std::to_string(getpid());
-    status = plan->format == FileFormat::kSafetensors
-                 ? WriteSafetensorsShard(*model, shards[i], tmp, metadata, o, progress, staging)
-                 : WriteMegaShard(*model, shards[i], tmp, metadata, o, progress);
-    if (status.ok() && std::rename(tmp.c_str(), paths[i].c_str()) != 0) {
-      status = ErrnoToStatus(paths[i] + ": rename from " + tmp, errno);
-    }
-    if (!status.ok()) {
-      unlink(tmp.c_str());
-      break;
-    }
-    written.push_back(paths[i]);
-    for (size_t id : shards[i]) index.weight_map[model->tensors[id].name] = names[i];
-  }
-  if (status.ok() && plan->folder) {
-    index.total_size = model->total_bytes;
-    if (plan->format == FileFormat::kMega) AddMegatensorsFields(&index);
-    if (o.sync) status = SyncDirectory(plan->dir);
-    if (status.ok()) status = WriteShardIndexFile(plan->index_path, index, o.sync);
-  } else if (status.ok() && o.sync) {
-    std::string dir = fs::path(plan->single_path).parent_path().string();
-    status = SyncDirectory(dir.empty() ? "." : dir);
-  }
+  Status status = WriteConversion(*model, *plan, o, &listener);
   progress.Stop();
   if (!status.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", status.ToString().c_str());
@@ -1119,12 +567,13 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
       1e-9,
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
           t0);
+  const size_t num_files = plan->shards.size();
   std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%.2f GB/s)\n",
               model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
-              std::string(InputKindName(input->kind)).c_str(),
-              (plan->folder ? plan->index_path : plan->single_path).c_str(), shards.size(),
-              std::string(FormatName(plan->format)).c_str(), shards.size() == 1 ? "" : "s",
-              plan->folder ? " + index" : "", secs, model->total_bytes / secs / 1e9);
+              std::string(CheckpointKindName(input->kind)).c_str(), dest->output_path().c_str(),
+              num_files, std::string(ModelFormatName(dest->format)).c_str(),
+              num_files == 1 ? "" : "s", dest->folder ? " + index" : "", secs,
+              model->total_bytes / secs / 1e9);
   return kExitOk;
 }
 
@@ -1262,18 +711,18 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       if (!format->empty()) {
         std::string f = Lower(*format);
         if (f == "mega") {
-          o.format = FileFormat::kMega;
+          o.format = ModelFormat::kMega;
         } else if (f == "safetensors") {
-          o.format = FileFormat::kSafetensors;
+          o.format = ModelFormat::kSafetensors;
         } else {
           return usage("--format must be mega or safetensors");
         }
       }
-      o.mega_options_given =
+      const bool mega_options_given =
           o_align->count() + o_sum->count() + o_comp->count() + o_shuf->count() > 0;
       o.sync = !*no_sync;
-      o.progress = !*no_progress && (*progress || isatty(STDERR_FILENO));
-      *exit_code = RunConvert(*src, *dst, o);
+      const bool show_progress = !*no_progress && (*progress || isatty(STDERR_FILENO));
+      *exit_code = RunConvert(*src, *dst, o, show_progress, mega_options_given);
     });
   }
   // bench format

@@ -74,6 +74,31 @@ class CasBackend {
   // InvalidArgument when layout.serialized_bytes != serialized.size() or the
   // layout is invalid.
   virtual Result<bool> PutXorb(std::string_view serialized, const XorbLayout& layout) = 0;
+
+  // Optional two-phase PutXorb, so that the slow part (writing and syncing
+  // the bytes) runs outside the store's kCommit lock and concurrent uploads
+  // overlap: StageXorb writes the xorb durably where no reader sees it (same
+  // arguments and errors as PutXorb; nullptr = this backend does not stage);
+  // PublishStagedXorb then makes it visible exactly as PutXorb would (same
+  // result and guarantees). Dropping a StagedXorb unpublished discards it.
+  class StagedXorb {
+   public:
+    virtual ~StagedXorb() = default;
+  };
+  virtual Result<std::unique_ptr<StagedXorb>> StageXorb(std::string_view serialized,
+                                                        const XorbLayout& layout) {
+    (void)serialized;
+    (void)layout;
+    return std::unique_ptr<StagedXorb>();
+  }
+  // REQUIRES: `staged` came from this backend's StageXorb for this layout, or is
+  // nullptr (then this is PutXorb(serialized, layout)).
+  virtual Result<bool> PublishStagedXorb(std::unique_ptr<StagedXorb> staged,
+                                         std::string_view serialized, const XorbLayout& layout) {
+    (void)staged;
+    return PutXorb(serialized, layout);
+  }
+
   virtual Result<bool> HasXorb(const MerkleHash& xorb_hash) = 0;
   // Bytes [offset, offset+length) of the serialized chunk records. NotFound
   // when the xorb is missing; OutOfRange when the range passes its end.

@@ -98,6 +98,13 @@ struct DecodedXorb {
 Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized,
                                const XorbLayout* expected = nullptr);
 
+// Checks a serialized xorb (no footer) as DecodeXorb does — every record
+// decoded with the same hostile-input checks and hashed — without keeping
+// the decoded bytes (one chunk of scratch memory), and returns its layout:
+// chunk hashes, record offsets, unpacked sizes, serialized_bytes and the xorb
+// hash they aggregate to. For servers receiving xorbs.
+Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized);
+
 namespace internal {
 class ByteBuffer;
 }

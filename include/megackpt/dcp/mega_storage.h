@@ -23,7 +23,16 @@
 // missing or unreadable (e.g. TensorPlay's pickle: Metadata is rebuilt from the
 // index and shard headers) and Hugging Face layouts (`model.safetensors.index.json`
 // + shards, or one `.safetensors` file), resharding into any destination layout.
-// Paths may be local folders or mega:// URIs (through FileSystemForPath).
+// Paths may be local folders or mega:// URIs (through FileSystemForPath, or
+// options.fs = a hub::MegaFileSystem). On mega:// (docs/mega-storage.md §8) a
+// whole save from any number of ranks is ONE hub commit: every rank streams its
+// shards straight into the hub's CAS inside its own transaction, and the
+// coordinator commits all of them with the index, .metadata and the deletion of
+// the previous checkpoint's stale files, parent-checked (a concurrent commit on
+// the branch -> Aborted "conflict: branch '<b>' ..."); abort, any error or a
+// crash before the commit leaves the branch untouched. Buckets: the same batch
+// applied at commit. The reader pins the revision (one commit per load) and
+// reads only the byte ranges each request needs.
 #ifndef MEGACKPT_DCP_MEGA_STORAGE_H_
 #define MEGACKPT_DCP_MEGA_STORAGE_H_
 
@@ -122,6 +131,16 @@ class MegaStorageWriter final : public StorageWriter {
   // Removes the files this rank created in the current save unless committed.
   void Abort() override;
   std::optional<StorageMeta> GetStorageMeta() const override;
+
+  // mega:// repos: the id of the commit the last successful Finish made (the
+  // consolidation commit when consolidating); "" otherwise (local paths,
+  // buckets, other ranks).
+  std::string last_hub_commit() const;
+  // mega://: this rank's uploads in its last save: bytes of the shards it
+  // wrote, and the bytes that were new to the hub's CAS (what travelled to a
+  // remote hub after deduplication). 0 for local paths.
+  uint64_t hub_bytes_written() const;
+  uint64_t hub_new_bytes() const;
 
  private:
   struct Impl;

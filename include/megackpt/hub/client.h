@@ -36,6 +36,9 @@ class HubConnection {
   // "embedded hub /path" or "hub http://host:port".
   virtual std::string Describe() const = 0;
   virtual bool is_remote() const = 0;
+  // Remote: HTTP bytes this connection received so far (headers excluded),
+  // e.g. to check that a slice read downloads about the slice. Embedded: 0.
+  virtual uint64_t bytes_received() const { return 0; }
 
   // ---- repositories (ids are "ns/name") ----
   virtual Result<RepoInfo> GetRepo(std::string_view repo) = 0;
