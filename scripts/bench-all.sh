@@ -39,10 +39,5 @@ else
 fi
 step "bench cas --size $size"
 "$cli" bench cas --size "$size" --reps "$reps"
-case $size in  # bench hub takes plain bytes
-  *GiB) bytes=$(( ${size%GiB} << 30 )) ;;
-  *MiB) bytes=$(( ${size%MiB} << 20 )) ;;
-  *) bytes=$size ;;
-esac
-step "bench hub --bytes $bytes"
-"$cli" bench hub --bytes "$bytes" --reps "$reps"
+step "bench hub --size $size"
+"$cli" bench hub --size "$size" --reps "$reps"

@@ -54,30 +54,6 @@ std::string Percent(uint64_t part, uint64_t whole) {
   return buf;
 }
 
-// "1073741824", "1GiB", "256MiB", "64KiB", "1G", "500M", "1GB" (decimal).
-std::optional<uint64_t> ParseSize(std::string s) {
-  if (s.empty()) return std::nullopt;
-  size_t pos = 0;
-  uint64_t v;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (...) {
-    return std::nullopt;
-  }
-  std::string unit = s.substr(pos);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  uint64_t mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib") mul = 1ull << 10;
-  else if (unit == "m" || unit == "mib") mul = 1ull << 20;
-  else if (unit == "g" || unit == "gib") mul = 1ull << 30;
-  else if (unit == "kb") mul = 1000;
-  else if (unit == "mb") mul = 1000 * 1000;
-  else if (unit == "gb") mul = 1000ull * 1000 * 1000;
-  else return std::nullopt;
-  return v * mul;
-}
-
 // Prints the failure of `cmd` and sets the failure exit code.
 void Fail(const char* cmd, const Status& s, int* exit_code) {
   std::fprintf(stderr, "megackpt cas %s: %s\n", cmd, s.ToString().c_str());
@@ -586,10 +562,11 @@ void RegisterBench(CLI::App& bench, int* exit_code) {
                 "print JSON: chunk_gbps, hash_gbps, compress_gbps, chunk_hash_compress_{1,2}t_gbps, "
                 "put_gbps, get_gbps, memcpy_gbps, page_cache_{write,read}_gbps, details, ratios");
   cmd->callback([args, exit_code] {
-    auto size = ParseSize(args->size);
-    auto dedup = ParseSize(args->dedup);
-    if (!size || !dedup) {
-      std::fprintf(stderr, "megackpt bench cas: bad size '%s'\n", (!size ? args->size : args->dedup).c_str());
+    auto size = ParseByteSize(args->size);
+    auto dedup = ParseByteSize(args->dedup);
+    if (!size.ok() || !dedup.ok()) {
+      std::fprintf(stderr, "megackpt bench cas: %s\n",
+                   (!size.ok() ? size : dedup).status().message().c_str());
       *exit_code = kExitUsage;
       return;
     }

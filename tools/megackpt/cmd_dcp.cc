@@ -33,26 +33,6 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-// "2GiB", "300MB", "512M", "1000000" -> bytes.
-Result<uint64_t> ParseBytes(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) return InvalidArgumentError("'" + text + "' is not a size (e.g. 300MB, 2GiB)");
-  double v = std::stod(text.substr(0, i));
-  std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mult = 1;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb") mult = 1e3;
-  else if (unit == "m" || unit == "mb") mult = 1e6;
-  else if (unit == "g" || unit == "gb") mult = 1e9;
-  else if (unit == "kib") mult = 1024.0;
-  else if (unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else return InvalidArgumentError("unknown size unit '" + unit + "' in '" + text + "'");
-  return static_cast<uint64_t>(v * mult);
-}
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -316,7 +296,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         *exit_code = kExitUsage;
         return;
       }
-      auto bytes = ParseBytes(*size);
+      auto bytes = ParseByteSize(*size);
       if (!bytes.ok()) {
         std::fprintf(stderr, "megackpt demo: --size: %s\n", bytes.status().message().c_str());
         *exit_code = kExitUsage;
@@ -352,7 +332,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
     cmd->add_flag("--json", o->json, "Print one JSON object");
     cmd->callback([o, size, exit_code] {
-      auto bytes = ParseBytes(*size);
+      auto bytes = ParseByteSize(*size);
       if (!bytes.ok()) {
         std::fprintf(stderr, "megackpt bench dcp: --size: %s\n", bytes.status().message().c_str());
         *exit_code = kExitUsage;

@@ -70,44 +70,6 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// "5GB" = 5e9, "5GiB" = 5 * 2^30, "1.5MB", "123" (bytes). Case-insensitive.
-Result<uint64_t> ParseByteSize(const std::string& text) {
-  std::string s;
-  for (char c : text) {
-    if (c != ' ' && c != '_') s.push_back(c);
-  }
-  s = Lower(s);
-  static const std::vector<std::pair<std::string, double>> kUnits = {{"kib", 1024.0},
-                                                                     {"mib", 1048576.0},
-                                                                     {"gib", 1073741824.0},
-                                                                     {"tib", 1099511627776.0},
-                                                                     {"kb", 1e3},
-                                                                     {"mb", 1e6},
-                                                                     {"gb", 1e9},
-                                                                     {"tb", 1e12},
-                                                                     {"k", 1e3},
-                                                                     {"m", 1e6},
-                                                                     {"g", 1e9},
-                                                                     {"t", 1e12},
-                                                                     {"b", 1.0}};
-  double scale = 1;
-  for (const auto& [suffix, factor] : kUnits) {
-    if (EndsWith(s, suffix)) {
-      s.resize(s.size() - suffix.size());
-      scale = factor;
-      break;
-    }
-  }
-  if (s.empty()) return InvalidArgumentError("'" + text + "' is not a byte size");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !(v > 0) || !std::isfinite(v) || v * scale >= 1.8e19) {
-    return InvalidArgumentError("'" + text +
-                                "' is not a positive byte size like 5GB, 500MiB or 1000000");
-  }
-  return static_cast<uint64_t>(v * scale);
-}
-
 std::string HumanBytes(uint64_t n) {
   char buf[64];
   if (n >= 1000000000ull) {
@@ -677,6 +639,7 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       if (o_max->count() > 0) {
         auto v = ParseByteSize(*max_shard);
         if (!v.ok()) return usage("--max-shard-size: " + v.status().message());
+        if (*v == 0) return usage("--max-shard-size must be > 0");
         o.max_shard_size = *v;
       }
       if (*alignment == 0) return usage("--alignment must be > 0");

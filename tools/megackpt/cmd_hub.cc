@@ -469,13 +469,17 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   log->callback([exit_code] { *exit_code = Log(a, flags, limit); });
 
   static uint64_t bench_bytes = 256ull << 20;
+  static std::string bench_size;
   static int bench_reps = 5;
   static bool bench_json = false;
   CLI::App* hb = bench.add_subcommand(
       "hub",
       "Save/load through mega:// (embedded and a megahub on loopback) vs a local path vs the\n"
       "page-cache limits, plus second-version upload bytes/time (10% of files changed).");
-  hb->add_option("--bytes", bench_bytes, "Checkpoint size in bytes")->default_val(256ull << 20);
+  auto* size_opt = hb->add_option("--size", bench_size, "Checkpoint size, e.g. 2GiB, 512MB (default 256MiB)");
+  hb->add_option("--bytes", bench_bytes, "Checkpoint size in plain bytes (same as --size)")
+      ->default_val(256ull << 20)
+      ->excludes(size_opt);
   hb->add_option("--reps", bench_reps, "Measured repetitions (after one warm-up)")->default_val(5);
   hb->add_flag("--json", bench_json, "JSON output");
   hb->callback([exit_code] {
@@ -483,6 +487,15 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     std::string megahub = self + "/megahub";
     bench::HubBenchOptions o;
     o.bytes = bench_bytes;
+    if (!bench_size.empty()) {
+      auto bytes = ParseByteSize(bench_size);
+      if (!bytes.ok()) {
+        std::fprintf(stderr, "megackpt bench hub: --size: %s\n", bytes.status().message().c_str());
+        *exit_code = 2;
+        return;
+      }
+      o.bytes = *bytes;
+    }
     o.reps = bench_reps;
     o.megahub = std::filesystem::exists(megahub) ? megahub : "";
     o.json = bench_json;

@@ -15,28 +15,6 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-// "2GiB", "512MB", "1000000", "64k" -> bytes.
-Result<uint64_t> ParseSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) return InvalidArgumentError("expected a size like 2GiB, 512MB or 1000000, got \"" + text + "\"");
-  double value = std::stod(text.substr(0, i));
-  std::string unit = text.substr(i);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kb") mul = 1e3;
-  else if (unit == "m" || unit == "mb") mul = 1e6;
-  else if (unit == "g" || unit == "gb") mul = 1e9;
-  else if (unit == "t" || unit == "tb") mul = 1e12;
-  else if (unit == "kib") mul = 1024.0;
-  else if (unit == "mib") mul = 1024.0 * 1024;
-  else if (unit == "gib") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
-  else return InvalidArgumentError("unknown size unit \"" + text.substr(i) + "\" in \"" + text + "\"");
-  return static_cast<uint64_t>(value * mul);
-}
-
 }  // namespace
 
 void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
@@ -78,7 +56,7 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         ->check(CLI::IsMember({"crc32", "sha256", "none"}));
     cmd->add_flag("--no-sync", a->no_sync, "Skip fsync (faster; atomic but not durable across power loss)");
     cmd->callback([a, exit_code] {
-      auto max_shard = ParseSize(a->max_shard);
+      auto max_shard = ParseByteSize(a->max_shard);
       if (!max_shard.ok()) {
         std::fprintf(stderr, "megackpt consolidate: --max-shard-size: %s\n",
                      max_shard.status().message().c_str());
@@ -132,7 +110,7 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
     cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
     cmd->add_flag("--json", o->json, "Print one JSON object");
     cmd->callback([o, size, exit_code] {
-      auto bytes = ParseSize(*size);
+      auto bytes = ParseByteSize(*size);
       if (!bytes.ok()) {
         std::fprintf(stderr, "megackpt bench mega: --size: %s\n", bytes.status().message().c_str());
         *exit_code = kExitUsage;

@@ -6,6 +6,10 @@
 #define MEGACKPT_TOOLS_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string_view>
+
+#include "megackpt/status.h"
 
 namespace megackpt::cli {
 
@@ -14,6 +18,12 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code);     //
 void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code);  // consolidate
 void RegisterCasCommands(CLI::App& app, CLI::App& bench, int* exit_code);     // cas
 void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code);     // push pull ls rm log
+
+// A byte count as users write it, case-insensitive, '_' and ' ' ignored:
+// "1000000", "1.5MB" / "1.5M" (decimal: k, M, G, T = 1e3, 1e6, 1e9, 1e12),
+// "2GiB" (binary: KiB, MiB, GiB, TiB). InvalidArgument naming the text otherwise
+// (negative, not a number, unknown unit, >= 1.8e19).
+Result<uint64_t> ParseByteSize(std::string_view text);
 
 }  // namespace megackpt::cli
 
