@@ -19,6 +19,8 @@ namespace {
 
 using ::megackpt::testing::CreateToken;
 using ::megackpt::testing::MegahubProcess;
+using ::megackpt::testing::SharedHub;
+using ::megackpt::testing::SharedHubServer;
 using ::megackpt::testing::TempDir;
 
 enum class Backend { kLocal, kEmbeddedRepo, kEmbeddedBucket, kRemoteRepo, kRemoteBucket };
@@ -40,26 +42,7 @@ std::string BackendName(Backend b) {
 }
 
 // One megahub for the whole binary (started lazily, stopped at exit).
-struct SharedServer {
-  TempDir root{"conformance-hub"};
-  MegahubProcess server;
-  std::string token;
-  bool ok = false;
-  SharedServer() {
-    token = CreateToken(root.path(), "write");
-    ok = !token.empty() && server.Start(root.path());
-  }
-};
-
-SharedServer& Server() {
-  static SharedServer* s = new SharedServer();  // stopped by the atexit below
-  static bool registered = [] {
-    std::atexit([] { Server().server.Stop(); });
-    return true;
-  }();
-  (void)registered;
-  return *s;
-}
+SharedHubServer& Server() { return SharedHub("conformance-hub"); }
 
 std::string RandomData(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -92,7 +75,7 @@ class FsConformanceTest : public ::testing::TestWithParam<Backend> {
       }
       case Backend::kRemoteRepo:
       case Backend::kRemoteBucket: {
-        SharedServer& s = Server();
+        SharedHubServer& s = Server();
         ASSERT_TRUE(s.ok) << "could not start megahub";
         auto hub = hub::OpenRemoteHub(s.server.endpoint(), s.token);
         ASSERT_TRUE(hub.ok()) << hub.status().ToString();

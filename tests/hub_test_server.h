@@ -156,6 +156,28 @@ class MegahubProcess {
   int port_ = 0;
 };
 
+// One megahub with a write token shared by a whole test binary: started on the
+// first call (its root a temp folder named after `prefix`), stopped at exit.
+struct SharedHubServer {
+  explicit SharedHubServer(const std::string& prefix) : root(prefix) {
+    token = CreateToken(root.path(), "write");
+    ok = !token.empty() && server.Start(root.path());
+  }
+  TempDir root;
+  MegahubProcess server;
+  std::string token;
+  bool ok = false;  // false when the token or the server could not be made
+};
+
+inline SharedHubServer& SharedHub(const std::string& prefix = "shared-hub") {
+  static SharedHubServer* s = [&] {
+    auto* p = new SharedHubServer(prefix);
+    std::atexit([] { SharedHub().server.Stop(); });
+    return p;
+  }();
+  return *s;
+}
+
 }  // namespace megackpt::testing
 
 #endif  // MEGACKPT_TESTS_HUB_TEST_SERVER_H_

@@ -19,29 +19,12 @@ namespace {
 
 using ::megackpt::testing::CreateToken;
 using ::megackpt::testing::MegahubProcess;
+using ::megackpt::testing::SharedHub;
+using ::megackpt::testing::SharedHubServer;
 using ::megackpt::testing::TempDir;
 using ::testing::HasSubstr;
 
-struct SharedServer {
-  TempDir root{"txn-hub"};
-  MegahubProcess server;
-  std::string token;
-  bool ok = false;
-  SharedServer() {
-    token = CreateToken(root.path(), "write");
-    ok = !token.empty() && server.Start(root.path());
-    std::atexit([] {});
-  }
-};
-
-SharedServer* Server() {
-  static SharedServer* s = [] {
-    auto* p = new SharedServer();
-    std::atexit([] { Server()->server.Stop(); });
-    return p;
-  }();
-  return s;
-}
+SharedHubServer* Server() { return &SharedHub("txn-hub"); }
 
 class HubTransactionTest : public ::testing::TestWithParam<bool /*remote*/> {
  protected:
