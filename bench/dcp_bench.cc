@@ -86,17 +86,20 @@ class Runner {
       : states_(states), mpi_(mpi), world_(world) {}
 
   // Before every run (untimed), `fresh_path` non-empty: PrepareFreshWrite of it
-  // (rank 0 removes, every rank syncs), like the limits' writes.
+  // (rank 0 removes, then every rank syncs), like the limits' writes.
   void set_fresh_path(std::string path) { fresh_path_ = std::move(path); }
 
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
   Result<double> Run(const std::function<Status(ProcessGroup&, RankState&)>& fn) {
     if (!fresh_path_.empty()) {
-      if (rank() == 0) {
-        PrepareFreshWrite(fresh_path_);
-      } else {
-        sync();
+      // Rank 0 removes the target, then (after a barrier, so no rank writes back
+      // the old checkpoint's dirty pages while they are being discarded) every
+      // rank syncs: the same remove-then-sync as PrepareFreshWrite for the limits.
+      if (rank() == 0) PrepareFreshWrite(fresh_path_);
+      if (mpi_) {
+        MEGA_RETURN_IF_ERROR(mpi_->Barrier());
+        if (rank() != 0) sync();
       }
     }
     if (!mpi_) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <filesystem>
@@ -222,8 +223,13 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
                       {"seconds", dt}});
   }
 
+  // Xorb writes with O_DIRECT (docs/cas.md §4): changes what the save rows
+  // cost and where the load rows read from, so the output says which.
+  const char* dio = std::getenv("MEGACKPT_CAS_DIRECT_IO");
+  const bool direct_io = dio == nullptr || dio[0] != '0';
   if (o.json) {
-    nlohmann::json j = {{"bytes", bytes}, {"files", kFiles}, {"rows", nlohmann::json::array()}, {"second_version", second}};
+    nlohmann::json j = {{"bytes", bytes}, {"files", kFiles}, {"rows", nlohmann::json::array()}, {"second_version", second},
+                        {"cas_direct_io", direct_io}};
     for (const auto& r : rows) {
       j["rows"].push_back({{"name", r.name}, {"min_gbps", r.gbps.min}, {"median_gbps", r.gbps.median},
                            {"max_gbps", r.gbps.max}, {"ratio_to_limit", r.ratio_to > 0 ? r.gbps.median / r.ratio_to : 0}});
@@ -235,6 +241,8 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   std::snprintf(buf, sizeof buf, "hub bench: %llu bytes in %d files, median of %d runs after %d warm-up (GB/s)\n",
                 static_cast<unsigned long long>(bytes), kFiles, o.reps, o.warmup);
   text += buf;
+  text += direct_io ? "xorb writes: O_DIRECT (the default; MEGACKPT_CAS_DIRECT_IO=0 for buffered)\n"
+                    : "xorb writes: buffered (MEGACKPT_CAS_DIRECT_IO=0)\n";
   std::snprintf(buf, sizeof buf, "%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
   text += buf;
   for (const auto& r : rows) text += FormatRow(r.name, r.gbps, r.ratio_to) + "\n";

@@ -17,6 +17,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 
+# Free page reporting makes page-cache writes bimodal (docs/benchmarks.md).
+for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
+  [ -r "$f" ] || continue
+  if [ "$(cut -c6 "$f")" = 1 ]; then
+    echo "note: virtio_balloon free page reporting is on (docs/benchmarks.md): read min/max too"
+  fi
+done
 step "bench format --size $size"
 "$cli" bench format --size "$size" --reps "$reps"
 for w in 1 2; do

@@ -1,43 +1,21 @@
 // The `megackpt cas` and `megackpt bench cas` command lines, as acceptance
 // uses them (JSON shapes, inclusive ranges, exit codes).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
+
+#include "test_util.h"
 
 namespace {
 
-const std::string kCli = std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt";
+using CliRun = megackpt::test_util::CommandResult;
+using megackpt::test_util::ReadFileOrEmpty;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
-
+// `megackpt ARGS`: stdout in `out`, stderr in `err`.
 CliRun Exec(const std::string& args) {
-  CliRun r;
-  std::string cmd = kCli + " " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return megackpt::test_util::RunMegackpt(args, {.stderr_to = megackpt::test_util::StderrTo::kErr});
 }
 
 class CasCliTest : public ::testing::Test {
@@ -45,11 +23,9 @@ class CasCliTest : public ::testing::Test {
   void SetUp() override {
     std::string t = ::testing::TempDir() + "cas-cli-XXXXXX";
     dir_ = ::mkdtemp(t.data());
-    data_.resize(3'000'000);
-    std::mt19937_64 rng(5);
-    for (auto& c : data_) c = static_cast<char>(rng());
+    data_ = megackpt::test_util::RandomData(3'000'000, 5);
     input_ = dir_ + "/input.bin";
-    std::ofstream(input_, std::ios::binary).write(data_.data(), data_.size());
+    megackpt::test_util::WriteFileCreatingDirs(input_, data_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_, input_, data_;
@@ -58,7 +34,7 @@ class CasCliTest : public ::testing::Test {
 TEST_F(CasCliTest, PutGetChunkStat) {
   const std::string store = dir_ + "/store";
   CliRun put = Exec("cas put --store " + store + " " + input_ + " --json");
-  ASSERT_EQ(put.code, 0) << put.out;
+  ASSERT_EQ(put.code, 0) << put.out << put.err;
   auto j = nlohmann::json::parse(put.out);
   for (const char* key : {"file_hash", "size", "new_bytes", "chunks", "new_chunks"}) {
     EXPECT_TRUE(j.contains(key)) << key;
@@ -83,9 +59,9 @@ TEST_F(CasCliTest, PutGetChunkStat) {
 
   const std::string out = dir_ + "/out.bin";
   ASSERT_EQ(Exec("cas get --store " + store + " " + hash + " " + out).code, 0);
-  EXPECT_TRUE(ReadFile(out) == data_);
+  EXPECT_TRUE(ReadFileOrEmpty(out) == data_);
   ASSERT_EQ(Exec("cas get --store " + store + " " + hash + " " + out + " --range 1000-1999").code, 0);
-  EXPECT_TRUE(ReadFile(out) == data_.substr(1000, 1000));  // END is inclusive
+  EXPECT_TRUE(ReadFileOrEmpty(out) == data_.substr(1000, 1000));  // END is inclusive
 
   CliRun stat = Exec("cas stat --store " + store + " --json");
   ASSERT_EQ(stat.code, 0);
@@ -103,7 +79,7 @@ TEST_F(CasCliTest, PutGetChunkStat) {
 
 TEST_F(CasCliTest, BenchJson) {
   CliRun r = Exec("bench cas --size 4MiB --reps 1 --warmup 0 --dir " + dir_ + "/bench --json");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
   auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"chunk_gbps", "hash_gbps", "put_gbps", "get_gbps", "memcpy_gbps",
                           "chunk_hash_compress_1t_gbps", "chunk_hash_compress_2t_gbps"}) {

@@ -4,12 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -19,6 +16,7 @@
 #include "megackpt/mega.h"
 #include "megackpt/safetensors.h"
 #include "megackpt/tensor.h"
+#include "test_util.h"
 
 namespace megackpt {
 namespace {
@@ -27,13 +25,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-const std::string kBinary = std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt";
-
-struct RunResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = test_util::CommandResult;
 
 class CliFormatTest : public ::testing::Test {
  protected:
@@ -50,20 +42,9 @@ class CliFormatTest : public ::testing::Test {
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
-  RunResult Run(const std::string& args) {
-    RunResult r;
-    const std::string err_file = Path(".stderr");
-    const std::string cmd = kBinary + " " + args + " 2>" + err_file + " </dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(err_file);
-    r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    return r;
+  // `megackpt ARGS` with an empty stdin: stdout in `out`, stderr in `err`.
+  static RunResult Run(const std::string& args) {
+    return test_util::RunMegackpt(args, {.stderr_to = test_util::StderrTo::kErr, .stdin_data = ""});
   }
 
   static Tensor Filled(DType dtype, Shape shape, int seed) {

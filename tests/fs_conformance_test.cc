@@ -44,15 +44,7 @@ std::string BackendName(Backend b) {
 // One megahub for the whole binary (started lazily, stopped at exit).
 SharedHubServer& Server() { return SharedHub("conformance-hub"); }
 
-std::string RandomData(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(s.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
+using ::megackpt::test_util::RandomData;
 
 class FsConformanceTest : public ::testing::TestWithParam<Backend> {
  protected:

@@ -6,9 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "hub_test_server.h"
@@ -17,56 +15,32 @@ namespace megackpt {
 namespace {
 
 using json = nlohmann::json;
-using ::megackpt::testing::CreateToken;
-using ::megackpt::testing::MegackptBinary;
-using ::megackpt::testing::MegahubProcess;
-using ::megackpt::testing::RunCommand;
+using ::megackpt::test_util::CommandResult;
+using ::megackpt::test_util::RandomData;
+using ::megackpt::test_util::ReadFileOrEmpty;
+using ::megackpt::test_util::WriteFileCreatingDirs;
 using ::megackpt::testing::TempDir;
 using ::testing::HasSubstr;
 
-void WriteFile(const std::string& path, const std::string& data) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string RandomData(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(s.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
-
-class HubCliTest : public ::testing::Test {
+class HubCliTest : public ::megackpt::testing::MegahubTest {
  protected:
-  void SetUp() override {
-    token_ = CreateToken(hub_root_.path(), "write");
-    read_token_ = CreateToken(hub_root_.path(), "read");
-    ASSERT_TRUE(server_.Start(hub_root_.path()));
-  }
+  HubCliTest() : MegahubTest({"cli-hub", {}}) {}
 
-  // Runs megackpt with the hub environment; returns stdout. stderr goes to
-  // work/<err> (read back with Stderr(err)).
-  std::string Cli(const std::string& args, int* rc, const std::string& token = "use-default",
-                  const std::string& endpoint = "", const std::string& err = "stderr.txt") {
-    std::string env = "MEGA_ENDPOINT='" + (endpoint.empty() ? server_.endpoint() : endpoint) + "' MEGA_TOKEN='" +
-                      (token == "use-default" ? token_ : token) + "' ";
-    return RunCommand(env + MegackptBinary() + " " + args + " 2>" + work_.path() + "/" + err, rc);
+  // Runs megackpt with the hub environment (MEGA_ENDPOINT: the fixture's
+  // server unless `endpoint` is given; MEGA_TOKEN: the write token unless
+  // `token` is given); stdout in `out`, stderr in `err`.
+  CommandResult Cli(const std::string& args, const std::string& token = "use-default",
+                    const std::string& endpoint = "") {
+    return test_util::RunMegackpt(
+        args, {.stderr_to = test_util::StderrTo::kErr,
+               .env = {{"MEGA_ENDPOINT", endpoint.empty() ? server_.endpoint() : endpoint},
+                       {"MEGA_TOKEN", token == "use-default" ? write_ : token}}});
   }
-  std::string Stderr(const std::string& err = "stderr.txt") { return ReadFile(work_.path() + "/" + err); }
 
   uint64_t ServerBytes() {
-    httplib::Client c(server_.endpoint());
-    auto r = c.Get("/api/stats");
+    auto r = http_->Get("/api/stats");
     if (!r) return 0;
-    json j = json::parse(r->body, nullptr, false);
+    json j = Body(r);
     return j.is_object() ? j["request_body_bytes"].get<uint64_t>() : 0;
   }
 
@@ -74,53 +48,50 @@ class HubCliTest : public ::testing::Test {
   // Every push either lands or fails with a conflict; nothing lost or torn.
   void ConcurrentPushes(const std::string& endpoint, const std::string& token) {
     std::string a = work_.path() + "/a", b = work_.path() + "/b";
-    WriteFile(a + "/from-a.bin", RandomData(300000, 1));
-    WriteFile(b + "/from-b.bin", RandomData(300000, 2));
+    WriteFileCreatingDirs(a + "/from-a.bin", RandomData(300000, 1));
+    WriteFileCreatingDirs(b + "/from-b.bin", RandomData(300000, 2));
     int landed = 0, conflicts = 0;
     for (int round = 0; round < 3; ++round) {
-      int rca = -1, rcb = -1;
-      std::thread ta([&] { Cli("push -q " + a + " mega://org/race --json", &rca, token, endpoint, "a.err"); });
-      std::thread tb([&] { Cli("push -q " + b + " mega://org/race --json", &rcb, token, endpoint, "b.err"); });
+      CommandResult ra, rb;
+      std::thread ta([&] { ra = Cli("push -q " + a + " mega://org/race --json", token, endpoint); });
+      std::thread tb([&] { rb = Cli("push -q " + b + " mega://org/race --json", token, endpoint); });
       ta.join();
       tb.join();
-      for (auto [rc, err] : {std::pair{rca, "a.err"}, std::pair{rcb, "b.err"}}) {
-        if (rc == 0) {
+      for (const CommandResult* r : {&ra, &rb}) {
+        if (r->code == 0) {
           ++landed;
         } else {
           ++conflicts;
-          EXPECT_EQ(rc, 1);
-          EXPECT_THAT(Stderr(err), HasSubstr("conflict"));
+          EXPECT_EQ(r->code, 1);
+          EXPECT_THAT(r->err, HasSubstr("conflict"));
         }
       }
     }
     EXPECT_GE(landed, 3);
-    int rc = -1;
-    json log = json::parse(Cli("log mega://org/race --json -n 100", &rc, token, endpoint), nullptr, false);
-    ASSERT_EQ(rc, 0);
+    CommandResult r = Cli("log mega://org/race --json -n 100", token, endpoint);
+    json log = json::parse(r.out, nullptr, false);
+    ASSERT_EQ(r.code, 0);
     EXPECT_EQ(static_cast<int>(log.size()), landed + 1);  // + initial commit
     // The last landed content of both files is readable.
-    Cli("pull -q mega://org/race " + work_.path() + "/race-out", &rc, token, endpoint);
-    EXPECT_EQ(rc, 0);
+    EXPECT_EQ(Cli("pull -q mega://org/race " + work_.path() + "/race-out", token, endpoint).code, 0);
     std::printf("concurrent pushes: %d landed, %d conflicts\n", landed, conflicts);
   }
 
-  TempDir hub_root_{"cli-hub"};
   TempDir work_{"cli-work"};
-  MegahubProcess server_;
-  std::string token_, read_token_;
 };
 
 TEST_F(HubCliTest, PushPullLsLogRm) {
   std::string src = work_.path() + "/src";
   constexpr int kFiles = 20;
   constexpr size_t kSize = 200 * 1024;
-  for (int i = 0; i < kFiles; ++i) WriteFile(src + "/t/" + std::to_string(i) + ".bin", RandomData(kSize, i));
-  WriteFile(src + "/index.json", "{\"files\": 20}");
-  int rc = -1;
-  std::string out = Cli("push " + src + " mega://org/model@main/ckpt/step-1 --json", &rc);
-  ASSERT_EQ(rc, 0) << Stderr();
-  json j = json::parse(out, nullptr, false);
-  ASSERT_TRUE(j.is_object()) << out;
+  for (int i = 0; i < kFiles; ++i) {
+    WriteFileCreatingDirs(src + "/t/" + std::to_string(i) + ".bin", RandomData(kSize, i));
+  }
+  WriteFileCreatingDirs(src + "/index.json", "{\"files\": 20}");
+  CommandResult r = Cli("push " + src + " mega://org/model@main/ckpt/step-1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
   std::string c1 = j["commit"];
   EXPECT_EQ(c1.size(), 40u);
   uint64_t total = j["total_bytes"];
@@ -129,13 +100,13 @@ TEST_F(HubCliTest, PushPullLsLogRm) {
 
   // Second version: 10% of the files changed uploads <= 15% of the bytes,
   // measured at the server.
-  WriteFile(src + "/t/4.bin", RandomData(kSize, 1004));
-  WriteFile(src + "/t/15.bin", RandomData(kSize, 1015));
+  WriteFileCreatingDirs(src + "/t/4.bin", RandomData(kSize, 1004));
+  WriteFileCreatingDirs(src + "/t/15.bin", RandomData(kSize, 1015));
   uint64_t before = ServerBytes();
-  out = Cli("push " + src + " mega://org/model@main/ckpt/step-1 --json", &rc);
-  ASSERT_EQ(rc, 0) << Stderr();
+  r = Cli("push " + src + " mega://org/model@main/ckpt/step-1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
   uint64_t sent = ServerBytes() - before;
-  json j2 = json::parse(out, nullptr, false);
+  json j2 = json::parse(r.out, nullptr, false);
   std::printf("second push: client reports %llu uploaded, server received %llu of %llu bytes (%.1f%%)\n",
               (unsigned long long)j2["uploaded_bytes"].get<uint64_t>(), (unsigned long long)sent,
               (unsigned long long)total, 100.0 * sent / total);
@@ -144,44 +115,42 @@ TEST_F(HubCliTest, PushPullLsLogRm) {
   std::string c2 = j2["commit"];
 
   // pull the new head, and the old commit.
-  out = Cli("pull mega://org/model@main/ckpt/step-1 " + work_.path() + "/out -q", &rc);
-  ASSERT_EQ(rc, 0) << Stderr();
+  r = Cli("pull mega://org/model@main/ckpt/step-1 " + work_.path() + "/out -q");
+  ASSERT_EQ(r.code, 0) << r.err;
   for (int i = 0; i < kFiles; ++i) {
     std::string name = "/t/" + std::to_string(i) + ".bin";
-    EXPECT_EQ(ReadFile(work_.path() + "/out" + name), ReadFile(src + name)) << name;
+    EXPECT_EQ(ReadFileOrEmpty(work_.path() + "/out" + name), ReadFileOrEmpty(src + name)) << name;
   }
-  out = Cli("pull mega://org/model@" + c1 + "/ckpt/step-1/t/4.bin " + work_.path() + "/old -q", &rc);
-  ASSERT_EQ(rc, 0) << Stderr();
-  EXPECT_EQ(ReadFile(work_.path() + "/old/4.bin"), RandomData(kSize, 4));
+  r = Cli("pull mega://org/model@" + c1 + "/ckpt/step-1/t/4.bin " + work_.path() + "/old -q");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFileOrEmpty(work_.path() + "/old/4.bin"), RandomData(kSize, 4));
 
-  out = Cli("ls mega://org/model/ckpt/step-1", &rc);
-  ASSERT_EQ(rc, 0);
-  EXPECT_THAT(out, HasSubstr("mega://org/model/ckpt/step-1/index.json"));
-  EXPECT_THAT(out, HasSubstr("mega://org/model/ckpt/step-1/t/"));
-  out = Cli("log mega://org/model --json", &rc);
-  ASSERT_EQ(rc, 0);
-  json log = json::parse(out, nullptr, false);
+  r = Cli("ls mega://org/model/ckpt/step-1");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("mega://org/model/ckpt/step-1/index.json"));
+  EXPECT_THAT(r.out, HasSubstr("mega://org/model/ckpt/step-1/t/"));
+  r = Cli("log mega://org/model --json");
+  ASSERT_EQ(r.code, 0);
+  json log = json::parse(r.out, nullptr, false);
   ASSERT_EQ(log.size(), 3u);
   EXPECT_EQ(log[0]["commit"], c2);
   EXPECT_EQ(log[1]["commit"], c1);
-  out = Cli("rm -r mega://org/model/ckpt/step-1/t", &rc);
-  ASSERT_EQ(rc, 0) << Stderr();
-  out = Cli("ls -r mega://org/model --json", &rc);
-  EXPECT_EQ(json::parse(out, nullptr, false).size(), 1u);
+  r = Cli("rm -r mega://org/model/ckpt/step-1/t");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Cli("ls -r mega://org/model --json");
+  EXPECT_EQ(json::parse(r.out, nullptr, false).size(), 1u);
 
   // Errors: bad URI = usage (2); read-only token = failure (1), nothing committed.
-  Cli("ls mega://org//x", &rc);
-  EXPECT_EQ(rc, 2);
-  Cli("push " + src + " mega://org/model --json", &rc, read_token_);
-  EXPECT_EQ(rc, 1);
-  Cli("push " + src + " mega://org/model --json", &rc, "");
-  EXPECT_EQ(rc, 1);
-  EXPECT_THAT(Stderr(), HasSubstr("Unauthenticated"));
-  out = Cli("log mega://org/model --json", &rc);
-  EXPECT_EQ(json::parse(out, nullptr, false).size(), 4u);  // + the rm commit only
+  EXPECT_EQ(Cli("ls mega://org//x").code, 2);
+  EXPECT_EQ(Cli("push " + src + " mega://org/model --json", read_).code, 1);
+  r = Cli("push " + src + " mega://org/model --json", "");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("Unauthenticated"));
+  r = Cli("log mega://org/model --json");
+  EXPECT_EQ(json::parse(r.out, nullptr, false).size(), 4u);  // + the rm commit only
 }
 
-TEST_F(HubCliTest, ConcurrentPushProcessesRemote) { ConcurrentPushes("", token_); }
+TEST_F(HubCliTest, ConcurrentPushProcessesRemote) { ConcurrentPushes("", write_); }
 
 TEST_F(HubCliTest, ConcurrentPushProcessesEmbedded) {
   ConcurrentPushes("file://" + work_.path() + "/embedded-hub", "");

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <random>
 #include <string>
 
 #include "cas/backend_conformance.h"
@@ -62,12 +61,7 @@ INSTANTIATE_TEST_SUITE_P(RemoteHub, CasBackendConformanceTest,
 namespace megackpt {
 namespace {
 
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using ::megackpt::test_util::RandomData;
 
 // The hub store itself: an upload whose content is in the CAS but not yet
 // recorded (between ContentUpload::Close and RecordContent, or between a
@@ -82,7 +76,7 @@ TEST(HubGcRaceTest, UnrecordedUploadSurvivesGcAndCommits) {
   spec.name = "m";
   ASSERT_TRUE((*store)->CreateRepo(spec).ok());
 
-  std::string data = RandomBytes(300'000, 7);
+  std::string data = RandomData(300'000, 7);
   auto up = (*store)->BeginUpload("in-flight");
   ASSERT_TRUE(up.ok());
   (*up)->set_on_close(nullptr);  // the window: stored in the CAS, not yet recorded
@@ -118,7 +112,7 @@ TEST(HubGcRaceTest, UnrecordedUploadSurvivesGcAndCommits) {
   auto orphan = (*store)->BeginUpload("orphan");
   ASSERT_TRUE(orphan.ok());
   (*orphan)->set_on_close(nullptr);
-  std::string other = RandomBytes(200'000, 8);
+  std::string other = RandomData(200'000, 8);
   ASSERT_TRUE((*orphan)->Append(std::as_bytes(std::span(other))).ok());
   ASSERT_TRUE((*orphan)->Close().ok());
   auto gc0 = (*store)->CollectGarbage(3600);  // first sight: kept, adopted
@@ -144,7 +138,7 @@ TEST(HubGcRaceTest, RemoteXorbsInFlightSurviveConcurrentGc) {
   std::vector<cas::HashAndSize> leaves;
   std::vector<cas::MerkleHash> hashes;
   for (int i = 0; i < 3; ++i) {
-    std::string d = RandomBytes(20'000 + i, 100 + i);
+    std::string d = RandomData(20'000 + i, 100 + i);
     std::string rec;
     cas::AppendChunkRecord(std::as_bytes(std::span(d)), cas::CompressionPolicy::kAuto, &rec);
     cas::MerkleHash h = cas::ChunkHash(std::as_bytes(std::span(d)));

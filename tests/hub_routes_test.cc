@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 
 #include "hub/ndjson.h"
@@ -24,38 +23,18 @@ namespace megackpt {
 namespace {
 
 using json = nlohmann::json;
-using ::megackpt::testing::CreateToken;
-using ::megackpt::testing::MegahubProcess;
-using ::megackpt::testing::TempDir;
+using ::megackpt::test_util::RandomData;
 
-std::string RandomData(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-class HubRoutesTest : public ::testing::Test {
+class HubRoutesTest : public ::megackpt::testing::MegahubTest {
  protected:
+  HubRoutesTest() : MegahubTest({"hub-routes-test", {"--max-object-bytes", "1048576"}}) {}
+
+  // The fixture's hub, with the repo org/m.
   void SetUp() override {
-    write_ = CreateToken(root_.path(), "write");
-    read_ = CreateToken(root_.path(), "read");
-    org_only_ = CreateToken(root_.path(), "write", "org");
-    ASSERT_FALSE(write_.empty());
-    ASSERT_TRUE(server_.Start(root_.path(), {"--max-object-bytes", "1048576"}));
-    http_ = std::make_unique<httplib::Client>(server_.endpoint());
-    http_->set_read_timeout(60, 0);
+    MegahubTest::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}}, write_)->status, 201);
   }
-  void TearDown() override { EXPECT_EQ(server_.Stop(), 0); }
-
-  httplib::Headers Auth(const std::string& token) {
-    return token.empty() ? httplib::Headers{} : httplib::Headers{{"Authorization", "Bearer " + token}};
-  }
-  httplib::Result PostJson(const std::string& path, const json& body, const std::string& token) {
-    return http_->Post(path.c_str(), Auth(token), body.dump(), "application/json");
-  }
-  static json Body(const httplib::Result& r) { return json::parse(r->body, nullptr, false); }
 
   // PUT /api/repos/{repo}/files/{path}{query} with X-Mega-Sha256/X-Mega-Size
   // of `data` (unless overridden).
@@ -86,11 +65,6 @@ class HubRoutesTest : public ::testing::Test {
     auto r = http_->Get(("/api/repos/" + repo + "/resolve/" + path + "?revision=" + rev).c_str(), Auth(write_));
     return {r->status, r->body};
   }
-
-  TempDir root_{"hub-routes-test"};
-  MegahubProcess server_;
-  std::string write_, read_, org_only_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 // ---------------------------------------------------------------------------

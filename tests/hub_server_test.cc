@@ -26,8 +26,7 @@ namespace {
 
 using json = nlohmann::json;
 using ::megackpt::testing::CreateToken;
-using ::megackpt::testing::MegahubProcess;
-using ::megackpt::testing::TempDir;
+using ::megackpt::test_util::RandomData;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -35,37 +34,26 @@ double NowSecondsForTest() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string RandomData(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(s.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
-
-class HubServerTest : public ::testing::Test {
+class HubServerTest : public ::megackpt::testing::MegahubTest {
  protected:
-  void SetUp() override {
-    write_ = CreateToken(root_.path(), "write");
-    read_ = CreateToken(root_.path(), "read");
-    org_only_ = CreateToken(root_.path(), "write", "org");
-    ASSERT_FALSE(write_.empty());
-    ASSERT_TRUE(server_.Start(root_.path(), {"--max-json-bytes", "1048576", "--max-object-bytes",
-                                             "33554432", "--part-size", "1024"}));
-    http_ = std::make_unique<httplib::Client>(server_.endpoint());
-    http_->set_read_timeout(60, 0);
-  }
-  void TearDown() override { EXPECT_EQ(server_.Stop(), 0) << "megahub did not shut down cleanly"; }
+  HubServerTest()
+      : MegahubTest({"hub-server-test",
+                     {"--max-json-bytes", "1048576", "--max-object-bytes", "33554432", "--part-size", "1024"}}) {}
 
-  httplib::Headers Auth(const std::string& token) {
-    return token.empty() ? httplib::Headers{} : httplib::Headers{{"Authorization", "Bearer " + token}};
+  // One "add" operation of a native commit (POST /api/repos/{id}/commits).
+  static json AddOp(const std::string& path, uint64_t size, const std::string& sha) {
+    return {{"operation", "add"}, {"path", path}, {"size", size}, {"sha256", sha}};
   }
-  httplib::Result PostJson(const std::string& path, const json& body, const std::string& token) {
-    return http_->Post(path.c_str(), Auth(token), body.dump(), "application/json");
+
+  // POST /api/repos/org/m/commits (write token) on branch main with
+  // `operations`, and a parent_revision and commit_message unless empty.
+  httplib::Result PostCommit(const json& operations, const std::string& parent = "",
+                             const std::string& message = "") {
+    json body = {{"revision", "main"}, {"operations", operations}};
+    if (!parent.empty()) body["parent_revision"] = parent;
+    if (!message.empty()) body["commit_message"] = message;
+    return PostJson("/api/repos/org/m/commits", body, write_);
   }
-  json Body(const httplib::Result& r) { return json::parse(r->body, nullptr, false); }
 
   std::shared_ptr<hub::HubConnection> Remote(const std::string& token) {
     auto h = hub::OpenRemoteHub(server_.endpoint(), token);
@@ -89,20 +77,10 @@ class HubServerTest : public ::testing::Test {
     EXPECT_EQ(put->status, 200) << put->body;
     auto refs = http_->Get("/api/repos/org/m/refs", Auth(write_));
     std::string head = Body(refs)["branches"][0]["target_revision"];
-    auto c = PostJson("/api/repos/org/m/commits",
-                      {{"revision", "main"},
-                       {"commit_message", "add a.bin"},
-                       {"parent_revision", head},
-                       {"operations", {{{"operation", "add"}, {"path", "a.bin"}, {"size", data.size()}, {"sha256", sha}}}}},
-                      write_);
+    auto c = PostCommit(json::array({AddOp("a.bin", data.size(), sha)}), head, "add a.bin");
     EXPECT_EQ(c->status, 201) << c->body;
     return Body(c)["revision"];
   }
-
-  TempDir root_{"hub-server-test"};
-  MegahubProcess server_;
-  std::string write_, read_, org_only_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
@@ -149,20 +127,10 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
 
   // Stale parent -> 409; the branch does not move.
   std::string sha = hub::Sha256Hex(data);
-  auto stale = PostJson("/api/repos/org/m/commits",
-                        {{"revision", "main"},
-                         {"commit_message", "stale"},
-                         {"parent_revision", std::string(40, '0')},
-                         {"operations", json::array()}},
-                        write_);
+  auto stale = PostCommit(json::array(), std::string(40, '0'), "stale");
   EXPECT_EQ(stale->status, 404);  // unknown parent commit
   std::string initial = Body(list2)["commits"][0]["revision"];
-  stale = PostJson("/api/repos/org/m/commits",
-                   {{"revision", "main"},
-                    {"commit_message", "stale"},
-                    {"parent_revision", initial},
-                    {"operations", {{{"operation", "add"}, {"path", "b.bin"}, {"size", data.size()}, {"sha256", sha}}}}},
-                   write_);
+  stale = PostCommit(json::array({AddOp("b.bin", data.size(), sha)}), initial, "stale");
   EXPECT_EQ(stale->status, 409) << stale->body;
   EXPECT_EQ(Body(http_->Get("/api/repos/org/m/commits/main"))["revision"], commit);
 
@@ -170,10 +138,7 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
   httplib::Headers h = Auth(write_);
   h.emplace("X-Mega-Size", "3");
   EXPECT_EQ(http_->Put(("/api/repos/org/m/blobs/" + std::string(64, 'a')).c_str(), h, "abc", "application/octet-stream")->status, 400);
-  auto unstaged = PostJson("/api/repos/org/m/commits",
-                           {{"revision", "main"},
-                            {"operations", {{{"operation", "add"}, {"path", "x"}, {"size", 1}, {"sha256", std::string(64, 'b')}}}}},
-                           write_);
+  auto unstaged = PostCommit(json::array({AddOp("x", 1, std::string(64, 'b'))}));
   EXPECT_EQ(unstaged->status, 400);
 
   // Refs: create a branch, then delete it.
@@ -317,11 +282,7 @@ TEST_F(HubServerTest, ResumableMultipartUpload) {
   auto done = PostJson("/api/uploads/" + id + "/complete", {{"parts", parts}}, write_);
   ASSERT_EQ(done->status, 200) << done->body;
   std::string head = Body(http_->Get("/api/repos/org/m/commits/main"))["revision"];
-  auto c = PostJson("/api/repos/org/m/commits",
-                    {{"revision", "main"},
-                     {"parent_revision", head},
-                     {"operations", {{{"operation", "add"}, {"path", "big.bin"}, {"size", data.size()}, {"sha256", sha}}}}},
-                    write_);
+  auto c = PostCommit(json::array({AddOp("big.bin", data.size(), sha)}), head);
   ASSERT_EQ(c->status, 201) << c->body;
   EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/big.bin?revision=main")->body, data);
 }
@@ -409,8 +370,7 @@ TEST_F(HubServerTest, SizeLimitsAndTraversal) {
   EXPECT_EQ(b->status, 413);
   // Paths with '..', absolute paths and empty segments are refused.
   for (std::string p : {"../x", "/etc/passwd", "a//b", "a/./b"}) {
-    auto c = PostJson("/api/repos/org/m/commits",
-                      {{"revision", "main"}, {"operations", {{{"operation", "delete"}, {"path", p}}}}}, write_);
+    auto c = PostCommit(json::array({json{{"operation", "delete"}, {"path", p}}}));
     EXPECT_EQ(c->status, 400) << p;
   }
   EXPECT_EQ(PostJson("/api/uploads", {{"repo_id", "org/m"}, {"path", "../x"}, {"size", 1}, {"sha256", std::string(64, 'a')}}, write_)->status, 400);

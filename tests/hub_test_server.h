@@ -1,6 +1,7 @@
-// Test helpers for the hub: a temp folder, and a real `megahub serve` child
+// Test helpers for the hub: a temp folder, a real `megahub serve` child
 // process on a loopback port (started with --port 0; the printed port is
-// read back), stopped by PID.
+// read back), stopped by PID, and fixtures around it (MegahubTest: a fresh hub
+// per test with tokens and an HTTP client; SharedHub: one per test binary).
 #ifndef MEGACKPT_TESTS_HUB_TEST_SERVER_H_
 #define MEGACKPT_TESTS_HUB_TEST_SERVER_H_
 
@@ -10,13 +11,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "test_util.h"
 
 namespace megackpt::testing {
 
@@ -38,19 +48,13 @@ class TempDir {
 };
 
 inline std::string MegahubBinary() { return std::string(MEGACKPT_BINARY_DIR) + "/tools/megahub"; }
-inline std::string MegackptBinary() { return std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt"; }
+using ::megackpt::test_util::MegackptBinary;
 
 // Runs a command, returns its stdout (stderr passes through) and exit code.
 inline std::string RunCommand(const std::string& cmd, int* exit_code = nullptr) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int rc = pclose(p);
-  if (exit_code) *exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
+  test_util::CommandResult r = test_util::RunCommand(cmd);
+  if (exit_code) *exit_code = r.code;
+  return r.out;
 }
 
 // `megahub token create` on a root; returns the token ("" on failure).
@@ -172,11 +176,65 @@ struct SharedHubServer {
 inline SharedHubServer& SharedHub(const std::string& prefix = "shared-hub") {
   static SharedHubServer* s = [&] {
     auto* p = new SharedHubServer(prefix);
-    std::atexit([] { SharedHub().server.Stop(); });
+    std::atexit([] {
+      // Stop the server, then remove its store (the object itself is never
+      // destroyed, so its TempDir would not).
+      SharedHubServer& h = SharedHub();
+      h.server.Stop();
+      std::error_code ec;
+      std::filesystem::remove_all(h.root.path(), ec);
+    });
     return p;
   }();
   return *s;
 }
+
+// Options of a MegahubTest fixture.
+struct MegahubTestOptions {
+  std::string root_prefix = "megahub-test";  // the hub root: a temp folder "<prefix>-XXXXXX"
+  std::vector<std::string> server_flags;     // extra `megahub serve` flags
+};
+
+// A fresh megahub per test: a temp root with three tokens (write_, read_, and
+// org_only_: write limited to namespace "org"), `megahub serve` with the
+// options' flags, and an HTTP client on it (60 s read timeout). TearDown
+// expects a clean shutdown (exit status 0). Derive and pass the options:
+//   class MyTest : public MegahubTest {
+//    protected:
+//     MyTest() : MegahubTest({"my-test", {"--part-size", "1024"}}) {}
+//   };
+class MegahubTest : public ::testing::Test {
+ protected:
+  explicit MegahubTest(MegahubTestOptions options = {})
+      : options_(std::move(options)), root_(options_.root_prefix) {}
+
+  void SetUp() override {
+    write_ = CreateToken(root_.path(), "write");
+    read_ = CreateToken(root_.path(), "read");
+    org_only_ = CreateToken(root_.path(), "write", "org");
+    ASSERT_FALSE(write_.empty());
+    ASSERT_TRUE(server_.Start(root_.path(), options_.server_flags));
+    http_ = std::make_unique<httplib::Client>(server_.endpoint());
+    http_->set_read_timeout(60, 0);
+  }
+  void TearDown() override { EXPECT_EQ(server_.Stop(), 0) << "megahub did not shut down cleanly"; }
+
+  // "Authorization: Bearer <token>" (no header for "").
+  static httplib::Headers Auth(const std::string& token) {
+    return token.empty() ? httplib::Headers{} : httplib::Headers{{"Authorization", "Bearer " + token}};
+  }
+  httplib::Result PostJson(const std::string& path, const nlohmann::json& body, const std::string& token) {
+    return http_->Post(path.c_str(), Auth(token), body.dump(), "application/json");
+  }
+  // The response body as JSON (discarded when it is not JSON).
+  static nlohmann::json Body(const httplib::Result& r) { return nlohmann::json::parse(r->body, nullptr, false); }
+
+  MegahubTestOptions options_;
+  TempDir root_;
+  MegahubProcess server_;
+  std::string write_, read_, org_only_;
+  std::unique_ptr<httplib::Client> http_;
+};
 
 }  // namespace megackpt::testing
 

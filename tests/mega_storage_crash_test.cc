@@ -114,10 +114,43 @@ Status LoadsAs(const synthetic::Spec& spec, const std::string& path) {
   return synthetic::VerifyRankState(spec, sd);
 }
 
+// The threads of this process (entries of /proc/self/task), once joined
+// threads have left the list (they may linger there for a moment): polls up to
+// 2 s for a count of 1. -1 when /proc/self/task cannot be listed.
+int SettledThreadCount() {
+  int count = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::error_code ec;
+    count = 0;
+    for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++count;
+    if (ec) return -1;
+    if (count == 1) break;
+    usleep(10 * 1000);
+  }
+  return count;
+}
+
 // Forks a child that saves `spec` over `dir`; it dies at step `kill_at` or when
 // the parent kills it after `delay_seconds` (< 0: never). Returns the child's
-// wait status.
+// wait status, or -1 (after a test failure) when this process has other
+// threads.
+//
+// A fork without exec is safe here because this process is single-threaded
+// at every fork: every save and load joins its rank threads and destroys its
+// own writer/reader pools before returning, and a local-folder save never
+// starts ThreadPool::Default() (only the hub/CAS, MegaWriter with
+// max_parallel > 1 and async saves use it). The child starts its threads (rank
+// threads, the writer's pool) after the fork. The check below keeps it so: a
+// fork of a multi-threaded process could copy a lock held by another thread
+// and hang the child (the hub variant in mega_storage_hub_test.cc exec's its
+// child for that reason).
 int RunChildSave(const synthetic::Spec& spec, const std::string& dir, int kill_at, double delay_seconds) {
+  const int threads = SettledThreadCount();
+  if (threads != 1) {
+    ADD_FAILURE() << "this process has " << threads << " threads (-1: /proc/self/task unreadable) "
+                  << "before fork(); a child forked without exec could inherit a held lock and hang";
+    return -1;
+  }
   pid_t pid = fork();
   if (pid == 0) {
     Status s = SaveSpec(spec, dir, std::make_shared<KillingFs>(kill_at));
@@ -224,7 +257,7 @@ TEST_F(CrashTest, SeedDefect8_KillAtRandomInstants) {
   constexpr int kIterations = 40;
   for (int i = 0; i < kIterations; ++i) {
     const double d = delay(rng);
-    RunChildSave(specs_[1 - current_], dir_, 0, d);
+    ASSERT_NE(RunChildSave(specs_[1 - current_], dir_, 0, d), -1);
     CheckOldOrNew("iteration " + std::to_string(i) + ", killed after " + std::to_string(d) + " s of ~" +
                       std::to_string(full) + " s",
                   &new_count, &old_count);

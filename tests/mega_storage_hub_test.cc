@@ -8,9 +8,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -151,6 +154,80 @@ struct VersionedState {
 
   uint64_t TotalBytes() const { return static_cast<uint64_t>(count) * rows * 256 * 4; }
 };
+
+// ---- The crash child of CrashBeforeTheCommitLeavesTheOldRevision ----------
+// The saving child is this test binary exec'd again, not a bare fork(): a fork
+// of this multi-threaded process (thread pools, HTTP client threads) would
+// inherit their state, possibly a mutex held at the fork, without the threads,
+// and could wait forever. main() (at the end of this file) runs RunCrashChild()
+// instead of the tests when argv[1] is kCrashChildFlag.
+constexpr char kCrashChildFlag[] = "--mega-storage-crash-child";
+
+// What the child saves over the parent's VersionedState{}: every tensor changed.
+VersionedState CrashChildState() {
+  VersionedState changed;
+  for (int& v : changed.version) v = 9;
+  return changed;
+}
+
+// Starts `<this binary> kCrashChildFlag args...` (posix_spawn: no fork of
+// this process's threads). Returns the child's pid.
+Result<pid_t> SpawnCrashChild(const std::vector<std::string>& args) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return IOError(std::string("readlink /proc/self/exe: ") + std::strerror(errno));
+  self[n] = '\0';
+  std::vector<std::string> all = {self, kCrashChildFlag};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) return IOError(std::string("posix_spawn ") + self + ": " + std::strerror(rc));
+  return pid;
+}
+
+// The child: argv = <binary> kCrashChildFlag remote|embedded <endpoint|store>
+// <token> <mega:// path>. Saves CrashChildState() from 2 thread ranks and
+// SIGKILLs itself in rank 0's Finish, before the commit. Returns (exit code)
+// only when something went wrong, after saying what on stderr.
+int RunCrashChild(int argc, char** argv) {
+  if (argc != 6 || (std::strcmp(argv[2], "remote") != 0 && std::strcmp(argv[2], "embedded") != 0)) {
+    std::fprintf(stderr, "crash child: usage: %s %s remote|embedded <endpoint|store> <token> <path>\n",
+                 argv[0], kCrashChildFlag);
+    return 2;
+  }
+  const bool remote = std::strcmp(argv[2], "remote") == 0;
+  const std::string where = argv[3], token = argv[4], path = argv[5];
+  auto h = remote ? hub::OpenRemoteHub(where, token) : hub::OpenEmbeddedHub(where);
+  if (!h.ok()) {
+    std::fprintf(stderr, "crash child: cannot open the hub at %s: %s\n", where.c_str(),
+                 h.status().ToString().c_str());
+    return 3;
+  }
+  auto child_fs = hub::NewMegaFileSystem(*h);
+  const VersionedState changed = CrashChildState();
+  std::vector<Status> st = RunThreadRanks(
+      2,
+      [&](ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, changed.Build(2, g.rank(), true));
+        MegaStorageWriterOptions o;
+        o.fs = child_fs;
+        HookedWriter w(std::make_unique<MegaStorageWriter>(path, std::nullopt, o));
+        w.before_finish = []() -> Status {
+          kill(getpid(), SIGKILL);
+          return Status::OK();
+        };
+        return Save(sd, w, &g);
+      },
+      Quick());
+  for (size_t r = 0; r < st.size(); ++r) {
+    std::fprintf(stderr, "crash child: the save of %s returned instead of reaching the kill; rank %zu: %s\n",
+                 path.c_str(), r, st[r].ToString().c_str());
+  }
+  return 4;
+}
 
 class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
  protected:
@@ -413,65 +490,41 @@ TEST_P(MegaStorageHubTest, FailuresLeaveTheBranchUntouched) {
 }
 
 TEST_P(MegaStorageHubTest, CrashBeforeTheCommitLeavesTheOldRevision) {
-  if (GetParam()) {
-    // Known defect of this test, not of the save: the forked child inherits the
-    // process's thread pool without its threads and can wait forever (seen in
-    // ~1 of 3 runs of the remote variant). To be rewritten with an exec'd child.
-    GTEST_SKIP() << "remote variant disabled: fork without exec can hang the child";
-  }
   VersionedState state;
   const std::string path = Path();
-  ASSERT_TRUE(SaveVersioned(state, path, 2).ok());
+  Status saved = SaveVersioned(state, path, 2);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
   const std::string head = Head();
-  VersionedState changed = state;
-  for (int& v : changed.version) v = 9;
-  // A child process saves from 2 thread ranks over its own connection and is
-  // SIGKILLed (rank 0, before its Finish) after every rank uploaded its shards.
+  const VersionedState changed = CrashChildState();
+  // A child process (this binary, exec'd: see RunCrashChild) saves `changed`
+  // from 2 thread ranks over its own connection and is SIGKILLed (rank 0,
+  // before its Finish) after every rank uploaded its shards.
   const std::string endpoint = GetParam() ? Server()->server.endpoint() : "";
   const std::string token = GetParam() ? Server()->token : "";
   const std::string store = local_.path() + "/hub";
-  // Close this process's hub connection before forking: the child must not
-  // inherit an open SQLite connection (its POSIX locks) to the same store, nor
-  // a connection whose helper threads may hold locks at the fork.
+  // Close this process's hub connection first, so that the child is the only
+  // one using the embedded store while it saves.
   fs_.reset();
   hub_.reset();
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto h = GetParam() ? hub::OpenRemoteHub(endpoint, token) : hub::OpenEmbeddedHub(store);
-    if (!h.ok()) _exit(3);
-    auto child_fs = hub::NewMegaFileSystem(*h);
-    RunThreadRanks(
-        2,
-        [&](ProcessGroup& g) -> Status {
-          MEGA_ASSIGN_OR_RETURN(StateDict sd, changed.Build(2, g.rank(), true));
-          MegaStorageWriterOptions o;
-          o.fs = child_fs;
-          HookedWriter w(std::make_unique<MegaStorageWriter>(path, std::nullopt, o));
-          w.before_finish = []() -> Status {
-            kill(getpid(), SIGKILL);
-            return Status::OK();
-          };
-          return Save(sd, w, &g);
-        },
-        Quick());
-    _exit(4);  // not reached when the kill happened
-  }
-  // Bounded wait: a child that has not killed itself after 120 s (stuck after
-  // fork) is killed here; that is still a crash before the commit.
+  auto pid = SpawnCrashChild(
+      {GetParam() ? "remote" : "embedded", GetParam() ? endpoint : store, token, path});
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  // Bounded wait: a child that has not killed itself after 120 s is killed
+  // here, and the test fails.
   int status = 0;
   pid_t waited = 0;
   for (int i = 0; i < 1200 && waited == 0; ++i) {
-    waited = waitpid(pid, &status, WNOHANG);
+    waited = waitpid(*pid, &status, WNOHANG);
     if (waited == 0) usleep(100 * 1000);
   }
   if (waited == 0) {
-    ADD_FAILURE() << "the saving child did not reach its SIGKILL within 120 s; killing it";
-    kill(pid, SIGKILL);
-    waited = waitpid(pid, &status, 0);
+    ADD_FAILURE() << "the saving child (pid " << *pid << ") did not reach its SIGKILL within 120 s; killing it";
+    kill(*pid, SIGKILL);
+    waited = waitpid(*pid, &status, 0);
   }
-  ASSERT_EQ(waited, pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  ASSERT_EQ(waited, *pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+                                   << " (its stderr says why)";
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   {
     // Reopen (the embedded store was written by another process meanwhile).
@@ -481,10 +534,13 @@ TEST_P(MegaStorageHubTest, CrashBeforeTheCommitLeavesTheOldRevision) {
     fs_ = hub::NewMegaFileSystem(hub_);
   }
   EXPECT_EQ(Head(), head) << "a crash before the commit must leave the branch at the old revision";
-  EXPECT_TRUE(LoadVersioned(state, path, 3).ok());
+  Status loaded = LoadVersioned(state, path, 3);
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
   // And the next save works.
-  ASSERT_TRUE(SaveVersioned(changed, path, 2).ok());
-  EXPECT_TRUE(LoadVersioned(changed, path, 1).ok());
+  saved = SaveVersioned(changed, path, 2);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  loaded = LoadVersioned(changed, path, 1);
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
 }
 
 TEST_P(MegaStorageHubTest, AsyncSaveIsOneCommit) {
@@ -763,3 +819,14 @@ INSTANTIATE_TEST_SUITE_P(Hub, MegaStorageHubCliTest, ::testing::Values(false, tr
 
 }  // namespace
 }  // namespace megackpt::dcp
+
+// This binary's own main: the crash child role (see RunCrashChild), else the
+// tests. tests/CMakeLists.txt links every tests/*_test.cc with GTest::gtest_main,
+// a static archive whose main() the linker leaves out when the program has one.
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], megackpt::dcp::kCrashChildFlag) == 0) {
+    return megackpt::dcp::RunCrashChild(argc, argv);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -5,11 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <filesystem>
-#include <set>
-
 #include "dcp/synthetic.h"
+#include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -19,39 +16,12 @@
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::unique_ptr<ProcessGroup> NewGroup() {
-  ProcessGroupOptions o;
-  o.timeout = std::chrono::seconds(60);
-  auto g = NewMpiProcessGroup(o);
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
-  return g.ok() ? std::move(*g) : nullptr;
-}
+std::unique_ptr<ProcessGroup> NewGroup() { return testing::NewMpiGroupForTest(); }
 
 // A folder created by rank 0 and known to all; removed by rank 0 at the end.
-class SharedDir {
+class SharedDir : public testing::SharedDir {
  public:
-  explicit SharedDir(ProcessGroup& g) : g_(g) {
-    std::string path;
-    if (g.rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "mega-mpi-XXXXXX").string();
-      path = mkdtemp(tmpl.data());
-    }
-    path_ = *g.Broadcast(path, 0);
-  }
-  ~SharedDir() {
-    g_.Barrier().IgnoreError();
-    if (g_.rank() == 0) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
-
- private:
-  ProcessGroup& g_;
-  std::string path_;
+  explicit SharedDir(ProcessGroup& g) : testing::SharedDir(g, "mega-mpi") {}
 };
 
 // Every rank's verdict, combined.
@@ -59,23 +29,18 @@ Status All(ProcessGroup& g, const Status& s) { return g.AllReduceStatus(s); }
 
 Status SaveFromRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir,
                      std::optional<FqnToIndexMapping> mapping) {
-  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, g.world_size(), g.rank(), 0, true));
   MegaStorageWriter writer(dir, std::move(mapping));
-  return Save(sd, writer, &g);
+  return testing::SaveSyntheticRank(spec, writer, &g);
 }
 
 Status LoadOnRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir, int variant) {
-  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, g.world_size(), g.rank(), variant, false));
   MegaStorageReader reader(dir);
-  MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
-  return synthetic::VerifyRankState(spec, sd);
+  return testing::LoadAndVerifySyntheticRank(spec, reader, &g, variant);
 }
 
 Status LoadInOneProcess(const synthetic::Spec& spec, const std::string& dir, int variant) {
-  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 1, 0, variant, false));
   MegaStorageReader reader(dir);
-  MEGA_RETURN_IF_ERROR(Load(sd, reader));
-  return synthetic::VerifyRankState(spec, sd);
+  return testing::LoadAndVerifySyntheticRank(spec, reader, nullptr, variant);
 }
 
 TEST(MegaStorageMpi, SaveAndReshardedLoadWithoutMapping) {
@@ -93,11 +58,7 @@ TEST(MegaStorageMpi, SaveAndReshardedLoadWithoutMapping) {
     // The index covers every rank's items.
     auto idx = ReadShardIndexFile(ckpt + "/model.mega.index.json");
     ASSERT_TRUE(idx.ok());
-    std::set<std::string> files;
-    for (const auto& e : fs::directory_iterator(ckpt)) {
-      if (e.path().extension() == ".mega") files.insert(e.path().filename().string());
-    }
-    EXPECT_GE(files.size(), static_cast<size_t>(g->world_size()));
+    EXPECT_GE(testing::ShardsIn(ckpt).size(), static_cast<size_t>(g->world_size()));
   }
 }
 
@@ -106,9 +67,7 @@ TEST(MegaStorageMpi, SaveWithMappingThenCollectiveConsolidation) {
   ASSERT_NE(g, nullptr);
   SharedDir dir(*g);
   auto spec = synthetic::MakeSpec(302, 400 << 10);
-  FqnToIndexMapping mapping;
-  int i = 0;
-  for (const auto& e : spec.entries) mapping[e.fqn] = 1 + (i++ % 3);
+  FqnToIndexMapping mapping = testing::RoundRobinMapping(spec, 3);
   const std::string ckpt = dir.path("c");
   Status s = All(*g, SaveFromRanks(*g, spec, ckpt, mapping));
   ASSERT_TRUE(s.ok()) << s.ToString();

@@ -3,7 +3,6 @@
 // spec/dcp.md §4, commit failures, corruption, Hugging Face layouts,
 // consolidation (+ an independent safetensors reader in Python) and the CLI.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
+#include "dcp/test_util.h"
 #include "megackpt/checksum.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
@@ -28,6 +28,7 @@
 #include "megackpt/mega.h"
 #include "megackpt/process_group.h"
 #include "megackpt/safetensors.h"
+#include "test_util.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -35,27 +36,18 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class TempDir {
+using testing::FilesIn;
+using testing::RoundRobinMapping;
+using testing::ShardsIn;
+using testing::RunThreadRanksForTest;
+using test_util::RunCommand;
+using test_util::RunMegackpt;
+
+// A fresh folder, removed at the end.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mega-storage-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& sub) const { return path_ + "/" + sub; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("mega-storage") {}
 };
-
-ProcessGroupOptions Quick() {
-  ProcessGroupOptions o;
-  o.timeout = std::chrono::seconds(60);
-  return o;
-}
 
 using WriterFactory = std::function<std::unique_ptr<StorageWriter>(int rank)>;
 
@@ -66,47 +58,19 @@ WriterFactory MegaWriterAt(const std::string& dir, std::optional<FqnToIndexMappi
 
 Status SaveSynthetic(const synthetic::Spec& spec, int world, const WriterFactory& make,
                      int variant = 0) {
-  auto results = RunThreadRanks(
-      world,
-      [&](ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, true));
-        auto writer = make(g.rank());
-        return Save(sd, *writer, &g);
-      },
-      Quick());
-  for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
-  return Status::OK();
+  return RunThreadRanksForTest(world, [&](ProcessGroup& g) -> Status {
+    auto writer = make(g.rank());
+    return testing::SaveSyntheticRank(spec, *writer, &g, variant);
+  });
 }
 
 // Loads at `world` with layout `variant` and verifies every rank's bytes.
 Status LoadSynthetic(const synthetic::Spec& spec, const std::string& path, int world, int variant,
                      MegaStorageReaderOptions o = {}) {
-  auto results = RunThreadRanks(
-      world,
-      [&](ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
-        MegaStorageReader reader(path, o);
-        MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
-        return synthetic::VerifyRankState(spec, sd);
-      },
-      Quick());
-  for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
-  return Status::OK();
-}
-
-std::vector<std::string> FilesIn(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<std::string> ShardsIn(const std::string& dir, const std::string& ext = ".mega") {
-  std::vector<std::string> out;
-  for (const auto& f : FilesIn(dir)) {
-    if (f.size() > ext.size() && f.ends_with(ext)) out.push_back(f);
-  }
-  return out;
+  return RunThreadRanksForTest(world, [&](ProcessGroup& g) -> Status {
+    MegaStorageReader reader(path, o);
+    return testing::LoadAndVerifySyntheticRank(spec, reader, &g, variant);
+  });
 }
 
 ShardIndex ReadIndex(const std::string& path) {
@@ -144,13 +108,6 @@ void ExpectGloballyNumbered(const std::vector<std::string>& shards) {
   }
 }
 
-FqnToIndexMapping MappingFor(const synthetic::Spec& spec, int buckets) {
-  FqnToIndexMapping m;
-  int i = 0;
-  for (const auto& e : spec.entries) m[e.fqn] = 1 + (i++ % buckets);
-  return m;
-}
-
 std::string Slurp(const std::string& path) { return *ReadLocalFile(path); }
 
 void FlipByte(const std::string& path, uint64_t offset) {
@@ -162,23 +119,6 @@ void FlipByte(const std::string& path, uint64_t offset) {
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(&c, 1);
 }
-
-std::string RunCommand(const std::string& cmd, int* exit_code) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    *exit_code = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  *exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-const std::string kCli = std::string(MEGACKPT_BINARY_DIR) + "/tools/megackpt";
 
 // ---------------------------------------------------------------------------
 // Round trips
@@ -202,7 +142,7 @@ TEST(MegaStorage, ReshardRoundTripWithMapping) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(12, 300 << 10);
   const std::string ckpt = dir.path("c");
-  ASSERT_TRUE(SaveSynthetic(spec, 3, MegaWriterAt(ckpt, MappingFor(spec, 4))).ok());
+  ASSERT_TRUE(SaveSynthetic(spec, 3, MegaWriterAt(ckpt, RoundRobinMapping(spec, 4))).ok());
   for (auto [world, variant] : std::vector<std::pair<int, int>>{{1, 3}, {2, 1}, {3, 5}}) {
     Status s = LoadSynthetic(spec, ckpt, world, variant);
     EXPECT_TRUE(s.ok()) << "load at " << world << " variant " << variant << ": " << s.ToString();
@@ -251,7 +191,7 @@ TEST(MegaStorage, AsyncSaveInWavesSplitsShardsAcrossWriteDataCalls) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(31, 400 << 10);
   const std::string ckpt = dir.path("a");
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
@@ -260,9 +200,8 @@ TEST(MegaStorage, AsyncSaveInWavesSplitsShardsAcrossWriteDataCalls) {
         AsyncSaveHandle h = AsyncSave(sd, std::make_shared<MegaStorageWriter>(ckpt), &g, opts);
         MEGA_RETURN_IF_ERROR(h.staged.get());
         return h.done.get();
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   ExpectGloballyNumbered(ShardsIn(ckpt));
   Status s = LoadSynthetic(spec, ckpt, 3, 2);
   EXPECT_TRUE(s.ok()) << s.ToString();
@@ -317,7 +256,7 @@ TEST(MegaStorage, SequentialSinkWritesTheSameShards) {
 TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         StateDict sd;
@@ -329,9 +268,8 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
         SaveOptions so;
         so.use_collectives = false;
         return Save(sd, writer, &g, so);
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   EXPECT_TRUE(fs::exists(ckpt + "/.metadata"));
   EXPECT_TRUE(fs::exists(ckpt + "/.metadata.rank1"));
   for (int r : {0, 1}) {
@@ -356,7 +294,7 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
 TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       3,
       [&](ProcessGroup& g) -> Status {
         StateDict sd;
@@ -375,9 +313,8 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
         st.shards.push_back({{2 * g.rank(), 0}, part});
         sd.Set("sharded", st);
         return Save(sd, *MegaWriterAt(ckpt)(g.rank()), &g);
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   auto shards = ShardsIn(ckpt);
   ASSERT_EQ(shards.size(), 3u);  // one distinct file per rank, none overwritten
   EXPECT_EQ(std::set<std::string>(shards.begin(), shards.end()).size(), 3u);
@@ -404,7 +341,7 @@ TEST(MegaStorageSeedDefects, SeedDefect2_GlobalFileCountInNames) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
   FqnToIndexMapping mapping{{"a", 1}, {"b", 2}, {"c", 3}};
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         StateDict sd;
@@ -414,9 +351,8 @@ TEST(MegaStorageSeedDefects, SeedDefect2_GlobalFileCountInNames) {
           sd.Set(name, t);
         }
         return Save(sd, *MegaWriterAt(ckpt, mapping)(g.rank()), &g);
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   EXPECT_EQ(ShardsIn(ckpt), (std::vector<std::string>{"model-00001-of-00003.mega", "model-00002-of-00003.mega",
                                                       "model-00003-of-00003.mega"}));
   ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
@@ -432,7 +368,7 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
   const std::string ckpt = dir.path("c");
   std::mutex mu;
   std::map<std::string, uint64_t> written_per_rank;
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
@@ -444,9 +380,8 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
         std::lock_guard<std::mutex> lock(mu);
         written_per_rank[std::to_string(g.rank())] = stats.bytes_written;
         return Status::OK();
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   ASSERT_TRUE(idx.total_size.has_value());
   EXPECT_EQ(*idx.total_size, spec.total_bytes);  // every tensor/bytes value once, no headers
@@ -636,7 +571,7 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
     f << std::string("\x80\x05\x95pickle", 10);
   }
   // Resharded: two ranks, each half the rows of layer.a.
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         ShardedTensor st;
@@ -657,9 +592,8 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
         }
         if (static_cast<int64_t*>(bb.data())[2] != -2) return DataLossError("layer.b differs");
         return Status::OK();
-      },
-      Quick());
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+      });
+  EXPECT_TRUE(ranks.ok()) << ranks.ToString();
 }
 
 // In-process failures during a re-save: the previous checkpoint stays, and
@@ -708,7 +642,7 @@ TEST(MegaStorageSeedDefects, SeedDefect9_ChecksumVerified) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(61, 100 << 10);
   const std::string good = dir.path("good");
-  ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(good, MappingFor(spec, 2))).ok());
+  ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(good, RoundRobinMapping(spec, 2))).ok());
   int checked = 0;
   std::mt19937_64 rng(7);
   for (const auto& shard : ShardsIn(good)) {
@@ -836,7 +770,7 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
                     {"model.b", "model-00002-of-00002.safetensors"}};
   ASSERT_TRUE(WriteShardIndexFile(hf + "/model.safetensors.index.json", idx).ok());
   for (std::string path : {hf, hf + "/model.safetensors.index.json"}) {
-    auto results = RunThreadRanks(
+    Status ranks = RunThreadRanksForTest(
         2,
         [&](ProcessGroup& g) -> Status {
           // Column split: rank r holds columns [3r, 3r+3) of model.w (strided reads).
@@ -862,9 +796,8 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
           }
           if (static_cast<float*>(bb.data())[5] != 5.25f) return DataLossError("model.b differs");
           return Status::OK();
-        },
-        Quick());
-    for (const Status& s : results) EXPECT_TRUE(s.ok()) << path << ": " << s.ToString();
+        });
+    EXPECT_TRUE(ranks.ok()) << path << ": " << ranks.ToString();
   }
   // One lone .safetensors file.
   const std::string single = dir.path("single.safetensors");
@@ -937,12 +870,11 @@ TEST(MegaStorageConsolidate, MegaWithShardSizeLimitIsTruthfulAndReloads) {
   // The source is untouched and still loads.
   EXPECT_TRUE(LoadSynthetic(spec, dir.path("src"), 1, 0).ok());
   // A clean reader (the CLI's inspect and verify) reads it by the format's own rules.
-  int code = 0;
-  std::string out = RunCommand(kCli + " verify " + dir.path("dst"), &code);
-  EXPECT_EQ(code, 0) << out;
-  out = RunCommand(kCli + " inspect --json " + dir.path("dst/model.mega.index.json"), &code);
-  EXPECT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("model.embed"), std::string::npos);
+  test_util::CommandResult cli = RunMegackpt("verify " + dir.path("dst"));
+  EXPECT_EQ(cli.code, 0) << cli.out;
+  cli = RunMegackpt("inspect --json " + dir.path("dst/model.mega.index.json"));
+  EXPECT_EQ(cli.code, 0) << cli.out;
+  EXPECT_NE(cli.out.find("model.embed"), std::string::npos);
 }
 
 TEST(MegaStorageConsolidate, SaveOptionConsolidatesInPlace) {
@@ -951,7 +883,7 @@ TEST(MegaStorageConsolidate, SaveOptionConsolidatesInPlace) {
   const std::string ckpt = dir.path("c");
   MegaStorageWriterOptions o;
   o.consolidate = true;
-  ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(ckpt, MappingFor(spec, 3), o)).ok());
+  ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(ckpt, RoundRobinMapping(spec, 3), o)).ok());
   // Buckets of the mapping decide the files; every file is whole tensors.
   auto shards = ShardsIn(ckpt);
   EXPECT_EQ(shards.size(), 3u);
@@ -969,9 +901,8 @@ TEST(MegaStorageConsolidate, SaveOptionConsolidatesInPlace) {
   expected.insert({".metadata", "model.mega.index.json"});
   auto all = FilesIn(ckpt);
   EXPECT_EQ(std::set<std::string>(all.begin(), all.end()), expected);
-  int code = 0;
-  std::string out = RunCommand(kCli + " verify " + ckpt, &code);
-  EXPECT_EQ(code, 0) << out;
+  test_util::CommandResult verify = RunMegackpt("verify " + ckpt);
+  EXPECT_EQ(verify.code, 0) << verify.out;
 }
 
 TEST(MegaStorageConsolidate, FailedConsolidationAfterCommitKeepsTheSavedCheckpoint) {
@@ -984,7 +915,7 @@ TEST(MegaStorageConsolidate, FailedConsolidationAfterCommitKeepsTheSavedCheckpoi
   MegaStorageWriterOptions o;
   o.consolidate = true;
   o.fs = fail;
-  Status s = SaveSynthetic(spec, 2, MegaWriterAt(ckpt, MappingFor(spec, 2), o));
+  Status s = SaveSynthetic(spec, 2, MegaWriterAt(ckpt, RoundRobinMapping(spec, 2), o));
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("consolidation failed"), std::string::npos) << s.ToString();
   // Every rank aborted, yet no committed shard was removed: the sharded save loads.
@@ -996,15 +927,14 @@ TEST(MegaStorageConsolidate, CollectiveOverThreadRanks) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(83, 300 << 10);
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("src"))).ok());
-  auto results = RunThreadRanks(
+  Status ranks = RunThreadRanksForTest(
       2,
       [&](ProcessGroup& g) -> Status {
         ConsolidateOptions o;
         o.max_shard_size = 64 << 10;
         return Consolidate(dir.path("src"), dir.path("dst"), o, &g).status();
-      },
-      Quick());
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      });
+  ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   ExpectTruthfulIndex(dir.path("dst"), "model.mega.index.json", spec);
   EXPECT_TRUE(LoadSynthetic(spec, dir.path("dst"), 3, 2).ok());
 }
@@ -1048,9 +978,10 @@ for name in sorted(index["weight_map"]):
 assert total == index["metadata"]["total_size"], (total, index["metadata"]["total_size"])
 )PY";
   }
-  int code = 0;
-  std::string out = RunCommand("/usr/bin/python3 " + script + " " + dir.path("hf"), &code);
-  ASSERT_EQ(code, 0) << out;
+  test_util::CommandResult python =
+      RunCommand("/usr/bin/python3 " + script + " " + dir.path("hf"), {.stderr_to = test_util::StderrTo::kOut});
+  const std::string& out = python.out;
+  ASSERT_EQ(python.code, 0) << out;
   // Compare with the expected global content of every entry.
   std::map<std::string, std::string> py;
   std::istringstream lines(out);
@@ -1130,20 +1061,18 @@ TEST(MegaStorageConsolidate, CliConsolidate) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(85, 150 << 10);
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("src"))).ok());
-  int code = 0;
-  std::string out = RunCommand(kCli + " consolidate " + dir.path("src") + " " + dir.path("a") +
-                                   " --format safetensors --max-shard-size 50000",
-                               &code);
-  ASSERT_EQ(code, 0) << out;
+  test_util::CommandResult r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("a") +
+                                           " --format safetensors --max-shard-size 50000");
+  ASSERT_EQ(r.code, 0) << r.out;
   ExpectTruthfulIndex(dir.path("a"), "model.safetensors.index.json", spec);
-  out = RunCommand(kCli + " consolidate " + dir.path("src") + " " + dir.path("b"), &code);
-  ASSERT_EQ(code, 0) << out;
+  r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("b"));
+  ASSERT_EQ(r.code, 0) << r.out;
   ExpectTruthfulIndex(dir.path("b"), "model.mega.index.json", spec);
   EXPECT_TRUE(fs::exists(dir.path("b/model.mega")));
-  out = RunCommand(kCli + " consolidate " + dir.path("nothing-here") + " " + dir.path("c"), &code);
-  EXPECT_EQ(code, 1) << out;
-  out = RunCommand(kCli + " consolidate " + dir.path("src") + " " + dir.path("c") + " --format xml", &code);
-  EXPECT_EQ(code, 2) << out;
+  r = RunMegackpt("consolidate " + dir.path("nothing-here") + " " + dir.path("c"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("c") + " --format xml");
+  EXPECT_EQ(r.code, 2) << r.out;
   // A corrupt source is reported with file and tensor, and DST is not created.
   auto shard = ShardsIn(dir.path("src"))[0];
   auto reader = MegaReader::OpenFile(dir.path("src/" + shard));
@@ -1154,10 +1083,10 @@ TEST(MegaStorageConsolidate, CliConsolidate) {
   }
   ASSERT_NE(victim, nullptr);
   FlipByte(dir.path("src/" + shard), victim->file_offset);
-  out = RunCommand(kCli + " consolidate " + dir.path("src") + " " + dir.path("d"), &code);
-  EXPECT_EQ(code, 1) << out;
-  EXPECT_NE(out.find(shard), std::string::npos) << out;
-  EXPECT_NE(out.find(victim->name), std::string::npos) << out;
+  r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("d"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(shard), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(victim->name), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.path("d/.metadata")));
 }
 

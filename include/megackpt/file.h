@@ -70,6 +70,16 @@ class WritableFile {
   // Makes written data durable (fsync for local files).
   virtual Status Sync() = 0;
 
+  // A hint: start writing bytes [offset, offset + length) back to storage now,
+  // without waiting for it, so that a later Sync() has less left to do (local
+  // files: sync_file_range(SYNC_FILE_RANGE_WRITE)). Not a durability guarantee;
+  // only Sync() is. Errors are not reported: a hint that cannot be taken is
+  // dropped. Default: nothing.
+  virtual void StartWriteback(uint64_t offset, uint64_t length) {
+    (void)offset;
+    (void)length;
+  }
+
   // Finishes the file. After Close, only the destructor may be called.
   virtual Status Close() = 0;
 };

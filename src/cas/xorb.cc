@@ -103,9 +103,37 @@ void JoinBg4(const uint8_t* in, size_t n, uint8_t* out) {
   for (size_t j = groups * 4; j < n; ++j) out[j] = lane[j % 4][groups];
 }
 
+// log2(c / total) for every count c <= total, for the two totals a full
+// sample gives (one lane, all four lanes). Each entry is the very expression
+// Entropy evaluates otherwise, so the result is bit-identical (the scheme
+// choice, hence the xorb bytes, must not change); it saves 1280 log2 calls
+// per chunk (~3% of an upload's CPU, perf).
+struct Log2Table {
+  explicit Log2Table(uint32_t t) : total(t), values(t + 1) {
+    for (uint32_t c = 1; c <= t; ++c) values[c] = std::log2(static_cast<double>(c) / t);
+  }
+  uint32_t total;
+  std::vector<double> values;
+};
+
+const std::vector<double>* Log2Of(uint32_t total) {
+  static const Log2Table lane(kSampleBytes / 4), all(kSampleBytes);
+  if (total == lane.total) return &lane.values;
+  if (total == all.total) return &all.values;
+  return nullptr;
+}
+
 double Entropy(const uint32_t* counts, uint32_t total) {
   if (total == 0) return 0;
   double h = 0;
+  if (const std::vector<double>* table = Log2Of(total)) {
+    for (int b = 0; b < 256; ++b) {
+      if (counts[b] == 0) continue;
+      double p = static_cast<double>(counts[b]) / total;
+      h -= p * (*table)[counts[b]];
+    }
+    return h;
+  }
   for (int b = 0; b < 256; ++b) {
     if (counts[b] == 0) continue;
     double p = static_cast<double>(counts[b]) / total;

@@ -19,6 +19,7 @@
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/dcp/filesystem.h"
+#include "megackpt/packed.h"
 #include "megackpt/safetensors.h"
 #include "megackpt/thread_pool.h"
 
@@ -65,7 +66,21 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(e.fqn));
   MEGA_ASSIGN_OR_RETURN(std::byte * mem, buf.Get(e.nbytes));
   MEGA_ASSIGN_OR_RETURN(Tensor whole, Tensor::FromBlob(mem, e.dtype, e.shape));
+  // The padding nibble of an odd-length F4 tensor (the buffer is reused).
+  if (e.dtype == DType::kF4 && e.nbytes > 0) mem[e.nbytes - 1] = std::byte{0};
   for (const auto& c : t.chunks) {
+    if (e.dtype == DType::kF4) {
+      // F4 chunks need not start or end on a byte of the whole tensor: read the
+      // chunk whole (verified) and copy its nibbles in (docs/dcp.md, F4 resharding).
+      MEGA_ASSIGN_OR_RETURN(Tensor chunk, Tensor::Empty(DType::kF4, c.sizes));
+      const StorageInfo& info = md.storage_data.at(MetadataIndex(e.fqn, c.offsets));
+      MEGA_RETURN_IF_ERROR(
+          files.ReadBox(info, e.fqn, e.dtype, c.sizes, Shape(c.sizes.size(), 0), chunk, false));
+      MEGA_RETURN_IF_ERROR(CopyF4Box({static_cast<const std::byte*>(chunk.data()), c.sizes},
+                                     Shape(c.sizes.size(), 0), {mem, e.shape}, c.offsets,
+                                     c.sizes));
+      continue;
+    }
     Tensor view = whole;
     for (size_t d = 0; d < c.offsets.size(); ++d) {
       MEGA_ASSIGN_OR_RETURN(view, view.Narrow(static_cast<int>(d), c.offsets[d], c.sizes[d]));

@@ -5,13 +5,17 @@
 // tensor's memory in pieces of at most one checksum block (so the CRC32 of a
 // block is computed while its bytes are in cache, right before the pwrite).
 // Strided tensors go through a bounded per-thread buffer. Each file is fsynced
-// before WriteData returns; the coordinator's Finish writes .metadata last.
+// before WriteData returns; the coordinator's Finish writes .metadata last. A
+// durable save asks for writeback of every 32 MiB already written, so the device
+// works while the next bytes are copied and the final fsync has less to wait for.
 //
 // Read path: a ReadItem is a box of a stored row-major chunk. The box is cut
 // into contiguous byte ranges of the file ("pieces"); a piece whose destination
 // is contiguous is read with pread straight into the caller's tensor, any other
 // through a per-thread staging buffer. Only the needed ranges are read; CRC
-// blocks fully covered by a read are verified (see VerifyMode).
+// blocks fully covered by a read are verified (see VerifyMode). F4 boxes that
+// are not whole bytes are read span by span and copied nibble-exactly
+// (dcp/f4_box.h, docs/dcp.md "F4 resharding").
 #include "megackpt/dcp/filesystem.h"
 
 #include <zlib.h>
@@ -26,7 +30,9 @@
 #include <set>
 #include <unordered_map>
 
+#include "dcp/f4_box.h"
 #include "megackpt/checksum.h"
+#include "megackpt/packed.h"
 #include "megackpt/thread_pool.h"
 
 namespace megackpt::dcp {
@@ -35,9 +41,11 @@ namespace {
 constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
 constexpr uint64_t kWriteUnit = 1ull << 20;     // largest pwrite when no block forces smaller
+constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit (CRC while hot)
 constexpr uint64_t kMaxScratchBlock = 64ull << 20;  // larger partial blocks are not expanded
+constexpr double kF4MaxOverhead = 0.05;  // F4 spans read at most 5% more than their runs
 
 std::string RandomId() {
   static std::atomic<uint64_t> counter{0};
@@ -318,6 +326,7 @@ class FileSystemWriterImpl final : public StorageWriter {
     const bool positioned = file->supports_write_at();
     std::shared_ptr<std::byte> buffer;  // for strided tensors, allocated on first need
     uint64_t offset = 0;
+    uint64_t written_back = 0;  // durable saves: writeback started for [0, written_back)
     static const std::byte kZeros[kDataAlignment] = {};
     for (size_t idx : items) {
       const WriteItem& item = plan.items[idx];
@@ -340,6 +349,11 @@ class FileSystemWriterImpl final : public StorageWriter {
           }
           offset += n;
           bytes = bytes.subspan(static_cast<size_t>(n));
+          if (options_.sync && offset - written_back >= kWritebackUnit) {
+            // The device starts on this range while we copy the next one.
+            file->StartWriteback(written_back, offset - written_back);
+            written_back = offset;
+          }
         }
         return Status::OK();
       };
@@ -424,7 +438,8 @@ struct ReadUnit {
   bool flat = false;         // dest_ptr is contiguous for the whole range
   std::byte* dest_ptr = nullptr;
   Tensor dest;               // when !flat: the destination box of this range
-  Shape shape;               // shape of the range as a box (for !flat)
+  Shape shape;               // shape of the range as a box (for !flat); f4: the stored chunk's
+  bool f4 = false;           // a whole F4 box read span by span (see ReadF4Unit)
 };
 
 struct ItemState {
@@ -650,22 +665,24 @@ class FileSystemReaderImpl final : public StorageReader {
     size_t j = nd;
     while (j > 0 && item.lengths[j - 1] == S[j - 1]) --j;
     if (j > 0) --j;  // dim j is partially read (or is the first dim)
-    if (st->dtype == DType::kF4) {
-      bool whole = j == 0 && item.lengths == S;
-      if (!whole || !st->dest.is_contiguous()) {
-        return UnimplementedError("partial reads of F4 tensors are not supported (" +
-                                  ToString(key) + ")");
-      }
-    }
     // Whole box contiguous in storage: all dims before j are single indices.
     bool one_run = true;
     for (size_t d = 0; d < j; ++d) one_run = one_run && item.lengths[d] == 1;
-    uint64_t needed = st->dtype == DType::kF4 ? st->info->length : st->dest.numel() * esize;
+    uint64_t needed = st->dest.numel() * esize;
+    uint64_t start_elem = 0;
+    for (size_t d = 0; d < nd; ++d) start_elem += static_cast<uint64_t>(item.storage_offsets[d]) * sstr[d];
+    if (st->dtype == DType::kF4) {
+      // Bytes map 1:1 onto the destination for the whole chunk, or for one
+      // storage run that starts on a byte boundary and fills whole bytes.
+      const bool whole = j == 0 && item.lengths == S;
+      const bool bytewise = st->dest.is_contiguous() &&
+                            (whole || (one_run && start_elem % 2 == 0 && st->dest.numel() % 2 == 0));
+      if (!bytewise) return AddF4Unit(i, item, S, *st, units);
+      needed = whole ? st->info->length : st->dest.numel() / 2;
+    }
     const size_t first_unit = units->size();
     if (nd == 0 || one_run) {
-      uint64_t start = 0;
-      for (size_t d = 0; d < nd; ++d) start += static_cast<uint64_t>(item.storage_offsets[d]) * sstr[d];
-      start *= esize;
+      const uint64_t start = st->dtype == DType::kF4 ? start_elem / 2 : start_elem * esize;
       if (st->dest.is_contiguous()) {
         // Flat: cut into units at block boundaries (relative to the item).
         const uint64_t bs = BlockSizeOf(*st->info);
@@ -702,6 +719,39 @@ class FileSystemReaderImpl final : public StorageReader {
       expand = expanded <= static_cast<uint64_t>(needed * (1.0 + options_.max_verify_overhead));
     }
     for (size_t k = first_unit; k < units->size(); ++k) (*units)[k].expand = expand;
+    return Status::OK();
+  }
+
+  // An F4 box that does not map onto whole destination bytes: one unit for the
+  // whole item (its spans may share destination bytes, so one thread copies
+  // them all), read span by span through staging (ReadF4Unit). The verify
+  // decision is the one of other reads, computed over the spans.
+  Status AddF4Unit(size_t i, const ReadItem& item, const Shape& S, const ItemState& st,
+                   std::vector<ReadUnit>* units) {
+    ReadUnit u;
+    u.item = i;
+    u.f4 = true;
+    u.shape = S;
+    auto [first, last] = F4BoxByteRange(S, item.storage_offsets, item.lengths);
+    u.rel = first;
+    u.len = last - first;
+    bool expand = false;
+    if (options_.verify == VerifyMode::kAllTouchedBlocks) {
+      expand = true;
+    } else if (options_.verify == VerifyMode::kReadBlocks) {
+      uint64_t needed = 0, expanded = 0;
+      MEGA_RETURN_IF_ERROR(ForEachF4Span(
+          S, item.storage_offsets, item.lengths, options_.staging_bytes, kF4MaxOverhead,
+          [&](const F4Span& span) {
+            needed += span.end - span.begin;
+            auto [a, b] = Expanded(*st.info, span.begin, span.end - span.begin);
+            expanded += b - a;
+            return Status::OK();
+          }));
+      expand = expanded <= static_cast<uint64_t>(needed * (1.0 + options_.max_verify_overhead));
+    }
+    u.expand = expand;
+    units->push_back(std::move(u));
     return Status::OK();
   }
 
@@ -892,7 +942,36 @@ class FileSystemReaderImpl final : public StorageReader {
     return "reading " + ToString(item.storage_index);
   }
 
+  // Reads an F4 unit: each span of the box (grouped like ReadBoxRuns: at most
+  // staging_bytes, at most 5% more bytes than its runs need) is read into
+  // staging — widened to whole CRC blocks when expanding — with the usual block
+  // verification, then its runs are copied nibble-exactly into the destination.
+  Status ReadF4Unit(const ItemState& st, const ReadItem& item, const ReadUnit& unit) {
+    const Shape& S = unit.shape;
+    return ForEachF4Span(
+        S, item.storage_offsets, item.lengths, options_.staging_bytes, kF4MaxOverhead,
+        [&](const F4Span& span) -> Status {
+          uint64_t a = span.begin, b = span.end;
+          if (unit.expand && HasChecksums(*st.info)) {
+            std::tie(a, b) = Expanded(*st.info, span.begin, span.end - span.begin);
+            if (b - a > options_.staging_bytes + 2 * kMaxScratchBlock) {
+              a = span.begin;
+              b = span.end;
+            }
+          }
+          ScratchLease lease(this, b - a);
+          if (!lease.data()) {
+            return ResourceExhaustedError("cannot allocate a read buffer of " +
+                                          std::to_string(b - a) + " bytes");
+          }
+          MEGA_RETURN_IF_ERROR(
+              ReadRange(st, item, a, std::span<std::byte>(lease.data(), b - a), false, nullptr, 0));
+          return CopyF4Span(span, lease.data(), a, S, st.dest);
+        });
+  }
+
   Status ReadTensorUnit(const ItemState& st, const ReadItem& item, const ReadUnit& unit) {
+    if (unit.f4) return ReadF4Unit(st, item, unit);
     if (unit.flat) {
       // Scratch only for partial CRC blocks at the edges, when expanding.
       const uint64_t bs = BlockSizeOf(*st.info);

@@ -45,7 +45,9 @@ std::set<std::string> ReferencedFiles(const Metadata& metadata);
 // Reads the box [start, start + dst.shape()) of a dense row-major tensor of
 // shape `stored` whose bytes start at file offset `base`, into dst (any strides):
 // one pread per contiguous run, neighbouring runs merged only while the bytes
-// read stay within 5% of the bytes needed. `what` prefixes error messages.
+// read stay within 5% of the bytes needed. F4 boxes that are not the whole
+// tensor are read in spans and copied nibble-exactly into dst (contiguous, as
+// every F4 tensor; dcp/f4_box.h). `what` prefixes error messages.
 Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
                    const Shape& start, const Tensor& dst, const std::string& what);
 

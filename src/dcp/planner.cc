@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <unordered_map>
+
+#include "megackpt/packed.h"
 
 namespace megackpt::dcp {
 
@@ -236,6 +239,7 @@ class DefaultLoadPlanner final : public LoadPlanner {
     metadata_ = &metadata;
     is_coordinator_ = is_coordinator;
     tensors_.clear();
+    f4_mutexes_.clear();
     bytes_.clear();
     return Status::OK();
   }
@@ -289,16 +293,22 @@ class DefaultLoadPlanner final : public LoadPlanner {
     return Status::OK();
   }
 
+  // F4 boxes that are not a byte-aligned contiguous view of the destination
+  // (see F4BoxIsView) are read into a fresh contiguous F4 tensor of shape
+  // item.lengths, which CommitTensor copies into the destination. Nothing is
+  // remembered between the two calls: CommitTensor recomputes the decision, and
+  // the temporary travels through the reader (it is the tensor CommitTensor
+  // receives), so concurrent items never share planner state.
   Result<Tensor> ResolveTensor(const ReadItem& item) override {
-    auto it = tensors_.find(item.dest_index);
-    if (it == tensors_.end()) {
-      return NotFoundError("load planner: no tensor destination for " + ToString(item.dest_index));
-    }
-    Tensor view = it->second;
-    if (item.dest_offsets.size() != static_cast<size_t>(view.ndim()) ||
-        item.lengths.size() != static_cast<size_t>(view.ndim())) {
-      return InvalidArgumentError("load planner: read item for " + ToString(item.dest_index) +
-                                  " has the wrong number of dims");
+    MEGA_ASSIGN_OR_RETURN(const Dest* dest, FindDest(item));
+    Tensor view = dest->tensor;
+    if (view.dtype() == DType::kF4) {
+      if (!F4BoxIsView(view, item)) return Tensor::Empty(DType::kF4, item.lengths, /*zero=*/true);
+      // Narrow checks each step for a byte boundary (a row may start mid-byte
+      // even when the box does): make the view from the box's first element.
+      const uint64_t first = F4BoxFirstElement(view, item);
+      return Tensor::FromBlob(static_cast<std::byte*>(view.data()) + first / 2, DType::kF4,
+                              item.lengths, view.owner());
     }
     for (int d = 0; d < view.ndim(); ++d) {
       MEGA_ASSIGN_OR_RETURN(view, view.Narrow(d, item.dest_offsets[d], item.lengths[d]));
@@ -306,9 +316,81 @@ class DefaultLoadPlanner final : public LoadPlanner {
     return view;
   }
 
-  Status CommitTensor(const ReadItem&, const Tensor&) override { return Status::OK(); }
+  Status CommitTensor(const ReadItem& item, const Tensor& tensor) override {
+    MEGA_ASSIGN_OR_RETURN(const Dest* dest, FindDest(item));
+    const Tensor& full = dest->tensor;
+    if (full.dtype() != DType::kF4 || F4BoxIsView(full, item)) return Status::OK();
+    if (Volume(item.lengths) == 0) return Status::OK();
+    if (!tensor.defined() || tensor.dtype() != DType::kF4 || tensor.shape() != item.lengths ||
+        !tensor.is_contiguous()) {
+      return InvalidArgumentError("load planner: CommitTensor for " + ToString(item.dest_index) +
+                                  " got a tensor that is not the F4 buffer ResolveTensor made");
+    }
+    const Shape zeros(item.lengths.size(), 0);
+    // Boxes of one destination may share a byte (two nibbles): serialize the
+    // read-modify-write copies into the same memory.
+    std::lock_guard<std::mutex> lock(*dest->f4_mu);
+    return CopyF4Box({static_cast<const std::byte*>(tensor.data()), tensor.shape()}, zeros,
+                     {static_cast<std::byte*>(full.data()), full.shape()}, item.dest_offsets,
+                     item.lengths);
+  }
 
  private:
+  struct Dest {
+    Tensor tensor;
+    // F4 destinations: guards CommitTensor's nibble copies into its memory
+    // (shared by destinations with the same owner or data pointer).
+    std::shared_ptr<std::mutex> f4_mu;
+  };
+
+  Result<const Dest*> FindDest(const ReadItem& item) const {
+    auto it = tensors_.find(item.dest_index);
+    if (it == tensors_.end()) {
+      return NotFoundError("load planner: no tensor destination for " + ToString(item.dest_index));
+    }
+    const int nd = it->second.tensor.ndim();
+    if (item.dest_offsets.size() != static_cast<size_t>(nd) ||
+        item.lengths.size() != static_cast<size_t>(nd)) {
+      return InvalidArgumentError("load planner: read item for " + ToString(item.dest_index) +
+                                  " has the wrong number of dims");
+    }
+    return &it->second;
+  }
+
+  // Flat index in `dest` (contiguous) of the first element of item's box.
+  static uint64_t F4BoxFirstElement(const Tensor& dest, const ReadItem& item) {
+    const std::vector<int64_t> strides = ContiguousStrides(dest.shape());
+    uint64_t first = 0;
+    for (size_t d = 0; d < strides.size(); ++d) {
+      first += static_cast<uint64_t>(item.dest_offsets[d] * strides[d]);
+    }
+    return first;
+  }
+
+  // True when the box of `item` in the F4 tensor `dest` is a view the reader
+  // may write whole bytes into: non-empty, contiguous, starting on a byte
+  // boundary, and owning its last byte (an even element count, or ending at
+  // the end of `dest`, whose padding nibble is its own).
+  static bool F4BoxIsView(const Tensor& dest, const ReadItem& item) {
+    const Shape& shape = dest.shape();
+    const size_t nd = shape.size();
+    for (size_t d = 0; d < nd; ++d) {
+      if (item.dest_offsets[d] < 0 || item.lengths[d] <= 0 ||
+          item.dest_offsets[d] + item.lengths[d] > shape[d]) {
+        return false;
+      }
+    }
+    // Contiguous: dims before the first partial one are single indices.
+    size_t k = nd;
+    while (k > 0 && item.lengths[k - 1] == shape[k - 1]) --k;
+    for (size_t d = 0; d + 1 < k; ++d) {
+      if (item.lengths[d] != 1) return false;
+    }
+    const uint64_t first = F4BoxFirstElement(dest, item);
+    const uint64_t n = Volume(item.lengths);
+    return first % 2 == 0 && (n % 2 == 0 || first + n == dest.numel());
+  }
+
   Status PlanEntry(const FlatEntry& e, const StorageMetadata& md, LoadPlan* plan) {
     StateValue& v = *e.value;
     if (v.is_bytes()) {
@@ -331,18 +413,18 @@ class DefaultLoadPlanner final : public LoadPlanner {
     }
     DType dtype;
     Shape global;
-    struct Dest {
+    struct DestChunk {
       Shape offsets;
       Tensor tensor;
     };
-    std::vector<Dest> dests;
+    std::vector<DestChunk> dests;
     if (v.is_tensor()) {
       if (!v.tensor().defined()) {
         return InvalidArgumentError("state dict tensor '" + e.fqn + "' is undefined");
       }
       dtype = v.tensor().dtype();
       global = v.tensor().shape();
-      dests.push_back(Dest{Shape(global.size(), 0), v.tensor()});
+      dests.push_back(DestChunk{Shape(global.size(), 0), v.tensor()});
     } else {
       dtype = v.sharded().dtype;
       global = v.sharded().global_shape;
@@ -352,7 +434,7 @@ class DefaultLoadPlanner final : public LoadPlanner {
                                       "' has an undefined shard or one of another dtype");
         }
         MEGA_RETURN_IF_ERROR(CheckInBounds(e.fqn, global, sh.offsets, sh.tensor.shape()));
-        dests.push_back(Dest{sh.offsets, sh.tensor});
+        dests.push_back(DestChunk{sh.offsets, sh.tensor});
       }
     }
     if (dtype != stored->properties.dtype) {
@@ -365,9 +447,16 @@ class DefaultLoadPlanner final : public LoadPlanner {
                                   ShapeToString(stored->size) + ", state dict has " +
                                   ShapeToString(global));
     }
-    for (Dest& d : dests) {
+    for (DestChunk& d : dests) {
       MetadataIndex dest_index(e.fqn, d.offsets);
-      if (!tensors_.emplace(dest_index, d.tensor).second) {
+      std::shared_ptr<std::mutex> mu;
+      if (dtype == DType::kF4) {
+        const void* key = d.tensor.owner() ? d.tensor.owner().get() : d.tensor.data();
+        auto& slot = f4_mutexes_[key];
+        if (!slot) slot = std::make_shared<std::mutex>();
+        mu = slot;
+      }
+      if (!tensors_.emplace(dest_index, Dest{d.tensor, std::move(mu)}).second) {
         return InvalidArgumentError("sharded tensor '" + e.fqn + "' has two shards at offsets " +
                                     ShapeToString(d.offsets));
       }
@@ -391,7 +480,8 @@ class DefaultLoadPlanner final : public LoadPlanner {
   StateDict* state_dict_ = nullptr;
   const Metadata* metadata_ = nullptr;
   bool is_coordinator_ = false;
-  std::unordered_map<MetadataIndex, Tensor, MetadataIndexHash> tensors_;
+  std::unordered_map<MetadataIndex, Dest, MetadataIndexHash> tensors_;
+  std::unordered_map<const void*, std::shared_ptr<std::mutex>> f4_mutexes_;
   std::unordered_map<std::string, std::string*> bytes_;
 };
 

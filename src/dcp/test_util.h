@@ -1,19 +1,26 @@
 // Fixtures shared by the dcp unit tests (src/dcp/*_test.cc) and the dcp
-// integration tests (tests/dcp_*.cc, tests/mega_storage_*.cc). Header-only;
-// tests only.
+// integration tests (tests/dcp_*.cc, tests/mega_storage_*.cc): temp and MPI
+// shared folders, group options, synthetic save/load of one rank, a throwing
+// planner, folder listings. Header-only; tests only.
 #ifndef MEGACKPT_SRC_DCP_TEST_UTIL_H_
 #define MEGACKPT_SRC_DCP_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "dcp/synthetic.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/planner.h"
 #include "megackpt/process_group.h"
 
@@ -105,6 +112,77 @@ class ThrowingSavePlanner : public SavePlanner {
   bool throws_;
   std::string message_;
 };
+
+// Group options for tests (RunThreadRanks, MPI groups): a collective timeout
+// of `timeout`.
+inline ProcessGroupOptions TestGroupOptions(
+    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  ProcessGroupOptions o;
+  o.timeout = timeout;
+  return o;
+}
+
+// The first non-OK status of per-rank results (index = rank); OK when all are.
+inline Status FirstError(const std::vector<Status>& statuses) {
+  for (const Status& s : statuses) MEGA_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
+// RunThreadRanks(world, fn) with TestGroupOptions(timeout): the first rank's
+// error, OK when every rank succeeded.
+inline Status RunThreadRanksForTest(int world, const std::function<Status(ProcessGroup&)>& fn,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  return FirstError(RunThreadRanks(world, fn, TestGroupOptions(timeout)));
+}
+
+// One rank's part of a synthetic save: builds this rank's state of `spec`
+// (layout `variant`, filled with the spec's content) and saves it through
+// `writer`, collectively over `group` (null: a lone process, world 1).
+inline Status SaveSyntheticRank(const synthetic::Spec& spec, StorageWriter& writer,
+                                ProcessGroup* group, int variant = 0) {
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, rank, variant, true));
+  return Save(sd, writer, group);
+}
+
+// One rank's part of a synthetic load: builds this rank's empty state of
+// `spec` at layout `variant`, loads it through `reader` (collectively over
+// `group`; null: a lone process, world 1) and verifies every byte.
+inline Status LoadAndVerifySyntheticRank(const synthetic::Spec& spec, StorageReader& reader,
+                                         ProcessGroup* group, int variant) {
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, rank, variant, false));
+  MEGA_RETURN_IF_ERROR(Load(sd, reader, group));
+  return synthetic::VerifyRankState(spec, sd);
+}
+
+// An fqn_to_index_mapping spreading the entries of `spec` round-robin over
+// files 1..buckets.
+inline FqnToIndexMapping RoundRobinMapping(const synthetic::Spec& spec, int buckets) {
+  FqnToIndexMapping m;
+  int i = 0;
+  for (const auto& e : spec.entries) m[e.fqn] = 1 + (i++ % buckets);
+  return m;
+}
+
+// The names of the entries of folder `dir`, sorted.
+inline std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The names in `dir` ending in `ext` (and longer than it), sorted.
+inline std::vector<std::string> ShardsIn(const std::string& dir, const std::string& ext = ".mega") {
+  std::vector<std::string> out;
+  for (const auto& f : FilesIn(dir)) {
+    if (f.size() > ext.size() && f.ends_with(ext)) out.push_back(f);
+  }
+  return out;
+}
 
 }  // namespace megackpt::dcp::testing
 

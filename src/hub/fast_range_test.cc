@@ -10,50 +10,17 @@
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/server.h"
 #include "megackpt/hub/store.h"
+#include "hub/test_server.h"
 #include "megackpt/hub/transaction.h"
 
 namespace megackpt::hub {
 namespace {
 
-std::string RandomText(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::RandomText;
 
-class FastRangeTest : public ::testing::Test {
+class FastRangeTest : public testing::InProcessHubTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/megackpt-fast-range-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    HubStoreOptions so;
-    so.sync = false;
-    auto store = HubStore::Open(root_ + "/hub", so);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    auto token = (*store)->CreateToken(TokenScope::kWrite, std::nullopt);
-    ASSERT_TRUE(token.ok());
-    token_ = *token;
-    auto server = HubServer::Create(std::shared_ptr<HubStore>(std::move(*store)));
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    server_ = std::move(*server);
-    auto port = server_->Bind();
-    ASSERT_TRUE(port.ok()) << port.status().ToString();
-    endpoint_ = "http://127.0.0.1:" + std::to_string(*port);
-    serving_ = std::thread([this] { (void)server_->Serve(); });
-  }
-  void TearDown() override {
-    if (server_) server_->Stop();
-    if (serving_.joinable()) serving_.join();
-    server_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(root_, ec);
-  }
-
-  std::string root_, token_, endpoint_;
-  std::unique_ptr<HubServer> server_;
-  std::thread serving_;
+  FastRangeTest() : InProcessHubTest("megackpt-fast-range") {}
 };
 
 TEST_F(FastRangeTest, LargeReadsGoStraightIntoTheBufferAndOddCasesFallBack) {

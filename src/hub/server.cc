@@ -4,7 +4,12 @@
 // dispatched by Router below. Route list and JSON shapes: docs/hub.md.
 #include "megackpt/hub/server.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +24,7 @@
 #include <optional>
 #include <set>
 
+#include "cas/bytes.h"
 #include "hub/ndjson.h"
 #include "hub/util.h"
 #include "megackpt/cas/shard.h"
@@ -30,6 +36,91 @@ namespace megackpt::hub {
 namespace {
 
 using json = nlohmann::json;
+
+// ---- large request bodies without cpp-httplib's 4 KiB reads ----
+//
+// cpp-httplib 0.11.4 (Debian's compiled library, so CPPHTTPLIB_RECV_BUFSIZ
+// cannot be changed) hands a request body to a ContentReceiver in pieces of
+// at most 4 KiB, each a poll() + recv() (+ a copy); a 64 MiB xorb upload is
+// 16k of each. For a plain Content-Length body the server therefore finds the
+// connection's socket and receives the rest of the body itself, straight into
+// place, in large recv() calls (ReadBodyInto below).
+
+std::string NumericPeer(const sockaddr_storage& a, socklen_t len, int* port) {
+  char host[NI_MAXHOST];
+  char serv[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  *port = std::atoi(serv);
+  return host;
+}
+
+// True when fd is the accepted socket of `req`'s connection: local port =
+// the server's, peer = the request's remote address and port (as cpp-httplib
+// itself reports it, getnameinfo NI_NUMERICHOST). A client socket in the same
+// process has the server's port as its *peer* port, so it never matches.
+bool IsConnectionSocket(int fd, const httplib::Request& req, int local_port) {
+  sockaddr_storage a;
+  socklen_t len = sizeof a;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return false;
+  int port = -1;
+  if (NumericPeer(a, len, &port).empty() || port != local_port) return false;
+  len = sizeof a;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return false;
+  std::string host = NumericPeer(a, len, &port);
+  return port == req.remote_port && !host.empty() && host == req.remote_addr;
+}
+
+// The socket of the connection the calling handler thread serves, or -1.
+// cpp-httplib serves one connection per pool thread at a time, so the last
+// answer is cached per thread and re-checked (two syscalls) before use.
+int FindConnectionSocket(const httplib::Request& req, int server_port) {
+  thread_local int cached = -1;
+  const int local_port = req.local_port > 0 ? req.local_port : server_port;
+  if (local_port <= 0 || req.remote_port <= 0) return -1;
+  if (cached >= 0 && IsConnectionSocket(cached, req, local_port)) return cached;
+  cached = -1;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd < 0 || fd == dirfd(dir)) continue;
+    struct stat st;
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (IsConnectionSocket(static_cast<int>(fd), req, local_port)) {
+      cached = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return cached;
+}
+
+// Receives exactly dst.size() bytes (large recv calls, a poll timeout of
+// `timeout_seconds` between progress).
+Status RecvExactly(int fd, std::span<std::byte> dst, int timeout_seconds) {
+  size_t got = 0;
+  while (got < dst.size()) {
+    pollfd p{fd, POLLIN, 0};
+    int r = poll(&p, 1, std::max(1, timeout_seconds) * 1000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoToStatus("request body: poll", errno);
+    if (r == 0) return DeadlineExceededError("request body: no data for " + std::to_string(timeout_seconds) + " s");
+    ssize_t n = recv(fd, dst.data() + got, dst.size() - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      return UnavailableError("request body: connection closed after " + std::to_string(got) + " of " +
+                              std::to_string(dst.size()) + " bytes");
+    } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return ErrnoToStatus("request body: recv", errno);
+    }
+  }
+  return Status::OK();
+}
 
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -238,6 +329,12 @@ struct HubServer::Impl {
   static void ErrorFrom(httplib::Response& res, const Status& s, const std::string& code = "");
   static void Json(httplib::Response& res, const json& body, int status = 200);
   Result<std::string> ReadBody(const httplib::ContentReader* reader, uint64_t limit);
+  // Reads the body into `out` (a recycled buffer: no fresh pages per upload).
+  // A plain Content-Length body is received from the socket directly after
+  // cpp-httplib's first piece (see FindConnectionSocket); anything else
+  // (chunked, encoded, no length, socket not found) goes through ReadBody.
+  Status ReadBodyInto(const httplib::Request& req, const httplib::ContentReader* reader,
+                      uint64_t limit, cas::internal::ByteBuffer* out);
   // Content-Length of the request being handled on this thread (0 = unknown).
   static thread_local uint64_t current_content_length;
   Status CheckRead(const Identity& who, bool is_private, const std::string& ns);
@@ -298,6 +395,58 @@ Result<std::string> HubServer::Impl::ReadBody(const httplib::ContentReader* read
   }
   if (!ok) return UnavailableError("request body could not be read");
   return body;
+}
+
+Status HubServer::Impl::ReadBodyInto(const httplib::Request& req, const httplib::ContentReader* reader,
+                                     uint64_t limit, cas::internal::ByteBuffer* out) {
+  out->Clear();
+  if (!reader) return Status::OK();
+  const uint64_t len = current_content_length;
+  const bool plain = len > 0 && len <= limit && !req.has_header("Transfer-Encoding") &&
+                     !req.has_header("Content-Encoding") && !req.is_multipart_form_data();
+  if (!plain) {
+    MEGA_ASSIGN_OR_RETURN(std::string body, ReadBody(reader, limit));
+    out->Append(body.data(), body.size());
+    return Status::OK();
+  }
+  out->Resize(static_cast<size_t>(len));
+  const int fd = FindConnectionSocket(req, port);
+  uint64_t got = 0;
+  bool direct = false;
+  Status failure;
+  bool ok = (*reader)([&](const char* data, size_t n) {
+    request_body_bytes += n;
+    if (n > len - got) {
+      failure = InvalidArgumentError("request body longer than its Content-Length");
+      return false;
+    }
+    std::memcpy(out->data() + got, data, n);
+    got += n;
+    if (fd >= 0 && !direct && got < len) {
+      // cpp-httplib's first piece is the rest of its 4 KiB stream buffer
+      // (or one recv of 4 KiB), so its buffer is empty now and the rest of
+      // the body is still in the socket: receive exactly that, then stop
+      // cpp-httplib's loop. Exactly the body is consumed, so the keep-alive
+      // connection stays in sync; the handler's answer is sent as usual.
+      direct = true;
+      Status s = RecvExactly(fd, std::span<std::byte>(out->data() + got, len - got),
+                             options.read_timeout_seconds);
+      if (!s.ok()) {
+        // The connection is out of sync now: make sure it is not reused.
+        ::shutdown(fd, SHUT_RDWR);
+        failure = s;
+        return false;
+      }
+      request_body_bytes += len - got;
+      got = len;
+      return false;
+    }
+    return true;
+  });
+  if (!failure.ok()) return failure;
+  if (got == len && (ok || direct)) return Status::OK();
+  return UnavailableError("request body could not be read (" + std::to_string(got) + " of " +
+                          std::to_string(len) + " bytes)");
 }
 
 std::string HubServer::Impl::Endpoint(const httplib::Request& req) const {
@@ -1691,19 +1840,21 @@ void HubServer::Impl::RouteCas(const std::vector<std::string>& seg, const httpli
   if (seg.size() == 4 && seg[1] == "xorbs" && m == "POST") {
     auto hash = cas::MerkleHash::FromHex(seg[3]);
     if (!hash.ok()) return ErrorFrom(res, hash.status());
-    auto body = ReadBody(reader, options.max_object_bytes);
-    if (!body.ok()) return ErrorFrom(res, body.status());
+    cas::internal::CachedBuffer body(current_content_length);
+    Status read = ReadBodyInto(req, reader, options.max_object_bytes, &*body);
+    if (!read.ok()) return ErrorFrom(res, read);
     ++xorbs_received;
     xorb_bytes_received += body->size();
     // Every record decoded and hashed without keeping the decoded bytes.
-    auto verified = cas::VerifyXorb(AsBytes(*body));
+    auto verified = cas::VerifyXorb(body->span());
     if (!verified.ok()) return ErrorFrom(res, verified.status());
     const cas::XorbLayout& layout = *verified;
     if (layout.xorb_hash != *hash) {
       return Error(res, 400, "xorb content hashes to " + layout.xorb_hash.ToHex() +
                                  ", not to " + hash->ToHex());
     }
-    auto inserted = backend.PutXorb(*body, layout);
+    auto inserted = backend.PutXorb(
+        std::string_view(reinterpret_cast<const char*>(body->data()), body->size()), layout);
     if (!inserted.ok()) return ErrorFrom(res, inserted.status());
     if (*inserted) ++xorbs_inserted;
     return Json(res, {{"was_inserted", *inserted}});

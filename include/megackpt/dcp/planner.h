@@ -189,6 +189,10 @@ struct DefaultLoadPlannerOptions {
 };
 
 std::unique_ptr<SavePlanner> NewDefaultSavePlanner(DefaultSavePlannerOptions options = {});
+// The default load planner resolves a TENSOR item to a view of the caller's
+// tensor, except for F4 boxes that are not a byte-aligned contiguous view: those
+// resolve to a temporary that CommitTensor(item, that tensor) copies in
+// nibble-exactly (docs/dcp.md "F4 resharding").
 std::unique_ptr<LoadPlanner> NewDefaultLoadPlanner(DefaultLoadPlannerOptions options = {});
 
 // ---- Building blocks (used by the default planners; reusable) --------------
