@@ -1,6 +1,8 @@
 # Hub tests start real `megahub` (and `megackpt`) child processes: make sure the
 # executables are built before the test binaries that launch them.
-foreach(t fs_conformance_test hub_server_test hub_transaction_test hub_cli_test)
+# (the route and remote-CAS tests, docs/hub.md route table, start megahub too)
+foreach(t fs_conformance_test hub_server_test hub_transaction_test hub_cli_test
+          hub_routes_test hub_remote_cas_test)
   if(TARGET ${t} AND TARGET megahub)
     add_dependencies(${t} megahub)
   endif()
@@ -8,12 +10,6 @@ endforeach()
 if(TARGET hub_cli_test)
   add_dependencies(hub_cli_test megackpt_cli)
 endif()
-# Route and remote-CAS tests (docs/hub.md route table) start megahub too.
-foreach(t hub_routes_test hub_remote_cas_test)
-  if(TARGET ${t} AND TARGET megahub)
-    add_dependencies(${t} megahub)
-  endif()
-endforeach()
 # MegaStorageWriter/Reader over mega:// (starts megahub and runs the demo CLI).
 if(TARGET mega_storage_hub_test)
   if(TARGET megahub)
