@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "megackpt/file.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::bench {
 

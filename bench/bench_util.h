@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::bench {
 

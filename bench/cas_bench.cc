@@ -16,7 +16,7 @@
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::bench {
 

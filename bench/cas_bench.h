@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::bench {
 

@@ -31,7 +31,7 @@
 #include "dcp_bench.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::bench {
 namespace {
@@ -82,7 +82,7 @@ uint64_t GlobalBytes(uint64_t size) {
 // (barrier) and report the slowest rank.
 class Runner {
  public:
-  Runner(std::vector<RankState>* states, ProcessGroup* mpi, int world)
+  Runner(std::vector<RankState>* states, dist::ProcessGroup* mpi, int world)
       : states_(states), mpi_(mpi), world_(world) {}
 
   // Before every run (untimed), `fresh_path` non-empty: PrepareFreshWrite of it
@@ -91,7 +91,7 @@ class Runner {
 
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
-  Result<double> Run(const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+  Result<double> Run(const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
     if (!fresh_path_.empty()) {
       // Rank 0 removes the target, then (after a barrier, so no rank writes back
       // the old checkpoint's dirty pages while they are being discarded) every
@@ -104,7 +104,7 @@ class Runner {
     }
     if (!mpi_) {
       double t0 = NowSeconds();
-      auto results = RunThreadRanks(world_, [&](ProcessGroup& g) { return fn(g, (*states_)[g.rank()]); });
+      auto results = dist::RunThreadRanks(world_, [&](dist::ProcessGroup& g) { return fn(g, (*states_)[g.rank()]); });
       double dt = NowSeconds() - t0;
       for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
       return dt;
@@ -120,7 +120,7 @@ class Runner {
     return worst;
   }
 
-  Result<Summary> Gbps(uint64_t bytes, int reps, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+  Result<Summary> Gbps(uint64_t bytes, int reps, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
     std::vector<double> secs;
     for (int i = 0; i < kWarmup + reps; ++i) {
       MEGA_ASSIGN_OR_RETURN(double dt, Run(fn));
@@ -131,12 +131,12 @@ class Runner {
 
  private:
   std::vector<RankState>* states_;
-  ProcessGroup* mpi_;
+  dist::ProcessGroup* mpi_;
   int world_;
   std::string fresh_path_;
 };
 
-Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
+Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
   const int world = mpi ? mpi->world_size() : o.world_size;
   const int my_rank = mpi ? mpi->rank() : 0;
   const uint64_t bytes = GlobalBytes(o.size);
@@ -164,7 +164,7 @@ Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, s
   }
   Runner runner(&states, mpi, world);
   auto save_fn = [&](bool sync) {
-    return [&, sync](ProcessGroup& g, RankState& st) -> Status {
+    return [&, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::FileSystemWriterOptions wo;
       wo.sync = sync;
       wo.thread_count = o.threads;
@@ -172,7 +172,7 @@ Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, s
       return dcp::Save(st.save, *writer, &g);
     };
   };
-  auto load_fn = [&](ProcessGroup& g, RankState& st) -> Status {
+  auto load_fn = [&](dist::ProcessGroup& g, RankState& st) -> Status {
     dcp::FileSystemReaderOptions ro;
     ro.thread_count = o.threads;
     auto reader = dcp::NewFileSystemReader(ckpt, ro);
@@ -264,9 +264,9 @@ Status Bench(const DcpBenchOptions& o, ProcessGroup* mpi, nlohmann::json* out, s
 }  // namespace
 
 int RunDcpBench(const DcpBenchOptions& options) {
-  std::unique_ptr<ProcessGroup> mpi;
+  std::unique_ptr<dist::ProcessGroup> mpi;
   if (options.backend == "mpi") {
-    auto g = NewMpiProcessGroup();
+    auto g = dist::NewMpiProcessGroup();
     if (!g.ok()) {
       std::fprintf(stderr, "megackpt bench dcp: %s\n", g.status().ToString().c_str());
       return 1;

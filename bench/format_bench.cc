@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "megackpt/mega.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/tensor.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/tensor.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::bench {
 namespace {
@@ -102,23 +102,23 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     dst.push_back(d);
   }
 
-  auto mega_write = [&](MegaChecksumType checksum, size_t block) {
+  auto mega_write = [&](format::MegaChecksumType checksum, size_t block) {
     return [&, checksum, block]() -> Status {
-      MegaWriterOptions o;
+      format::MegaWriterOptions o;
       o.checksum = checksum;
       o.io_block_size = block;
-      MegaWriter writer(o);
+      format::MegaWriter writer(o);
       for (const auto& [name, t] : named) MEGA_RETURN_IF_ERROR(writer.AddTensor(name, t));
       return writer.WriteFile(mega, /*sync=*/false).status();
     };
   };
   auto mega_read = [&](bool verify, ThreadPool* pool, size_t block) {
     return [&, verify, pool, block]() -> Status {
-      MegaReaderOptions o;
+      format::MegaReaderOptions o;
       o.verify_checksums = verify;
       o.read_block_size = block;
-      MEGA_ASSIGN_OR_RETURN(auto reader, MegaReader::OpenFile(mega, o));
-      std::vector<MegaReadRequest> requests;
+      MEGA_ASSIGN_OR_RETURN(auto reader, format::MegaReader::OpenFile(mega, o));
+      std::vector<format::MegaReadRequest> requests;
       for (size_t i = 0; i < dst.size(); ++i) {
         MEGA_ASSIGN_OR_RETURN(size_t index, reader->IndexOf(named[i].first));
         requests.push_back({index, dst[i]});
@@ -147,15 +147,15 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       {"pagecache_write", "page-cache write (plain file)", "",
        [&] { return WritePlainFile(plain, src_buf.get(), bytes); }, false, plain},
       {"mega_write_nochecksum", "MEGA write (no checksum)", "pagecache_write",
-       mega_write(MegaChecksumType::kNone, 0), false, mega},
+       mega_write(format::MegaChecksumType::kNone, 0), false, mega},
       {"mega_write_block1m", "MEGA write (CRC32, 1 MiB blocks)", "pagecache_write",
-       mega_write(MegaChecksumType::kCrc32, kSmallBlock), false, mega},
+       mega_write(format::MegaChecksumType::kCrc32, kSmallBlock), false, mega},
       // Last MEGA write: the default file the reads below use.
       {"mega_write", "MEGA write (CRC32, default)", "pagecache_write",
-       mega_write(MegaChecksumType::kCrc32, 0), false, mega},
+       mega_write(format::MegaChecksumType::kCrc32, 0), false, mega},
       {"safetensors_write", "safetensors write", "pagecache_write",
        [&]() -> Status {
-         return SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
+         return format::SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
        },
        false, st},
       {"pagecache_read", "page-cache read (reused buffer)", "",
@@ -190,7 +190,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
        mega_read(false, pool, 0), true},
       {"safetensors_read", "safetensors read (pread)", "pagecache_read",
        [&]() -> Status {
-         MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st, {.mmap = false}));
+         MEGA_ASSIGN_OR_RETURN(auto reader, format::SafetensorsReader::Open(st, {.mmap = false}));
          for (size_t i = 0; i < dst.size(); ++i) {
            MEGA_RETURN_IF_ERROR(reader->ReadTensor(named[i].first, dst[i]));
          }
@@ -200,7 +200,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       // The mmap trap, for reference: zero-copy views copied into the destination.
       {"safetensors_mmap_copy", "safetensors mmap view + copy", "pagecache_read",
        [&]() -> Status {
-         MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(st));
+         MEGA_ASSIGN_OR_RETURN(auto reader, format::SafetensorsReader::Open(st));
          for (size_t i = 0; i < dst.size(); ++i) {
            MEGA_ASSIGN_OR_RETURN(Tensor v, reader->View(named[i].first));
            MEGA_RETURN_IF_ERROR(CopyTensor(v, dst[i]));
@@ -247,7 +247,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   {
     std::vector<float> small(64 * kOpenTensors, 1.0f);
     std::vector<std::pair<std::string, Tensor>> many;
-    MegaWriter writer;
+    format::MegaWriter writer;
     for (int i = 0; i < kOpenTensors; ++i) {
       MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(small.data() + 64 * i, DType::kF32, {8, 8}));
       std::string name =
@@ -256,16 +256,16 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       many.emplace_back(name, t);
     }
     MEGA_RETURN_IF_ERROR(writer.WriteFile(mega, false).status());
-    MEGA_RETURN_IF_ERROR(SaveSafetensorsFile(st, many, {}, {}, false));
+    MEGA_RETURN_IF_ERROR(format::SaveSafetensorsFile(st, many, {}, {}, false));
     MEGA_ASSIGN_OR_RETURN(Summary mo, TimeMs(reps, [&]() -> Status {
-                            MegaReaderOptions o;
+                            format::MegaReaderOptions o;
                             o.use_mmap = true;
-                            MEGA_ASSIGN_OR_RETURN(auto r, MegaReader::OpenFile(mega, o));
+                            MEGA_ASSIGN_OR_RETURN(auto r, format::MegaReader::OpenFile(mega, o));
                             if (r->tensors().size() != kOpenTensors) return InternalError("count");
                             return Status::OK();
                           }));
     MEGA_ASSIGN_OR_RETURN(Summary so, TimeMs(reps, [&]() -> Status {
-                            MEGA_ASSIGN_OR_RETURN(auto r, SafetensorsReader::Open(st));
+                            MEGA_ASSIGN_OR_RETURN(auto r, format::SafetensorsReader::Open(st));
                             if (r->tensors().size() != kOpenTensors) return InternalError("count");
                             return Status::OK();
                           }));

@@ -20,7 +20,7 @@
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/store.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::bench {
 namespace {
@@ -86,7 +86,7 @@ struct Row {
 // Saves kFiles files (slices of `data`) as one transaction.
 Result<hub::TransactionStats> Save(std::shared_ptr<hub::HubConnection> hub, const std::string& uri,
                                    const std::byte* data, uint64_t bytes) {
-  MEGA_ASSIGN_OR_RETURN(MegaUri root, ParseMegaUri(uri));
+  MEGA_ASSIGN_OR_RETURN(hub::MegaUri root, hub::ParseMegaUri(uri));
   MEGA_ASSIGN_OR_RETURN(auto txn, hub::HubTransaction::Begin(hub, root));
   uint64_t per = bytes / kFiles;
   ThreadPool pool(2);
@@ -99,11 +99,11 @@ Result<hub::TransactionStats> Save(std::shared_ptr<hub::HubConnection> hub, cons
   return txn->stats();
 }
 
-Status Load(FileSystem& fs, const std::string& uri, std::byte* dst, uint64_t bytes) {
+Status Load(fs::FileSystem& fs, const std::string& uri, std::byte* dst, uint64_t bytes) {
   uint64_t per = bytes / kFiles;
   ThreadPool pool(2);
   return ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
+    MEGA_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(fs::JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
     return f->ReadExactlyAt(0, std::span<std::byte>(dst + i * per, per));
   });
 }
@@ -141,7 +141,7 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   // Local path through the filesystem seam.
   {
     std::vector<double> save, load;
-    auto fs = LocalFileSystem();
+    auto fs = fs::LocalFileSystem();
     for (int r = 0; r < o.warmup + o.reps; ++r) {
       FillRandom(data, bytes, 1000 + r);
       std::string dir = tmp.path() + "/local-" + std::to_string(r);
@@ -287,7 +287,7 @@ Result<std::string> RunHubLoad(const HubLoadOptions& o) {
       for (int round = 0; !stop; ++round) {
         FillRandom(data.data(), data.size(), static_cast<uint64_t>(c) * 1000003 + round);
         std::string path = "f" + std::to_string(round % 8);
-        auto txn = hub::HubTransaction::Begin(*h, *ParseMegaUri(uri));
+        auto txn = hub::HubTransaction::Begin(*h, *hub::ParseMegaUri(uri));
         Status s = txn.status();
         if (s.ok()) s = (*txn)->Put(path, data);
         if (s.ok()) s = (*txn)->Commit().status();

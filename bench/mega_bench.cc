@@ -34,7 +34,7 @@
 #include "bench_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::bench {
 namespace {
@@ -100,16 +100,16 @@ class Bench {
 
   // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
-  Result<double> Run(bool fresh, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+  Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
     if (fresh) PrepareFreshWrite(ckpt_);
     const double t0 = NowSeconds();
-    auto results = RunThreadRanks(o_.world_size, [&](ProcessGroup& g) { return fn(g, states_[g.rank()]); });
+    auto results = dist::RunThreadRanks(o_.world_size, [&](dist::ProcessGroup& g) { return fn(g, states_[g.rank()]); });
     const double dt = NowSeconds() - t0;
     for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
     return dt;
   }
 
-  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(ProcessGroup&, RankState&)>& fn) {
+  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
     std::vector<double> secs;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       MEGA_ASSIGN_OR_RETURN(double dt, Run(fresh, fn));
@@ -118,8 +118,8 @@ class Bench {
     return secs;
   }
 
-  std::function<Status(ProcessGroup&, RankState&)> SaveFn(bool sync) {
-    return [this, sync](ProcessGroup& g, RankState& st) -> Status {
+  std::function<Status(dist::ProcessGroup&, RankState&)> SaveFn(bool sync) {
+    return [this, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageWriterOptions wo;
       wo.sync = sync;
       wo.thread_count = o_.threads;
@@ -128,8 +128,8 @@ class Bench {
     };
   }
 
-  std::function<Status(ProcessGroup&, RankState&)> LoadFn() {
-    return [this](ProcessGroup& g, RankState& st) -> Status {
+  std::function<Status(dist::ProcessGroup&, RankState&)> LoadFn() {
+    return [this](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageReaderOptions ro;
       ro.thread_count = o_.threads;
       dcp::MegaStorageReader reader(ckpt_, ro);
@@ -143,7 +143,7 @@ class Bench {
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       std::mutex mu;
       double worst = 0;
-      MEGA_RETURN_IF_ERROR(Run(true, [&](ProcessGroup& g, RankState& st) -> Status {
+      MEGA_RETURN_IF_ERROR(Run(true, [&](dist::ProcessGroup& g, RankState& st) -> Status {
                              dcp::MegaStorageWriterOptions wo;
                              wo.thread_count = o_.threads;
                              auto writer = std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);

@@ -7,16 +7,16 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "megackpt/index_file.h"
+#include "megackpt/format/index_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace megackpt;
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto index = ParseShardIndex("fuzz.index.json", text);
+  auto index = format::ParseShardIndex("fuzz.index.json", text);
   if (!index.ok()) return 0;
-  auto serialized = SerializeShardIndex(*index);
+  auto serialized = format::SerializeShardIndex(*index);
   if (!serialized.ok()) return 0;  // e.g. names that are not valid UTF-8 cannot be written
-  auto again = ParseShardIndex("fuzz.index.json", *serialized);
+  auto again = format::ParseShardIndex("fuzz.index.json", *serialized);
   if (!again.ok() || again->weight_map != index->weight_map ||
       again->total_size != index->total_size ||
       again->extra_fields.size() != index->extra_fields.size()) {

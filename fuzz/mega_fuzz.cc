@@ -6,21 +6,21 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/mega.h"
-#include "megackpt/memory_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/memory_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace megackpt;
   std::string bytes(reinterpret_cast<const char*>(data), size);
   for (bool mapped : {false, true}) {
-    MegaReaderOptions options;
+    format::MegaReaderOptions options;
     options.read_block_size = 4096;  // exercise block boundaries on small inputs
-    auto reader = MegaReader::Open(NewMemoryFile("fuzz.mega", bytes, mapped), options);
+    auto reader = format::MegaReader::Open(NewMemoryFile("fuzz.mega", bytes, mapped), options);
     if (!reader.ok()) continue;
-    const MegaReader& r = **reader;
-    for (const MetaEntry& e : r.metadata().entries()) (void)e.value.ToJson();
+    const format::MegaReader& r = **reader;
+    for (const format::MetaEntry& e : r.metadata().entries()) (void)e.value.ToJson();
     for (size_t i = 0; i < r.tensors().size(); ++i) {
-      const MegaTensorInfo& t = r.tensors()[i];
+      const format::MegaTensorInfo& t = r.tensors()[i];
       r.VerifyTensor(i).IgnoreError();
       // Decoding allocates the logical size the file declares: keep it bounded.
       if (t.logical_nbytes <= (16u << 20)) {

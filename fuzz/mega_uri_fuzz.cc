@@ -5,17 +5,17 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "megackpt/mega_uri.h"
+#include "megackpt/hub/mega_uri.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto uri = megackpt::ParseMegaUri(text);
+  auto uri = megackpt::hub::ParseMegaUri(text);
   if (uri.ok()) {
-    auto again = megackpt::ParseMegaUri(uri->ToString());
+    auto again = megackpt::hub::ParseMegaUri(uri->ToString());
     if (!again.ok() || !(*again == *uri)) std::abort();
   }
-  (void)megackpt::ValidateRepoPath(text);
-  (void)megackpt::ValidateRevision(text);
-  (void)megackpt::PercentDecode(text);
+  (void)megackpt::hub::ValidateRepoPath(text);
+  (void)megackpt::hub::ValidateRevision(text);
+  (void)megackpt::hub::PercentDecode(text);
   return 0;
 }

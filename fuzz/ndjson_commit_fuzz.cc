@@ -6,20 +6,20 @@
 #include <string_view>
 
 #include "hub/ndjson.h"
-#include "megackpt/mega_uri.h"
+#include "megackpt/hub/mega_uri.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto commit = megackpt::hub::ParseNdjsonCommit(text);
   if (commit.ok()) {
     for (const auto& op : commit->ops) {
-      if (!megackpt::ValidateRepoPath(op.path).ok()) std::abort();
+      if (!megackpt::hub::ValidateRepoPath(op.path).ok()) std::abort();
     }
   }
   auto batch = megackpt::hub::ParseBucketBatch(text);
   if (batch.ok()) {
     for (const auto& op : *batch) {
-      if (!megackpt::ValidateRepoPath(op.path).ok()) std::abort();
+      if (!megackpt::hub::ValidateRepoPath(op.path).ok()) std::abort();
     }
   }
   auto decoded = megackpt::hub::Base64Decode(text);

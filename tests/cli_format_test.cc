@@ -10,18 +10,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "megackpt/file.h"
-#include "megackpt/fs.h"
-#include "megackpt/index_file.h"
-#include "megackpt/mega.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/file.h"
+#include "megackpt/fs/filesystem.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/tensor.h"
 #include "test_util.h"
 
 namespace megackpt {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -37,7 +37,7 @@ class CliFormatTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ec;
-    fs::remove_all(dir_, ec);
+    stdfs::remove_all(dir_, ec);
   }
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
@@ -76,7 +76,7 @@ class CliFormatTest : public ::testing::Test {
   std::string WriteSource(const std::string& name) {
     const std::string path = Path(name);
     auto ts = Model();
-    EXPECT_TRUE(SaveSafetensorsFile(path, ts, {{"format", "pt"}, {"origin", "cli test"}}).ok());
+    EXPECT_TRUE(format::SaveSafetensorsFile(path, ts, {{"format", "pt"}, {"origin", "cli test"}}).ok());
     return path;
   }
 
@@ -134,7 +134,7 @@ TEST_F(CliFormatTest, ConvertRoundTripSafetensorsToShardedMegaAndBack) {
   RunResult c = Run("convert " + src + " " + Path("mega") + " --max-shard-size 40kB --no-progress");
   ASSERT_EQ(c.code, 0) << c.err;
   // Sharded: model-0000N-of-0000M.mega + model.mega.index.json.
-  auto index = ReadShardIndexFile(Path("mega/model.mega.index.json"));
+  auto index = format::ReadShardIndexFile(Path("mega/model.mega.index.json"));
   ASSERT_TRUE(index.ok()) << index.status().ToString();
   auto shards = index->ShardFiles();
   ASSERT_GE(shards.size(), 3u);
@@ -144,7 +144,7 @@ TEST_F(CliFormatTest, ConvertRoundTripSafetensorsToShardedMegaAndBack) {
   EXPECT_EQ(index->total_size, total);
   EXPECT_EQ(index->weight_map.size(), Model().size());
   for (const auto& shard : shards) {
-    auto reader = MegaReader::OpenFile(Path("mega/" + shard));
+    auto reader = format::MegaReader::OpenFile(Path("mega/" + shard));
     ASSERT_TRUE(reader.ok()) << reader.status().ToString();
     EXPECT_TRUE((*reader)->VerifyAll().ok());
   }
@@ -168,14 +168,14 @@ TEST_F(CliFormatTest, ConvertRoundTripSafetensorsToShardedMegaAndBack) {
   ASSERT_EQ(b.code, 0) << b.err;
   EXPECT_EQ(ReadAll(Path("back.safetensors")), ReadAll(src));
   // And tensor by tensor through the library.
-  auto back = *SafetensorsReader::Open(Path("back.safetensors"));
+  auto back = *format::SafetensorsReader::Open(Path("back.safetensors"));
   for (const auto& [name, t] : Model()) {
     auto got = back->Load(name);
     ASSERT_TRUE(got.ok()) << name;
     EXPECT_TRUE(TensorBytesEqual(*got, t)) << name;
   }
   // No temp files left behind.
-  for (const auto& e : fs::directory_iterator(Path("mega"))) {
+  for (const auto& e : stdfs::directory_iterator(Path("mega"))) {
     EXPECT_THAT(e.path().filename().string(), ::testing::Not(HasSubstr(".tmp")));
   }
 }
@@ -185,11 +185,11 @@ TEST_F(CliFormatTest, ConvertWithCompressionShuffleSha256AndSafetensorsIndex) {
   RunResult m = Run("convert " + src + " " + Path("z.mega") +
                     " --compression zstd:5 --shuffle --checksum sha256 --alignment 64");
   ASSERT_EQ(m.code, 0) << m.err;
-  auto reader = *MegaReader::OpenFile(Path("z.mega"));
+  auto reader = *format::MegaReader::OpenFile(Path("z.mega"));
   EXPECT_EQ(reader->alignment(), 64u);
   int compressed = 0, shuffled = 0;
   for (const auto& t : reader->tensors()) {
-    EXPECT_EQ(t.checksum_type, MegaChecksumType::kSha256);
+    EXPECT_EQ(t.checksum_type, format::MegaChecksumType::kSha256);
     compressed += t.compressed();
     shuffled += t.byte_shuffled();
   }
@@ -198,7 +198,7 @@ TEST_F(CliFormatTest, ConvertWithCompressionShuffleSha256AndSafetensorsIndex) {
   // MEGA file -> safetensors folder (index) -> MEGA file -> safetensors file.
   RunResult s = Run("convert " + Path("z.mega") + " " + Path("st") + " --max-shard-size 30KB");
   ASSERT_EQ(s.code, 0) << s.err;
-  EXPECT_TRUE(fs::exists(Path("st/model.safetensors.index.json")));
+  EXPECT_TRUE(stdfs::exists(Path("st/model.safetensors.index.json")));
   RunResult v = Run("verify " + Path("st"));
   EXPECT_EQ(v.code, 0) << v.err;
   EXPECT_THAT(v.out, HasSubstr("safetensors has no checksums"));
@@ -215,7 +215,7 @@ TEST_F(CliFormatTest, ConvertWithCompressionShuffleSha256AndSafetensorsIndex) {
   ASSERT_EQ(Run("verify " + Path("re")).code, 0);
   ASSERT_EQ(Run("convert " + Path("re") + " " + Path("re.safetensors")).code, 0);
   EXPECT_EQ(ReadAll(Path("re.safetensors")), ReadAll(src));
-  for (const auto& e : fs::directory_iterator(Path("re"))) {
+  for (const auto& e : stdfs::directory_iterator(Path("re"))) {
     EXPECT_THAT(e.path().filename().string(), ::testing::Not(HasSubstr("spill")));
   }
   ASSERT_EQ(Run("convert " + Path("st") + " " + Path("again.mega")).code, 0);
@@ -228,13 +228,13 @@ TEST_F(CliFormatTest, ConvertToNamedIndexAndExplicitFormat) {
   RunResult r = Run("convert " + src + " " + Path("out/weights.safetensors.index.json") +
                     " --max-shard-size 1GB");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(fs::exists(Path("out/weights-00001-of-00001.safetensors")));
-  auto index = ReadShardIndexFile(Path("out/weights.safetensors.index.json"));
+  EXPECT_TRUE(stdfs::exists(Path("out/weights-00001-of-00001.safetensors")));
+  auto index = format::ReadShardIndexFile(Path("out/weights.safetensors.index.json"));
   ASSERT_TRUE(index.ok());
   EXPECT_EQ(index->ShardFiles().size(), 1u);
   RunResult f = Run("convert " + src + " " + Path("st_folder") + " --format safetensors");
   ASSERT_EQ(f.code, 0) << f.err;
-  EXPECT_TRUE(fs::exists(Path("st_folder/model.safetensors.index.json")));
+  EXPECT_TRUE(stdfs::exists(Path("st_folder/model.safetensors.index.json")));
 }
 
 TEST_F(CliFormatTest, ConvertUsageErrorsExitTwo) {
@@ -248,7 +248,7 @@ TEST_F(CliFormatTest, ConvertUsageErrorsExitTwo) {
   EXPECT_EQ(Run("convert " + src + " " + Path("x.mega") + " --format safetensors").code, 2);
   EXPECT_EQ(Run("convert " + src + " " + src).code, 2);  // would overwrite its source
   EXPECT_EQ(Run("convert " + Path("missing.safetensors") + " " + Path("x.mega")).code, 1);
-  EXPECT_FALSE(fs::exists(Path("x.mega")));
+  EXPECT_FALSE(stdfs::exists(Path("x.mega")));
 }
 
 // ---- verify -------------------------------------------------------------------------
@@ -273,7 +273,7 @@ TEST_F(CliFormatTest, VerifyExitCodes) {
   EXPECT_THAT(missing.err, HasSubstr("nope.mega"));
 
   // A flipped payload byte in a MEGA file: names the file and the tensor.
-  const std::string last_tensor = (*MegaReader::OpenFile(Path("m.mega")))->tensors().back().name;
+  const std::string last_tensor = (*format::MegaReader::OpenFile(Path("m.mega")))->tensors().back().name;
   FlipByte(Path("m.mega"), 2);
   RunResult bad = Run("verify " + Path("m.mega"));
   EXPECT_EQ(bad.code, 1);
@@ -281,7 +281,7 @@ TEST_F(CliFormatTest, VerifyExitCodes) {
   EXPECT_THAT(bad.err, HasSubstr("'" + last_tensor + "'"));
 
   // A flipped byte in one shard of a folder.
-  auto shards = ReadShardIndexFile(Path("folder/model.mega.index.json"))->ShardFiles();
+  auto shards = format::ReadShardIndexFile(Path("folder/model.mega.index.json"))->ShardFiles();
   FlipByte(Path("folder/" + shards[1]), 1);
   RunResult bad_folder = Run("verify " + Path("folder"));
   EXPECT_EQ(bad_folder.code, 1);
@@ -300,38 +300,38 @@ TEST_F(CliFormatTest, VerifyChecksTheIndexIsTruthful) {
   const std::string src = WriteSource("model.safetensors");
   ASSERT_EQ(Run("convert " + src + " " + Path("f") + " --max-shard-size 40kB").code, 0);
   const std::string index_path = Path("f/model.mega.index.json");
-  const ShardIndex good = *ReadShardIndexFile(index_path);
+  const format::ShardIndex good = *format::ReadShardIndexFile(index_path);
   auto shards = good.ShardFiles();
 
   // A tensor that is not where the index says.
-  ShardIndex wrong = good;
+  format::ShardIndex wrong = good;
   wrong.weight_map["layers.0.weight"] =
       shards.back() == good.weight_map.at("layers.0.weight") ? shards.front() : shards.back();
-  ASSERT_TRUE(WriteShardIndexFile(index_path, wrong).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(index_path, wrong).ok());
   RunResult r1 = Run("verify " + Path("f"));
   EXPECT_EQ(r1.code, 1);
   EXPECT_THAT(r1.err, HasSubstr("layers.0.weight"));
 
   // A shard tensor missing from the weight_map.
-  ShardIndex fewer = good;
+  format::ShardIndex fewer = good;
   fewer.weight_map.erase("scalar");
-  ASSERT_TRUE(WriteShardIndexFile(index_path, fewer).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(index_path, fewer).ok());
   RunResult r2 = Run("verify " + Path("f"));
   EXPECT_EQ(r2.code, 1);
   EXPECT_THAT(r2.err, HasSubstr("'scalar' is not listed in the index's weight_map"));
 
   // An index tensor that no shard has.
-  ShardIndex more = good;
+  format::ShardIndex more = good;
   more.weight_map["ghost"] = shards[0];
-  ASSERT_TRUE(WriteShardIndexFile(index_path, more).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(index_path, more).ok());
   RunResult r3 = Run("verify " + Path("f"));
   EXPECT_EQ(r3.code, 1);
   EXPECT_THAT(r3.err, HasSubstr("'ghost'"));
 
   // A missing shard.
-  ASSERT_TRUE(WriteShardIndexFile(index_path, good).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(index_path, good).ok());
   ASSERT_EQ(Run("verify " + Path("f")).code, 0);
-  fs::remove(Path("f/" + shards[0]));
+  stdfs::remove(Path("f/" + shards[0]));
   RunResult r4 = Run("verify " + Path("f"));
   EXPECT_EQ(r4.code, 1);
   EXPECT_THAT(r4.err, HasSubstr(shards[0]));
@@ -415,13 +415,13 @@ TEST_F(CliFormatTest, BenchFormatJsonHasEveryKey) {
 // ---- index files through the FileSystem seam -------------------------------------------
 
 TEST_F(CliFormatTest, IndexThroughLocalFileSystem) {
-  auto local = LocalFileSystem();
-  ShardIndex index;
+  auto local = fs::LocalFileSystem();
+  format::ShardIndex index;
   index.total_size = 7;
   index.weight_map = {{"w", "model.mega"}};
   const std::string path = Path("x.mega.index.json");
-  ASSERT_TRUE(WriteShardIndex(*local, path, index).ok());
-  auto back = ReadShardIndex(*local, path);
+  ASSERT_TRUE(format::WriteShardIndex(*local, path, index).ok());
+  auto back = format::ReadShardIndex(*local, path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->weight_map, index.weight_map);
   EXPECT_EQ(back->total_size, 7u);

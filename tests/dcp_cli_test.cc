@@ -13,7 +13,7 @@
 
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 using CliRun = megackpt::test_util::CommandResult;
 // `megackpt ARGS` (stdout and stderr together).
@@ -46,12 +46,12 @@ TEST(DcpCli, DemoReportsCorruptionAndMissingCheckpoints) {
   TempDir dir;
   CliRun r = Cli("demo --out " + dir.path("c") + " --world-size 1 --mode save --size 2MB");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (auto& e : fs::directory_iterator(dir.path("c"))) {
+  for (auto& e : stdfs::directory_iterator(dir.path("c"))) {
     if (e.path().extension() != ".distcp") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     f.put('\x7f');
-    f.seekp(fs::file_size(e.path()) / 2);
+    f.seekp(stdfs::file_size(e.path()) / 2);
     f.put('\x7f');
   }
   r = Cli("demo --out " + dir.path("c") + " --mode load --load-world-size 1 --size 2MB");
@@ -73,7 +73,7 @@ TEST(DcpCli, UsageErrors) {
 
 TEST(DcpCli, BenchJsonHasEveryKey) {
   TempDir dir;
-  fs::create_directories(dir.path("b"));
+  stdfs::create_directories(dir.path("b"));
   CliRun r = Cli("bench dcp --size 2MB --world-size 2 --reps 1 --json --dir " + dir.path("b"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out, nullptr, false);

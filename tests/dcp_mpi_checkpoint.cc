@@ -12,21 +12,21 @@
 #include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 using testing::ThrowingSavePlanner;
 
-std::unique_ptr<ProcessGroup> Group() { return testing::NewMpiGroupForTest(); }
+std::unique_ptr<dist::ProcessGroup> Group() { return testing::NewMpiGroupForTest(); }
 
 // A folder all ranks share (rank 0 creates it), removed by rank 0 at the end.
 class SharedDir : public testing::SharedDir {
  public:
-  explicit SharedDir(ProcessGroup& g) : testing::SharedDir(g, "dcp-mpi") {}
+  explicit SharedDir(dist::ProcessGroup& g) : testing::SharedDir(g, "dcp-mpi") {}
 };
 
 TEST(DcpMpi, SaveThenResharedLoads) {
@@ -54,7 +54,7 @@ TEST(DcpMpi, SaveThenResharedLoads) {
   // Other world sizes: rank 0 loads with 1..4 threads ranks.
   if (g->rank() == 0) {
     for (int load_world : {1, 2, 3, 4}) {
-      auto results = RunThreadRanks(load_world, [&](ProcessGroup& tg) -> Status {
+      auto results = dist::RunThreadRanks(load_world, [&](dist::ProcessGroup& tg) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd,
                               synthetic::BuildRankState(spec, load_world, tg.rank(), 2, false));
         MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(ckpt), &tg));
@@ -99,7 +99,7 @@ TEST(DcpMpi, ThrowOnOneRankFailsEveryRank) {
   EXPECT_NE(s.message().find("rank 1: "), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("rank one exploded"), std::string::npos) << s.message();
   EXPECT_TRUE(g->Barrier().ok());
-  EXPECT_FALSE(fs::exists(dir.path("t") + "/.metadata"));
+  EXPECT_FALSE(stdfs::exists(dir.path("t") + "/.metadata"));
 }
 
 TEST(DcpMpi, MissingAndCorruptFilesFailEveryRank) {
@@ -120,10 +120,10 @@ TEST(DcpMpi, MissingAndCorruptFilesFailEveryRank) {
   // A data file written by the last rank disappears.
   std::string victim;
   if (g->rank() == 0) {
-    for (auto& e : fs::directory_iterator(ckpt)) {
+    for (auto& e : stdfs::directory_iterator(ckpt)) {
       if (e.path().extension() == ".distcp") victim = std::max(victim, e.path().string());
     }
-    fs::rename(victim, victim + ".hidden");
+    stdfs::rename(victim, victim + ".hidden");
   }
   ASSERT_TRUE(g->Barrier().ok());
   Status s = load();
@@ -131,7 +131,7 @@ TEST(DcpMpi, MissingAndCorruptFilesFailEveryRank) {
   EXPECT_NE(s.message().find("is missing"), std::string::npos) << s.message();
   ASSERT_TRUE(g->Barrier().ok());
   if (g->rank() == 0) {
-    fs::rename(victim + ".hidden", victim);
+    stdfs::rename(victim + ".hidden", victim);
     std::ofstream(ckpt + "/.metadata", std::ios::trunc) << "not json";
   }
   ASSERT_TRUE(g->Barrier().ok());

@@ -12,12 +12,12 @@
 #include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 // A fresh folder, removed at the end.
 class TempDir : public testing::TempDir {
@@ -25,17 +25,17 @@ class TempDir : public testing::TempDir {
   TempDir() : testing::TempDir("dcp-threads") {}
 };
 
-ProcessGroupOptions Quick() {
-  ProcessGroupOptions o;
+dist::ProcessGroupOptions Quick() {
+  dist::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(30);
   return o;
 }
 
 Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
                      int variant = 0) {
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       world,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, true));
         auto writer = NewFileSystemWriter(dir);
         return Save(sd, *writer, &g);
@@ -48,9 +48,9 @@ Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int wo
 // Loads at `world` with layout `variant` and verifies every rank's bytes.
 std::vector<Status> LoadSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
                                   int variant) {
-  return RunThreadRanks(
+  return dist::RunThreadRanks(
       world,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
         auto reader = NewFileSystemReader(dir);
         MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
@@ -106,9 +106,9 @@ TEST(DcpThreads, ReplicatedItemsAreWrittenOnce) {
 TEST(DcpThreads, AsyncSaveFromFourRanks) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(9, 400 << 10);
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       4,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 4, g.rank(), 0, true));
         AsyncSaveOptions opts;
         opts.pool = StagingPool::Create(64 << 10);
@@ -130,9 +130,9 @@ TEST(DcpThreads, ReshardedLoadReadsAtMostFivePercentExtra) {
   for (int variant : {1, 2, 3}) {
     auto counting = std::make_shared<testing::InstrumentedFileSystem>();
     std::atomic<uint64_t> needed{0};
-    auto results = RunThreadRanks(
+    auto results = dist::RunThreadRanks(
         3,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), variant, false));
           FileSystemReaderOptions ro;
           ro.fs = counting;
@@ -153,9 +153,9 @@ TEST(DcpThreads, ReshardedLoadReadsAtMostFivePercentExtra) {
 // use_collectives = false: every rank saves alone (own metadata file) and loads alone.
 TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
   TempDir dir;
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       3,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
         sd.Set("who", StateValue::Bytes("rank " + std::to_string(g.rank())));
         SaveOptions so;
@@ -177,16 +177,16 @@ TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
       },
       Quick());
   for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_TRUE(fs::exists(dir.path("c") + "/.metadata"));
-  EXPECT_TRUE(fs::exists(dir.path("c") + "/.metadata.rank2"));
+  EXPECT_TRUE(stdfs::exists(dir.path("c") + "/.metadata"));
+  EXPECT_TRUE(stdfs::exists(dir.path("c") + "/.metadata.rank2"));
 }
 
 TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(1, 100 << 10);
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       3,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
         testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
         SaveOptions so;
@@ -195,20 +195,20 @@ TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
       },
       Quick());
   ExpectAllFail(results, StatusCode::kInternal, {"rank 1: ", "disk on fire"});
-  EXPECT_FALSE(fs::exists(dir.path("t") + "/.metadata"));
+  EXPECT_FALSE(stdfs::exists(dir.path("t") + "/.metadata"));
   // Every rank aborted: no data files left behind.
-  for (auto& e : fs::directory_iterator(dir.path("t"))) ADD_FAILURE() << "left over: " << e.path();
+  for (auto& e : stdfs::directory_iterator(dir.path("t"))) ADD_FAILURE() << "left over: " << e.path();
 }
 
 TEST(DcpThreadsFaults, WriterErrorOnOneRankFailsEveryRank) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(2, 100 << 10);
   // Rank 2 writes into a path that is a regular file: its data files cannot be created.
-  fs::create_directories(dir.path("w"));
+  stdfs::create_directories(dir.path("w"));
   std::ofstream(dir.path("blocker")) << "x";
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       3,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
         auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
         return Save(sd, *writer, &g);
@@ -226,7 +226,7 @@ class DcpThreadsLoadFaults : public ::testing::Test {
     spec_ = synthetic::MakeSpec(3, 300 << 10);
     ckpt_ = dir_.path("c");
     ASSERT_TRUE(SaveSynthetic(spec_, ckpt_, 2).ok());
-    for (auto& e : fs::directory_iterator(ckpt_)) {
+    for (auto& e : stdfs::directory_iterator(ckpt_)) {
       if (e.path().extension() == ".distcp") data_files_.push_back(e.path().string());
     }
     std::sort(data_files_.begin(), data_files_.end());
@@ -241,13 +241,13 @@ class DcpThreadsLoadFaults : public ::testing::Test {
 };
 
 TEST_F(DcpThreadsLoadFaults, MissingDataFile) {
-  fs::remove(data_files_.back());
-  ExpectAllFail(LoadAt(3), StatusCode::kNotFound, {"is missing", fs::path(data_files_.back()).filename()});
+  stdfs::remove(data_files_.back());
+  ExpectAllFail(LoadAt(3), StatusCode::kNotFound, {"is missing", stdfs::path(data_files_.back()).filename()});
 }
 
 TEST_F(DcpThreadsLoadFaults, TruncatedDataFile) {
-  fs::resize_file(data_files_[0], fs::file_size(data_files_[0]) / 2);
-  ExpectAllFail(LoadAt(4), StatusCode::kDataLoss, {"truncated", fs::path(data_files_[0]).filename()});
+  stdfs::resize_file(data_files_[0], stdfs::file_size(data_files_[0]) / 2);
+  ExpectAllFail(LoadAt(4), StatusCode::kDataLoss, {"truncated", stdfs::path(data_files_[0]).filename()});
 }
 
 TEST_F(DcpThreadsLoadFaults, CorruptMetadata) {
@@ -266,15 +266,15 @@ TEST_F(DcpThreadsLoadFaults, FlippedDataByte) {
     f.write(&c, 1);
   }
   // World 1 reads every byte, so the flipped one is certainly checked.
-  ExpectAllFail(LoadAt(1), StatusCode::kDataLoss, {"checksum mismatch", fs::path(data_files_[0]).filename()});
+  ExpectAllFail(LoadAt(1), StatusCode::kDataLoss, {"checksum mismatch", stdfs::path(data_files_[0]).filename()});
   auto r3 = LoadAt(3);
   for (const Status& s : r3) EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
 }
 
 TEST_F(DcpThreadsLoadFaults, ShapeMismatchOnOneRankFailsEveryRank) {
-  auto results = RunThreadRanks(
+  auto results = dist::RunThreadRanks(
       3,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec_, 3, g.rank(), 1, false));
         if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
         return Load(sd, *NewFileSystemReader(ckpt_), &g);

@@ -14,7 +14,7 @@
 
 #include "dist/mpi_internal.h"
 #include "dist/test_util.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt {
 namespace {
@@ -29,10 +29,10 @@ constexpr milliseconds kHealthyTimeout{20000};
 // For tests that expect a timeout.
 constexpr milliseconds kShortTimeout{500};
 
-std::unique_ptr<ProcessGroup> NewGroup(milliseconds timeout = kHealthyTimeout) {
-  ProcessGroupOptions options;
+std::unique_ptr<dist::ProcessGroup> NewGroup(milliseconds timeout = kHealthyTimeout) {
+  dist::ProcessGroupOptions options;
   options.timeout = timeout;
-  Result<std::unique_ptr<ProcessGroup>> g = NewMpiProcessGroup(options);
+  Result<std::unique_ptr<dist::ProcessGroup>> g = dist::NewMpiProcessGroup(options);
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   return g.ok() ? std::move(*g) : nullptr;
 }
@@ -40,7 +40,7 @@ std::unique_ptr<ProcessGroup> NewGroup(milliseconds timeout = kHealthyTimeout) {
 // A group with the short timeout. Its creation is a collective with that same
 // timeout, and the previous test may have left a rank sleeping: line everyone up
 // first with a healthy group.
-std::unique_ptr<ProcessGroup> NewShortTimeoutGroup() {
+std::unique_ptr<dist::ProcessGroup> NewShortTimeoutGroup() {
   auto sync = NewGroup();
   if (sync == nullptr || !sync->Barrier().ok()) return nullptr;
   return NewGroup(kShortTimeout);
@@ -64,7 +64,7 @@ TEST(MpiProcessGroup, MatchesTheLauncher) {
   EXPECT_EQ(g->backend(), "mpi");
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (LaunchedByMpi()) {
+  if (dist::LaunchedByMpi()) {
     ASSERT_NE(size, nullptr);
     ASSERT_NE(rank, nullptr);
     EXPECT_EQ(g->world_size(), std::atoi(size));
@@ -81,7 +81,7 @@ TEST(MpiProcessGroup, MatchesTheLauncher) {
 }
 
 // Every collective, every root, blob sizes from empty to multi-MiB.
-void CheckAllCollectives(ProcessGroup& g, const std::vector<size_t>& sizes) {
+void CheckAllCollectives(dist::ProcessGroup& g, const std::vector<size_t>& sizes) {
   const int n = g.world_size();
   const int me = g.rank();
   int salt = 0;

@@ -29,7 +29,7 @@
 #include <cstdio>
 #include <string>
 
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace {
 
@@ -37,14 +37,14 @@ using Clock = std::chrono::steady_clock;
 
 int Run(const std::string& mode) {
   const bool launcher_kills = mode == "kill";
-  megackpt::ProcessGroupOptions options;
+  megackpt::dist::ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(launcher_kills ? 20000 : 1000);
-  auto group = megackpt::NewMpiProcessGroup(options);
+  auto group = megackpt::dist::NewMpiProcessGroup(options);
   if (!group.ok()) {
     std::printf("FAIL: %s\n", group.status().ToString().c_str());
     return 1;
   }
-  megackpt::ProcessGroup& g = **group;
+  megackpt::dist::ProcessGroup& g = **group;
   const int me = g.rank();
   const int last = g.world_size() - 1;
   if (g.world_size() < 2) {

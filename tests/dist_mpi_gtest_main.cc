@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace {
 
@@ -40,9 +40,9 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  megackpt::ProcessGroupOptions options;
+  megackpt::dist::ProcessGroupOptions options;
   options.timeout = std::chrono::seconds(30);
-  auto group = megackpt::NewMpiProcessGroup(options);
+  auto group = megackpt::dist::NewMpiProcessGroup(options);
   if (!group.ok()) {
     std::fprintf(stderr, "cannot start MPI: %s\n", group.status().ToString().c_str());
     return 1;

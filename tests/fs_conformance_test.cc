@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "hub_test_server.h"
-#include "megackpt/checksum.h"
-#include "megackpt/fs.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 
@@ -53,7 +53,7 @@ class FsConformanceTest : public ::testing::TestWithParam<Backend> {
     std::string unique = "t" + std::to_string(getpid()) + "-" + std::to_string(counter++);
     switch (GetParam()) {
       case Backend::kLocal:
-        fs_ = LocalFileSystem();
+        fs_ = fs::LocalFileSystem();
         base_ = local_root_.path() + "/" + unique;
         break;
       case Backend::kEmbeddedRepo:
@@ -80,7 +80,7 @@ class FsConformanceTest : public ::testing::TestWithParam<Backend> {
     ASSERT_TRUE(fs_->CreateDirectories(base_).ok());
   }
 
-  std::string P(const std::string& rel) { return JoinPath(base_, rel); }
+  std::string P(const std::string& rel) { return fs::JoinPath(base_, rel); }
 
   void Write(const std::string& path, const std::string& data, size_t piece = 0) {
     auto f = fs_->OpenForWrite(path);
@@ -101,7 +101,7 @@ class FsConformanceTest : public ::testing::TestWithParam<Backend> {
   }
 
   TempDir local_root_{"conformance"};
-  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<fs::FileSystem> fs_;
   std::string base_;
 };
 

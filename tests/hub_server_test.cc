@@ -16,7 +16,7 @@
 #include "hub/ndjson.h"
 #include "hub/util.h"
 #include "hub_test_server.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
@@ -381,7 +381,7 @@ TEST_F(HubServerTest, SizeLimitsAndTraversal) {
 
 TEST_F(HubServerTest, SecondVersionUploadsOnlyChangedBytes) {
   auto hubc = Remote(write_);
-  auto root = *ParseMegaUri("mega://org/ckpt@main/step");
+  auto root = *hub::ParseMegaUri("mega://org/ckpt@main/step");
   constexpr int kFiles = 20;
   constexpr size_t kSize = 256 * 1024;
   std::vector<std::string> files;
@@ -418,7 +418,7 @@ TEST_F(HubServerTest, SecondVersionUploadsOnlyChangedBytes) {
 TEST_F(HubServerTest, ConcurrentWritersOneWinsNothingLost) {
   auto a = Remote(write_);
   auto b = Remote(write_);
-  auto root = *ParseMegaUri("mega://org/race@main");
+  auto root = *hub::ParseMegaUri("mega://org/race@main");
   auto ta = hub::HubTransaction::Begin(a, root);
   ASSERT_TRUE(ta.ok());
   auto tb = hub::HubTransaction::Begin(b, root, {}, (*ta)->base_commit());
@@ -470,7 +470,7 @@ TEST_F(HubServerTest, UnauthorizedWritesRejected) {
   auto anon = Remote("");
   auto reader = Remote(read_);
   auto wrong_ns = Remote(CreateToken(root_.path(), "write", "elsewhere"));
-  auto root = *ParseMegaUri("mega://org/m@main");
+  auto root = *hub::ParseMegaUri("mega://org/m@main");
   for (auto* h : {&anon, &reader, &wrong_ns}) {
     auto txn = hub::HubTransaction::Begin(*h, root);
     ASSERT_TRUE(txn.ok()) << txn.status().ToString();  // reading refs is public
@@ -483,14 +483,14 @@ TEST_F(HubServerTest, UnauthorizedWritesRejected) {
   auto fs = hub::NewMegaFileSystem(anon);
   EXPECT_EQ(*fs->ReadWhole("mega://org/m/a.bin"), "seed");
   auto w = Remote(write_);
-  ASSERT_TRUE(hub::HubTransaction::Begin(w, *ParseMegaUri("mega://org/secret"), {.create_private = true}).ok());
+  ASSERT_TRUE(hub::HubTransaction::Begin(w, *hub::ParseMegaUri("mega://org/secret"), {.create_private = true}).ok());
   EXPECT_EQ(anon->GetRepo("org/secret").status().code(), StatusCode::kUnauthenticated);
   EXPECT_TRUE(reader->GetRepo("org/secret").ok());
 }
 
 TEST_F(HubServerTest, KilledMidUploadRestartsCleanAndRetrySucceeds) {
   auto hubc = Remote(write_);
-  auto root = *ParseMegaUri("mega://org/crash@main");
+  auto root = *hub::ParseMegaUri("mega://org/crash@main");
   ASSERT_TRUE(hub::HubTransaction::Begin(hubc, root).ok());  // creates the repo
   std::string base = *hubc->ResolveRevision("org/crash", "main");
   std::string data = RandomData(24 << 20, 11);
@@ -567,7 +567,7 @@ TEST_F(HubServerTest, LoadSixteenClientsNoErrors) {
       std::string uri = "mega://load/client" + std::to_string(c) + "@main";
       for (int round = 0; !stop; ++round) {
         std::string data = RandomData(64 * 1024 + round, c * 1000 + round);
-        auto txn = hub::HubTransaction::Begin(*h, *ParseMegaUri(uri));
+        auto txn = hub::HubTransaction::Begin(*h, *hub::ParseMegaUri(uri));
         Status s = txn.status();
         if (s.ok()) s = (*txn)->Put("f" + std::to_string(round % 4), data);
         if (s.ok()) s = (*txn)->Commit().status();

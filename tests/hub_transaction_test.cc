@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "hub_test_server.h"
-#include "megackpt/checksum.h"
-#include "megackpt/fs.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
@@ -111,7 +111,7 @@ TEST_P(HubTransactionTest, AbortAndCrashLeaveBranchUntouched) {
   EXPECT_EQ(*fs_->ReadWhole(repo_ + "/keep.txt"), "old");
   {
     // A "crash": the transaction is dropped without commit or abort.
-    auto txn = hub::HubTransaction::Begin(hub_, *ParseMegaUri(repo_));
+    auto txn = hub::HubTransaction::Begin(hub_, *hub::ParseMegaUri(repo_));
     ASSERT_TRUE(txn.ok());
     auto f = (*txn)->OpenForWrite("keep.txt");
     ASSERT_TRUE(f.ok());
@@ -122,7 +122,7 @@ TEST_P(HubTransactionTest, AbortAndCrashLeaveBranchUntouched) {
 }
 
 TEST_P(HubTransactionTest, MultiRankSaveIsOneCommit) {
-  auto root = *ParseMegaUri(repo_ + "@main/ckpt");
+  auto root = *hub::ParseMegaUri(repo_ + "@main/ckpt");
   auto coord = hub::HubTransaction::Begin(hub_, root);
   ASSERT_TRUE(coord.ok());
   std::string base = (*coord)->base_commit();
@@ -158,7 +158,7 @@ TEST_P(HubTransactionTest, MultiRankSaveIsOneCommit) {
 
 TEST_P(HubTransactionTest, ConflictUnlessRebaseWithoutCollision) {
   ASSERT_TRUE(fs_->WriteAtomically(repo_ + "/x", "0").ok());
-  auto root = *ParseMegaUri(repo_);
+  auto root = *hub::ParseMegaUri(repo_);
   auto a = hub::HubTransaction::Begin(hub_, root);
   auto b = hub::HubTransaction::Begin(hub_, root);
   auto c = hub::HubTransaction::Begin(hub_, root, {.rebase = true});
@@ -215,15 +215,15 @@ INSTANTIATE_TEST_SUITE_P(EmbeddedAndRemote, HubTransactionTest, ::testing::Value
 TEST(FileSystemForPathTest, RoutesMegaUris) {
   TempDir dir("fsforpath");
   setenv("MEGA_ENDPOINT", ("file://" + dir.path() + "/hub").c_str(), 1);
-  auto bad = FileSystemForPath("mega://org//m");
+  auto bad = fs::FileSystemForPath("mega://org//m");
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("empty name"));
-  auto fs = FileSystemForPath("mega://org/m@main/ckpt/x");
+  auto fs = fs::FileSystemForPath("mega://org/m@main/ckpt/x");
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   EXPECT_EQ((*fs)->scheme(), "mega");
   ASSERT_TRUE((*fs)->WriteAtomically("mega://org/m/ckpt/x", "hello").ok());
   EXPECT_EQ(*(*fs)->ReadWhole("mega://org/m@main/ckpt/x"), "hello");
-  EXPECT_EQ((*FileSystemForPath("/tmp"))->scheme(), "local");
+  EXPECT_EQ((*fs::FileSystemForPath("/tmp"))->scheme(), "local");
   unsetenv("MEGA_ENDPOINT");
 }
 

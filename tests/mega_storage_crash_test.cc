@@ -20,12 +20,12 @@
 #include "dcp/synthetic.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 constexpr int kWorld = 2;
 constexpr uint64_t kStateBytes = 4ull << 20;
@@ -33,9 +33,9 @@ constexpr uint64_t kStateBytes = 4ull << 20;
 // Counts filesystem steps and SIGKILLs the process at step `kill_at` (0: never).
 // WriteAtomically is spelled out (temp file, sync, rename, folder sync) so a kill
 // can also land between its steps.
-class KillingFs : public FileSystem {
+class KillingFs : public fs::FileSystem {
  public:
-  explicit KillingFs(int kill_at) : base_(LocalFileSystem()), kill_at_(kill_at) {}
+  explicit KillingFs(int kill_at) : base_(fs::LocalFileSystem()), kill_at_(kill_at) {}
   int steps() const { return steps_.load(); }
 
   std::string_view scheme() const override { return base_->scheme(); }
@@ -58,12 +58,12 @@ class KillingFs : public FileSystem {
     Step();
     MEGA_RETURN_IF_ERROR(base_->Rename(tmp, p));
     Step();
-    if (sync) MEGA_RETURN_IF_ERROR(base_->SyncDirectory(fs::path(p).parent_path().string()));
+    if (sync) MEGA_RETURN_IF_ERROR(base_->SyncDirectory(stdfs::path(p).parent_path().string()));
     return Status::OK();
   }
   Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
-  Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
-  Result<std::vector<FileInfo>> List(const std::string& d) override { return base_->List(d); }
+  Result<fs::FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
+  Result<std::vector<fs::FileInfo>> List(const std::string& d) override { return base_->List(d); }
   Status Remove(const std::string& p) override {
     Step();
     return base_->Remove(p);
@@ -82,7 +82,7 @@ class KillingFs : public FileSystem {
   void Step() {
     if (++steps_ == kill_at_) raise(SIGKILL);
   }
-  std::shared_ptr<FileSystem> base_;
+  std::shared_ptr<fs::FileSystem> base_;
   int kill_at_;
   std::atomic<int> steps_{0};
 };
@@ -94,8 +94,8 @@ FqnToIndexMapping Mapping(const synthetic::Spec& spec) {
   return m;
 }
 
-Status SaveSpec(const synthetic::Spec& spec, const std::string& dir, std::shared_ptr<FileSystem> fs) {
-  auto results = RunThreadRanks(kWorld, [&](ProcessGroup& g) -> Status {
+Status SaveSpec(const synthetic::Spec& spec, const std::string& dir, std::shared_ptr<fs::FileSystem> fs) {
+  auto results = dist::RunThreadRanks(kWorld, [&](dist::ProcessGroup& g) -> Status {
     MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, kWorld, g.rank(), 0, true));
     MegaStorageWriterOptions o;
     o.fs = fs;
@@ -122,7 +122,7 @@ int SettledThreadCount() {
   for (int i = 0; i < 200; ++i) {
     std::error_code ec;
     count = 0;
-    for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++count;
+    for (stdfs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++count;
     if (ec) return -1;
     if (count == 1) break;
     usleep(10 * 1000);
@@ -170,7 +170,7 @@ int RunChildSave(const synthetic::Spec& spec, const std::string& dir, int kill_a
 class CrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mega-crash-XXXXXX").string();
+    std::string tmpl = (stdfs::temp_directory_path() / "mega-crash-XXXXXX").string();
     root_ = mkdtemp(tmpl.data());
     dir_ = root_ + "/ckpt";
     // Same names, shapes and file layout, different bytes: the new save's plain
@@ -183,7 +183,7 @@ class CrashTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ec;
-    fs::remove_all(root_, ec);
+    stdfs::remove_all(root_, ec);
   }
 
   // After a kill: the folder loads as the current or the next checkpoint, through
@@ -237,7 +237,7 @@ TEST_F(CrashTest, SeedDefect8_KillAtEveryFilesystemStep) {
   // Leftovers of killed saves do not accumulate: a clean save removes them.
   ASSERT_TRUE(SaveSpec(specs_[1 - current_], dir_, nullptr).ok());
   current_ = 1 - current_;
-  for (const auto& e : fs::directory_iterator(dir_)) {
+  for (const auto& e : stdfs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();
     EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
   }

@@ -14,7 +14,7 @@
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -24,11 +24,11 @@ using ::megackpt::testing::MegahubProcess;
 using ::megackpt::testing::TempDir;
 
 TEST(MegaStorageHubMpi, MultiProcessSaveIsOneCommitAndLoadsResharded) {
-  ProcessGroupOptions po;
+  dist::ProcessGroupOptions po;
   po.timeout = std::chrono::seconds(60);
-  auto group = NewMpiProcessGroup(po);
+  auto group = dist::NewMpiProcessGroup(po);
   ASSERT_TRUE(group.ok()) << group.status().ToString();
-  ProcessGroup& g = **group;
+  dist::ProcessGroup& g = **group;
   if (g.world_size() < 2) GTEST_SKIP() << "run under mpirun -np 2 or more";
 
   // Rank 0 owns the server; everyone learns "endpoint token".

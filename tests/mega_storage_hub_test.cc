@@ -30,7 +30,7 @@
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -46,8 +46,8 @@ using json = nlohmann::json;
 
 SharedHubServer* Server() { return &SharedHub("mshub-server"); }
 
-ProcessGroupOptions Quick() {
-  ProcessGroupOptions o;
+dist::ProcessGroupOptions Quick() {
+  dist::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(60);
   return o;
 }
@@ -208,9 +208,9 @@ int RunCrashChild(int argc, char** argv) {
   }
   auto child_fs = hub::NewMegaFileSystem(*h);
   const VersionedState changed = CrashChildState();
-  std::vector<Status> st = RunThreadRanks(
+  std::vector<Status> st = dist::RunThreadRanks(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, changed.Build(2, g.rank(), true));
         MegaStorageWriterOptions o;
         o.fs = child_fs;
@@ -286,9 +286,9 @@ class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
   }
 
   Status SaveSynthetic(const synthetic::Spec& spec, const std::string& path, int world) {
-    return AllOk(RunThreadRanks(
+    return AllOk(dist::RunThreadRanks(
         world,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 0, true));
           MegaStorageWriter writer(path, std::nullopt, WriterOptions());
           return Save(sd, writer, &g);
@@ -296,9 +296,9 @@ class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
         Quick()));
   }
   Status LoadSynthetic(const synthetic::Spec& spec, const std::string& path, int world, int variant) {
-    return AllOk(RunThreadRanks(
+    return AllOk(dist::RunThreadRanks(
         world,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
           MegaStorageReader reader(path, ReaderOptions());
           MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
@@ -311,9 +311,9 @@ class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
                        uint64_t* written = nullptr, uint64_t* new_bytes = nullptr) {
     std::mutex mu;
     uint64_t w = 0, n = 0;
-    Status s = AllOk(RunThreadRanks(
+    Status s = AllOk(dist::RunThreadRanks(
         world,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, state.Build(world, g.rank(), true));
           MegaStorageWriter writer(path, std::nullopt, WriterOptions());
           MEGA_RETURN_IF_ERROR(Save(sd, writer, &g));
@@ -328,9 +328,9 @@ class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
     return s;
   }
   Status LoadVersioned(const VersionedState& state, const std::string& path, int world) {
-    return AllOk(RunThreadRanks(
+    return AllOk(dist::RunThreadRanks(
         world,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, state.Build(world, g.rank(), false));
           MegaStorageReader reader(path, ReaderOptions());
           MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
@@ -425,9 +425,9 @@ TEST_P(MegaStorageHubTest, FailuresLeaveTheBranchUntouched) {
   // before the commit (the framework aborts every rank).
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<int> aborts(2, 0);
-    std::vector<Status> st = RunThreadRanks(
+    std::vector<Status> st = dist::RunThreadRanks(
         2,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, changed.Build(2, g.rank(), true));
           HookedWriter w(std::make_unique<MegaStorageWriter>(path, std::nullopt, WriterOptions()));
           if (mode == 0) {
@@ -471,7 +471,7 @@ TEST_P(MegaStorageHubTest, FailuresLeaveTheBranchUntouched) {
     HookedWriter w(std::make_unique<MegaStorageWriter>(path, std::nullopt, WriterOptions()));
     std::string other;
     w.before_finish = [&]() -> Status {
-      auto root = ParseMegaUri("mega://" + repo_ + "@main");
+      auto root = hub::ParseMegaUri("mega://" + repo_ + "@main");
       MEGA_RETURN_IF_ERROR(root.status());
       MEGA_ASSIGN_OR_RETURN(auto txn, hub::HubTransaction::Begin(hub_, *root));
       MEGA_RETURN_IF_ERROR(txn->Put("notes.txt", "concurrent"));
@@ -548,9 +548,9 @@ TEST_P(MegaStorageHubTest, AsyncSaveIsOneCommit) {
   const std::string path = Path();
   ASSERT_TRUE(SaveVersioned(state, path, 2).ok());
   auto async_save = [&](const VersionedState& st, uint64_t pool_bytes) {
-    return AllOk(RunThreadRanks(
+    return AllOk(dist::RunThreadRanks(
         2,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           MEGA_ASSIGN_OR_RETURN(StateDict sd, st.Build(2, g.rank(), true));
           auto writer = std::make_shared<MegaStorageWriter>(path, std::nullopt, WriterOptions());
           AsyncSaveOptions o;
@@ -688,9 +688,9 @@ TEST_P(MegaStorageHubTest, ConsolidateToSafetensorsIsASecondCommit) {
   MegaStorageWriterOptions o = WriterOptions();
   o.consolidate = true;
   o.consolidate_format = ConsolidateFormat::kSafetensors;
-  Status s = AllOk(RunThreadRanks(
+  Status s = AllOk(dist::RunThreadRanks(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
         MegaStorageWriter writer(path, std::nullopt, o);
         MEGA_RETURN_IF_ERROR(Save(sd, writer, &g));
@@ -711,7 +711,7 @@ TEST_P(MegaStorageHubTest, ConsolidateToSafetensorsIsASecondCommit) {
   const std::string head = Head();
   Status refused = AllOk(RunThreadRanks(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
         MegaStorageWriter writer(path, std::nullopt, o);
         return Save(sd, writer, &g);
@@ -725,9 +725,9 @@ TEST_P(MegaStorageHubTest, WithoutCollectivesEveryRankCommitsAlone) {
   const std::string path = Path("ckpt/alone");
   const size_t before = Commits();
   for (int round = 0; round < 2; ++round) {
-    Status s = AllOk(RunThreadRanks(
+    Status s = AllOk(dist::RunThreadRanks(
         2,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           StateDict sd;
           MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {64, 64}));
           float* p = static_cast<float*>(t.data());

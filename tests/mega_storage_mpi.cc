@@ -10,30 +10,30 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/index_file.h"
-#include "megackpt/process_group.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
 
-std::unique_ptr<ProcessGroup> NewGroup() { return testing::NewMpiGroupForTest(); }
+std::unique_ptr<dist::ProcessGroup> NewGroup() { return testing::NewMpiGroupForTest(); }
 
 // A folder created by rank 0 and known to all; removed by rank 0 at the end.
 class SharedDir : public testing::SharedDir {
  public:
-  explicit SharedDir(ProcessGroup& g) : testing::SharedDir(g, "mega-mpi") {}
+  explicit SharedDir(dist::ProcessGroup& g) : testing::SharedDir(g, "mega-mpi") {}
 };
 
 // Every rank's verdict, combined.
-Status All(ProcessGroup& g, const Status& s) { return g.AllReduceStatus(s); }
+Status All(dist::ProcessGroup& g, const Status& s) { return g.AllReduceStatus(s); }
 
-Status SaveFromRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir,
+Status SaveFromRanks(dist::ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir,
                      std::optional<FqnToIndexMapping> mapping) {
   MegaStorageWriter writer(dir, std::move(mapping));
   return testing::SaveSyntheticRank(spec, writer, &g);
 }
 
-Status LoadOnRanks(ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir, int variant) {
+Status LoadOnRanks(dist::ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir, int variant) {
   MegaStorageReader reader(dir);
   return testing::LoadAndVerifySyntheticRank(spec, reader, &g, variant);
 }
@@ -56,7 +56,7 @@ TEST(MegaStorageMpi, SaveAndReshardedLoadWithoutMapping) {
   if (g->rank() == 0) {
     EXPECT_TRUE(LoadInOneProcess(spec, ckpt, 1).ok());
     // The index covers every rank's items.
-    auto idx = ReadShardIndexFile(ckpt + "/model.mega.index.json");
+    auto idx = format::ReadShardIndexFile(ckpt + "/model.mega.index.json");
     ASSERT_TRUE(idx.ok());
     EXPECT_GE(testing::ShardsIn(ckpt).size(), static_cast<size_t>(g->world_size()));
   }
@@ -81,7 +81,7 @@ TEST(MegaStorageMpi, SaveWithMappingThenCollectiveConsolidation) {
   s = All(*g, LoadOnRanks(*g, spec, dir.path("whole"), 4));
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (g->rank() == 0) {
-    auto idx = ReadShardIndexFile(dir.path("whole/model.mega.index.json"));
+    auto idx = format::ReadShardIndexFile(dir.path("whole/model.mega.index.json"));
     ASSERT_TRUE(idx.ok());
     EXPECT_EQ(idx->weight_map.size(), spec.entries.size());
     for (const auto& e : spec.entries) {

@@ -19,21 +19,21 @@
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/storage_factory.h"
-#include "megackpt/index_file.h"
-#include "megackpt/mega.h"
-#include "megackpt/process_group.h"
-#include "megackpt/safetensors.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/dist/process_group.h"
+#include "megackpt/format/safetensors.h"
 #include "test_util.h"
 
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using json = nlohmann::json;
 
 using testing::FilesIn;
@@ -58,7 +58,7 @@ WriterFactory MegaWriterAt(const std::string& dir, std::optional<FqnToIndexMappi
 
 Status SaveSynthetic(const synthetic::Spec& spec, int world, const WriterFactory& make,
                      int variant = 0) {
-  return RunThreadRanksForTest(world, [&](ProcessGroup& g) -> Status {
+  return RunThreadRanksForTest(world, [&](dist::ProcessGroup& g) -> Status {
     auto writer = make(g.rank());
     return testing::SaveSyntheticRank(spec, *writer, &g, variant);
   });
@@ -67,16 +67,16 @@ Status SaveSynthetic(const synthetic::Spec& spec, int world, const WriterFactory
 // Loads at `world` with layout `variant` and verifies every rank's bytes.
 Status LoadSynthetic(const synthetic::Spec& spec, const std::string& path, int world, int variant,
                      MegaStorageReaderOptions o = {}) {
-  return RunThreadRanksForTest(world, [&](ProcessGroup& g) -> Status {
+  return RunThreadRanksForTest(world, [&](dist::ProcessGroup& g) -> Status {
     MegaStorageReader reader(path, o);
     return testing::LoadAndVerifySyntheticRank(spec, reader, &g, variant);
   });
 }
 
-ShardIndex ReadIndex(const std::string& path) {
-  auto idx = ReadShardIndexFile(path);
+format::ShardIndex ReadIndex(const std::string& path) {
+  auto idx = format::ReadShardIndexFile(path);
   EXPECT_TRUE(idx.ok()) << idx.status().ToString();
-  return idx.ok() ? *idx : ShardIndex();
+  return idx.ok() ? *idx : format::ShardIndex();
 }
 
 // Every fqn of `spec`.
@@ -87,7 +87,7 @@ std::set<std::string> SpecFqns(const synthetic::Spec& spec) {
 }
 
 // fqns covered by an index (weight_map + tensorplay.dcp.sharded).
-std::set<std::string> IndexFqns(const ShardIndex& idx) {
+std::set<std::string> IndexFqns(const format::ShardIndex& idx) {
   std::set<std::string> out;
   for (const auto& [fqn, f] : idx.weight_map) out.insert(fqn);
   auto it = idx.extra_fields.find(std::string(kDcpIndexShardedKey));
@@ -173,7 +173,7 @@ TEST(MegaStorage, ResaveSamePathLeavesOnlyTheNewCheckpoint) {
   ASSERT_TRUE(LoadSynthetic(b, ckpt, 2, 1).ok());
   // The first save's files are gone; the second's are exactly the index's.
   for (const auto& f : first) EXPECT_EQ(std::count(second.begin(), second.end(), f), 0) << f;
-  ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
+  format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   std::set<std::string> referenced;
   auto md = MegaStorageReader(ckpt).ReadMetadata();
   ASSERT_TRUE(md.ok());
@@ -193,7 +193,7 @@ TEST(MegaStorage, AsyncSaveInWavesSplitsShardsAcrossWriteDataCalls) {
   const std::string ckpt = dir.path("a");
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
         AsyncSaveOptions opts;
         opts.pool = StagingPool::Create(48 << 10);  // far smaller than a shard: many waves
@@ -241,8 +241,8 @@ TEST(MegaStorage, SequentialSinkWritesTheSameShards) {
   EXPECT_TRUE(LoadSynthetic(spec, dir.path("seq"), 3, 1).ok());
   // Same tensors, same offsets and checksums (only the save id differs).
   for (const auto& f : ShardsIn(dir.path("pos"))) {
-    auto a = MegaReader::OpenFile(dir.path("pos/" + f));
-    auto b = MegaReader::OpenFile(dir.path("seq/" + f));
+    auto a = format::MegaReader::OpenFile(dir.path("pos/" + f));
+    auto b = format::MegaReader::OpenFile(dir.path("seq/" + f));
     ASSERT_TRUE(a.ok() && b.ok());
     ASSERT_EQ((*a)->tensors().size(), (*b)->tensors().size());
     for (size_t i = 0; i < (*a)->tensors().size(); ++i) {
@@ -258,7 +258,7 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
   const std::string ckpt = dir.path("c");
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
         MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {4, 4}));
         float* p = static_cast<float*>(t.data());
@@ -270,8 +270,8 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
         return Save(sd, writer, &g, so);
       });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
-  EXPECT_TRUE(fs::exists(ckpt + "/.metadata"));
-  EXPECT_TRUE(fs::exists(ckpt + "/.metadata.rank1"));
+  EXPECT_TRUE(stdfs::exists(ckpt + "/.metadata"));
+  EXPECT_TRUE(stdfs::exists(ckpt + "/.metadata.rank1"));
   for (int r : {0, 1}) {
     MegaStorageReaderOptions o;
     o.metadata_rank = r == 0 ? -1 : r;
@@ -296,7 +296,7 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
   const std::string ckpt = dir.path("c");
   Status ranks = RunThreadRanksForTest(
       3,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
         MEGA_ASSIGN_OR_RETURN(Tensor own, Tensor::Empty(DType::kI32, {8}));
         for (int i = 0; i < 8; ++i) static_cast<int32_t*>(own.data())[i] = g.rank() * 1000 + i;
@@ -318,7 +318,7 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
   auto shards = ShardsIn(ckpt);
   ASSERT_EQ(shards.size(), 3u);  // one distinct file per rank, none overwritten
   EXPECT_EQ(std::set<std::string>(shards.begin(), shards.end()).size(), 3u);
-  ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
+  format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   EXPECT_EQ(IndexFqns(idx), (std::set<std::string>{"rank0.w", "rank1.w", "rank2.w", "replicated", "sharded"}));
   EXPECT_EQ(idx.weight_map.at("rank2.w"), shards[2]);
   // Every rank's data comes back (the seed lost two ranks' files).
@@ -343,7 +343,7 @@ TEST(MegaStorageSeedDefects, SeedDefect2_GlobalFileCountInNames) {
   FqnToIndexMapping mapping{{"a", 1}, {"b", 2}, {"c", 3}};
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
         // Rank 0 holds only bucket 1; rank 1 buckets 2 and 3.
         for (const char* name : g.rank() == 0 ? std::vector<const char*>{"a"} : std::vector<const char*>{"b", "c"}) {
@@ -355,7 +355,7 @@ TEST(MegaStorageSeedDefects, SeedDefect2_GlobalFileCountInNames) {
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   EXPECT_EQ(ShardsIn(ckpt), (std::vector<std::string>{"model-00001-of-00003.mega", "model-00002-of-00003.mega",
                                                       "model-00003-of-00003.mega"}));
-  ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
+  format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   EXPECT_EQ(idx.weight_map.at("a"), "model-00001-of-00003.mega");
   EXPECT_EQ(idx.weight_map.at("b"), "model-00002-of-00003.mega");
   EXPECT_EQ(idx.weight_map.at("c"), "model-00003-of-00003.mega");
@@ -370,7 +370,7 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
   std::map<std::string, uint64_t> written_per_rank;
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
         MegaStorageWriter w(ckpt);
         SaveStats stats;
@@ -382,11 +382,11 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
         return Status::OK();
       });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
-  ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
+  format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   ASSERT_TRUE(idx.total_size.has_value());
   EXPECT_EQ(*idx.total_size, spec.total_bytes);  // every tensor/bytes value once, no headers
   uint64_t file_bytes = 0;
-  for (const auto& f : ShardsIn(ckpt)) file_bytes += fs::file_size(ckpt + "/" + f);
+  for (const auto& f : ShardsIn(ckpt)) file_bytes += stdfs::file_size(ckpt + "/" + f);
   EXPECT_GT(file_bytes, *idx.total_size);
   EXPECT_EQ(written_per_rank["0"] + written_per_rank["1"], spec.total_bytes);
   auto md = MegaStorageReader(ckpt).ReadMetadata();
@@ -438,7 +438,7 @@ TEST(MegaStorageSeedDefects, SeedDefect4_ShardedTensorChunksRecordedInShards) {
   // In the shard: the tensor is named by its fqn, its offsets are in the entries key.
   bool saw_offset = false;
   for (const auto& f : ShardsIn(ckpt)) {
-    auto r = MegaReader::OpenFile(ckpt + "/" + f);
+    auto r = format::MegaReader::OpenFile(ckpt + "/" + f);
     ASSERT_TRUE(r.ok());
     auto entries = json::parse(std::string(*(*r)->metadata().GetString(kDcpEntriesKey)));
     for (const auto& t : (*r)->tensors()) {
@@ -448,7 +448,7 @@ TEST(MegaStorageSeedDefects, SeedDefect4_ShardedTensorChunksRecordedInShards) {
   }
   EXPECT_TRUE(saw_offset);
   // Loading through the rebuilt Metadata reshards correctly.
-  ASSERT_TRUE(fs::remove(ckpt + "/.metadata"));
+  ASSERT_TRUE(stdfs::remove(ckpt + "/.metadata"));
   EXPECT_TRUE(LoadSynthetic(spec, ckpt, 2, 3).ok());
 }
 
@@ -464,9 +464,9 @@ TEST(MegaStorageSeedDefects, SeedDefect5_BytesRoundTripAsBytes) {
   MegaStorageWriter w(ckpt);
   ASSERT_TRUE(Save(sd, w).ok());
   // Stored as a U8 tensor marked "bytes".
-  auto r = MegaReader::OpenFile(ckpt + "/model.mega");
+  auto r = format::MegaReader::OpenFile(ckpt + "/model.mega");
   ASSERT_TRUE(r.ok());
-  const MegaTensorInfo* t = (*r)->Find("blob");
+  const format::MegaTensorInfo* t = (*r)->Find("blob");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->dtype, DType::kU8);
   EXPECT_EQ(t->shape, Shape{24});
@@ -474,7 +474,7 @@ TEST(MegaStorageSeedDefects, SeedDefect5_BytesRoundTripAsBytes) {
   EXPECT_EQ(entries["blob"]["kind"], "bytes");
   // Read back as bytes, also through rebuilt Metadata.
   for (bool drop_metadata : {false, true}) {
-    if (drop_metadata) fs::remove(ckpt + "/.metadata");
+    if (drop_metadata) stdfs::remove(ckpt + "/.metadata");
     StateDict back;
     back.Set("blob", StateValue::Bytes("x"));
     back.Set("empty", StateValue::Bytes("not empty"));
@@ -498,7 +498,7 @@ TEST(MegaStorageSeedDefects, SeedDefect6_ReadsOnlyNeededRanges) {
   sd.Set("other", *Tensor::Empty(DType::kF32, {1024, 1024}, true));
   MegaStorageWriter w(ckpt);
   ASSERT_TRUE(Save(sd, w).ok());
-  const uint64_t file_size = fs::file_size(ckpt + "/model.mega");
+  const uint64_t file_size = stdfs::file_size(ckpt + "/model.mega");
   for (bool rows : {true, false}) {
     // A destination holding 16 rows (or 16 columns) of "big" only.
     auto counting = std::make_shared<testing::InstrumentedFileSystem>();
@@ -552,20 +552,20 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
   // A TensorPlay-style checkpoint: plain tp.save shards (no tensorplay.dcp.* keys),
   // model.mega.index.json and a pickle .metadata.
   const std::string tp = dir.path("tp");
-  fs::create_directories(tp);
+  stdfs::create_directories(tp);
   Tensor a = *Tensor::Empty(DType::kF32, {6, 4});
   for (int i = 0; i < 24; ++i) static_cast<float*>(a.data())[i] = i * 0.5f;
   Tensor b = *Tensor::Empty(DType::kI64, {3});
   for (int i = 0; i < 3; ++i) static_cast<int64_t*>(b.data())[i] = -i;
-  MegaWriter w1, w2;
+  format::MegaWriter w1, w2;
   ASSERT_TRUE(w1.AddTensor("layer.a", a).ok());
   ASSERT_TRUE(w2.AddTensor("layer.b", b).ok());
   ASSERT_TRUE(w1.WriteFile(tp + "/model-00001-of-00002.mega").ok());
   ASSERT_TRUE(w2.WriteFile(tp + "/model-00002-of-00002.mega").ok());
-  ShardIndex idx;
+  format::ShardIndex idx;
   idx.total_size = 24 * 4 + 3 * 8;
   idx.weight_map = {{"layer.a", "model-00001-of-00002.mega"}, {"layer.b", "model-00002-of-00002.mega"}};
-  ASSERT_TRUE(WriteShardIndexFile(tp + "/model.mega.index.json", idx).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(tp + "/model.mega.index.json", idx).ok());
   {
     std::ofstream f(tp + "/.metadata", std::ios::binary);
     f << std::string("\x80\x05\x95pickle", 10);
@@ -573,7 +573,7 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
   // Resharded: two ranks, each half the rows of layer.a.
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         ShardedTensor st;
         st.dtype = DType::kF32;
         st.global_shape = {6, 4};
@@ -633,7 +633,7 @@ TEST(MegaStorageSeedDefects, SeedDefect8_FailedSaveKeepsPreviousCheckpoint) {
   // (c) a successful save afterwards replaces it completely.
   ASSERT_TRUE(SaveSynthetic(new_spec, 2, MegaWriterAt(ckpt)).ok());
   EXPECT_TRUE(LoadSynthetic(new_spec, ckpt, 3, 2).ok());
-  EXPECT_TRUE(fs::exists(ckpt + "/README.txt"));
+  EXPECT_TRUE(stdfs::exists(ckpt + "/README.txt"));
 }
 
 // The seed had no integrity check. A flipped byte in any tensor of any shard is
@@ -646,13 +646,13 @@ TEST(MegaStorageSeedDefects, SeedDefect9_ChecksumVerified) {
   int checked = 0;
   std::mt19937_64 rng(7);
   for (const auto& shard : ShardsIn(good)) {
-    auto reader = MegaReader::OpenFile(good + "/" + shard);
+    auto reader = format::MegaReader::OpenFile(good + "/" + shard);
     ASSERT_TRUE(reader.ok());
     for (const auto& t : (*reader)->tensors()) {
       if (t.logical_nbytes == 0) continue;
       if (rng() % 3 != 0 && checked > 0) continue;  // a sample keeps the test fast
       const std::string bad = dir.path("bad" + std::to_string(checked));
-      fs::copy(good, bad);
+      stdfs::copy(good, bad);
       FlipByte(bad + "/" + shard, t.file_offset + rng() % t.logical_nbytes);
       // A load at the save layout reads every stored piece whole: verified.
       Status s = LoadSynthetic(spec, bad, 2, 0);
@@ -663,7 +663,7 @@ TEST(MegaStorageSeedDefects, SeedDefect9_ChecksumVerified) {
       Status v = VerifyMegaCheckpoint(bad);
       EXPECT_EQ(v.code(), StatusCode::kDataLoss) << v.ToString();
       EXPECT_NE(v.message().find(t.name), std::string::npos) << v.ToString();
-      fs::remove_all(bad);
+      stdfs::remove_all(bad);
       ++checked;
     }
   }
@@ -671,7 +671,7 @@ TEST(MegaStorageSeedDefects, SeedDefect9_ChecksumVerified) {
   EXPECT_TRUE(VerifyMegaCheckpoint(good).ok());
   // A flipped header byte is reported naming the file.
   const std::string bad = dir.path("badhdr");
-  fs::copy(good, bad);
+  stdfs::copy(good, bad);
   const std::string shard = ShardsIn(good)[0];
   FlipByte(bad + "/" + shard, 5);  // inside the version field
   Status s = LoadSynthetic(spec, bad, 1, 0);
@@ -686,7 +686,7 @@ TEST(MegaStorage, PartialReadVerifyPassCatchesCorruptionOutsideTheSlice) {
   sd.Set("w", *Tensor::Empty(DType::kF32, {64, 64}, true));
   MegaStorageWriter w(ckpt);
   ASSERT_TRUE(Save(sd, w).ok());
-  auto reader = MegaReader::OpenFile(ckpt + "/model.mega");
+  auto reader = format::MegaReader::OpenFile(ckpt + "/model.mega");
   ASSERT_TRUE(reader.ok());
   FlipByte(ckpt + "/model.mega", (*reader)->Find("w")->file_offset + 4 * 64 * 60);  // row 60
   reader->reset();
@@ -718,7 +718,7 @@ TEST(MegaStorage, ShardReplacedAfterCommitIsDetected) {
   // Someone rewrites model.mega with other (valid, self-consistent) contents.
   Tensor other = *Tensor::Empty(DType::kF32, {16}, true);
   static_cast<float*>(other.data())[0] = 1;
-  MegaWriter mw;
+  format::MegaWriter mw;
   ASSERT_TRUE(mw.AddTensor("w", other).ok());
   ASSERT_TRUE(mw.WriteFile(ckpt + "/model.mega").ok());
   StateDict back;
@@ -736,14 +736,14 @@ TEST(MegaStorage, MixedSavesWithoutMetadataAreRefused) {
   // Shard 2 of another save of the same state: a torn mix for an index reader.
   const std::string last = ShardsIn(dir.path("y")).back();
   ASSERT_EQ(last, ShardsIn(dir.path("x")).back());
-  fs::copy_file(dir.path("y/" + last), dir.path("x/" + last), fs::copy_options::overwrite_existing);
-  fs::remove(dir.path("x/.metadata"));
+  stdfs::copy_file(dir.path("y/" + last), dir.path("x/" + last), stdfs::copy_options::overwrite_existing);
+  stdfs::remove(dir.path("x/.metadata"));
   auto md = RebuildMetadataFromShards(dir.path("x"));
   EXPECT_EQ(md.status().code(), StatusCode::kDataLoss) << md.status().ToString();
   EXPECT_NE(md.status().message().find("different saves"), std::string::npos);
   // A missing shard is an error too, never a silent partial load.
-  fs::remove(dir.path("y/" + last));
-  fs::remove(dir.path("y/.metadata"));
+  stdfs::remove(dir.path("y/" + last));
+  stdfs::remove(dir.path("y/.metadata"));
   md = RebuildMetadataFromShards(dir.path("y"));
   EXPECT_EQ(md.status().code(), StatusCode::kNotFound) << md.status().ToString();
 }
@@ -755,24 +755,24 @@ TEST(MegaStorage, MixedSavesWithoutMetadataAreRefused) {
 TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
   TempDir dir;
   const std::string hf = dir.path("hf");
-  fs::create_directories(hf);
+  stdfs::create_directories(hf);
   Tensor w = *Tensor::Empty(DType::kBF16, {10, 6});
   for (int i = 0; i < 60; ++i) static_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(i * 3);
   Tensor b = *Tensor::Empty(DType::kF32, {6});
   for (int i = 0; i < 6; ++i) static_cast<float*>(b.data())[i] = i + 0.25f;
   std::vector<std::pair<std::string, Tensor>> f1{{"model.w", w}};
   std::vector<std::pair<std::string, Tensor>> f2{{"model.b", b}};
-  ASSERT_TRUE(SaveSafetensorsFile(hf + "/model-00001-of-00002.safetensors", f1, {{"format", "pt"}}).ok());
-  ASSERT_TRUE(SaveSafetensorsFile(hf + "/model-00002-of-00002.safetensors", f2, {{"format", "pt"}}).ok());
-  ShardIndex idx;
+  ASSERT_TRUE(format::SaveSafetensorsFile(hf + "/model-00001-of-00002.safetensors", f1, {{"format", "pt"}}).ok());
+  ASSERT_TRUE(format::SaveSafetensorsFile(hf + "/model-00002-of-00002.safetensors", f2, {{"format", "pt"}}).ok());
+  format::ShardIndex idx;
   idx.total_size = 60 * 2 + 6 * 4;
   idx.weight_map = {{"model.w", "model-00001-of-00002.safetensors"},
                     {"model.b", "model-00002-of-00002.safetensors"}};
-  ASSERT_TRUE(WriteShardIndexFile(hf + "/model.safetensors.index.json", idx).ok());
+  ASSERT_TRUE(format::WriteShardIndexFile(hf + "/model.safetensors.index.json", idx).ok());
   for (std::string path : {hf, hf + "/model.safetensors.index.json"}) {
     Status ranks = RunThreadRanksForTest(
         2,
-        [&](ProcessGroup& g) -> Status {
+        [&](dist::ProcessGroup& g) -> Status {
           // Column split: rank r holds columns [3r, 3r+3) of model.w (strided reads).
           ShardedTensor st;
           st.dtype = DType::kBF16;
@@ -801,7 +801,7 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
   }
   // One lone .safetensors file.
   const std::string single = dir.path("single.safetensors");
-  ASSERT_TRUE(SaveSafetensorsFile(single, f1).ok());
+  ASSERT_TRUE(format::SaveSafetensorsFile(single, f1).ok());
   StateDict sd;
   Tensor back = *Tensor::Empty(DType::kBF16, {10, 6}, true);
   sd.Set("model.w", back);
@@ -817,7 +817,7 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
 // Every fqn of the index maps to the one file that holds it whole.
 void ExpectTruthfulIndex(const std::string& dir, const std::string& index_name,
                          const synthetic::Spec& spec) {
-  ShardIndex idx = ReadIndex(dir + "/" + index_name);
+  format::ShardIndex idx = ReadIndex(dir + "/" + index_name);
   EXPECT_EQ(idx.extra_fields.count(std::string(kDcpIndexShardedKey)), 0u);
   std::set<std::string> fqns;
   uint64_t total = 0;
@@ -828,12 +828,12 @@ void ExpectTruthfulIndex(const std::string& dir, const std::string& index_name,
     Shape want = e.is_bytes ? Shape{static_cast<int64_t>(e.bytes_len)} : e.shape;
     Shape have;
     if (file.ends_with(".safetensors")) {
-      auto r = SafetensorsReader::Open(dir + "/" + file);
+      auto r = format::SafetensorsReader::Open(dir + "/" + file);
       ASSERT_TRUE(r.ok());
       ASSERT_NE((*r)->Find(fqn), nullptr) << fqn;
       have = (*r)->Find(fqn)->shape;
     } else {
-      auto r = MegaReader::OpenFile(dir + "/" + file);
+      auto r = format::MegaReader::OpenFile(dir + "/" + file);
       ASSERT_TRUE(r.ok());
       ASSERT_NE((*r)->Find(fqn), nullptr) << fqn;
       have = (*r)->Find(fqn)->shape;
@@ -846,8 +846,8 @@ void ExpectTruthfulIndex(const std::string& dir, const std::string& index_name,
   // No file holds a tensor the index does not map to it.
   for (const auto& f : idx.ShardFiles()) {
     EXPECT_EQ(idx.TensorsInShard(f).size(), f.ends_with(".mega")
-                                                 ? (*MegaReader::OpenFile(dir + "/" + f))->tensors().size()
-                                                 : (*SafetensorsReader::Open(dir + "/" + f))->tensors().size());
+                                                 ? (*format::MegaReader::OpenFile(dir + "/" + f))->tensors().size()
+                                                 : (*format::SafetensorsReader::Open(dir + "/" + f))->tensors().size());
   }
 }
 
@@ -929,7 +929,7 @@ TEST(MegaStorageConsolidate, CollectiveOverThreadRanks) {
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("src"))).ok());
   Status ranks = RunThreadRanksForTest(
       2,
-      [&](ProcessGroup& g) -> Status {
+      [&](dist::ProcessGroup& g) -> Status {
         ConsolidateOptions o;
         o.max_shard_size = 64 << 10;
         return Consolidate(dir.path("src"), dir.path("dst"), o, &g).status();
@@ -1021,7 +1021,7 @@ uint64_t ProcStatusBytes(const std::string& field) {
 TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
   TempDir dir;
   constexpr int kTensors = 16;  // 16 x 4 MiB = 64 MiB of state
-  ASSERT_TRUE(RunThreadRanks(2, [&](ProcessGroup& g) -> Status {
+  ASSERT_TRUE(dist::RunThreadRanks(2, [&](dist::ProcessGroup& g) -> Status {
                 StateDict sd;
                 for (int t = 0; t < kTensors; ++t) {
                   ShardedTensor st;
@@ -1068,16 +1068,16 @@ TEST(MegaStorageConsolidate, CliConsolidate) {
   r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("b"));
   ASSERT_EQ(r.code, 0) << r.out;
   ExpectTruthfulIndex(dir.path("b"), "model.mega.index.json", spec);
-  EXPECT_TRUE(fs::exists(dir.path("b/model.mega")));
+  EXPECT_TRUE(stdfs::exists(dir.path("b/model.mega")));
   r = RunMegackpt("consolidate " + dir.path("nothing-here") + " " + dir.path("c"));
   EXPECT_EQ(r.code, 1) << r.out;
   r = RunMegackpt("consolidate " + dir.path("src") + " " + dir.path("c") + " --format xml");
   EXPECT_EQ(r.code, 2) << r.out;
   // A corrupt source is reported with file and tensor, and DST is not created.
   auto shard = ShardsIn(dir.path("src"))[0];
-  auto reader = MegaReader::OpenFile(dir.path("src/" + shard));
+  auto reader = format::MegaReader::OpenFile(dir.path("src/" + shard));
   ASSERT_TRUE(reader.ok());
-  const MegaTensorInfo* victim = nullptr;
+  const format::MegaTensorInfo* victim = nullptr;
   for (const auto& t : (*reader)->tensors()) {
     if (t.logical_nbytes > 0) victim = &t;
   }
@@ -1087,7 +1087,7 @@ TEST(MegaStorageConsolidate, CliConsolidate) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find(shard), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(victim->name), std::string::npos) << r.out;
-  EXPECT_FALSE(fs::exists(dir.path("d/.metadata")));
+  EXPECT_FALSE(stdfs::exists(dir.path("d/.metadata")));
 }
 
 }  // namespace

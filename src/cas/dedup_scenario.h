@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "megackpt/cas/store.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cas::scenario {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::cas {
 namespace {

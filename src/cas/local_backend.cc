@@ -28,7 +28,7 @@
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::cas {
 

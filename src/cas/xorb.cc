@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cas/bytes.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::cas {
 

@@ -1,9 +1,9 @@
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 uint32_t Crc32Extend(uint32_t crc, std::span<const std::byte> data) {
   // ISA-L's gzip-reflected CRC is zlib's crc32 (same init/xorout convention).
@@ -80,4 +80,4 @@ Status FromHex(std::string_view hex, std::span<uint8_t> out) {
   return Status::OK();
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

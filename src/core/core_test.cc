@@ -7,14 +7,14 @@
 #include <filesystem>
 #include <numeric>
 
-#include "megackpt/checksum.h"
-#include "megackpt/dtype.h"
-#include "megackpt/file.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
+#include "megackpt/core/thread_pool.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 Result<int> Half(int x) {
@@ -189,4 +189,4 @@ TEST(FileTest, AtomicWriteAndReads) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::core

@@ -1,9 +1,9 @@
-#include "megackpt/dtype.h"
+#include "megackpt/core/dtype.h"
 
 #include <array>
 #include <string>
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 struct DTypeInfo {
@@ -72,4 +72,4 @@ Result<uint64_t> LogicalNbytes(DType dtype, std::span<const int64_t> shape) {
   return out;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

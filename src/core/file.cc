@@ -1,4 +1,4 @@
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 Status RandomAccessFile::ReadExactlyAt(uint64_t offset, std::span<std::byte> dst) const {
   size_t done = 0;
@@ -217,4 +217,4 @@ Status WriteLocalFileAtomically(const std::string& path, std::string_view data, 
   return Status::OK();
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

@@ -1,8 +1,8 @@
-#include "megackpt/memory_file.h"
+#include "megackpt/core/memory_file.h"
 
 #include <cstring>
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 class MemoryRandomAccessFile final : public RandomAccessFile {
@@ -67,4 +67,4 @@ Status MemoryWritableFile::Close() {
   return Status::OK();
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

@@ -1,12 +1,12 @@
-#include "megackpt/packed.h"
+#include "megackpt/core/packed.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "megackpt/tensor.h"
+#include "megackpt/core/tensor.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 inline uint8_t GetNibble(const uint8_t* p, uint64_t i) {
@@ -154,4 +154,4 @@ std::pair<uint64_t, uint64_t> F4BoxByteRange(std::span<const int64_t> shape,
   return {first / 2, last / 2 + 1};
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

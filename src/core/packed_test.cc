@@ -1,13 +1,13 @@
 // CopyF4Box / F4BoxByteRange: known answers and a randomized comparison with
 // an element-by-element reference (1-D, 2-D, 3-D, odd sizes, odd offsets).
-#include "megackpt/packed.h"
+#include "megackpt/core/packed.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
@@ -199,4 +199,4 @@ TEST(CopyF4BoxTest, MatchesReferenceRandomized) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::core

@@ -1,9 +1,9 @@
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 #include <cerrno>
 #include <cstring>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
@@ -89,4 +89,4 @@ Status ErrnoToStatus(std::string_view context, int err) {
   }
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

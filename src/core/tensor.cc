@@ -1,4 +1,4 @@
-#include "megackpt/tensor.h"
+#include "megackpt/core/tensor.h"
 
 #include <dlpack/dlpack.h>
 #include <sys/mman.h>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numeric>
 
-namespace megackpt {
+namespace megackpt::inline core {
 namespace {
 
 constexpr size_t kHugeThreshold = 2u << 20;
@@ -321,4 +321,4 @@ Result<DLManagedTensor*> ToDLPack(const Tensor& tensor) {
   return m;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

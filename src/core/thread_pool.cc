@@ -1,8 +1,8 @@
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/thread_pool.h"
 
 #include <atomic>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -96,4 +96,4 @@ Status ParallelFor(ThreadPool* pool, size_t n, const std::function<Status(size_t
   return state->first_error;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core

@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "megackpt/dcp/checkpoint.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -232,7 +232,7 @@ std::future<Result<std::vector<WriteResult>>> StorageWriter::WriteDataAsync(cons
 }
 
 AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> writer,
-                          ProcessGroup* group, AsyncSaveOptions options) {
+                          dist::ProcessGroup* group, AsyncSaveOptions options) {
   auto staged_promise = std::make_shared<std::promise<Status>>();
   AsyncSaveHandle handle;
   handle.staged = staged_promise->get_future().share();

@@ -47,7 +47,7 @@ void GuardedAbort(StorageWriter& writer) {
 // process (group == nullptr) or use_collectives == false.
 class Comm {
  public:
-  Comm(ProcessGroup* group, bool use_collectives)
+  Comm(dist::ProcessGroup* group, bool use_collectives)
       : group_(use_collectives ? group : nullptr),
         rank_(group ? group->rank() : 0),
         world_(group ? group->world_size() : 1),
@@ -105,7 +105,7 @@ class Comm {
   }
 
  private:
-  ProcessGroup* group_;
+  dist::ProcessGroup* group_;
   int rank_;
   int world_;
   bool collectives_;
@@ -141,7 +141,7 @@ Status MergeResults(Metadata* md, const std::vector<std::vector<WriteResult>>& a
 
 }  // namespace
 
-Status Save(const StateDict& state_dict, StorageWriter& writer, ProcessGroup* group,
+Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGroup* group,
             const SaveOptions& options) {
   Comm comm(group, options.use_collectives);
   SaveStats local_stats;
@@ -277,7 +277,7 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, ProcessGroup* gr
   return result;
 }
 
-Status Load(StateDict& state_dict, StorageReader& reader, ProcessGroup* group,
+Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* group,
             const LoadOptions& options) {
   Comm comm(group, options.use_collectives);
   LoadStats local_stats;

@@ -19,9 +19,9 @@
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/packed.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/packed.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
 
@@ -112,7 +112,7 @@ struct OutFileKeys {
   }
 };
 
-Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
+Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,
                      const std::vector<OutEntry>& entries, const Metadata& md,
                      const std::string& save_id, const ConsolidateOptions& o,
                      mega_storage::ShardFiles& files) {
@@ -123,16 +123,16 @@ Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
     keys.Add(e, md);
     specs.push_back({e.fqn, e.dtype, e.shape});
   }
-  MegaMetadata meta;
-  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), MetaValue::U32(kDcpShardVersion)));
-  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpSaveIdKey), MetaValue::String(save_id)));
+  format::MegaMetadata meta;
+  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)));
+  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpSaveIdKey), format::MetaValue::String(save_id)));
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpEntriesKey),
-                                MetaValue::String(mega_storage::EncodeShardEntries(keys.entries))));
+                                format::MetaValue::String(mega_storage::EncodeShardEntries(keys.entries))));
   if (!keys.paths.empty()) {
     MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpObjectPathsKey),
-                                  MetaValue::String(mega_storage::EncodeObjectPaths(keys.paths))));
+                                  format::MetaValue::String(mega_storage::EncodeObjectPaths(keys.paths))));
   }
-  const std::string full = JoinPath(dir, f.name);
+  const std::string full = fs::JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
   mega_storage::ShardWriterOptions so;
   so.checksum = o.checksum;
@@ -156,11 +156,11 @@ Status WriteMegaFile(FileSystem& fs, const std::string& dir, const OutFile& f,
   return (*writer)->Finish(o.sync);
 }
 
-Status WriteSafetensorsFile(FileSystem& fs, const std::string& dir, const OutFile& f,
+Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,
                             const std::vector<OutEntry>& entries, const Metadata& md,
                             const std::string& save_id, const ConsolidateOptions& o,
                             mega_storage::ShardFiles& files) {
-  std::vector<SafetensorsTensorSpec> specs;
+  std::vector<format::SafetensorsTensorSpec> specs;
   OutFileKeys keys;
   std::map<std::string, size_t> by_name;
   for (size_t idx : f.entries) {
@@ -177,11 +177,11 @@ Status WriteSafetensorsFile(FileSystem& fs, const std::string& dir, const OutFil
   if (!keys.paths.empty()) {
     meta[std::string(kDcpObjectPathsKey)] = mega_storage::EncodeObjectPaths(keys.paths);
   }
-  const std::string full = JoinPath(dir, f.name);
+  const std::string full = fs::JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
-  MEGA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Start(file.get(), specs, meta));
+  MEGA_ASSIGN_OR_RETURN(auto writer, format::SafetensorsWriter::Start(file.get(), specs, meta));
   Buffer buf;
-  for (const SafetensorsTensorInfo& info : writer->layout()) {
+  for (const format::SafetensorsTensorInfo& info : writer->layout()) {
     const OutEntry& e = entries[by_name.at(info.name)];
     if (e.is_bytes) {
       MEGA_ASSIGN_OR_RETURN(std::string v,
@@ -199,22 +199,22 @@ Status WriteSafetensorsFile(FileSystem& fs, const std::string& dir, const OutFil
 }
 
 // Storage info of every entry of the written files (read back from their headers).
-Status DescribeOutputs(FileSystem& fs, const std::string& dir, const std::vector<OutFile>& files,
+Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir, const std::vector<OutFile>& files,
                        const std::vector<OutEntry>& entries, bool safetensors, Metadata* out) {
   for (const OutFile& f : files) {
-    const std::string full = JoinPath(dir, f.name);
+    const std::string full = fs::JoinPath(dir, f.name);
     MEGA_ASSIGN_OR_RETURN(auto opened, fs.OpenForRead(full));
     std::map<std::string, StorageInfo> infos;
     if (safetensors) {
       std::shared_ptr<RandomAccessFile> rf(std::move(opened));
-      MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(rf));
+      MEGA_ASSIGN_OR_RETURN(auto reader, format::SafetensorsReader::Open(rf));
       for (const auto& t : reader->tensors()) {
         infos[t.name] = {f.name, reader->header().data_offset() + t.data_begin, t.nbytes(), "", 0, {}, ""};
       }
     } else {
-      MegaReaderOptions ro;
+      format::MegaReaderOptions ro;
       ro.verify_checksums = false;
-      MEGA_ASSIGN_OR_RETURN(auto reader, MegaReader::Open(std::move(opened), ro));
+      MEGA_ASSIGN_OR_RETURN(auto reader, format::MegaReader::Open(std::move(opened), ro));
       for (const auto& t : reader->tensors()) {
         std::string sum = mega_storage::MegaChecksumString(t);
         infos[t.name] = {f.name, t.file_offset, t.logical_nbytes, sum, 0, {}, ""};
@@ -237,7 +237,7 @@ Status DescribeOutputs(FileSystem& fs, const std::string& dir, const std::vector
 }  // namespace
 
 Result<ConsolidateResult> Consolidate(const std::string& src, const std::string& dst,
-                                      const ConsolidateOptions& options, ProcessGroup* group) {
+                                      const ConsolidateOptions& options, dist::ProcessGroup* group) {
   const int world = group ? group->world_size() : 1;
   const int rank = group ? group->rank() : 0;
   const bool collective = group && world > 1;
@@ -247,7 +247,7 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
 
   // Everything up to the write is local and deterministic; errors are agreed on.
   Metadata md;
-  std::shared_ptr<FileSystem> dst_fs;
+  std::shared_ptr<fs::FileSystem> dst_fs;
   std::unique_ptr<mega_storage::ShardFiles> files;
   std::vector<OutEntry> entries;
   std::vector<OutFile> outs;
@@ -261,7 +261,7 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
     if (options.fs) {
       dst_fs = options.fs;
     } else {
-      MEGA_ASSIGN_OR_RETURN(dst_fs, FileSystemForPath(dst));
+      MEGA_ASSIGN_OR_RETURN(dst_fs, fs::FileSystemForPath(dst));
     }
     // Entries in fqn order, grouped by bucket, packed by max_shard_size.
     std::map<int, std::vector<size_t>> buckets;
@@ -347,7 +347,7 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
         const OutFile& f = outs[mine[k]];
         {
           std::lock_guard<std::mutex> lock(mu);
-          written.push_back(JoinPath(dst, f.name));
+          written.push_back(fs::JoinPath(dst, f.name));
         }
         return safetensors ? WriteSafetensorsFile(*dst_fs, dst, f, entries, md, save_id, options, *files)
                            : WriteMegaFile(*dst_fs, dst, f, entries, md, save_id, options, *files);
@@ -402,7 +402,7 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
   // anything at this point: they cannot tell a failed commit from a broken group
   // after a successful one.
   if (rank == 0 && !outcome.ok()) {
-    for (const OutFile& f : outs) dst_fs->Remove(JoinPath(dst, f.name)).IgnoreError();
+    for (const OutFile& f : outs) dst_fs->Remove(fs::JoinPath(dst, f.name)).IgnoreError();
   }
   if (collective) outcome = group->AllReduceStatus(outcome);
   MEGA_RETURN_IF_ERROR(outcome);

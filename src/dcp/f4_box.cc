@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "megackpt/packed.h"
+#include "megackpt/core/packed.h"
 
 namespace megackpt::dcp {
 namespace {

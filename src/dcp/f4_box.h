@@ -1,7 +1,7 @@
 // Reading a box of a stored F4 chunk (docs/dcp.md "F4 resharding").
 //
 // A stored chunk is the packed row-major F4 bytes of its shape (two elements per
-// byte, element i in byte i / 2, low nibble for even i; include/megackpt/packed.h).
+// byte, element i in byte i / 2, low nibble for even i; include/megackpt/core/packed.h).
 // A box of it is a sequence of runs that are contiguous in the chunk's flat order
 // (all dims after the last partially read dim are whole). Runs are grouped into
 // spans: byte ranges of the chunk read in one go into a staging buffer, from which
@@ -15,8 +15,8 @@
 #include <functional>
 #include <vector>
 
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp {
 

@@ -21,9 +21,9 @@
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/mega.h"
-#include "megackpt/packed.h"
-#include "megackpt/process_group.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/packed.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -216,7 +216,7 @@ std::unique_ptr<StorageReader> MakeReader(Backend b, const std::string& path) {
 
 Status SaveSharded(const Source& src, Backend backend, const std::string& path, Layout layout,
                    int world) {
-  auto results = RunThreadRanks(world, [&](ProcessGroup& g) -> Status {
+  auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) -> Status {
     StateDict sd;
     for (const auto& [name, t] : src.tensors) {
       ShardedTensor st{DType::kF4, t.shape(), {}};
@@ -236,7 +236,7 @@ Status SaveSharded(const Source& src, Backend backend, const std::string& path, 
 // destination chunk with the source.
 Status LoadAndCompare(const Source& src, Backend backend, const std::string& path, Layout layout,
                       int world) {
-  auto results = RunThreadRanks(world, [&](ProcessGroup& g) -> Status {
+  auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) -> Status {
     StateDict sd;
     std::vector<std::tuple<std::string, Shape, Tensor>> dests;
     for (const auto& [name, t] : src.tensors) {
@@ -308,17 +308,17 @@ TEST(F4ReshardMega, CompressedChunkedTensorInShards) {
   // Compressible: nibbles repeat with period 11.
   Tensor t = Tensor::Empty(DType::kF4, {37, 41}).value();
   for (uint64_t e = 0; e < t.numel(); ++e) SetNibble(t, e, static_cast<uint8_t>((e * 7) % 11));
-  MegaWriterOptions wo;
-  wo.compression = MegaCodec::kZstd;
+  format::MegaWriterOptions wo;
+  wo.compression = format::MegaCodec::kZstd;
   wo.chunk_bytes = 128;
-  MegaWriter w(wo);
+  format::MegaWriter w(wo);
   ASSERT_TRUE(w.AddTensor("w", t).ok());
   auto written = w.WriteFile(dir.path("model.mega"), false);
   ASSERT_TRUE(written.ok()) << written.status().ToString();
   ASSERT_FALSE(written->tensors[0].is_plain());
   for (Layout layout : {Layout::kRows, Layout::kCols, Layout::kBlocks}) {
     for (int world : {3, 4}) {
-      auto results = RunThreadRanks(world, [&](ProcessGroup& g) -> Status {
+      auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) -> Status {
         ShardedTensor st{DType::kF4, t.shape(), {}};
         std::vector<Box> boxes = BoxesOf(layout, t.shape(), world, g.rank());
         for (const Box& b : boxes) st.shards.push_back(Shard{b.offsets, Poisoned(t, b.offsets, b.sizes)});

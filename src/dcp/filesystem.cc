@@ -31,9 +31,9 @@
 #include <unordered_map>
 
 #include "dcp/f4_box.h"
-#include "megackpt/checksum.h"
-#include "megackpt/packed.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/packed.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -203,7 +203,7 @@ class FileSystemWriterImpl final : public StorageWriter {
   }
 
   bool ValidateCheckpointId(std::string_view checkpoint_id) const override {
-    return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+    return !checkpoint_id.empty() && fs::FileSystemForPath(checkpoint_id).ok();
   }
 
   std::optional<StorageMeta> GetStorageMeta() const override {
@@ -218,12 +218,12 @@ class FileSystemWriterImpl final : public StorageWriter {
     if (options_.fs) {
       fs_ = options_.fs;
     } else {
-      MEGA_ASSIGN_OR_RETURN(fs_, FileSystemForPath(path_));
+      MEGA_ASSIGN_OR_RETURN(fs_, fs::FileSystemForPath(path_));
     }
     if (setup.is_coordinator) {
       MEGA_RETURN_IF_ERROR(fs_->CreateDirectories(path_));
       if (!options_.overwrite) {
-        MEGA_ASSIGN_OR_RETURN(bool exists, fs_->Exists(JoinPath(path_, MetadataFileName(setup_))));
+        MEGA_ASSIGN_OR_RETURN(bool exists, fs_->Exists(fs::JoinPath(path_, MetadataFileName(setup_))));
         if (exists) {
           return AlreadyExistsError("a checkpoint already exists at " + path_ + " (" +
                                     MetadataFileName(setup_) +
@@ -280,7 +280,7 @@ class FileSystemWriterImpl final : public StorageWriter {
         pool_.get(), nfiles,
         [&](size_t f) -> Status {
           if (bins[f].empty()) return Status::OK();
-          const std::string full = JoinPath(path_, names[f]);
+          const std::string full = fs::JoinPath(path_, names[f]);
           {
             std::lock_guard<std::mutex> lock(mu);
             written_.push_back(full);
@@ -305,7 +305,7 @@ class FileSystemWriterImpl final : public StorageWriter {
     // Data files' directory entries must be durable before the commit can be.
     if (options_.sync) MEGA_RETURN_IF_ERROR(fs_->SyncDirectory(path_));
     const std::string name = MetadataFileName(setup_);
-    MEGA_RETURN_IF_ERROR(fs_->WriteAtomically(JoinPath(path_, name), EncodeMetadata(md), options_.sync)
+    MEGA_RETURN_IF_ERROR(fs_->WriteAtomically(fs::JoinPath(path_, name), EncodeMetadata(md), options_.sync)
                              .WithContext(path_ + ": commit of " + name));
     committed_ = true;
     RemoveUnreferencedDataFiles(md);
@@ -405,20 +405,20 @@ class FileSystemWriterImpl final : public StorageWriter {
     for (const auto& [idx, info] : md.storage_data) referenced.insert(info.relative_path);
     auto listing = fs_->List(path_);
     if (!listing.ok()) return;
-    for (const FileInfo& fi : *listing) {
+    for (const fs::FileInfo& fi : *listing) {
       if (fi.is_directory) continue;
       std::string base = BaseName(fi.path);
       int rank = -1;
       if (!ParseDataFileName(base, &rank) || referenced.count(base)) continue;
       // Without collectives every rank owns only its own files.
       if (!setup_.use_collectives && rank != setup_.rank) continue;
-      fs_->Remove(JoinPath(path_, base)).IgnoreError();
+      fs_->Remove(fs::JoinPath(path_, base)).IgnoreError();
     }
   }
 
   std::string path_;
   FileSystemWriterOptions options_;
-  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<fs::FileSystem> fs_;
   StorageSetUp setup_;
   std::string save_id_;
   std::vector<std::string> written_;
@@ -466,7 +466,7 @@ class FileSystemReaderImpl final : public StorageReader {
   }
 
   bool ValidateCheckpointId(std::string_view checkpoint_id) const override {
-    return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+    return !checkpoint_id.empty() && fs::FileSystemForPath(checkpoint_id).ok();
   }
 
   Result<Metadata> ReadMetadata() override {
@@ -475,7 +475,7 @@ class FileSystemReaderImpl final : public StorageReader {
                            ? std::string(kMetadataFileName) + ".rank" +
                                  std::to_string(options_.metadata_rank)
                            : std::string(kMetadataFileName);
-    const std::string full = JoinPath(path_, name);
+    const std::string full = fs::JoinPath(path_, name);
     auto text = fs_->ReadWhole(full, kMaxMetadataBytes);
     if (!text.ok()) {
       if (text.status().code() == StatusCode::kNotFound) {
@@ -553,7 +553,7 @@ class FileSystemReaderImpl final : public StorageReader {
       fs_ = options_.fs;
       return Status::OK();
     }
-    MEGA_ASSIGN_OR_RETURN(fs_, FileSystemForPath(path_));
+    MEGA_ASSIGN_OR_RETURN(fs_, fs::FileSystemForPath(path_));
     return Status::OK();
   }
 
@@ -564,10 +564,10 @@ class FileSystemReaderImpl final : public StorageReader {
       return DataLossError(path_ + ": storage entry of " + ToString(item.storage_index) +
                            " has an invalid file name \"" + rel + "\"");
     }
-    auto f = fs_->OpenForRead(JoinPath(path_, rel));
+    auto f = fs_->OpenForRead(fs::JoinPath(path_, rel));
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound) {
-        return NotFoundError("data file " + JoinPath(path_, rel) + " is missing (needed for " +
+        return NotFoundError("data file " + fs::JoinPath(path_, rel) + " is missing (needed for " +
                              ToString(item.storage_index) + ")");
       }
       return f.status();
@@ -1041,7 +1041,7 @@ class FileSystemReaderImpl final : public StorageReader {
 
   std::string path_;
   FileSystemReaderOptions options_;
-  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<fs::FileSystem> fs_;
   std::shared_ptr<Metadata> metadata_;
   std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;
   std::unique_ptr<ThreadPool> pool_;

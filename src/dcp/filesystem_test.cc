@@ -17,13 +17,13 @@
 namespace megackpt::dcp {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 using testing::TempDir;
 
 std::vector<std::string> DataFiles(const std::string& dir) {
   std::vector<std::string> out;
-  for (auto& e : fs::directory_iterator(dir)) {
+  for (auto& e : stdfs::directory_iterator(dir)) {
     std::string n = e.path().filename().string();
     if (n.ends_with(".distcp")) out.push_back(n);
   }
@@ -45,7 +45,7 @@ TEST(FileSystemCheckpoint, SyntheticRoundTripAndRebuild) {
   ASSERT_TRUE(state.ok());
   auto writer = NewFileSystemWriter(dir.path());
   ASSERT_TRUE(Save(*state, *writer).ok());
-  EXPECT_TRUE(fs::exists(dir.path() + "/.metadata"));
+  EXPECT_TRUE(stdfs::exists(dir.path() + "/.metadata"));
   // Load into another layout of the same world size.
   for (int variant = 0; variant < synthetic::kNumLayouts; ++variant) {
     auto dest = synthetic::BuildRankState(spec, 1, 0, variant, false);
@@ -189,8 +189,8 @@ TEST(FileSystemCheckpoint, MissingTruncatedAndCorruptFiles) {
   ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path(), wo)).ok());
   const std::string data = dir.path() + "/" + DataFiles(dir.path())[0];
   // Truncated data file.
-  fs::copy_file(data, data + ".bak");
-  fs::resize_file(data, 1000);
+  stdfs::copy_file(data, data + ".bak");
+  stdfs::resize_file(data, 1000);
   {
     StateDict d = dest();
     Status s = Load(d, *NewFileSystemReader(dir.path()));
@@ -198,14 +198,14 @@ TEST(FileSystemCheckpoint, MissingTruncatedAndCorruptFiles) {
     EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
   }
   // Missing data file.
-  fs::remove(data);
+  stdfs::remove(data);
   {
     StateDict d = dest();
     Status s = Load(d, *NewFileSystemReader(dir.path()));
     EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
     EXPECT_NE(s.message().find("is missing"), std::string::npos) << s.message();
   }
-  fs::rename(data + ".bak", data);
+  stdfs::rename(data + ".bak", data);
   // Corrupt metadata.
   const std::string meta = dir.path() + "/.metadata";
   std::string text;
@@ -337,7 +337,7 @@ TEST(FileSystemCheckpoint, WriterExceptionBecomesError) {
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_NE(s.message().find("boom in resolve"), std::string::npos) << s.message();
   EXPECT_TRUE(DataFiles(dir.path()).empty());
-  EXPECT_FALSE(fs::exists(dir.path() + "/.metadata"));
+  EXPECT_FALSE(stdfs::exists(dir.path() + "/.metadata"));
 }
 
 TEST(AsyncSave, StagesInPiecesThroughABoundedReusablePool) {

@@ -24,11 +24,11 @@
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_hub.h"
 #include "dcp/mega_storage_shard.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/index_file.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
 
@@ -167,7 +167,7 @@ struct MegaStorageWriter::Impl {
   std::string path;
   std::optional<FqnToIndexMapping> mapping;
   MegaStorageWriterOptions options;
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
   StorageSetUp setup;
   std::string save_id = mega_storage::NewSaveId();
   bool committed = false;
@@ -225,7 +225,7 @@ struct MegaStorageWriter::Impl {
     return Status::OK();
   }
 
-  MegaMetadata ShardMetadata(const LayoutFile& f, const PlannerData& planner_data) const {
+  format::MegaMetadata ShardMetadata(const LayoutFile& f, const PlannerData& planner_data) const {
     std::map<std::string, mega_storage::ShardEntry> entries;
     std::map<std::string, ObjectPath> paths;
     for (const LayoutItem& it : f.items) {
@@ -244,13 +244,13 @@ struct MegaStorageWriter::Impl {
         paths[it.key.fqn] = q->second;
       }
     }
-    MegaMetadata md;
-    md.Add(std::string(kDcpVersionKey), MetaValue::U32(kDcpShardVersion)).IgnoreError();
-    md.Add(std::string(kDcpSaveIdKey), MetaValue::String(layout.save_id)).IgnoreError();
-    md.Add(std::string(kDcpEntriesKey), MetaValue::String(mega_storage::EncodeShardEntries(entries)))
+    format::MegaMetadata md;
+    md.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)).IgnoreError();
+    md.Add(std::string(kDcpSaveIdKey), format::MetaValue::String(layout.save_id)).IgnoreError();
+    md.Add(std::string(kDcpEntriesKey), format::MetaValue::String(mega_storage::EncodeShardEntries(entries)))
         .IgnoreError();
     if (!paths.empty()) {
-      md.Add(std::string(kDcpObjectPathsKey), MetaValue::String(mega_storage::EncodeObjectPaths(paths)))
+      md.Add(std::string(kDcpObjectPathsKey), format::MetaValue::String(mega_storage::EncodeObjectPaths(paths)))
           .IgnoreError();
     }
     return md;
@@ -263,7 +263,7 @@ struct MegaStorageWriter::Impl {
     co.fqn_to_index_mapping = mapping;
     co.thread_count = options.thread_count;
     co.sync = options.sync;
-    co.checksum = options.checksum == MegaChecksumType::kNone ? MegaChecksumType::kCrc32 : options.checksum;
+    co.checksum = options.checksum == format::MegaChecksumType::kNone ? format::MegaChecksumType::kCrc32 : options.checksum;
     co.fs = fs;
     return co;
   }
@@ -297,11 +297,11 @@ struct MegaStorageWriter::Impl {
   Status OpenSlot(size_t f, const PlannerData& planner_data) {
     if (slots[f].writer) return Status::OK();
     // Hub uploads stream sequentially (WriteSequentialFile).
-    if (txn) return UnimplementedError(JoinPath(path, layout.files[f].name) + ": sequential sink");
+    if (txn) return UnimplementedError(fs::JoinPath(path, layout.files[f].name) + ": sequential sink");
     const LayoutFile& lf = layout.files[f];
     std::vector<ShardTensorSpec> specs;
     for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes});
-    const std::string full = JoinPath(path, lf.name);
+    const std::string full = fs::JoinPath(path, lf.name);
     MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
     created.push_back(full);
     if (!file->supports_write_at()) {
@@ -320,7 +320,7 @@ struct MegaStorageWriter::Impl {
   Status WriteSequentialFile(size_t f, const SavePlan& plan, const std::vector<size_t>& items,
                              SavePlanner& planner, std::vector<WriteResult>* results) {
     const LayoutFile& lf = layout.files[f];
-    const std::string full = JoinPath(path, lf.name);
+    const std::string full = fs::JoinPath(path, lf.name);
     if (items.size() != lf.items.size()) {
       return UnimplementedError(full + ": this filesystem cannot write a shard in several waves "
                                        "(no positioned writes); give async_save a staging pool "
@@ -333,13 +333,13 @@ struct MegaStorageWriter::Impl {
     } else {
       MEGA_ASSIGN_OR_RETURN(file, fs->OpenForWrite(full));
     }
-    MegaWriterOptions wo;
+    format::MegaWriterOptions wo;
     wo.tensor_alignment = options.tensor_alignment;
     wo.checksum = options.checksum;
     wo.max_parallel = 1;
-    MegaWriter writer(wo);
-    const MegaMetadata shard_md = ShardMetadata(lf, plan.planner_data);
-    for (const MetaEntry& e : shard_md.entries()) {
+    format::MegaWriter writer(wo);
+    const format::MegaMetadata shard_md = ShardMetadata(lf, plan.planner_data);
+    for (const format::MetaEntry& e : shard_md.entries()) {
       MEGA_RETURN_IF_ERROR(writer.AddMetadata(e.key, e.value));
     }
     std::vector<ResolvedData> held(lf.items.size());
@@ -357,13 +357,13 @@ struct MegaStorageWriter::Impl {
       }
       MEGA_RETURN_IF_ERROR(writer.AddTensor(it.key.fqn, t));
     }
-    MEGA_ASSIGN_OR_RETURN(MegaWriteResult wr, writer.Finish(*file));
+    MEGA_ASSIGN_OR_RETURN(format::MegaWriteResult wr, writer.Finish(*file));
     if (options.sync) MEGA_RETURN_IF_ERROR(file->Sync());
     MEGA_RETURN_IF_ERROR(file->Close());
     for (size_t i : items) {
       const WriteItem& w = plan.items[i];
       const size_t pos = where.at(ItemFor(w).key).second;
-      const MegaTensorInfo& t = wr.tensors[pos];
+      const format::MegaTensorInfo& t = wr.tensors[pos];
       WriteResult& r = (*results)[i];
       r.index = w.index;
       r.size_in_bytes = t.logical_nbytes;
@@ -409,7 +409,7 @@ Status MegaStorageWriter::Reset(std::string_view checkpoint_id) {
 }
 
 bool MegaStorageWriter::ValidateCheckpointId(std::string_view checkpoint_id) const {
-  return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+  return !checkpoint_id.empty() && fs::FileSystemForPath(checkpoint_id).ok();
 }
 
 std::string MegaStorageWriter::last_hub_commit() const { return impl_->last_commit; }
@@ -429,7 +429,7 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
   if (s.options.fs) {
     s.fs = s.options.fs;
   } else {
-    MEGA_ASSIGN_OR_RETURN(s.fs, FileSystemForPath(s.path));
+    MEGA_ASSIGN_OR_RETURN(s.fs, fs::FileSystemForPath(s.path));
   }
   MEGA_ASSIGN_OR_RETURN(s.hub_target, mega_storage::HubTargetFor(s.path, s.fs.get()));
   if (s.hub_target && s.options.consolidate && s.options.consolidate_format == ConsolidateFormat::kMega) {
@@ -441,7 +441,7 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
     MEGA_RETURN_IF_ERROR(s.fs->CreateDirectories(s.path));
     if (!s.options.overwrite) {
       const std::string md = MetadataNameFor(setup);
-      MEGA_ASSIGN_OR_RETURN(bool exists, s.fs->Exists(JoinPath(s.path, md)));
+      MEGA_ASSIGN_OR_RETURN(bool exists, s.fs->Exists(fs::JoinPath(s.path, md)));
       if (exists) {
         return AlreadyExistsError("a checkpoint already exists at " + s.path + " (" + md +
                                   " present); set overwrite to replace it");
@@ -697,7 +697,7 @@ void MegaStorageWriter::Abort() {
   // committed and a later step such as consolidation failed). Never remove a
   // file the committed .metadata references.
   std::set<std::string> committed;
-  auto text = s.fs->ReadWhole(JoinPath(s.path, MetadataNameFor(s.setup)), kMaxMetadataBytes);
+  auto text = s.fs->ReadWhole(fs::JoinPath(s.path, MetadataNameFor(s.setup)), kMaxMetadataBytes);
   if (text.ok()) {
     auto md = DecodeMetadata(*text);
     if (md.ok()) committed = mega_storage::ReferencedFiles(*md);
@@ -739,16 +739,16 @@ Status MegaStorageReader::Reset(std::string_view checkpoint_id) {
 }
 
 bool MegaStorageReader::ValidateCheckpointId(std::string_view checkpoint_id) const {
-  return !checkpoint_id.empty() && FileSystemForPath(checkpoint_id).ok();
+  return !checkpoint_id.empty() && fs::FileSystemForPath(checkpoint_id).ok();
 }
 
 CheckpointSource MegaStorageReader::source() const { return impl_->source; }
 
 Result<Metadata> MegaStorageReader::ReadMetadata() {
   Impl& s = *impl_;
-  std::shared_ptr<FileSystem> fs = s.options.fs;
+  std::shared_ptr<fs::FileSystem> fs = s.options.fs;
   if (!fs) {
-    MEGA_ASSIGN_OR_RETURN(fs, FileSystemForPath(s.path));
+    MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(s.path));
   }
   // mega://: resolve the revision once; every file of this load comes from
   // that commit even if the branch moves meanwhile.
@@ -761,7 +761,7 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
                                  ? std::string(kMetadataFileName) + ".rank" +
                                        std::to_string(s.options.metadata_rank)
                                  : std::string(kMetadataFileName);
-    const std::string full = JoinPath(s.paths.dir, name);
+    const std::string full = fs::JoinPath(s.paths.dir, name);
     auto text = s.paths.fs->ReadWhole(full, kMaxMetadataBytes);
     if (text.ok()) {
       auto decoded = DecodeMetadata(*text);
@@ -880,16 +880,16 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
 
 // ============================== free functions ================================
 
-Result<Metadata> RebuildMetadataFromShards(const std::string& path, std::shared_ptr<FileSystem> fs) {
+Result<Metadata> RebuildMetadataFromShards(const std::string& path, std::shared_ptr<fs::FileSystem> fs) {
   MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(path, std::move(fs)));
   CheckpointSource source;
   return mega_storage::RebuildMetadata(paths, &source);
 }
 
-Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shared_ptr<FileSystem> fs) {
+Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shared_ptr<fs::FileSystem> fs) {
   MegaStorageReaderOptions o;
   if (!fs) {
-    MEGA_ASSIGN_OR_RETURN(fs, FileSystemForPath(path));
+    MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(path));
   }
   o.fs = std::move(fs);
   // mega://: metadata and shards from one commit.

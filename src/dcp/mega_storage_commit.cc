@@ -17,7 +17,7 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::set<std::string> IndexFiles(const ShardIndex& index) {
+std::set<std::string> IndexFiles(const format::ShardIndex& index) {
   std::set<std::string> out;
   for (const auto& [fqn, f] : index.weight_map) out.insert(f);
   auto it = index.extra_fields.find(std::string(kDcpIndexShardedKey));
@@ -39,12 +39,12 @@ std::set<std::string> IndexFiles(const ShardIndex& index) {
 
 }  // namespace
 
-PreviousState ReadPreviousState(FileSystem& fs, const std::string& dir,
+PreviousState ReadPreviousState(fs::FileSystem& fs, const std::string& dir,
                                 const std::string& metadata_name, const std::string& index_name) {
   PreviousState prev;
-  auto index_text = fs.ReadWhole(JoinPath(dir, index_name), kMaxIndexFileBytes);
+  auto index_text = fs.ReadWhole(fs::JoinPath(dir, index_name), format::kMaxIndexFileBytes);
   if (index_text.ok()) prev.index_text = *index_text;
-  auto md_text = fs.ReadWhole(JoinPath(dir, metadata_name), kMaxMetadataBytes);
+  auto md_text = fs.ReadWhole(fs::JoinPath(dir, metadata_name), kMaxMetadataBytes);
   if (md_text.ok()) {
     auto md = DecodeMetadata(*md_text);
     if (md.ok()) {
@@ -55,32 +55,32 @@ PreviousState ReadPreviousState(FileSystem& fs, const std::string& dir,
   // No readable .metadata (e.g. TensorPlay's pickle): the index says what the
   // previous checkpoint was.
   if (prev.index_text) {
-    auto index = ParseShardIndex(index_name, *prev.index_text);
+    auto index = format::ParseShardIndex(index_name, *prev.index_text);
     if (index.ok()) prev.files = IndexFiles(*index);
   }
   return prev;
 }
 
-Result<bool> AnyExists(FileSystem& fs, const std::string& dir, const std::vector<std::string>& names) {
+Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir, const std::vector<std::string>& names) {
   auto listing = fs.List(dir);
   if (!listing.ok()) {
     if (listing.status().code() == StatusCode::kNotFound) return false;
     return listing.status();
   }
   std::set<std::string> present;
-  for (const FileInfo& fi : *listing) present.insert(BaseName(fi.path));
+  for (const fs::FileInfo& fi : *listing) present.insert(BaseName(fi.path));
   for (const auto& n : names) {
     if (present.count(n)) return true;
   }
   return false;
 }
 
-CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vector<FileInfo>& listing,
+CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::vector<fs::FileInfo>& listing,
                         const CommitRequest& req, const PreviousState& previous) {
   CleanupPlan plan;
   const std::set<std::string> keep = ReferencedFiles(req.metadata);
   std::set<std::string> present;
-  for (const FileInfo& fi : listing) {
+  for (const fs::FileInfo& fi : listing) {
     if (fi.is_directory) continue;
     const std::string name = BaseName(fi.path);
     present.insert(name);
@@ -92,7 +92,7 @@ CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vecto
     if (previous.files.count(name) || ours || temp) plan.remove.insert(name);
   }
   if (!req.other_index_name.empty() && present.count(req.other_index_name)) {
-    auto other = ReadShardIndex(fs, JoinPath(dir, req.other_index_name));
+    auto other = format::ReadShardIndex(fs, fs::JoinPath(dir, req.other_index_name));
     bool stale = true;
     if (other.ok()) {
       for (const auto& f : IndexFiles(*other)) {
@@ -104,8 +104,8 @@ CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vecto
   return plan;
 }
 
-Status Commit(FileSystem& fs, const CommitRequest& req, const PreviousState& previous) {
-  const std::string index_path = JoinPath(req.dir, req.index_name);
+Status Commit(fs::FileSystem& fs, const CommitRequest& req, const PreviousState& previous) {
+  const std::string index_path = fs::JoinPath(req.dir, req.index_name);
   MEGA_ASSIGN_OR_RETURN(std::string index_text, SerializeShardIndex(req.index));
   // 2. The shards' directory entries must be durable before anything refers to them.
   if (req.sync) MEGA_RETURN_IF_ERROR(fs.SyncDirectory(req.dir).WithContext("commit"));
@@ -114,7 +114,7 @@ Status Commit(FileSystem& fs, const CommitRequest& req, const PreviousState& pre
   MEGA_RETURN_IF_ERROR(fs.WriteAtomically(index_path, index_text, req.sync)
                            .WithContext(req.dir + ": writing " + req.index_name));
   // 4. The commit point.
-  Status committed = fs.WriteAtomically(JoinPath(req.dir, req.metadata_name),
+  Status committed = fs.WriteAtomically(fs::JoinPath(req.dir, req.metadata_name),
                                         EncodeMetadata(req.metadata), req.sync);
   if (!committed.ok()) {
     // Put the previous index back so index-only consumers keep a consistent view
@@ -132,13 +132,13 @@ Status Commit(FileSystem& fs, const CommitRequest& req, const PreviousState& pre
   if (!listing.ok()) return Status::OK();
   const CleanupPlan cleanup = PlanCleanup(fs, req.dir, *listing, req, previous);
   // The other format's index goes first when it described files we remove.
-  if (cleanup.remove_other_index) fs.Remove(JoinPath(req.dir, req.other_index_name)).IgnoreError();
-  for (const auto& name : cleanup.remove) fs.Remove(JoinPath(req.dir, name)).IgnoreError();
+  if (cleanup.remove_other_index) fs.Remove(fs::JoinPath(req.dir, req.other_index_name)).IgnoreError();
+  for (const auto& name : cleanup.remove) fs.Remove(fs::JoinPath(req.dir, name)).IgnoreError();
   return Status::OK();
 }
 
-Result<ShardIndex> BuildIndex(const Metadata& md, bool mega_fields) {
-  ShardIndex index;
+Result<format::ShardIndex> BuildIndex(const Metadata& md, bool mega_fields) {
+  format::ShardIndex index;
   uint64_t total = 0;
   for (const auto& [key, info] : md.storage_data) total += info.length;
   index.total_size = total;
@@ -167,7 +167,7 @@ Result<ShardIndex> BuildIndex(const Metadata& md, bool mega_fields) {
                     {"shape", t.size},
                     {"chunks", std::move(chunks)}};
   }
-  if (mega_fields) AddMegatensorsFields(&index);
+  if (mega_fields) format::AddMegatensorsFields(&index);
   index.extra_metadata["tensorplay.dcp.layout"] = json(sharded.empty() ? "whole" : "sharded").dump();
   if (!sharded.empty()) index.extra_fields[std::string(kDcpIndexShardedKey)] = sharded.dump();
   return index;

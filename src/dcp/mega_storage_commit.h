@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "megackpt/dcp/metadata.h"
-#include "megackpt/fs.h"
-#include "megackpt/index_file.h"
-#include "megackpt/status.h"
+#include "megackpt/fs/filesystem.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -37,7 +37,7 @@ struct CommitRequest {
   // The index of the other format, removed after the commit when it described
   // the previous checkpoint ("" = none).
   std::string other_index_name;
-  ShardIndex index;
+  format::ShardIndex index;
   Metadata metadata;
   bool sync = true;
   // Remove only rank-tagged shard names of this rank (saves without
@@ -46,11 +46,11 @@ struct CommitRequest {
 };
 
 // Reads the previous state of `dir` (missing or unreadable files count as empty).
-PreviousState ReadPreviousState(FileSystem& fs, const std::string& dir,
+PreviousState ReadPreviousState(fs::FileSystem& fs, const std::string& dir,
                                 const std::string& metadata_name, const std::string& index_name);
 
 // True when any of `names` exists in `dir`.
-Result<bool> AnyExists(FileSystem& fs, const std::string& dir, const std::vector<std::string>& names);
+Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir, const std::vector<std::string>& names);
 
 // Step 5's choice, given the folder's files (`listing`, read at `dir`): the
 // names to remove after committing `request` over `previous` (files of the
@@ -60,17 +60,17 @@ struct CleanupPlan {
   std::set<std::string> remove;
   bool remove_other_index = false;
 };
-CleanupPlan PlanCleanup(FileSystem& fs, const std::string& dir, const std::vector<FileInfo>& listing,
+CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::vector<fs::FileInfo>& listing,
                         const CommitRequest& request, const PreviousState& previous);
 
 // Steps 2-5. On a failure before the commit point the previous index is put
 // back. Cleanup failures after the commit are ignored (the next save retries).
-Status Commit(FileSystem& fs, const CommitRequest& request, const PreviousState& previous);
+Status Commit(fs::FileSystem& fs, const CommitRequest& request, const PreviousState& previous);
 
 // The index describing `metadata`: weight_map of whole entries (one chunk covering
 // the tensor, or bytes), sharded tensors under tensorplay.dcp.sharded, total_size
 // = stored tensor bytes. `mega_fields`: add megatensors' format/shards members.
-Result<ShardIndex> BuildIndex(const Metadata& metadata, bool mega_fields);
+Result<format::ShardIndex> BuildIndex(const Metadata& metadata, bool mega_fields);
 
 }  // namespace megackpt::dcp::mega_storage
 

@@ -10,7 +10,7 @@
 
 #include "dcp/f4_box.h"
 #include "dcp/mega_storage_shard.h"
-#include "megackpt/index_file.h"
+#include "megackpt/format/index_file.h"
 
 namespace megackpt::dcp::mega_storage {
 namespace {
@@ -42,7 +42,7 @@ struct FoundPiece {
 Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<FoundPiece>* out,
                  std::map<std::string, std::string>* save_ids,
                  std::map<std::string, ObjectPath>* object_paths) {
-  const std::string full = JoinPath(p.dir, file);
+  const std::string full = fs::JoinPath(p.dir, file);
   auto opened = p.fs->OpenForRead(full);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {
@@ -61,7 +61,7 @@ Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<
   std::vector<Raw> raws;
   if (file.ends_with(".safetensors")) {
     std::shared_ptr<RandomAccessFile> f(std::move(*opened));
-    MEGA_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(f));
+    MEGA_ASSIGN_OR_RETURN(auto reader, format::SafetensorsReader::Open(f));
     const auto& md = reader->metadata();
     if (auto it = md.find(std::string(kDcpEntriesKey)); it != md.end()) entries_json = it->second;
     if (auto it = md.find(std::string(kDcpSaveIdKey)); it != md.end()) save_id = it->second;
@@ -71,10 +71,10 @@ Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<
                       t.nbytes(), ""});
     }
   } else {
-    MegaReaderOptions ro;
+    format::MegaReaderOptions ro;
     ro.verify_checksums = false;
-    MEGA_ASSIGN_OR_RETURN(auto reader, MegaReader::Open(std::move(*opened), ro));
-    const MegaMetadata& md = reader->metadata();
+    MEGA_ASSIGN_OR_RETURN(auto reader, format::MegaReader::Open(std::move(*opened), ro));
+    const format::MegaMetadata& md = reader->metadata();
     if (auto v = md.GetString(kDcpEntriesKey); v.ok()) entries_json = std::string(*v);
     if (auto v = md.GetString(kDcpSaveIdKey); v.ok()) save_id = std::string(*v);
     if (auto v = md.GetString(kDcpObjectPathsKey); v.ok()) paths_json = std::string(*v);
@@ -282,14 +282,14 @@ Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, con
 }
 
 Result<CheckpointPaths> ResolveCheckpointPath(const std::string& path,
-                                              std::shared_ptr<FileSystem> fs) {
+                                              std::shared_ptr<fs::FileSystem> fs) {
   if (path.empty()) return InvalidArgumentError("empty checkpoint path");
   CheckpointPaths p;
   p.path = path;
   if (fs) {
     p.fs = std::move(fs);
   } else {
-    MEGA_ASSIGN_OR_RETURN(p.fs, FileSystemForPath(path));
+    MEGA_ASSIGN_OR_RETURN(p.fs, fs::FileSystemForPath(path));
   }
   std::string clean = path;
   while (clean.size() > 1 && clean.back() == '/' && !clean.ends_with("://")) clean.pop_back();
@@ -313,7 +313,7 @@ std::set<std::string> ReferencedFiles(const Metadata& metadata) {
 
 Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* source) {
   std::vector<std::string> files;
-  std::optional<ShardIndex> index;
+  std::optional<format::ShardIndex> index;
   std::string index_name = p.index_file;
   if (index_name.empty() && p.single_file.empty()) {
     auto listing = p.fs->List(p.dir);
@@ -325,12 +325,12 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
     }
     std::vector<std::string> mega_idx, st_idx, st_files, mega_files;
     std::set<std::string> names;
-    for (const FileInfo& fi : *listing) {
+    for (const fs::FileInfo& fi : *listing) {
       if (fi.is_directory) continue;
       std::string b = BaseName(fi.path);
       names.insert(b);
-      if (b.ends_with(kMegaIndexSuffix)) mega_idx.push_back(b);
-      else if (b.ends_with(kSafetensorsIndexSuffix)) st_idx.push_back(b);
+      if (b.ends_with(format::kMegaIndexSuffix)) mega_idx.push_back(b);
+      else if (b.ends_with(format::kSafetensorsIndexSuffix)) st_idx.push_back(b);
       else if (b.ends_with(".safetensors")) st_files.push_back(b);
       else if (b.ends_with(".mega")) mega_files.push_back(b);
     }
@@ -360,10 +360,10 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
   }
   bool safetensors = false;
   if (!index_name.empty()) {
-    auto kind = IndexKindFromPath(index_name);
+    auto kind = format::IndexKindFromPath(index_name);
     if (!kind) return InvalidArgumentError(index_name + ": not a .mega or .safetensors index");
-    safetensors = *kind == IndexKind::kSafetensors;
-    auto read = ReadShardIndex(*p.fs, JoinPath(p.dir, index_name));
+    safetensors = *kind == format::IndexKind::kSafetensors;
+    auto read = format::ReadShardIndex(*p.fs, fs::JoinPath(p.dir, index_name));
     if (!read.ok()) {
       if (read.status().code() == StatusCode::kNotFound) {
         return NotFoundError("no checkpoint at " + p.path + ": " + index_name + " not found");
@@ -389,7 +389,7 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
                                  " has a chunk without a file");
           }
           std::string f = c["file"].get<std::string>();
-          MEGA_RETURN_IF_ERROR(ValidateShardFileName(f).WithContext(index_name));
+          MEGA_RETURN_IF_ERROR(format::ValidateShardFileName(f).WithContext(index_name));
           fs_set.insert(f);
         }
       }
@@ -421,7 +421,7 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
   for (FoundPiece& piece : pieces) {
     const Shape& sizes = piece.sizes;
     files_of[piece.fqn].push_back(piece.info.relative_path);
-    const std::string where = JoinPath(p.dir, piece.info.relative_path);
+    const std::string where = fs::JoinPath(p.dir, piece.info.relative_path);
     auto it = md.state_dict_metadata.find(piece.fqn);
     if (piece.entry.is_bytes) {
       if (it != md.state_dict_metadata.end()) {
@@ -461,7 +461,7 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
     for (const auto& [fqn, f] : index->weight_map) {
       auto it = files_of.find(fqn);
       if (it == files_of.end() || std::find(it->second.begin(), it->second.end(), f) == it->second.end()) {
-        return DataLossError(JoinPath(p.dir, index_name) + ": weight_map maps " + Quote(fqn) +
+        return DataLossError(fs::JoinPath(p.dir, index_name) + ": weight_map maps " + Quote(fqn) +
                              " to " + f + ", which holds no such tensor");
       }
     }
@@ -485,7 +485,7 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = shards_.find(relative_path);
   if (it != shards_.end()) return it->second.get();
-  const std::string full = JoinPath(dir_, relative_path);
+  const std::string full = fs::JoinPath(dir_, relative_path);
   auto opened = fs_->OpenForRead(full);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {
@@ -496,13 +496,13 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   auto shard = std::make_unique<Shard>();
   if (relative_path.ends_with(".safetensors")) {
     std::shared_ptr<RandomAccessFile> f(std::move(*opened));
-    MEGA_ASSIGN_OR_RETURN(shard->st, SafetensorsReader::Open(f));
+    MEGA_ASSIGN_OR_RETURN(shard->st, format::SafetensorsReader::Open(f));
   } else if (relative_path.ends_with(".mega")) {
-    MegaReaderOptions ro;
+    format::MegaReaderOptions ro;
     ro.verify_checksums = verify_;
     // CRC each block right after it lands, while it is still in cache.
     ro.read_block_size = 1u << 20;
-    MEGA_ASSIGN_OR_RETURN(shard->mega, MegaReader::Open(std::move(*opened), ro));
+    MEGA_ASSIGN_OR_RETURN(shard->mega, format::MegaReader::Open(std::move(*opened), ro));
   } else {
     return InvalidArgumentError(full + ": not a .mega or .safetensors file (is this a "
                                 "FileSystemWriter checkpoint? read it with the fs reader)");
@@ -514,7 +514,7 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
 
 Status ShardFiles::CheckInfo(const Shard& shard, const StorageInfo& info, const std::string& name,
                              DType dtype, const Shape& sizes, size_t* mega_index) const {
-  const std::string full = JoinPath(dir_, info.relative_path);
+  const std::string full = fs::JoinPath(dir_, info.relative_path);
   DType have_dtype;
   Shape have_shape;
   uint64_t have_offset = 0, have_length = 0;
@@ -527,7 +527,7 @@ Status ShardFiles::CheckInfo(const Shard& shard, const StorageInfo& info, const 
                            " although the checkpoint metadata places it there");
     }
     *mega_index = *idx;
-    const MegaTensorInfo& t = shard.mega->tensors()[*idx];
+    const format::MegaTensorInfo& t = shard.mega->tensors()[*idx];
     have_dtype = t.dtype;
     have_shape = t.shape;
     have_offset = t.file_offset;
@@ -535,7 +535,7 @@ Status ShardFiles::CheckInfo(const Shard& shard, const StorageInfo& info, const 
     have_checksum = MegaChecksumString(t);
     plain = t.is_plain();
   } else {
-    const SafetensorsTensorInfo* t = shard.st->Find(name);
+    const format::SafetensorsTensorInfo* t = shard.st->Find(name);
     if (!t) {
       return DataLossError(full + ": no tensor " + Quote(name) +
                            " although the checkpoint metadata places it there");
@@ -572,22 +572,22 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
   MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, dtype, stored_sizes, &mi));
   const size_t nd = stored_sizes.size();
   if (start.size() != nd || dst.ndim() != static_cast<int>(nd) || dst.dtype() != dtype) {
-    return InvalidArgumentError(JoinPath(dir_, info.relative_path) + ": read of " + Quote(name) +
+    return InvalidArgumentError(fs::JoinPath(dir_, info.relative_path) + ": read of " + Quote(name) +
                                 " has the wrong rank or dtype");
   }
   bool whole = dst.shape() == stored_sizes;
   for (int64_t s : start) whole = whole && s == 0;
   if (shard->mega) {
     if (whole) return shard->mega->ReadTensor(mi, dst);
-    const MegaTensorInfo& t = shard->mega->tensors()[mi];
+    const format::MegaTensorInfo& t = shard->mega->tensors()[mi];
     if (t.is_plain()) {
       MEGA_RETURN_IF_ERROR(ReadBoxRuns(shard->mega->file(), t.file_offset, dtype, stored_sizes, start,
-                                       dst, JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name)));
+                                       dst, fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name)));
     } else if (dtype == DType::kF4) {
       // Compressed or chunked F4: decode the byte range from the box's first to
       // its last element once (ReadRange verifies what it decodes), then copy
       // the runs nibble-exactly.
-      const std::string what = JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
+      const std::string what = fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
       MEGA_RETURN_IF_ERROR(ForEachF4Span(
           stored_sizes, start, dst.shape(), std::numeric_limits<uint64_t>::max(),
           std::numeric_limits<double>::infinity(), [&](const F4Span& span) -> Status {
@@ -611,23 +611,23 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
     return Status::OK();
   }
   // safetensors: only the runs of the box.
-  const SafetensorsReader& st = *shard->st;
+  const format::SafetensorsReader& st = *shard->st;
   if (whole) return st.ReadTensor(name, dst);
-  const SafetensorsTensorInfo* ti = st.Find(name);
+  const format::SafetensorsTensorInfo* ti = st.Find(name);
   return ReadBoxRuns(*st.file(), st.header().data_offset() + ti->data_begin, dtype, stored_sizes,
-                     start, dst, JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name));
+                     start, dst, fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name));
 }
 
 Result<std::string> ShardFiles::ReadBytes(const StorageInfo& info, const std::string& name) {
   MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
-  const std::string full = JoinPath(dir_, info.relative_path);
+  const std::string full = fs::JoinPath(dir_, info.relative_path);
   Shape shape;
   if (shard->mega) {
-    const MegaTensorInfo* t = shard->mega->Find(name);
+    const format::MegaTensorInfo* t = shard->mega->Find(name);
     if (!t) return DataLossError(full + ": no bytes entry " + Quote(name));
     shape = t->shape;
   } else {
-    const SafetensorsTensorInfo* t = shard->st->Find(name);
+    const format::SafetensorsTensorInfo* t = shard->st->Find(name);
     if (!t) return DataLossError(full + ": no bytes entry " + Quote(name));
     shape = t->shape;
   }

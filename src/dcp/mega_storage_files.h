@@ -14,17 +14,17 @@
 
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/metadata.h"
-#include "megackpt/fs.h"
-#include "megackpt/mega.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/fs/filesystem.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp::mega_storage {
 
 // Where a checkpoint lives. Shard names are relative to `dir`.
 struct CheckpointPaths {
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
   std::string path;         // as given
   std::string dir;          // the folder holding the shards
   std::string index_file;   // set when `path` names an index file (name in dir)
@@ -33,7 +33,7 @@ struct CheckpointPaths {
 
 // Classifies `path` by its suffix (index file, shard file, or folder).
 Result<CheckpointPaths> ResolveCheckpointPath(const std::string& path,
-                                              std::shared_ptr<FileSystem> fs);
+                                              std::shared_ptr<fs::FileSystem> fs);
 
 // Rebuilds Metadata from the index and the shard headers (see
 // RebuildMetadataFromShards in mega_storage.h). *source tells which layout.
@@ -54,7 +54,7 @@ Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, con
 // Opened shard files of one checkpoint folder, shared by reader threads.
 class ShardFiles {
  public:
-  ShardFiles(std::shared_ptr<FileSystem> fs, std::string dir, bool verify_checksums)
+  ShardFiles(std::shared_ptr<fs::FileSystem> fs, std::string dir, bool verify_checksums)
       : fs_(std::move(fs)), dir_(std::move(dir)), verify_(verify_checksums) {}
 
   // Reads the box [start, start + dst.shape()) of the stored piece `name`
@@ -74,14 +74,14 @@ class ShardFiles {
 
  private:
   struct Shard {
-    std::unique_ptr<MegaReader> mega;
-    std::unique_ptr<SafetensorsReader> st;
+    std::unique_ptr<format::MegaReader> mega;
+    std::unique_ptr<format::SafetensorsReader> st;
   };
   Result<Shard*> Open(const std::string& relative_path);
   Status CheckInfo(const Shard& shard, const StorageInfo& info, const std::string& name,
                    DType dtype, const Shape& sizes, size_t* mega_index) const;
 
-  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<fs::FileSystem> fs_;
   std::string dir_;
   bool verify_;
   std::mutex mu_;

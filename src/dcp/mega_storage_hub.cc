@@ -20,18 +20,18 @@ bool IsCommitHex(std::string_view s) {
   return true;
 }
 
-std::string RepoPath(const MegaUri& root, const std::string& name) {
+std::string RepoPath(const hub::MegaUri& root, const std::string& name) {
   return root.path.empty() ? name : root.path + "/" + name;
 }
 
 }  // namespace
 
-Result<std::optional<HubTarget>> HubTargetFor(const std::string& path, FileSystem* fs) {
+Result<std::optional<HubTarget>> HubTargetFor(const std::string& path, fs::FileSystem* fs) {
   hub::MegaFileSystem* mfs = fs ? hub::AsMegaFileSystem(fs) : nullptr;
-  if (!mfs || !IsMegaUri(path)) return std::optional<HubTarget>();
+  if (!mfs || !hub::IsMegaUri(path)) return std::optional<HubTarget>();
   std::string clean = path;
   while (!clean.empty() && clean.back() == '/' && !clean.ends_with("://")) clean.pop_back();
-  MEGA_ASSIGN_OR_RETURN(MegaUri root, ParseMegaUri(clean));
+  MEGA_ASSIGN_OR_RETURN(hub::MegaUri root, hub::ParseMegaUri(clean));
   if (root.path.empty()) {
     return InvalidArgumentError(path +
                                 ": a checkpoint needs a folder inside the repository or bucket "
@@ -77,10 +77,10 @@ void StripStagedExtras(Metadata* md) {
   }
 }
 
-Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, FileSystem& fs,
+Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, fs::FileSystem& fs,
                                       const CommitRequest& req,
                                       const std::vector<std::vector<WriteResult>>& results) {
-  const MegaUri& root = txn.root();
+  const hub::MegaUri& root = txn.root();
   // 1. Every rank's shards.
   std::vector<hub::StagedEntry> entries;
   for (size_t r = 0; r < results.size(); ++r) {
@@ -105,7 +105,7 @@ Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, FileSystem& fs,
   }
   // 2. What the previous checkpoint in this folder looked like, at the base
   //    commit (buckets: now).
-  MegaUri base_dir = root;
+  hub::MegaUri base_dir = root;
   if (!root.is_bucket) {
     base_dir.revision = txn.base_commit();
     base_dir.has_revision = true;
@@ -121,7 +121,7 @@ Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, FileSystem& fs,
     return listing.status().WithContext("listing the previous checkpoint at " + base_path);
   }
   // 3. Index and .metadata, then the one commit.
-  MEGA_ASSIGN_OR_RETURN(std::string index_text, SerializeShardIndex(req.index));
+  MEGA_ASSIGN_OR_RETURN(std::string index_text, format::SerializeShardIndex(req.index));
   MEGA_RETURN_IF_ERROR(txn.Put(req.index_name, index_text));
   MEGA_RETURN_IF_ERROR(txn.Put(req.metadata_name, EncodeMetadata(req.metadata)));
   auto commit = txn.Commit();
@@ -138,10 +138,10 @@ Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, FileSystem& fs,
   return commit;
 }
 
-Result<std::string> PinnedHubPath(const std::string& path, FileSystem* fs) {
+Result<std::string> PinnedHubPath(const std::string& path, fs::FileSystem* fs) {
   hub::MegaFileSystem* mfs = fs ? hub::AsMegaFileSystem(fs) : nullptr;
-  if (!mfs || !IsMegaUri(path)) return path;
-  MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(path));
+  if (!mfs || !hub::IsMegaUri(path)) return path;
+  MEGA_ASSIGN_OR_RETURN(hub::MegaUri u, hub::ParseMegaUri(path));
   if (u.is_bucket || IsCommitHex(u.revision)) return path;
   auto commit = mfs->hub().ResolveRevision(u.repo_id(), u.revision);
   if (!commit.ok()) return commit.status().WithContext(path);

@@ -24,11 +24,11 @@
 
 #include "dcp/mega_storage_commit.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/fs.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/mega_uri.h"
-#include "megackpt/status.h"
+#include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -36,13 +36,13 @@ namespace megackpt::dcp::mega_storage {
 // checkpoint folder as a transaction root.
 struct HubTarget {
   std::shared_ptr<hub::HubConnection> hub;
-  MegaUri root;
+  hub::MegaUri root;
 };
 
 // The hub target of `path` when `fs` is a mega:// filesystem and `path` a
 // mega:// URI; nullopt for other filesystems. InvalidArgument for a mega://
 // path naming a repository root (a checkpoint needs a folder) or a malformed URI.
-Result<std::optional<HubTarget>> HubTargetFor(const std::string& path, FileSystem* fs);
+Result<std::optional<HubTarget>> HubTargetFor(const std::string& path, fs::FileSystem* fs);
 
 // Begins this rank's transaction. `base_commit` "" = the branch head (the
 // coordinator); ranks pass the coordinator's base. `rebase`: land on a moved
@@ -64,7 +64,7 @@ Result<std::optional<hub::StagedEntry>> DecodeStagedExtra(std::string_view extra
 // the local commit), stages the index and .metadata, and commits once.
 // `request.metadata` must not carry staged extras any more
 // (StripStagedExtras). Aborted naming the branch when the branch moved.
-Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, FileSystem& fs,
+Result<hub::CommitInfo> CommitHubSave(hub::HubTransaction& txn, fs::FileSystem& fs,
                                       const CommitRequest& request,
                                       const std::vector<std::vector<WriteResult>>& results);
 
@@ -73,7 +73,7 @@ void StripStagedExtras(Metadata* metadata);
 
 // `path` with its branch/tag revision replaced by the commit it names now
 // (repo URIs); buckets and commit-id revisions are returned unchanged.
-Result<std::string> PinnedHubPath(const std::string& path, FileSystem* fs);
+Result<std::string> PinnedHubPath(const std::string& path, fs::FileSystem* fs);
 
 }  // namespace megackpt::dcp::mega_storage
 

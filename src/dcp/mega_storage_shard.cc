@@ -23,7 +23,7 @@
 #include "format/mega_internal.h"
 #include "format/quote.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::dcp::mega_storage {
 namespace {
@@ -47,9 +47,9 @@ std::byte* ThreadScratch() {
 // bytes; `piece(off, n)` yields the n bytes at tensor offset off, `write_at`
 // stores them. Returns the checksum of all bytes (`type`).
 template <typename PieceFn, typename WriteFn>
-Result<MegaChecksum> WriteChecksummed(MegaChecksumType type, uint64_t base, uint64_t nbytes,
+Result<format::MegaChecksum> WriteChecksummed(format::MegaChecksumType type, uint64_t base, uint64_t nbytes,
                                       uint64_t piece_max, PieceFn piece, WriteFn write_at) {
-  mega_internal::Checker checker(type);
+  format::mega_internal::Checker checker(type);
   for (uint64_t off = 0; off < nbytes; off += piece_max) {
     std::span<const std::byte> bytes = piece(off, std::min(piece_max, nbytes - off));
     checker.Update(bytes);
@@ -64,7 +64,7 @@ Result<MegaChecksum> WriteChecksummed(MegaChecksumType type, uint64_t base, uint
 
 Result<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     std::unique_ptr<WritableFile> file, std::vector<ShardTensorSpec> specs,
-    MegaMetadata user_metadata, const ShardWriterOptions& options) {
+    format::MegaMetadata user_metadata, const ShardWriterOptions& options) {
   if (!file) return InvalidArgumentError("ShardFileWriter: no file");
   const std::string fname = file->name();
   if (!file->supports_write_at()) {
@@ -87,25 +87,25 @@ Result<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
       // F4 is fine as long as the writer gets contiguous bytes.
     }
     MEGA_ASSIGN_OR_RETURN(uint64_t nbytes, LogicalNbytes(s.dtype, s.shape));
-    if (mega_internal::AlignUp(cursor, options.tensor_alignment, &cursor)) {
+    if (format::mega_internal::AlignUp(cursor, options.tensor_alignment, &cursor)) {
       return InvalidArgumentError(fname + ": payload size overflows");
     }
     w->offsets_.push_back(cursor);
     w->nbytes_.push_back(nbytes);
-    if (mega_internal::AddOverflows(cursor, nbytes, &cursor)) {
+    if (format::mega_internal::AddOverflows(cursor, nbytes, &cursor)) {
       return InvalidArgumentError(fname + ": payload size overflows");
     }
   }
   // `names` views into `specs`; done with it before moving specs.
   names.clear();
   w->specs_ = std::move(specs);
-  w->checksums_.assign(w->specs_.size(), MegaChecksum{});
+  w->checksums_.assign(w->specs_.size(), format::MegaChecksum{});
   w->written_.assign(w->specs_.size(), 0);
   // Header size with placeholder checksums (fixed width whatever their value).
   MEGA_ASSIGN_OR_RETURN(std::string header, w->EncodeFinalHeader());
   w->header_length_ = header.size();
   w->file_end_ = w->header_length_ + cursor;
-  if (w->file_end_ >= kMegaFooterTrailerSize) w->probe_at_ = w->file_end_ - kMegaFooterTrailerSize;
+  if (w->file_end_ >= format::kMegaFooterTrailerSize) w->probe_at_ = w->file_end_ - format::kMegaFooterTrailerSize;
   return w;
 }
 
@@ -114,9 +114,9 @@ ShardFileWriter::~ShardFileWriter() {
 }
 
 Result<std::string> ShardFileWriter::EncodeFinalHeader() {
-  std::vector<MegaTensorInfo> infos(specs_.size());
+  std::vector<format::MegaTensorInfo> infos(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
-    MegaTensorInfo& t = infos[i];
+    format::MegaTensorInfo& t = infos[i];
     t.tensor_id = static_cast<uint32_t>(i);
     t.name = specs_[i].name;
     t.dtype = specs_[i].dtype;
@@ -126,21 +126,21 @@ Result<std::string> ShardFileWriter::EncodeFinalHeader() {
     t.payload_offset = offsets_[i];
     t.checksum_type = options_.checksum;
     t.checksum = checksums_[i];
-    t.dir_flags = mega_internal::DirFlagsFor(t);
+    t.dir_flags = format::mega_internal::DirFlagsFor(t);
   }
   // The TensorPlay profile, exactly as MegaWriter writes it.
-  for (const MegaTensorInfo& t : infos) {
-    if (!mega_internal::IsValidUtf8(t.name)) {
+  for (const format::MegaTensorInfo& t : infos) {
+    if (!format::mega_internal::IsValidUtf8(t.name)) {
       return InvalidArgumentError(file_->name() + ": tensor name is not valid UTF-8");
     }
   }
-  MegaMetadata md;
-  MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(infos, options_.alignment, "dict",
+  format::MegaMetadata md;
+  MEGA_RETURN_IF_ERROR(format::mega_internal::AddTensorplayProfile(infos, options_.alignment, "dict",
                                                            options_.checksum, &md));
-  for (const MetaEntry& e : user_metadata_.entries()) {
+  for (const format::MetaEntry& e : user_metadata_.entries()) {
     MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value).WithContext(file_->name()));
   }
-  return mega_internal::EncodeHeader(md, infos, {}, {}, options_.alignment);
+  return format::mega_internal::EncodeHeader(md, infos, {}, {}, options_.alignment);
 }
 
 void ShardFileWriter::Probe(uint64_t file_offset, std::span<const std::byte> bytes) {
@@ -177,7 +177,7 @@ Status ShardFileWriter::WriteBytes(size_t i, std::span<const std::byte> bytes) {
     }
   }
   MEGA_ASSIGN_OR_RETURN(
-      MegaChecksum sum,
+      format::MegaChecksum sum,
       WriteChecksummed(
           options_.checksum, tensor_file_offset(i), bytes.size(), kWritePiece,
           [&](uint64_t off, uint64_t n) { return bytes.subspan(off, n); },
@@ -216,12 +216,12 @@ Status ShardFileWriter::WriteTensor(size_t i, const Tensor& t) {
   const uint64_t es = DTypeSize(t.dtype());
   const uint64_t piece_max = kWritePiece / es * es;
   MEGA_ASSIGN_OR_RETURN(
-      MegaChecksum sum,
+      format::MegaChecksum sum,
       WriteChecksummed(
           options_.checksum, tensor_file_offset(i), nbytes_[i], piece_max,
           [&](uint64_t off, uint64_t n) {
             std::span<std::byte> piece(scratch, n);
-            mega_internal::GatherBytes(t, off, piece);
+            format::mega_internal::GatherBytes(t, off, piece);
             return std::span<const std::byte>(piece);
           },
           [&](uint64_t at, std::span<const std::byte> piece) { return WriteAt(at, piece); }));
@@ -233,12 +233,12 @@ Status ShardFileWriter::WriteTensor(size_t i, const Tensor& t) {
 
 std::string ShardFileWriter::checksum_string(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (options_.checksum == MegaChecksumType::kCrc32) {
+  if (options_.checksum == format::MegaChecksumType::kCrc32) {
     uint32_t v;
     std::memcpy(&v, checksums_[i].data(), 4);
     return CrcString(v);
   }
-  if (options_.checksum == MegaChecksumType::kSha256) return "sha256:" + ToHex(checksums_[i]);
+  if (options_.checksum == format::MegaChecksumType::kSha256) return "sha256:" + ToHex(checksums_[i]);
   return "";
 }
 
@@ -260,8 +260,8 @@ Status ShardFileWriter::Finish(bool sync) {
   MEGA_RETURN_IF_ERROR(WriteAt(0, AsBytes(header)));
   // Never leave a tail that reads as a footer trailer (a reader would parse it):
   // pad with zeros, which are unused payload.
-  if (probe_at_ != UINT64_MAX && mega_internal::Load32(probe_.data()) == kMegaFooterMagic) {
-    std::string zeros(kMegaFooterTrailerSize, '\0');
+  if (probe_at_ != UINT64_MAX && format::mega_internal::Load32(probe_.data()) == format::kMegaFooterMagic) {
+    std::string zeros(format::kMegaFooterTrailerSize, '\0');
     MEGA_RETURN_IF_ERROR(file_->WriteAt(file_end_, AsBytes(zeros)));
     file_end_ += zeros.size();
   } else if (end_written_.load() < file_end_) {
@@ -479,15 +479,15 @@ std::string CrcString(uint32_t crc) {
   return buf;
 }
 
-std::string MegaChecksumString(const MegaTensorInfo& t) {
+std::string MegaChecksumString(const format::MegaTensorInfo& t) {
   std::string out;
   switch (t.checksum_type) {
-    case MegaChecksumType::kCrc32: return CrcString(t.crc32());
-    case MegaChecksumType::kSha256:
+    case format::MegaChecksumType::kCrc32: return CrcString(t.crc32());
+    case format::MegaChecksumType::kSha256:
       out = "sha256:";
       out += t.checksum_hex();
       return out;
-    case MegaChecksumType::kNone: return out;
+    case format::MegaChecksumType::kNone: return out;
   }
   return out;
 }

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "megackpt/dcp/metadata.h"
-#include "megackpt/file.h"
-#include "megackpt/mega.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -35,7 +35,7 @@ struct ShardTensorSpec {
 struct ShardWriterOptions {
   uint64_t alignment = 4096;        // general.alignment (header padding)
   uint64_t tensor_alignment = 64;   // alignment of each payload offset
-  MegaChecksumType checksum = MegaChecksumType::kCrc32;
+  format::MegaChecksumType checksum = format::MegaChecksumType::kCrc32;
 };
 
 // Writes one MEGA v1 file in the TensorPlay profile (raw_dense tensors) whose
@@ -51,7 +51,7 @@ class ShardFileWriter {
   // InvalidArgument: duplicate or empty names, bad shapes, a non-positioned file.
   static Result<std::unique_ptr<ShardFileWriter>> Create(std::unique_ptr<WritableFile> file,
                                                          std::vector<ShardTensorSpec> specs,
-                                                         MegaMetadata user_metadata,
+                                                         format::MegaMetadata user_metadata,
                                                          const ShardWriterOptions& options);
   ~ShardFileWriter();
 
@@ -88,10 +88,10 @@ class ShardFileWriter {
   std::unique_ptr<WritableFile> file_;
   ShardWriterOptions options_;
   std::vector<ShardTensorSpec> specs_;
-  MegaMetadata user_metadata_;
+  format::MegaMetadata user_metadata_;
   std::vector<uint64_t> offsets_;  // relative to header_length
   std::vector<uint64_t> nbytes_;
-  std::vector<MegaChecksum> checksums_;
+  std::vector<format::MegaChecksum> checksums_;
   std::vector<uint8_t> written_;
   uint64_t header_length_ = 0;
   uint64_t file_end_ = 0;
@@ -139,7 +139,7 @@ std::string NewSaveId();
 // "crc32:%08x".
 std::string CrcString(uint32_t crc);
 // "crc32:..." / "sha256:..." / "" for a tensor of a MEGA file.
-std::string MegaChecksumString(const MegaTensorInfo& t);
+std::string MegaChecksumString(const format::MegaTensorInfo& t);
 
 // 'name' (for messages).
 std::string Quote(std::string_view s);

@@ -10,23 +10,23 @@
 
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/file.h"
-#include "megackpt/mega.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::dcp::mega_storage {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mega-storage-unit-XXXXXX").string();
+    std::string tmpl = (stdfs::temp_directory_path() / "mega-storage-unit-XXXXXX").string();
     path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() {
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    stdfs::remove_all(path_, ec);
   }
   std::string path(const std::string& name) const { return path_ + "/" + name; }
 
@@ -67,24 +67,24 @@ std::vector<Case> SampleTensors() {
   return v;
 }
 
-MegaMetadata UserMetadata() {
-  MegaMetadata md;
-  EXPECT_TRUE(md.Add("tensorplay.dcp.version", MetaValue::U32(1)).ok());
-  EXPECT_TRUE(md.Add("tensorplay.dcp.entries", MetaValue::String("{\"x\": 1}")).ok());
+format::MegaMetadata UserMetadata() {
+  format::MegaMetadata md;
+  EXPECT_TRUE(md.Add("tensorplay.dcp.version", format::MetaValue::U32(1)).ok());
+  EXPECT_TRUE(md.Add("tensorplay.dcp.entries", format::MetaValue::String("{\"x\": 1}")).ok());
   return md;
 }
 
-void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alignment,
+void ExpectSameBytesAsMegaWriter(format::MegaChecksumType checksum, uint64_t tensor_alignment,
                                  bool reverse_order, int threads) {
   TempDir dir;
   auto tensors = SampleTensors();
   // Reference: MegaWriter, TensorPlay profile.
-  MegaWriterOptions wo;
+  format::MegaWriterOptions wo;
   wo.checksum = checksum;
   wo.tensor_alignment = tensor_alignment;
-  MegaWriter ref(wo);
-  const MegaMetadata user = UserMetadata();
-  for (const MetaEntry& e : user.entries()) ASSERT_TRUE(ref.AddMetadata(e.key, e.value).ok());
+  format::MegaWriter ref(wo);
+  const format::MegaMetadata user = UserMetadata();
+  for (const format::MetaEntry& e : user.entries()) ASSERT_TRUE(ref.AddMetadata(e.key, e.value).ok());
   for (const auto& c : tensors) ASSERT_TRUE(ref.AddTensor(c.name, c.tensor).ok());
   ASSERT_TRUE(ref.WriteFile(dir.path("ref.mega"), false).ok());
 
@@ -116,22 +116,22 @@ void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alig
   ASSERT_TRUE((*w)->Finish(false).ok());
   EXPECT_EQ(ReadAll(dir.path("ours.mega")), ReadAll(dir.path("ref.mega")));
   // And it parses and verifies.
-  auto reader = MegaReader::OpenFile(dir.path("ours.mega"));
+  auto reader = format::MegaReader::OpenFile(dir.path("ours.mega"));
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   EXPECT_TRUE((*reader)->VerifyAll().ok());
 }
 
 TEST(ShardFileWriterTest, SameBytesAsMegaWriterCrc32) {
-  ExpectSameBytesAsMegaWriter(MegaChecksumType::kCrc32, 64, false, 1);
+  ExpectSameBytesAsMegaWriter(format::MegaChecksumType::kCrc32, 64, false, 1);
 }
 TEST(ShardFileWriterTest, SameBytesAsMegaWriterAnyOrderAnyThreads) {
-  ExpectSameBytesAsMegaWriter(MegaChecksumType::kCrc32, 64, true, 3);
+  ExpectSameBytesAsMegaWriter(format::MegaChecksumType::kCrc32, 64, true, 3);
 }
 TEST(ShardFileWriterTest, SameBytesAsMegaWriterPackedSha256) {
-  ExpectSameBytesAsMegaWriter(MegaChecksumType::kSha256, 1, true, 2);
+  ExpectSameBytesAsMegaWriter(format::MegaChecksumType::kSha256, 1, true, 2);
 }
 TEST(ShardFileWriterTest, SameBytesAsMegaWriterNoChecksum) {
-  ExpectSameBytesAsMegaWriter(MegaChecksumType::kNone, 4096, false, 2);
+  ExpectSameBytesAsMegaWriter(format::MegaChecksumType::kNone, 4096, false, 2);
 }
 
 TEST(ShardFileWriterTest, FinishBeforeAllWrittenFails) {

@@ -9,7 +9,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "megackpt/packed.h"
+#include "megackpt/core/packed.h"
 
 namespace megackpt::dcp {
 

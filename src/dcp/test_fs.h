@@ -9,13 +9,13 @@
 #include <mutex>
 #include <string>
 
-#include "megackpt/fs.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp::testing {
 
-class InstrumentedFileSystem : public FileSystem {
+class InstrumentedFileSystem : public fs::FileSystem {
  public:
-  explicit InstrumentedFileSystem(std::shared_ptr<FileSystem> base = LocalFileSystem())
+  explicit InstrumentedFileSystem(std::shared_ptr<fs::FileSystem> base = fs::LocalFileSystem())
       : base_(std::move(base)) {}
 
   // Bytes read through OpenForRead files whose path contains `data_marker`
@@ -47,8 +47,8 @@ class InstrumentedFileSystem : public FileSystem {
     return base_->WriteAtomically(path, data, sync);
   }
   Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
-  Result<FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
-  Result<std::vector<FileInfo>> List(const std::string& dir) override { return base_->List(dir); }
+  Result<fs::FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
+  Result<std::vector<fs::FileInfo>> List(const std::string& dir) override { return base_->List(dir); }
   Status Remove(const std::string& path) override { return base_->Remove(path); }
   Status CreateDirectories(const std::string& dir) override { return base_->CreateDirectories(dir); }
   Status Rename(const std::string& from, const std::string& to) override {
@@ -77,7 +77,7 @@ class InstrumentedFileSystem : public FileSystem {
     InstrumentedFileSystem* fs_;
   };
 
-  std::shared_ptr<FileSystem> base_;
+  std::shared_ptr<fs::FileSystem> base_;
 };
 
 }  // namespace megackpt::dcp::testing

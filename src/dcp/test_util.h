@@ -22,7 +22,7 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp::testing {
 
@@ -49,11 +49,11 @@ class TempDir {
 
 // An MPI group (a fresh duplicate of MPI_COMM_WORLD) with `timeout`; null (and
 // a test failure) when it cannot be created.
-inline std::unique_ptr<ProcessGroup> NewMpiGroupForTest(
+inline std::unique_ptr<dist::ProcessGroup> NewMpiGroupForTest(
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  ProcessGroupOptions o;
+  dist::ProcessGroupOptions o;
   o.timeout = timeout;
-  auto g = NewMpiProcessGroup(o);
+  auto g = dist::NewMpiProcessGroup(o);
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   return g.ok() ? std::move(*g) : nullptr;
 }
@@ -62,7 +62,7 @@ inline std::unique_ptr<ProcessGroup> NewMpiGroupForTest(
 // broadcast), removed by rank 0 after a barrier at the end.
 class SharedDir {
  public:
-  SharedDir(ProcessGroup& g, const std::string& prefix) : g_(g) {
+  SharedDir(dist::ProcessGroup& g, const std::string& prefix) : g_(g) {
     std::string p;
     if (g.rank() == 0) {
       std::string tmpl =
@@ -83,7 +83,7 @@ class SharedDir {
   std::string path(const std::string& sub) const { return path_ + "/" + sub; }
 
  private:
-  ProcessGroup& g_;
+  dist::ProcessGroup& g_;
   std::string path_;
 };
 
@@ -115,9 +115,9 @@ class ThrowingSavePlanner : public SavePlanner {
 
 // Group options for tests (RunThreadRanks, MPI groups): a collective timeout
 // of `timeout`.
-inline ProcessGroupOptions TestGroupOptions(
+inline dist::ProcessGroupOptions TestGroupOptions(
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  ProcessGroupOptions o;
+  dist::ProcessGroupOptions o;
   o.timeout = timeout;
   return o;
 }
@@ -130,7 +130,7 @@ inline Status FirstError(const std::vector<Status>& statuses) {
 
 // RunThreadRanks(world, fn) with TestGroupOptions(timeout): the first rank's
 // error, OK when every rank succeeded.
-inline Status RunThreadRanksForTest(int world, const std::function<Status(ProcessGroup&)>& fn,
+inline Status RunThreadRanksForTest(int world, const std::function<Status(dist::ProcessGroup&)>& fn,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   return FirstError(RunThreadRanks(world, fn, TestGroupOptions(timeout)));
 }
@@ -139,7 +139,7 @@ inline Status RunThreadRanksForTest(int world, const std::function<Status(Proces
 // (layout `variant`, filled with the spec's content) and saves it through
 // `writer`, collectively over `group` (null: a lone process, world 1).
 inline Status SaveSyntheticRank(const synthetic::Spec& spec, StorageWriter& writer,
-                                ProcessGroup* group, int variant = 0) {
+                                dist::ProcessGroup* group, int variant = 0) {
   const int world = group ? group->world_size() : 1;
   const int rank = group ? group->rank() : 0;
   MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, rank, variant, true));
@@ -150,7 +150,7 @@ inline Status SaveSyntheticRank(const synthetic::Spec& spec, StorageWriter& writ
 // `spec` at layout `variant`, loads it through `reader` (collectively over
 // `group`; null: a lone process, world 1) and verifies every byte.
 inline Status LoadAndVerifySyntheticRank(const synthetic::Spec& spec, StorageReader& reader,
-                                         ProcessGroup* group, int variant) {
+                                         dist::ProcessGroup* group, int variant) {
   const int world = group ? group->world_size() : 1;
   const int rank = group ? group->rank() : 0;
   MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, rank, variant, false));

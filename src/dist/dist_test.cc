@@ -12,9 +12,9 @@
 
 #include "dist/wire.h"
 #include "dist/test_util.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
-namespace megackpt {
+namespace megackpt::dist {
 namespace {
 
 using ::testing::HasSubstr;
@@ -408,4 +408,4 @@ TEST(ThreadGroup, AllReduceStatusAfterAPeerDiedIsAnError) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::dist

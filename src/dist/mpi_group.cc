@@ -34,10 +34,9 @@
 
 #include "dist/mpi_internal.h"
 #include "dist/wire.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
-namespace megackpt {
-namespace dist {
+namespace megackpt::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -692,8 +691,6 @@ int MpiThreadLevel() { return g_thread_level.load(); }
 
 bool MpiInitializedByMegackpt() { return g_initialized_by_us.load(); }
 
-}  // namespace dist
-
 Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions options) {
   if (options.timeout.count() <= 0) {
     return InvalidArgumentError("NewMpiProcessGroup: timeout must be positive, got " +
@@ -756,4 +753,4 @@ Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions opt
       std::make_unique<dist::MpiProcessGroup>(*comm, rank, size, tag_ub, options));
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::dist

@@ -1,11 +1,11 @@
 // The backend-independent part of ProcessGroup and the single-process backend.
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 #include <cstdlib>
 
 #include "dist/wire.h"
 
-namespace megackpt {
+namespace megackpt::dist {
 
 Status ProcessGroup::AllReduceStatus(const Status& local) {
   Result<std::vector<std::string>> all = AllGather(dist::EncodeStatus(local));
@@ -98,4 +98,4 @@ bool LaunchedByMpi() {
   return false;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::dist

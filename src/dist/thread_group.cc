@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "dist/wire.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
-namespace megackpt {
+namespace megackpt::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -318,4 +318,4 @@ std::vector<Status> RunThreadRanks(int world_size, const std::function<Status(Pr
   return results;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::dist

@@ -1,5 +1,5 @@
-// Checkpoint opening and MEGA <-> safetensors conversion (include/megackpt/convert.h).
-#include "megackpt/convert.h"
+// Checkpoint opening and MEGA <-> safetensors conversion (include/megackpt/format/convert.h).
+#include "megackpt/format/convert.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -11,17 +11,17 @@
 #include <cstring>
 #include <filesystem>
 
-#include "megackpt/file.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/tensor.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -29,13 +29,13 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 
 // The folder of `path` for creating siblings: "." when it has none.
 std::string ParentDir(const std::string& path) {
-  std::string dir = fs::path(path).parent_path().string();
+  std::string dir = stdfs::path(path).parent_path().string();
   return dir.empty() ? "." : dir;
 }
 
 bool SameFile(const std::string& a, const std::string& b) {
   std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+  return stdfs::exists(a, ec) && stdfs::exists(b, ec) && stdfs::equivalent(a, b, ec);
 }
 
 // A reusable, pre-faulted staging buffer that grows on demand.
@@ -262,11 +262,11 @@ Result<ModelFormat> SniffModelFormat(const std::string& path) {
 
 Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
   std::error_code ec;
-  auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) return NotFoundError(path + ": no such file or directory");
-  if (fs::is_directory(st)) {
+  auto st = stdfs::status(path, ec);
+  if (ec || !stdfs::exists(st)) return NotFoundError(path + ": no such file or directory");
+  if (stdfs::is_directory(st)) {
     std::vector<std::string> indexes, models;
-    for (const auto& e : fs::directory_iterator(path, ec)) {
+    for (const auto& e : stdfs::directory_iterator(path, ec)) {
       if (!e.is_regular_file()) continue;
       std::string name = e.path().filename().string();
       if (IndexKindFromPath(name)) {
@@ -279,7 +279,7 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
     std::sort(models.begin(), models.end());
     auto list = [](const std::vector<std::string>& v) {
       std::string s;
-      for (const auto& p : v) s += (s.empty() ? "" : ", ") + fs::path(p).filename().string();
+      for (const auto& p : v) s += (s.empty() ? "" : ", ") + stdfs::path(p).filename().string();
       return s;
     };
     if (indexes.size() > 1) {
@@ -363,13 +363,13 @@ Result<OpenedCheckpoint> OpenCheckpoint(const CheckpointPath& input,
   if (!IsIndexKind(input.kind)) {
     MEGA_ASSIGN_OR_RETURN(CheckpointFile f,
                           OpenCheckpointFile(input.path,
-                                             fs::path(input.path).filename().string(), options));
+                                             stdfs::path(input.path).filename().string(), options));
     model.files.push_back(std::move(f));
     AppendCheckpointFileTensors(&model, 0);
     return model;
   }
   MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(input.path));
-  const std::string folder = fs::path(input.path).parent_path().string();
+  const std::string folder = stdfs::path(input.path).parent_path().string();
   for (const std::string& shard : index.ShardFiles()) {
     const std::string path = folder.empty() ? shard : folder + "/" + shard;
     auto f = OpenCheckpointFile(path, shard, options);
@@ -445,7 +445,7 @@ Result<ConvertDestination> PlanDestination(const std::string& dst, ModelFormat s
     plan.format = f;
     plan.index_path = dst;
     plan.dir = ParentDir(dst);
-    std::string file = fs::path(dst).filename().string();
+    std::string file = stdfs::path(dst).filename().string();
     plan.base =
         file.substr(0, file.size() - (f == ModelFormat::kMega ? kMegaIndexSuffix.size()
                                                               : kSafetensorsIndexSuffix.size()));
@@ -453,7 +453,7 @@ Result<ConvertDestination> PlanDestination(const std::string& dst, ModelFormat s
     return plan;
   }
   std::error_code ec;
-  if (fs::exists(dst, ec) && !fs::is_directory(dst, ec)) {
+  if (stdfs::exists(dst, ec) && !stdfs::is_directory(dst, ec)) {
     return InvalidArgumentError(dst +
                                 ": exists and is not a folder (use a .mega or .safetensors "
                                 "name for a single-file output)");
@@ -508,7 +508,7 @@ Result<ConvertPlan> PlanConversion(const OpenedCheckpoint& source,
       shard.name = ConvertShardFileName(destination.base, i, groups.size(), destination.format);
       shard.path = destination.dir + "/" + shard.name;
     } else {
-      shard.name = fs::path(destination.single_path).filename().string();
+      shard.name = stdfs::path(destination.single_path).filename().string();
       shard.path = destination.single_path;
     }
     shard.tensor_ids = std::move(groups[i]);
@@ -579,4 +579,4 @@ Result<ConvertSummary> ConvertCheckpoint(const std::string& src, const std::stri
   return summary;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -1,5 +1,5 @@
 // Tests of checkpoint opening and MEGA <-> safetensors conversion (convert.h).
-#include "megackpt/convert.h"
+#include "megackpt/format/convert.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "format/mega_test_util.h"
-#include "megackpt/file.h"
-#include "megackpt/index_file.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/index_file.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using ::testing::ElementsAre;
@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 using mega_test::MakeTensor;
 using mega_test::TempDir;
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 // Three tensors of 4096, 8192 and 2048 bytes (different dtypes and ranks).
 std::vector<std::pair<std::string, Tensor>> SampleTensors() {
@@ -90,7 +90,7 @@ TEST_F(ConvertTest, SafetensorsToShardedMegaAndBack) {
   EXPECT_EQ(r->destination.format, ModelFormat::kMega);  // the other format by default
   EXPECT_EQ(r->destination.output_path(), dir_.File("mega") + "/model.mega.index.json");
   ASSERT_EQ(r->files.size(), 3u);
-  EXPECT_EQ(fs::path(r->files[0]).filename(), "model-00001-of-00003.mega");
+  EXPECT_EQ(stdfs::path(r->files[0]).filename(), "model-00001-of-00003.mega");
 
   auto index = ReadShardIndexFile(r->destination.index_path);
   ASSERT_TRUE(index.ok()) << index.status().ToString();
@@ -120,7 +120,7 @@ TEST_F(ConvertTest, SafetensorsToShardedMegaAndBack) {
   EXPECT_EQ((*st)->metadata(), (std::map<std::string, std::string>{{"format", "pt"},
                                                                      {"note", "hi"}}));
   // No temp or spill files are left behind.
-  for (const auto& e : fs::directory_iterator(dir_.path())) {
+  for (const auto& e : stdfs::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
   }
 }
@@ -140,7 +140,7 @@ TEST_F(ConvertTest, CompressedMegaToSafetensorsIndexAndBack) {
   EXPECT_EQ(r->destination.format, ModelFormat::kSafetensors);
   EXPECT_EQ(r->destination.base, "w");
   EXPECT_EQ(r->files.size(), 2u);
-  EXPECT_TRUE(fs::exists(dir_.File("st/w-00002-of-00002.safetensors")));
+  EXPECT_TRUE(stdfs::exists(dir_.File("st/w-00002-of-00002.safetensors")));
   EXPECT_EQ(Contents(dir_.File("st")), Expected());
 
   auto again = ConvertCheckpoint(dir_.File("st"), dir_.File("again.mega"), {});
@@ -205,7 +205,7 @@ TEST_F(ConvertTest, ErrorsNameTheBadFile) {
   ConvertOptions o;
   o.max_shard_size = 5000;
   ASSERT_TRUE(ConvertCheckpoint(src_, dir_.File("m"), o).ok());
-  ASSERT_TRUE(fs::remove(dir_.File("m/model-00002-of-00003.mega")));
+  ASSERT_TRUE(stdfs::remove(dir_.File("m/model-00002-of-00003.mega")));
   auto gone = ConvertCheckpoint(dir_.File("m"), dir_.File("y.safetensors"), {});
   EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(gone.status().message(), HasSubstr("model-00002-of-00003.mega"));
@@ -226,7 +226,7 @@ TEST_F(ConvertTest, ErrorsNameTheBadFile) {
   EXPECT_EQ(corrupt.status().code(), StatusCode::kDataLoss) << corrupt.status().ToString();
   EXPECT_THAT(corrupt.status().message(), HasSubstr("c.mega"));
   EXPECT_THAT(corrupt.status().message(), HasSubstr(victim));
-  EXPECT_FALSE(fs::exists(dir_.File("z.safetensors")));
+  EXPECT_FALSE(stdfs::exists(dir_.File("z.safetensors")));
 }
 
 TEST_F(ConvertTest, ResolvesFoldersAndRejectsAmbiguousOnes) {
@@ -282,7 +282,7 @@ TEST_F(ConvertTest, PhasesReportProgress) {
   EXPECT_THAT(names(plan->shards[0]), ElementsAre("layers.0.b", "embed.weight"));
   EXPECT_THAT(names(plan->shards[1]), ElementsAre("layers.0.w"));
   EXPECT_EQ(plan->shards[1].path, dir_.File("p") + "/model-00002-of-00002.mega");
-  EXPECT_FALSE(fs::exists(dir_.File("p")));  // planning writes nothing
+  EXPECT_FALSE(stdfs::exists(dir_.File("p")));  // planning writes nothing
 
   RecordingListener listener;
   ASSERT_TRUE(WriteConversion(*model, *plan, o, &listener).ok());
@@ -293,4 +293,4 @@ TEST_F(ConvertTest, PhasesReportProgress) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -1,14 +1,14 @@
-#include "megackpt/index_file.h"
+#include "megackpt/format/index_file.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "format/index_file_json.h"
-#include "megackpt/file.h"
-#include "megackpt/fs.h"
+#include "megackpt/core/file.h"
+#include "megackpt/fs/filesystem.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
@@ -177,15 +177,15 @@ Status WriteShardIndexFile(const std::string& path, const ShardIndex& index, boo
   return WriteLocalFileAtomically(path, text, sync);
 }
 
-Result<ShardIndex> ReadShardIndex(FileSystem& fs, const std::string& path) {
+Result<ShardIndex> ReadShardIndex(fs::FileSystem& fs, const std::string& path) {
   MEGA_ASSIGN_OR_RETURN(std::string text, fs.ReadWhole(path, kMaxIndexFileBytes));
   return ParseShardIndex(path, text);
 }
 
-Status WriteShardIndex(FileSystem& fs, const std::string& path, const ShardIndex& index,
+Status WriteShardIndex(fs::FileSystem& fs, const std::string& path, const ShardIndex& index,
                        bool sync) {
   MEGA_ASSIGN_OR_RETURN(std::string text, SerializeShardIndex(index));
   return fs.WriteAtomically(path, text, sync);
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
@@ -106,4 +106,4 @@ Result<nlohmann::json> ParseJsonRejectingDuplicates(std::string_view file_name,
   return std::move(builder.root());
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

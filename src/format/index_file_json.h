@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 // Parses `text` as one JSON value (surrounding whitespace allowed). Unlike plain
 // nlohmann::json::parse, a key repeated inside one object is an error instead of
@@ -18,6 +18,6 @@ Result<nlohmann::json> ParseJsonRejectingDuplicates(std::string_view file_name,
                                                     std::string_view text,
                                                     std::string_view what = "JSON");
 
-}  // namespace megackpt
+}  // namespace megackpt::format
 
 #endif  // MEGACKPT_FORMAT_INDEX_FILE_JSON_H_

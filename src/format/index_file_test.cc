@@ -1,4 +1,4 @@
-#include "megackpt/index_file.h"
+#include "megackpt/format/index_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "format/mega_test_util.h"
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using ::testing::ElementsAre;
@@ -226,4 +226,4 @@ TEST(IndexFileTest, ConcurrentReadersNeverSeeAPartialIndex) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

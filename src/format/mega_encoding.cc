@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "format/mega_internal.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace mega_internal {
 
 bool AlignUp(uint64_t v, uint64_t a, uint64_t* out) {
@@ -539,4 +539,4 @@ Status AddTensorplayProfile(const std::vector<MegaTensorInfo>& tensors, uint64_t
 }
 
 }  // namespace mega_internal
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -7,11 +7,11 @@
 
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
-#include "megackpt/memory_file.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/memory_file.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
@@ -212,4 +212,4 @@ TEST(MegaGoldenWriterTest, ChunkedRoundTripThroughWriter) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

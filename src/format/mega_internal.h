@@ -13,13 +13,13 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/checksum.h"
-#include "megackpt/file.h"
-#include "megackpt/mega.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace mega_internal {
 
 // Nesting limit for arrays of arrays in metadata (bounds recursion on hostile input).
@@ -225,6 +225,6 @@ class Checker {
 };
 
 }  // namespace mega_internal
-}  // namespace megackpt
+}  // namespace megackpt::format
 
 #endif  // MEGACKPT_FORMAT_MEGA_INTERNAL_H_

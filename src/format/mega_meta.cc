@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "format/mega_internal.h"
-#include "megackpt/mega.h"
+#include "megackpt/format/mega.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 static_assert(std::endian::native == std::endian::little,
               "the MEGA codec stores integers with memcpy and assumes a little-endian host");
@@ -492,4 +492,4 @@ void MetaCodec::EncodeEntries(const MegaMetadata& md, ByteWriter& w) {
   for (const MetaEntry& e : md.entries()) EncodeEntry(e.key, e.value, w);
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -7,10 +7,10 @@
 
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using mega_internal::ByteSource;
@@ -211,4 +211,4 @@ TEST(MegaEncodingTest, ZstdDecodedSizeBound) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

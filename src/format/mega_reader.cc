@@ -12,11 +12,11 @@
 
 #include "format/mega_internal.h"
 #include "format/quote.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/thread_pool.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 using mega_internal::AddOverflows;
 using mega_internal::ByteSource;
@@ -1180,4 +1180,4 @@ Status MegaReader::VerifyAll(ThreadPool* pool) const {
   return ParallelFor(pool, tensors_.size(), [&](size_t i) { return VerifyTensor(i); });
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

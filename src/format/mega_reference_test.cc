@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "format/mega_internal.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
-#include "megackpt/memory_file.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/memory_file.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
@@ -214,4 +214,4 @@ INSTANTIATE_TEST_SUITE_P(Files, MegaReferenceTest,
                                            "g08_zstd"));
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -7,12 +7,12 @@
 
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
-#include "megackpt/memory_file.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/memory_file.h"
+#include "megackpt/core/thread_pool.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using mega_test::MakeTensor;
@@ -668,4 +668,4 @@ TEST(MegaWriterTest, ArgumentErrors) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

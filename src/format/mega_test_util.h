@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <string>
 
-#include "megackpt/checksum.h"
-#include "megackpt/file.h"
-#include "megackpt/mega.h"
-#include "megackpt/memory_file.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/memory_file.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::mega_test {
 
@@ -78,13 +78,13 @@ inline void WriteBytes(const std::string& path, const std::string& bytes) {
 }
 
 // Opens `bytes` as an in-memory MEGA file named `name`.
-inline Result<std::unique_ptr<MegaReader>> OpenBytes(const std::string& name, std::string bytes,
-                                                     MegaReaderOptions options = {}) {
-  return MegaReader::Open(NewMemoryFile(name, std::move(bytes), /*mapped=*/false), options);
+inline Result<std::unique_ptr<format::MegaReader>> OpenBytes(const std::string& name, std::string bytes,
+                                                     format::MegaReaderOptions options = {}) {
+  return format::MegaReader::Open(NewMemoryFile(name, std::move(bytes), /*mapped=*/false), options);
 }
 
 // Writes with `writer` into memory (positioned or sequential sink).
-inline std::string WriteToMemory(MegaWriter& writer, bool sequential = false) {
+inline std::string WriteToMemory(format::MegaWriter& writer, bool sequential = false) {
   MemoryWritableFile out("mem.mega", !sequential);
   auto r = writer.Finish(out);
   EXPECT_TRUE(r.ok()) << r.status().ToString();

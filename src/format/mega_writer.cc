@@ -34,11 +34,11 @@
 
 #include "format/mega_internal.h"
 #include "format/quote.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/thread_pool.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 using mega_internal::ByteWriter;
 
@@ -861,4 +861,4 @@ Result<MegaFooterOverlayInfo> AppendFooterOverlay(const std::string& path,
   return next;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -1,4 +1,4 @@
-#include "megackpt/safetensors.h"
+#include "megackpt/format/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,9 +8,9 @@
 #include <unordered_set>
 
 #include "format/quote.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
@@ -822,4 +822,4 @@ Status SaveSafetensorsFile(const std::string& path,
   return out->Close();
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -1,4 +1,4 @@
-#include "megackpt/safetensors.h"
+#include "megackpt/format/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "format/mega_test_util.h"
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 
-namespace megackpt {
+namespace megackpt::format {
 namespace {
 
 using ::testing::HasSubstr;
@@ -607,4 +607,4 @@ TEST(SafetensorsInteropTest, IndependentPythonReaderReadsOurFiles) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::format

@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "megackpt/fs.h"
+#include "megackpt/fs/filesystem.h"
 
-namespace megackpt {
+namespace megackpt::fs {
 
 Result<std::string> FileSystem::ReadWhole(const std::string& path, uint64_t max_size) {
   MEGA_ASSIGN_OR_RETURN(auto file, OpenForRead(path));
@@ -107,4 +107,4 @@ std::shared_ptr<FileSystem> LocalFileSystem() {
   return fs;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::fs

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <set>
 
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::hub {
 namespace {
@@ -130,37 +130,37 @@ class MegaFs final : public MegaFileSystem {
     return st.status();
   }
 
-  Result<FileInfo> Stat(const std::string& path) override {
+  Result<fs::FileInfo> Stat(const std::string& path) override {
     MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(path));
     auto txn = TxnFor(u);
     if (txn && !u.path.empty()) {
       if (auto staged = txn->FindStaged(u.path)) {
         if (staged->deleted) return NotFoundError(path + ": deleted in the open transaction");
-        return FileInfo{path, staged->entry.size, false};
+        return fs::FileInfo{path, staged->entry.size, false};
       }
     }
     if (u.path.empty()) {
       Status s = u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
       if (!s.ok()) return s.WithContext(path);
-      return FileInfo{path, 0, true};
+      return fs::FileInfo{path, 0, true};
     }
     if (u.is_bucket) {
       auto e = hub_->GetBucketEntry(u.repo_id(), u.path);
-      if (e.ok()) return FileInfo{path, e->size, false};
+      if (e.ok()) return fs::FileInfo{path, e->size, false};
       if (e.status().code() != StatusCode::kNotFound) return e.status();
     } else {
       auto commit = hub_->ResolveRevision(u.repo_id(), u.revision);
       if (!commit.ok()) return commit.status().WithContext(path);
       auto e = hub_->GetFile(u.repo_id(), *commit, u.path);
-      if (e.ok()) return FileInfo{path, e->size, false};
+      if (e.ok()) return fs::FileInfo{path, e->size, false};
       if (e.status().code() != StatusCode::kNotFound) return e.status();
     }
     MEGA_ASSIGN_OR_RETURN(auto children, Children(u, txn.get()));
-    if (!children.empty()) return FileInfo{path, 0, true};
+    if (!children.empty()) return fs::FileInfo{path, 0, true};
     return NotFoundError(path + ": no such file or folder");
   }
 
-  Result<std::vector<FileInfo>> List(const std::string& dir) override {
+  Result<std::vector<fs::FileInfo>> List(const std::string& dir) override {
     MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(dir));
     MEGA_ASSIGN_OR_RETURN(auto children, Children(u, TxnFor(u).get()));
     if (children.empty()) {
@@ -168,13 +168,13 @@ class MegaFs final : public MegaFileSystem {
       Status s = u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
       if (!s.ok()) return s.WithContext(dir);
     }
-    std::vector<FileInfo> out;
+    std::vector<fs::FileInfo> out;
     for (auto& [name, info] : children) {
       MEGA_ASSIGN_OR_RETURN(MegaUri child, u.WithPath(u.path.empty() ? name : u.path + "/" + name));
       info.path = child.ToString();
       out.push_back(std::move(info));
     }
-    std::sort(out.begin(), out.end(), [](const FileInfo& a, const FileInfo& b) { return a.path < b.path; });
+    std::sort(out.begin(), out.end(), [](const fs::FileInfo& a, const fs::FileInfo& b) { return a.path < b.path; });
     return out;
   }
 
@@ -182,7 +182,7 @@ class MegaFs final : public MegaFileSystem {
     MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(path));
     if (u.path.empty()) return InvalidArgumentError(path + ": cannot remove a repository root");
     if (auto txn = TxnFor(u)) {
-      MEGA_ASSIGN_OR_RETURN(FileInfo info, Stat(path));
+      MEGA_ASSIGN_OR_RETURN(fs::FileInfo info, Stat(path));
       if (info.is_directory) return InvalidArgumentError(path + ": is a folder");
       return txn->Delete(Relative(txn->root(), u.path));
     }
@@ -284,7 +284,7 @@ class MegaFs final : public MegaFileSystem {
 
   // Direct children of folder u.path: name -> info (files and folders),
   // merging the staged changes of an open transaction.
-  Result<std::map<std::string, FileInfo>> Children(const MegaUri& u, HubTransaction* txn) {
+  Result<std::map<std::string, fs::FileInfo>> Children(const MegaUri& u, HubTransaction* txn) {
     std::string prefix = u.path.empty() ? "" : u.path + "/";
     std::map<std::string, uint64_t> files;  // full path -> size
     if (u.is_bucket) {
@@ -310,14 +310,14 @@ class MegaFs final : public MegaFileSystem {
         }
       }
     }
-    std::map<std::string, FileInfo> out;
+    std::map<std::string, fs::FileInfo> out;
     for (const auto& [path, size] : files) {
       std::string rest = path.substr(prefix.size());
       size_t slash = rest.find('/');
       if (slash == std::string::npos) {
-        out[rest] = FileInfo{"", size, false};
+        out[rest] = fs::FileInfo{"", size, false};
       } else {
-        out.emplace(rest.substr(0, slash), FileInfo{"", 0, true});
+        out.emplace(rest.substr(0, slash), fs::FileInfo{"", 0, true});
       }
     }
     return out;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "megackpt/hub/client.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace httplib {
 class Client;

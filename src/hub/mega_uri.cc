@@ -1,9 +1,9 @@
-// mega:// URI parsing (grammar in include/megackpt/mega_uri.h).
-#include "megackpt/mega_uri.h"
+// mega:// URI parsing (grammar in include/megackpt/hub/mega_uri.h).
+#include "megackpt/hub/mega_uri.h"
 
 #include <cctype>
 
-namespace megackpt {
+namespace megackpt::hub {
 namespace {
 
 constexpr std::string_view kScheme = "mega://";
@@ -350,4 +350,4 @@ Result<MegaUri> ParseMegaUri(std::string_view uri) {
   return out;
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::hub

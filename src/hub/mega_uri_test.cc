@@ -1,9 +1,9 @@
-#include "megackpt/mega_uri.h"
+#include "megackpt/hub/mega_uri.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace megackpt {
+namespace megackpt::hub {
 namespace {
 
 using ::testing::HasSubstr;
@@ -171,4 +171,4 @@ TEST(MegaUriTest, ValidateRepoPath) {
 }
 
 }  // namespace
-}  // namespace megackpt
+}  // namespace megackpt::hub

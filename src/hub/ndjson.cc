@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hub/util.h"
-#include "megackpt/mega_uri.h"
+#include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub {
 namespace {

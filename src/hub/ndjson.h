@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

@@ -29,8 +29,8 @@
 #include "hub/util.h"
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/xorb.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega_uri.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub {
 namespace {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 struct sqlite3;
 struct sqlite3_stmt;

@@ -9,8 +9,8 @@
 
 #include "hub/sqlite.h"
 #include "hub/util.h"
-#include "megackpt/checksum.h"
-#include "megackpt/mega_uri.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "hub/util.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::hub {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hub/util.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::hub {
 namespace {

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <random>
 
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/hub/types.h"
-#include "megackpt/mega_uri.h"
+#include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub {
 

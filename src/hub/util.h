@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

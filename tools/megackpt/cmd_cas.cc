@@ -22,9 +22,9 @@
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/store.h"
-#include "megackpt/checksum.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/commands.h"
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 
 namespace megackpt::cli {
 namespace {

@@ -22,7 +22,7 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/storage_factory.h"
-#include "megackpt/process_group.h"
+#include "megackpt/dist/process_group.h"
 
 namespace megackpt::cli {
 namespace {
@@ -70,14 +70,14 @@ struct RankTiming {
 // Runs fn on every rank of a `world`-rank job: threads of this process, or
 // (mpi) this process being one rank of an existing MPI group. Returns per-rank
 // statuses and timings gathered on every rank.
-using RankFn = std::function<Status(ProcessGroup&, RankTiming*)>;
+using RankFn = std::function<Status(dist::ProcessGroup&, RankTiming*)>;
 
-Result<std::vector<RankTiming>> RunRanks(const std::string& backend, ProcessGroup* mpi, int world,
+Result<std::vector<RankTiming>> RunRanks(const std::string& backend, dist::ProcessGroup* mpi, int world,
                                          const RankFn& fn) {
   std::vector<RankTiming> timings(world);
   if (backend == "threads") {
-    ProcessGroupOptions po;
-    auto results = RunThreadRanks(world, [&](ProcessGroup& g) { return fn(g, &timings[g.rank()]); }, po);
+    dist::ProcessGroupOptions po;
+    auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) { return fn(g, &timings[g.rank()]); }, po);
     for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
     return timings;
   }
@@ -108,12 +108,12 @@ double MaxOf(const std::vector<RankTiming>& t, double RankTiming::*field) {
 }
 
 int RunDemo(const DemoOptions& o) {
-  std::unique_ptr<ProcessGroup> mpi;
+  std::unique_ptr<dist::ProcessGroup> mpi;
   int world = o.world_size;
   bool printer = true;
   if (o.backend == "mpi") {
-    ProcessGroupOptions po;
-    auto g = NewMpiProcessGroup(po);
+    dist::ProcessGroupOptions po;
+    auto g = dist::NewMpiProcessGroup(po);
     if (!g.ok()) {
       std::fprintf(stderr, "megackpt demo: --backend mpi: %s\n(start it with mpirun -np N megackpt demo --backend mpi ...)\n",
                    g.status().ToString().c_str());
@@ -156,7 +156,7 @@ int RunDemo(const DemoOptions& o) {
   so.thread_count = o.threads;
 
   if (o.mode == "save" || o.mode == "both") {
-    auto timings = RunRanks(o.backend, mpi.get(), world, [&](ProcessGroup& g, RankTiming* t) -> Status {
+    auto timings = RunRanks(o.backend, mpi.get(), world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
       MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 0, true));
       t->bytes = synthetic::RankStateBytes(sd);
       MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(o.storage, o.out, so));
@@ -200,7 +200,7 @@ int RunDemo(const DemoOptions& o) {
     }
   }
   if (o.mode == "load" || o.mode == "both") {
-    auto timings = RunRanks(o.backend, mpi.get(), load_world, [&](ProcessGroup& g, RankTiming* t) -> Status {
+    auto timings = RunRanks(o.backend, mpi.get(), load_world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
       MEGA_ASSIGN_OR_RETURN(StateDict sd,
                             synthetic::BuildRankState(spec, load_world, g.rank(), load_variant, false));
       t->bytes = synthetic::RankStateBytes(sd);

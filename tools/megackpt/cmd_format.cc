@@ -6,7 +6,7 @@
 // without an index, exactly one .mega / .safetensors file).
 //
 // The checkpoint opening and the conversion engine live in the library
-// (include/megackpt/convert.h); this file parses flags and prints.
+// (include/megackpt/format/convert.h); this file parses flags and prints.
 //
 // Exit codes: 0 success; 1 the data is corrupt, malformed, missing or could not
 // be written (the message names the file and tensor); 2 usage errors (bad flags
@@ -34,13 +34,13 @@
 #include <vector>
 
 #include "megackpt/commands.h"
-#include "megackpt/convert.h"
-#include "megackpt/file.h"
-#include "megackpt/index_file.h"
-#include "megackpt/mega.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/tensor.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/format/convert.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/tensor.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::bench {
 // Defined in bench/format_bench.cc. Returns the process exit code.
@@ -51,7 +51,7 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
 namespace megackpt::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
@@ -86,7 +86,7 @@ std::string HumanBytes(uint64_t n) {
 
 // ---- inspect ------------------------------------------------------------------------
 
-json MetadataJson(const OpenedCheckpoint& model) {
+json MetadataJson(const format::OpenedCheckpoint& model) {
   json out = json::object();
   if (model.index) {
     for (const auto& [k, text] : model.index->extra_metadata) {
@@ -95,7 +95,7 @@ json MetadataJson(const OpenedCheckpoint& model) {
     if (model.index->total_size) out["total_size"] = *model.index->total_size;
     return out;
   }
-  const CheckpointFile& f = model.files[0];
+  const format::CheckpointFile& f = model.files[0];
   if (f.safetensors) {
     for (const auto& [k, v] : f.safetensors->metadata()) out[k] = v;
   } else {
@@ -107,14 +107,14 @@ json MetadataJson(const OpenedCheckpoint& model) {
   return out;
 }
 
-ordered_json InspectJson(const OpenedCheckpoint& model) {
+ordered_json InspectJson(const format::OpenedCheckpoint& model) {
   ordered_json doc = ordered_json::object();
-  doc["format"] = std::string(CheckpointKindName(model.input.kind));
+  doc["format"] = std::string(format::CheckpointKindName(model.input.kind));
   doc["path"] = model.input.path;
   doc["metadata"] = ordered_json::parse(MetadataJson(model).dump());
   ordered_json tensors = ordered_json::array();
   for (const auto& t : model.tensors) {
-    const CheckpointFile& f = model.files[t.file];
+    const format::CheckpointFile& f = model.files[t.file];
     ordered_json e = ordered_json::object();
     e["name"] = t.name;
     e["dtype"] = std::string(DTypeName(t.dtype));
@@ -122,15 +122,15 @@ ordered_json InspectJson(const OpenedCheckpoint& model) {
     e["nbytes"] = t.nbytes;
     e["file"] = f.name;
     if (f.mega) {
-      const MegaTensorInfo& info = f.mega->tensors()[t.index];
+      const format::MegaTensorInfo& info = f.mega->tensors()[t.index];
       e["stored_nbytes"] = info.stored_nbytes;
       e["offset"] = info.file_offset;
-      e["storage_format"] = std::string(MegaStorageFormatName(info.storage_format));
-      e["compression"] = std::string(MegaCodecName(info.codec));
+      e["storage_format"] = std::string(format::MegaStorageFormatName(info.storage_format));
+      e["compression"] = std::string(format::MegaCodecName(info.codec));
       e["byte_shuffle"] = info.byte_shuffled();
-      e["checksum"] = std::string(MegaChecksumTypeName(info.checksum_type));
+      e["checksum"] = std::string(format::MegaChecksumTypeName(info.checksum_type));
     } else {
-      const SafetensorsTensorInfo& info = f.safetensors->tensors()[t.index];
+      const format::SafetensorsTensorInfo& info = f.safetensors->tensors()[t.index];
       e["offset"] = f.safetensors->header().data_offset() + info.data_begin;
     }
     tensors.push_back(std::move(e));
@@ -140,8 +140,8 @@ ordered_json InspectJson(const OpenedCheckpoint& model) {
   for (const auto& f : model.files) {
     std::error_code ec;
     files.push_back({{"name", f.name},
-                     {"format", std::string(ModelFormatName(f.format))},
-                     {"size", static_cast<uint64_t>(fs::file_size(f.path, ec))}});
+                     {"format", std::string(format::ModelFormatName(f.format))},
+                     {"size", static_cast<uint64_t>(stdfs::file_size(f.path, ec))}});
   }
   doc["files"] = std::move(files);
   doc["total_nbytes"] = model.total_bytes;
@@ -153,9 +153,9 @@ std::string Truncate(std::string s, size_t n) {
   return s;
 }
 
-void PrintInspectTable(const OpenedCheckpoint& model) {
+void PrintInspectTable(const format::OpenedCheckpoint& model) {
   std::printf("%s: %s, %zu tensors, %s of tensor data in %zu file%s\n", model.input.path.c_str(),
-              std::string(CheckpointKindName(model.input.kind)).c_str(), model.tensors.size(),
+              std::string(format::CheckpointKindName(model.input.kind)).c_str(), model.tensors.size(),
               HumanBytes(model.total_bytes).c_str(), model.files.size(),
               model.files.size() == 1 ? "" : "s");
   json meta = MetadataJson(model);
@@ -188,12 +188,12 @@ int ExitFor(const Status& s) {
 }
 
 int RunInspect(const std::string& path, bool as_json) {
-  auto input = ResolveCheckpointPath(path);
+  auto input = format::ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
   }
-  auto model = OpenCheckpoint(*input, {.mmap = false, .verify_checksums = false});
+  auto model = format::OpenCheckpoint(*input, {.mmap = false, .verify_checksums = false});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", model.status().ToString().c_str());
     return kExitFailure;
@@ -232,7 +232,7 @@ class ProblemList {
 // Verifies one opened file: every MEGA tensor's checksum (all tensors are
 // checked, every failure is reported). safetensors has no checksums: its
 // header was fully validated when it was opened.
-void VerifyModelFile(const CheckpointFile& f, ProblemList& problems, uint64_t* checked_tensors) {
+void VerifyModelFile(const format::CheckpointFile& f, ProblemList& problems, uint64_t* checked_tensors) {
   if (!f.mega) {
     *checked_tensors += f.safetensors->tensors().size();
     return;
@@ -248,7 +248,7 @@ void VerifyModelFile(const CheckpointFile& f, ProblemList& problems, uint64_t* c
 }
 
 int RunVerify(const std::string& path, bool quiet) {
-  auto input = ResolveCheckpointPath(path);
+  auto input = format::ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
@@ -256,27 +256,27 @@ int RunVerify(const std::string& path, bool quiet) {
   ProblemList problems;
   std::vector<std::string> warnings;
   uint64_t checked = 0, files_ok = 0, files = 0, bytes = 0;
-  const OpenCheckpointOptions options{.mmap = false, .verify_checksums = true};
-  if (!IsIndexKind(input->kind)) {
+  const format::OpenCheckpointOptions options{.mmap = false, .verify_checksums = true};
+  if (!format::IsIndexKind(input->kind)) {
     ++files;
-    auto f = OpenCheckpointFile(input->path, fs::path(input->path).filename().string(), options);
+    auto f = format::OpenCheckpointFile(input->path, stdfs::path(input->path).filename().string(), options);
     if (!f.ok()) {
       problems.Add(f.status());
     } else {
       size_t before = problems.size();
       VerifyModelFile(*f, problems, &checked);
       if (problems.size() == before) ++files_ok;
-      OpenedCheckpoint m;
+      format::OpenedCheckpoint m;
       m.files.push_back(std::move(*f));
-      AppendCheckpointFileTensors(&m, 0);
+      format::AppendCheckpointFileTensors(&m, 0);
       bytes = m.total_bytes;
     }
   } else {
-    auto index = ReadShardIndexFile(input->path);
+    auto index = format::ReadShardIndexFile(input->path);
     if (!index.ok()) {
       problems.Add(index.status());
     } else {
-      const std::string folder = fs::path(input->path).parent_path().string();
+      const std::string folder = stdfs::path(input->path).parent_path().string();
       uint64_t mapped_bytes = 0;
       // A sharded DCP checkpoint (MegaStorageWriter, docs/mega-storage.md) lists the
       // chunks of sharded tensors under "tensorplay.dcp.sharded": fqn -> {chunks:
@@ -305,7 +305,7 @@ int RunVerify(const std::string& path, bool quiet) {
                 continue;
               }
               std::string file = c["file"].get<std::string>();
-              if (Status ok = ValidateShardFileName(file); !ok.ok()) {
+              if (Status ok = format::ValidateShardFileName(file); !ok.ok()) {
                 problems.Add(ok.ToString());
                 continue;
               }
@@ -318,7 +318,7 @@ int RunVerify(const std::string& path, bool quiet) {
       for (const std::string& shard : shard_set) {
         ++files;
         const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
-        auto f = OpenCheckpointFile(shard_path, shard, options);
+        auto f = format::OpenCheckpointFile(shard_path, shard, options);
         if (!f.ok()) {
           problems.Add(f.status().code() == StatusCode::kNotFound
                            ? "NotFound: " + input->path + ": shard '" + shard +
@@ -329,9 +329,9 @@ int RunVerify(const std::string& path, bool quiet) {
         size_t before = problems.size();
         // The weight_map must be truthful in both directions.
         std::set<std::string> in_file;
-        OpenedCheckpoint m;
+        format::OpenedCheckpoint m;
         m.files.push_back(std::move(*f));
-        AppendCheckpointFileTensors(&m, 0);
+        format::AppendCheckpointFileTensors(&m, 0);
         for (const auto& t : m.tensors) {
           in_file.insert(t.name);
           auto it = index->weight_map.find(t.name);
@@ -381,10 +381,10 @@ int RunVerify(const std::string& path, bool quiet) {
     return kExitFailure;
   }
   if (!quiet) {
-    const bool safetensors = input->kind == CheckpointKind::kSafetensorsFile ||
-                             input->kind == CheckpointKind::kSafetensorsIndex;
+    const bool safetensors = input->kind == format::CheckpointKind::kSafetensorsFile ||
+                             input->kind == format::CheckpointKind::kSafetensorsIndex;
     std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
-                std::string(CheckpointKindName(input->kind)).c_str(),
+                std::string(format::CheckpointKindName(input->kind)).c_str(),
                 static_cast<unsigned long long>(files), files == 1 ? "" : "s",
                 static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
                 safetensors ? " (structure only: safetensors has no checksums)" : "");
@@ -475,7 +475,7 @@ class Progress {
 
 
 // Reports WriteConversion's progress to a Progress line.
-class ProgressListener : public ConvertListener {
+class ProgressListener : public format::ConvertListener {
  public:
   explicit ProgressListener(Progress* progress) : progress_(progress) {}
   void OnBytesWritten(uint64_t bytes) override { progress_->Add(bytes); }
@@ -488,29 +488,29 @@ class ProgressListener : public ConvertListener {
 
 // `mega_options_given`: a MEGA-only option was on the command line (a note
 // says it is ignored for safetensors output).
-int RunConvert(const std::string& src_path, const std::string& dst, const ConvertOptions& o,
+int RunConvert(const std::string& src_path, const std::string& dst, const format::ConvertOptions& o,
                bool show_progress, bool mega_options_given) {
-  auto input = ResolveCheckpointPath(src_path);
+  auto input = format::ResolveCheckpointPath(src_path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
     return ExitFor(input.status());
   }
-  auto model = OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
+  auto model = format::OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
     return kExitFailure;
   }
-  auto dest = PlanDestination(dst, model->format(), o);
+  auto dest = format::PlanDestination(dst, model->format(), o);
   if (!dest.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", dest.status().ToString().c_str());
     return kExitUsage;
   }
-  if (dest->format == ModelFormat::kSafetensors && mega_options_given) {
+  if (dest->format == format::ModelFormat::kSafetensors && mega_options_given) {
     std::fprintf(stderr,
                  "megackpt convert: note: --alignment/--checksum/--compression/--shuffle apply to "
                  "MEGA output only; ignored for safetensors\n");
   }
-  auto plan = PlanConversion(*model, *dest, o);
+  auto plan = format::PlanConversion(*model, *dest, o);
   if (!plan.ok()) {  // an output would overwrite the source
     std::fprintf(stderr, "megackpt convert: %s\n", plan.status().message().c_str());
     return kExitUsage;
@@ -519,7 +519,7 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
   ProgressListener listener(&progress);
   const double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  Status status = WriteConversion(*model, *plan, o, &listener);
+  Status status = format::WriteConversion(*model, *plan, o, &listener);
   progress.Stop();
   if (!status.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", status.ToString().c_str());
@@ -532,8 +532,8 @@ int RunConvert(const std::string& src_path, const std::string& dst, const Conver
   const size_t num_files = plan->shards.size();
   std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%.2f GB/s)\n",
               model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
-              std::string(CheckpointKindName(input->kind)).c_str(), dest->output_path().c_str(),
-              num_files, std::string(ModelFormatName(dest->format)).c_str(),
+              std::string(format::CheckpointKindName(input->kind)).c_str(), dest->output_path().c_str(),
+              num_files, std::string(format::ModelFormatName(dest->format)).c_str(),
               num_files == 1 ? "" : "s", dest->folder ? " + index" : "", secs,
               model->total_bytes / secs / 1e9);
   return kExitOk;
@@ -631,7 +631,7 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_flag("--no-sync", *no_sync,
                   "Skip fsync of the written files (faster, not crash-safe)");
     cmd->callback([=] {
-      ConvertOptions o;
+      format::ConvertOptions o;
       auto usage = [&](const std::string& msg) {
         std::fprintf(stderr, "megackpt convert: %s\n", msg.c_str());
         *exit_code = kExitUsage;
@@ -646,19 +646,19 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       o.alignment = *alignment;
       std::string sum = Lower(*checksum);
       if (sum == "none") {
-        o.checksum = MegaChecksumType::kNone;
+        o.checksum = format::MegaChecksumType::kNone;
       } else if (sum == "crc32") {
-        o.checksum = MegaChecksumType::kCrc32;
+        o.checksum = format::MegaChecksumType::kCrc32;
       } else if (sum == "sha256") {
-        o.checksum = MegaChecksumType::kSha256;
+        o.checksum = format::MegaChecksumType::kSha256;
       } else {
         return usage("--checksum must be none, crc32 or sha256 (got '" + *checksum + "')");
       }
       std::string comp = Lower(*compression);
       if (comp == "none") {
-        o.compression = MegaCodec::kNone;
+        o.compression = format::MegaCodec::kNone;
       } else if (comp == "zstd" || comp.rfind("zstd:", 0) == 0) {
-        o.compression = MegaCodec::kZstd;
+        o.compression = format::MegaCodec::kZstd;
         if (comp.size() > 5) {
           char* end = nullptr;
           long level = std::strtol(comp.c_str() + 5, &end, 10);
@@ -674,9 +674,9 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       if (!format->empty()) {
         std::string f = Lower(*format);
         if (f == "mega") {
-          o.format = ModelFormat::kMega;
+          o.format = format::ModelFormat::kMega;
         } else if (f == "safetensors") {
-          o.format = ModelFormat::kSafetensors;
+          o.format = format::ModelFormat::kSafetensors;
         } else {
           return usage("--format must be mega or safetensors");
         }

@@ -14,8 +14,8 @@
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/mega_uri.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::cli {
 namespace {
@@ -91,7 +91,7 @@ class Progress {
 
 int Push(const std::string& dir, const std::string& target, const HubFlags& f,
          const std::string& message, bool is_private, bool rebase) {
-  auto uri = ParseMegaUri(target);
+  auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -161,10 +161,10 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
 struct RemoteFile {
   std::string rel;  // path relative to the URI's path
   hub::FileEntry entry;
-  MegaUri where;
+  hub::MegaUri where;
 };
 
-Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const MegaUri& uri,
+Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const hub::MegaUri& uri,
                                              std::string* commit_out) {
   std::vector<RemoteFile> out;
   std::string prefix = uri.path.empty() ? "" : uri.path + "/";
@@ -186,7 +186,7 @@ Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const Mega
   }
   MEGA_ASSIGN_OR_RETURN(std::string commit, hub.ResolveRevision(uri.repo_id(), uri.revision));
   *commit_out = commit;
-  MegaUri pinned = uri;
+  hub::MegaUri pinned = uri;
   pinned.revision = commit;
   pinned.has_revision = true;
   if (!uri.path.empty()) {
@@ -213,7 +213,7 @@ Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const Mega
 }
 
 int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
-  auto uri = ParseMegaUri(source);
+  auto uri = hub::ParseMegaUri(source);
   if (!uri.ok()) return Fail(uri.status());
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
@@ -237,7 +237,7 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
   std::vector<std::atomic<int>> left(files->size());
   for (size_t i = 0; i < files->size(); ++i) {
     const RemoteFile& rf = (*files)[i];
-    Status vs = ValidateRepoPath(rf.rel);
+    Status vs = hub::ValidateRepoPath(rf.rel);
     if (!vs.ok()) return Fail(vs);
     std::string path = dir + "/" + rf.rel;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -291,7 +291,7 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
 // ---- ls / rm / log ----
 
 int Ls(const std::string& target, const HubFlags& f, bool recursive) {
-  auto uri = ParseMegaUri(target);
+  auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
@@ -312,7 +312,7 @@ int Ls(const std::string& target, const HubFlags& f, bool recursive) {
     auto fs = hub::NewMegaFileSystem(*hub);
     auto st = fs->Stat(target);
     if (!st.ok()) return Fail(st.status());
-    std::vector<FileInfo> list;
+    std::vector<fs::FileInfo> list;
     if (st->is_directory) {
       auto l = fs->List(target);
       if (!l.ok()) return Fail(l.status());
@@ -335,7 +335,7 @@ int Ls(const std::string& target, const HubFlags& f, bool recursive) {
 }
 
 int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::string& message) {
-  auto uri = ParseMegaUri(target);
+  auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   if (uri->path.empty()) return Fail(InvalidArgumentError("rm: " + target + " names no path inside the repo"));
   auto hub = Connect(f);
@@ -389,7 +389,7 @@ int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::
 }
 
 int Log(const std::string& target, const HubFlags& f, size_t limit) {
-  auto uri = ParseMegaUri(target);
+  auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   if (uri->is_bucket) return Fail(InvalidArgumentError("log: buckets have no history"));
   auto hub = Connect(f);

@@ -7,7 +7,7 @@
 #include "mega_bench.h"
 #include "megackpt/commands.h"
 #include "megackpt/dcp/consolidate.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cli {
 namespace {
@@ -69,9 +69,9 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
       o.max_shard_size = *max_shard;
       o.thread_count = a->threads;
       o.sync = !a->no_sync;
-      o.checksum = a->checksum == "sha256" ? MegaChecksumType::kSha256
-                   : a->checksum == "none" ? MegaChecksumType::kNone
-                                           : MegaChecksumType::kCrc32;
+      o.checksum = a->checksum == "sha256" ? format::MegaChecksumType::kSha256
+                   : a->checksum == "none" ? format::MegaChecksumType::kNone
+                                           : format::MegaChecksumType::kCrc32;
       auto r = dcp::Consolidate(a->src, a->dst, o);
       if (!r.ok()) {
         std::fprintf(stderr, "megackpt consolidate: %s\n", r.status().ToString().c_str());

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cli {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cas {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "megackpt/cas/hash.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cas {
 

@@ -27,9 +27,9 @@
 
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/reconstruction.h"
-#include "megackpt/file.h"
-#include "megackpt/status.h"
-#include "megackpt/thread_pool.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::cas {
 

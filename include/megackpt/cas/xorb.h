@@ -27,7 +27,7 @@
 
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/reconstruction.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::cas {
 

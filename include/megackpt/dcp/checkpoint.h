@@ -21,8 +21,8 @@
 #include "megackpt/dcp/planner.h"
 #include "megackpt/dcp/state_dict.h"
 #include "megackpt/dcp/storage.h"
-#include "megackpt/process_group.h"
-#include "megackpt/status.h"
+#include "megackpt/dist/process_group.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 
@@ -62,7 +62,7 @@ struct LoadOptions {
 // Saves `state_dict` through `writer`. `group` == nullptr means a single
 // process. Returns OK on every rank once the checkpoint is committed, or the
 // same error on every rank (after calling writer.Abort() on each rank).
-Status Save(const StateDict& state_dict, StorageWriter& writer, ProcessGroup* group = nullptr,
+Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGroup* group = nullptr,
             const SaveOptions& options = {});
 
 // Loads the checkpoint read by `reader` into `state_dict` in place: tensors (whole
@@ -71,7 +71,7 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, ProcessGroup* gr
 // is accepted. Errors: NotFound for a key missing in the checkpoint (unless
 // partial load), InvalidArgument for dtype/shape/kind mismatch, DataLoss for
 // corrupt or truncated data.
-Status Load(StateDict& state_dict, StorageReader& reader, ProcessGroup* group = nullptr,
+Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* group = nullptr,
             const LoadOptions& options = {});
 
 // Reusable staging memory for AsyncSave: one pre-faulted (huge-page) arena that
@@ -112,7 +112,7 @@ struct AsyncSaveHandle {
 // until `done`; the caller must not use `group` for other collectives meanwhile.
 // `group` may be null (single process) and must outlive `done`.
 AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> writer,
-                          ProcessGroup* group = nullptr, AsyncSaveOptions options = {});
+                          dist::ProcessGroup* group = nullptr, AsyncSaveOptions options = {});
 
 }  // namespace megackpt::dcp
 

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/fs.h"
-#include "megackpt/process_group.h"
-#include "megackpt/status.h"
+#include "megackpt/fs/filesystem.h"
+#include "megackpt/dist/process_group.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 
@@ -42,9 +42,9 @@ struct ConsolidateOptions {
   int thread_count = 2;
   bool sync = true;
   // Checksum stored in MEGA outputs (safetensors has none).
-  MegaChecksumType checksum = MegaChecksumType::kCrc32;
+  format::MegaChecksumType checksum = format::MegaChecksumType::kCrc32;
   // Filesystem for SRC and DST; nullptr: FileSystemForPath of each.
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
 };
 
 struct ConsolidateResult {
@@ -63,7 +63,7 @@ struct ConsolidateResult {
 // in the output format (e.g. an odd-length F4 tensor in safetensors).
 Result<ConsolidateResult> Consolidate(const std::string& src, const std::string& dst,
                                       const ConsolidateOptions& options = {},
-                                      ProcessGroup* group = nullptr);
+                                      dist::ProcessGroup* group = nullptr);
 
 }  // namespace megackpt::dcp
 

@@ -19,7 +19,7 @@
 #include <string_view>
 
 #include "megackpt/dcp/storage.h"
-#include "megackpt/fs.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp {
 
@@ -43,7 +43,7 @@ struct FileSystemWriterOptions {
   // tensors are copied through a per-thread buffer of this size).
   uint64_t max_write_bytes = 64ull << 20;
   // Filesystem to use; nullptr: FileSystemForPath(path).
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
 };
 
 enum class VerifyMode {
@@ -65,7 +65,7 @@ struct FileSystemReaderOptions {
   uint64_t staging_bytes = 16ull << 20;
   // Which metadata file to read: -1 ".metadata", r >= 1 ".metadata.rank<r>".
   int metadata_rank = -1;
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
 };
 
 // `path` is the checkpoint folder (plain path or mega:// URI).

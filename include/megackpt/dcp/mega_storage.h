@@ -46,9 +46,9 @@
 
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/storage.h"
-#include "megackpt/fs.h"
-#include "megackpt/mega.h"
-#include "megackpt/status.h"
+#include "megackpt/fs/filesystem.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 
@@ -88,7 +88,7 @@ struct MegaStorageWriterOptions {
   // False: saving where a committed checkpoint exists fails with AlreadyExists.
   bool overwrite = true;
   // Per-tensor checksum stored in the shards (kNone, kCrc32 or kSha256).
-  MegaChecksumType checksum = MegaChecksumType::kCrc32;
+  format::MegaChecksumType checksum = format::MegaChecksumType::kCrc32;
   // Alignment of each tensor's payload within a shard (bytes).
   uint64_t tensor_alignment = 64;
   // After the commit, rewrite the checkpoint in place as whole tensors (one
@@ -99,7 +99,7 @@ struct MegaStorageWriterOptions {
   // Largest consolidated file (0: one file, or one per mapping bucket).
   uint64_t consolidate_max_shard_size = 0;
   // Filesystem to use; nullptr: FileSystemForPath(path).
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
 };
 
 class MegaStorageWriter final : public StorageWriter {
@@ -157,7 +157,7 @@ struct MegaStorageReaderOptions {
   // Which metadata file to read: -1 ".metadata"; r >= 1 ".metadata.rank<r>"
   // (saves with use_collectives = false).
   int metadata_rank = -1;
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<fs::FileSystem> fs;
 };
 
 // Where ReadMetadata found the checkpoint description.
@@ -199,13 +199,13 @@ class MegaStorageReader final : public StorageReader {
 // Rebuilds a checkpoint's Metadata from its shard headers only (ignores
 // .metadata): `path` as for MegaStorageReader. Errors as ReadMetadata.
 Result<Metadata> RebuildMetadataFromShards(const std::string& path,
-                                           std::shared_ptr<FileSystem> fs = nullptr);
+                                           std::shared_ptr<fs::FileSystem> fs = nullptr);
 
 // Verifies the checksum of every stored piece of the checkpoint at `path`
 // (whole-tensor reads; parallel on `thread_count` threads). DataLoss naming the
 // shard and tensor for the first mismatch.
 Status VerifyMegaCheckpoint(const std::string& path, int thread_count = 2,
-                            std::shared_ptr<FileSystem> fs = nullptr);
+                            std::shared_ptr<fs::FileSystem> fs = nullptr);
 
 }  // namespace megackpt::dcp
 

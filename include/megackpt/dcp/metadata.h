@@ -19,9 +19,9 @@
 #include <variant>
 #include <vector>
 
-#include "megackpt/dtype.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp {
 

@@ -21,8 +21,8 @@
 
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/state_dict.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp {
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "megackpt/dcp/metadata.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
 namespace megackpt::dcp {
 

@@ -28,7 +28,7 @@
 
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 

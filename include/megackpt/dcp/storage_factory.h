@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "megackpt/dcp/storage.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 

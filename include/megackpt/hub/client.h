@@ -21,11 +21,11 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 #include "megackpt/hub/store.h"
 #include "megackpt/hub/types.h"
-#include "megackpt/mega_uri.h"
-#include "megackpt/status.h"
+#include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

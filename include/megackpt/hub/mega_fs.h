@@ -1,4 +1,4 @@
-// MegaFileSystem: the FileSystem seam (megackpt/fs.h) for `mega://` paths,
+// MegaFileSystem: the FileSystem seam (megackpt/fs/filesystem.h) for `mega://` paths,
 // over a HubConnection (embedded store or remote megahub). Implemented in
 // src/fs/mega_fs.cc; FileSystemForPath("mega://...") returns the process's
 // shared instance for the environment's endpoint (MEGA_ENDPOINT / MEGA_TOKEN /
@@ -28,13 +28,13 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/fs.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/transaction.h"
 
 namespace megackpt::hub {
 
-class MegaFileSystem : public FileSystem {
+class MegaFileSystem : public fs::FileSystem {
  public:
   ~MegaFileSystem() override = default;
 
@@ -62,7 +62,7 @@ Result<std::shared_ptr<MegaFileSystem>> MegaFileSystemFor(std::string_view endpo
                                                           std::optional<std::string> token = std::nullopt);
 
 // The MegaFileSystem behind `fs`, or nullptr when it is another filesystem.
-inline MegaFileSystem* AsMegaFileSystem(FileSystem* fs) { return dynamic_cast<MegaFileSystem*>(fs); }
+inline MegaFileSystem* AsMegaFileSystem(fs::FileSystem* fs) { return dynamic_cast<MegaFileSystem*>(fs); }
 
 }  // namespace megackpt::hub
 

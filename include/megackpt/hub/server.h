@@ -13,7 +13,7 @@
 #include <string>
 
 #include "megackpt/hub/store.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "megackpt/cas/store.h"
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 #include "megackpt/hub/types.h"
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/mega_uri.h"
-#include "megackpt/status.h"
+#include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

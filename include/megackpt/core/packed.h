@@ -9,17 +9,17 @@
 // F4 tensors cannot be narrowed to arbitrary boxes (a view must start on a byte
 // boundary and be contiguous, see tensor.h), so code that moves boxes of F4
 // data between differently shaped arrays (resharded loads) uses CopyF4Box.
-#ifndef MEGACKPT_PACKED_H_
-#define MEGACKPT_PACKED_H_
+#ifndef MEGACKPT_CORE_PACKED_H_
+#define MEGACKPT_CORE_PACKED_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 // A read-only packed row-major F4 array of shape `shape`, or a window of its
 // bytes: `data` points at byte `first_byte` of the array (so a staging buffer
@@ -60,6 +60,6 @@ std::pair<uint64_t, uint64_t> F4BoxByteRange(std::span<const int64_t> shape,
                                              std::span<const int64_t> start,
                                              std::span<const int64_t> lengths);
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_PACKED_H_
+#endif  // MEGACKPT_CORE_PACKED_H_

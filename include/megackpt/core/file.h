@@ -3,8 +3,8 @@
 // Formats (MEGA, safetensors, index JSON) and the CAS read and write through
 // these interfaces, so the same code serves local files and remote objects
 // (the fs layer adapts `mega://` objects to them).
-#ifndef MEGACKPT_FILE_H_
-#define MEGACKPT_FILE_H_
+#ifndef MEGACKPT_CORE_FILE_H_
+#define MEGACKPT_CORE_FILE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 // Random-access reads of an immutable byte sequence. Thread-safe: several
 // threads may call ReadAt concurrently.
@@ -110,6 +110,6 @@ Status SyncDirectory(const std::string& dir);
 // mkdir -p.
 Status CreateDirectories(const std::string& dir);
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_FILE_H_
+#endif  // MEGACKPT_CORE_FILE_H_

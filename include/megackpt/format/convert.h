@@ -17,8 +17,8 @@
 //
 // or in one call with ConvertCheckpoint. Data streams from the source (mmap
 // views, bounded buffers); memory stays bounded by the largest tensor.
-#ifndef MEGACKPT_CONVERT_H_
-#define MEGACKPT_CONVERT_H_
+#ifndef MEGACKPT_FORMAT_CONVERT_H_
+#define MEGACKPT_FORMAT_CONVERT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -30,13 +30,13 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/dtype.h"
-#include "megackpt/index_file.h"
-#include "megackpt/mega.h"
-#include "megackpt/safetensors.h"
-#include "megackpt/status.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 // safetensors `__metadata__` entries travel through MEGA files as STRING
 // metadata under this key prefix (docs/format/safetensors.md, "Conversion").
@@ -223,6 +223,6 @@ Result<ConvertSummary> ConvertCheckpoint(const std::string& src, const std::stri
                                          const ConvertOptions& options,
                                          ConvertListener* listener = nullptr);
 
-}  // namespace megackpt
+}  // namespace megackpt::format
 
-#endif  // MEGACKPT_CONVERT_H_
+#endif  // MEGACKPT_FORMAT_CONVERT_H_

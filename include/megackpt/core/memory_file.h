@@ -1,7 +1,7 @@
 // In-memory RandomAccessFile and WritableFile: for parsers fed from a buffer
 // (fuzzers, network bodies) and for tests of sequential sinks.
-#ifndef MEGACKPT_MEMORY_FILE_H_
-#define MEGACKPT_MEMORY_FILE_H_
+#ifndef MEGACKPT_CORE_MEMORY_FILE_H_
+#define MEGACKPT_CORE_MEMORY_FILE_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,9 +9,9 @@
 #include <span>
 #include <string>
 
-#include "megackpt/file.h"
+#include "megackpt/core/file.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 // A read-only file over `bytes` (taken by value; no further copies).
 // mapped_data() points at the bytes (so mmap-only paths work too) unless
@@ -48,6 +48,6 @@ class MemoryWritableFile final : public WritableFile {
   mutable std::mutex mu_;
 };
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_MEMORY_FILE_H_
+#endif  // MEGACKPT_CORE_MEMORY_FILE_H_

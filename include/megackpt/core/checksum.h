@@ -1,6 +1,6 @@
 // CRC-32 (zlib/gzip polynomial) and SHA-256, incremental, plus hex helpers.
-#ifndef MEGACKPT_CHECKSUM_H_
-#define MEGACKPT_CHECKSUM_H_
+#ifndef MEGACKPT_CORE_CHECKSUM_H_
+#define MEGACKPT_CORE_CHECKSUM_H_
 
 #include <array>
 #include <cstddef>
@@ -10,9 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 // Standard CRC-32 as zlib's crc32(): Crc32Extend(0, data) of "123456789" is
 // 0xCBF43926. Extend with more data by passing the previous value.
@@ -49,6 +49,6 @@ inline std::span<const std::byte> AsBytes(std::string_view s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
 }
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_CHECKSUM_H_
+#endif  // MEGACKPT_CORE_CHECKSUM_H_

@@ -21,8 +21,8 @@
 //   kUnimplemented      the operation is not supported by this backend
 //   kInternal           a bug: an invariant of megackpt itself was broken
 //   kIOError            the operating system refused an I/O call (errno in message)
-#ifndef MEGACKPT_STATUS_H_
-#define MEGACKPT_STATUS_H_
+#ifndef MEGACKPT_CORE_STATUS_H_
+#define MEGACKPT_CORE_STATUS_H_
 
 #include <cassert>
 #include <memory>
@@ -31,7 +31,7 @@
 #include <utility>
 #include <variant>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 enum class StatusCode : int {
   kOk = 0,
@@ -147,7 +147,7 @@ Status AsStatus(const Result<T>& r) {
 }
 }  // namespace internal
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
 #define MEGA_CONCAT_INNER_(a, b) a##b
 #define MEGA_CONCAT_(a, b) MEGA_CONCAT_INNER_(a, b)
@@ -167,4 +167,4 @@ Status AsStatus(const Result<T>& r) {
   if (!tmp.ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
 
-#endif  // MEGACKPT_STATUS_H_
+#endif  // MEGACKPT_CORE_STATUS_H_

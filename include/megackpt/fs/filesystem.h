@@ -13,8 +13,8 @@
 //  - For mega:// repo paths, writes are staged and become visible all at once when
 //    the Transaction they belong to commits (one hub commit). Buckets have no
 //    history: each closed file is visible at once, last writer wins.
-#ifndef MEGACKPT_FS_H_
-#define MEGACKPT_FS_H_
+#ifndef MEGACKPT_FS_FILESYSTEM_H_
+#define MEGACKPT_FS_FILESYSTEM_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/file.h"
-#include "megackpt/status.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::fs {
 
 struct FileInfo {
   std::string path;  // full path or URI
@@ -80,6 +80,6 @@ Result<std::shared_ptr<FileSystem>> FileSystemForPath(std::string_view path);
 // Joins with exactly one '/': JoinPath("a/", "b") == "a/b"; works for URIs.
 std::string JoinPath(std::string_view base, std::string_view name);
 
-}  // namespace megackpt
+}  // namespace megackpt::fs
 
-#endif  // MEGACKPT_FS_H_
+#endif  // MEGACKPT_FS_FILESYSTEM_H_

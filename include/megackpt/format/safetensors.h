@@ -18,8 +18,8 @@
 // Readers validate everything before exposing a tensor (header cap, UTF-8/JSON,
 // duplicate keys, dtype names, checked size arithmetic, exact coverage of the data
 // buffer) and return DataLoss (malformed bytes) naming the file and the key.
-#ifndef MEGACKPT_SAFETENSORS_H_
-#define MEGACKPT_SAFETENSORS_H_
+#ifndef MEGACKPT_FORMAT_SAFETENSORS_H_
+#define MEGACKPT_FORMAT_SAFETENSORS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -31,12 +31,12 @@
 #include <utility>
 #include <vector>
 
-#include "megackpt/dtype.h"
-#include "megackpt/file.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
-namespace megackpt {
+namespace megackpt::format {
 
 // Width of the little-endian header length at the start of the file.
 inline constexpr uint64_t kSafetensorsLengthBytes = 8;
@@ -239,6 +239,6 @@ Status SaveSafetensorsFile(const std::string& path,
 // Rank used by SafetensorsOrder::kReference (higher sorts first).
 int SafetensorsDTypeRank(DType dtype);
 
-}  // namespace megackpt
+}  // namespace megackpt::format
 
-#endif  // MEGACKPT_SAFETENSORS_H_
+#endif  // MEGACKPT_FORMAT_SAFETENSORS_H_

@@ -7,8 +7,8 @@
 //
 // Strides are in elements. F4 (two elements per byte) tensors must be contiguous
 // and may only be narrowed at even element offsets along the flattened layout.
-#ifndef MEGACKPT_TENSOR_H_
-#define MEGACKPT_TENSOR_H_
+#ifndef MEGACKPT_CORE_TENSOR_H_
+#define MEGACKPT_CORE_TENSOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/dtype.h"
-#include "megackpt/status.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/core/status.h"
 
 struct DLManagedTensor;  // from <dlpack/dlpack.h>
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 using Shape = std::vector<int64_t>;
 
@@ -108,6 +108,6 @@ bool TensorBytesEqual(const Tensor& a, const Tensor& b);
 Result<Tensor> FromDLPack(DLManagedTensor* managed);
 Result<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_TENSOR_H_
+#endif  // MEGACKPT_CORE_TENSOR_H_

@@ -15,15 +15,15 @@
 //  - <path> segments must not be empty, "." or ".." (no traversal); a single
 //    trailing '/' is ignored. The path is stored without leading/trailing '/'.
 // Every parse error is InvalidArgument and names the offending part.
-#ifndef MEGACKPT_MEGA_URI_H_
-#define MEGACKPT_MEGA_URI_H_
+#ifndef MEGACKPT_HUB_MEGA_URI_H_
+#define MEGACKPT_HUB_MEGA_URI_H_
 
 #include <string>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::hub {
 
 enum class RepoType { kModel, kDataset, kSpace };
 
@@ -86,6 +86,6 @@ std::string PercentEncodePath(std::string_view s);
 // Decodes %XX escapes ('+' is kept as is). InvalidArgument on a bad escape.
 Result<std::string> PercentDecode(std::string_view s);
 
-}  // namespace megackpt
+}  // namespace megackpt::hub
 
-#endif  // MEGACKPT_MEGA_URI_H_
+#endif  // MEGACKPT_HUB_MEGA_URI_H_

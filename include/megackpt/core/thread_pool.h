@@ -1,6 +1,6 @@
 // A small fixed-size thread pool and a deadlock-free ParallelFor.
-#ifndef MEGACKPT_THREAD_POOL_H_
-#define MEGACKPT_THREAD_POOL_H_
+#ifndef MEGACKPT_CORE_THREAD_POOL_H_
+#define MEGACKPT_CORE_THREAD_POOL_H_
 
 #include <condition_variable>
 #include <cstddef>
@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 class ThreadPool {
  public:
@@ -60,6 +60,6 @@ class ThreadPool {
 Status ParallelFor(ThreadPool* pool, size_t n, const std::function<Status(size_t)>& fn,
                    int max_parallel = 0);
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_THREAD_POOL_H_
+#endif  // MEGACKPT_CORE_THREAD_POOL_H_

@@ -2,16 +2,16 @@
 //
 // The names are the ones both formats use on disk ("F32", "BF16", "F8_E4M3", ...).
 // F4 packs two elements per byte: a tensor of n F4 elements takes (n + 1) / 2 bytes.
-#ifndef MEGACKPT_DTYPE_H_
-#define MEGACKPT_DTYPE_H_
+#ifndef MEGACKPT_CORE_DTYPE_H_
+#define MEGACKPT_CORE_DTYPE_H_
 
 #include <cstdint>
 #include <span>
 #include <string_view>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::inline core {
 
 enum class DType : uint8_t {
   kBool,
@@ -60,6 +60,6 @@ Result<uint64_t> LogicalNbytes(DType dtype, std::span<const int64_t> shape);
 // (callers validated the shape with LogicalNbytes first).
 uint64_t NbytesForElements(DType dtype, uint64_t elements);
 
-}  // namespace megackpt
+}  // namespace megackpt::core
 
-#endif  // MEGACKPT_DTYPE_H_
+#endif  // MEGACKPT_CORE_DTYPE_H_

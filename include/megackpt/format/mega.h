@@ -17,8 +17,8 @@
 // with the file name and says what is wrong (tensor name, offset, key).
 // Caller mistakes (bad options, wrong destination shape) are InvalidArgument;
 // unknown tensor names are NotFound. Nothing here throws.
-#ifndef MEGACKPT_MEGA_H_
-#define MEGACKPT_MEGA_H_
+#ifndef MEGACKPT_FORMAT_MEGA_H_
+#define MEGACKPT_FORMAT_MEGA_H_
 
 #include <array>
 #include <cstddef>
@@ -32,15 +32,17 @@
 #include <utility>
 #include <vector>
 
-#include "megackpt/checksum.h"
-#include "megackpt/dtype.h"
-#include "megackpt/file.h"
-#include "megackpt/status.h"
-#include "megackpt/tensor.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/dtype.h"
+#include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
 
-namespace megackpt {
-
+namespace megackpt::inline core {
 class ThreadPool;
+}  // namespace megackpt::inline core
+
+namespace megackpt::format {
 
 // ---- on-disk constants (spec §1, §3, §4, §7) -------------------------------
 
@@ -533,6 +535,6 @@ class MegaWriter {
 Result<MegaFooterOverlayInfo> AppendFooterOverlay(const std::string& path,
                                                   const MegaMetadata& entries, bool sync = true);
 
-}  // namespace megackpt
+}  // namespace megackpt::format
 
-#endif  // MEGACKPT_MEGA_H_
+#endif  // MEGACKPT_FORMAT_MEGA_H_

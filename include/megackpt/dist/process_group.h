@@ -16,8 +16,8 @@
 //  - After a collective failed, the group is broken: later calls fail fast with
 //    Aborted.
 // REQUIRES: all ranks call the same collectives in the same order.
-#ifndef MEGACKPT_PROCESS_GROUP_H_
-#define MEGACKPT_PROCESS_GROUP_H_
+#ifndef MEGACKPT_DIST_PROCESS_GROUP_H_
+#define MEGACKPT_DIST_PROCESS_GROUP_H_
 
 #include <chrono>
 #include <functional>
@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
+namespace megackpt::dist {
 
 struct ProcessGroupOptions {
   // Deadline for any one collective.
@@ -85,6 +85,6 @@ Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions opt
 // (OMPI_COMM_WORLD_SIZE or PMI_SIZE set).
 bool LaunchedByMpi();
 
-}  // namespace megackpt
+}  // namespace megackpt::dist
 
-#endif  // MEGACKPT_PROCESS_GROUP_H_
+#endif  // MEGACKPT_DIST_PROCESS_GROUP_H_

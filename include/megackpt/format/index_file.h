@@ -9,8 +9,8 @@
 // total_size is the sum of the tensors' data bytes (not file sizes). Shard names
 // are relative to the index's folder. Unknown members of "metadata" and of the
 // top-level object are kept (as JSON text) so a read-modify-write preserves them.
-#ifndef MEGACKPT_INDEX_FILE_H_
-#define MEGACKPT_INDEX_FILE_H_
+#ifndef MEGACKPT_FORMAT_INDEX_FILE_H_
+#define MEGACKPT_FORMAT_INDEX_FILE_H_
 
 #include <cstdint>
 #include <map>
@@ -19,11 +19,13 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/status.h"
+#include "megackpt/core/status.h"
 
-namespace megackpt {
-
+namespace megackpt::fs {
 class FileSystem;
+}  // namespace megackpt::fs
+
+namespace megackpt::format {
 
 inline constexpr std::string_view kMegaIndexSuffix = ".mega.index.json";
 inline constexpr std::string_view kSafetensorsIndexSuffix = ".safetensors.index.json";
@@ -82,10 +84,10 @@ Status WriteShardIndexFile(const std::string& path, const ShardIndex& index, boo
 
 // Same through a FileSystem (local or mega://); writing uses
 // FileSystem::WriteAtomically.
-Result<ShardIndex> ReadShardIndex(FileSystem& fs, const std::string& path);
-Status WriteShardIndex(FileSystem& fs, const std::string& path, const ShardIndex& index,
+Result<ShardIndex> ReadShardIndex(fs::FileSystem& fs, const std::string& path);
+Status WriteShardIndex(fs::FileSystem& fs, const std::string& path, const ShardIndex& index,
                        bool sync = true);
 
-}  // namespace megackpt
+}  // namespace megackpt::format
 
-#endif  // MEGACKPT_INDEX_FILE_H_
+#endif  // MEGACKPT_FORMAT_INDEX_FILE_H_
