@@ -23,6 +23,7 @@
 #include "megackpt/format/convert.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
+#include "megackpt/format/mega_encoder.h"
 #include "megackpt/format/safetensors.h"
 #include "megackpt/dist/process_group.h"
 #include "megackpt/dcp/checkpoint.h"
