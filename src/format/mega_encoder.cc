@@ -60,7 +60,7 @@ uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape) {
   if (shape.size() <= 1) return 64u << 10;
   auto row = LogicalNbytes(dtype, std::span<const int64_t>(&shape.back(), 1));
   const uint64_t r = row.ok() ? *row : 0;
-  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 16, 1)), 256, 64u << 10);
+  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 32, 1)), kMegaMinBlockSize, 64u << 10);
 }
 
 MegaEncoder::~MegaEncoder() = default;

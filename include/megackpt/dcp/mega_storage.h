@@ -57,7 +57,8 @@ inline constexpr std::string_view kMegaStorageIndexName = "model.mega.index.json
 inline constexpr std::string_view kSafetensorsStorageIndexName = "model.safetensors.index.json";
 
 // Shard header keys (MEGA metadata, or safetensors `__metadata__` entries).
-//  tensorplay.dcp.version      UINT32 1
+//  tensorplay.dcp.version      UINT32 2 (2: the shard also carries the header
+//                                      CRC and block CRCs, format/mega_encoder.h)
 //  tensorplay.dcp.save_id      STRING  id of the save that wrote the file
 //  tensorplay.dcp.entries      STRING  JSON {fqn: {"kind": "tensor"|"bytes",
 //                                      "dtype": "F32", "global_shape": [..],
@@ -68,7 +69,7 @@ inline constexpr std::string_view kDcpVersionKey = "tensorplay.dcp.version";
 inline constexpr std::string_view kDcpSaveIdKey = "tensorplay.dcp.save_id";
 inline constexpr std::string_view kDcpEntriesKey = "tensorplay.dcp.entries";
 inline constexpr std::string_view kDcpObjectPathsKey = "tensorplay.dcp.object_paths";
-inline constexpr uint32_t kDcpShardVersion = 1;
+inline constexpr uint32_t kDcpShardVersion = 2;
 // Top-level member of model.mega.index.json listing sharded entries:
 // {fqn: {"dtype", "shape", "chunks": [{"file", "offsets", "sizes"}]}}.
 inline constexpr std::string_view kDcpIndexShardedKey = "tensorplay.dcp.sharded";

@@ -59,10 +59,10 @@ inline constexpr uint64_t kMegaMinBlockSize = 64;
 inline constexpr uint64_t kMegaMaxBlockSize = 1ull << 20;
 
 // The block size the encoder picks for a raw tensor (0 = no blocks: empty
-// tensors): a power of two near 1/16 of the innermost dimension's bytes,
-// clamped to [256, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a box
-// is widened to whole blocks, so a box cutting the innermost dimension in k
-// parts reads about k/16 more than it needs (docs/mega-storage.md §5).
+// tensors): the power of two at or below 1/32 of the innermost dimension's
+// bytes, clamped to [64, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a
+// box is widened to whole blocks, so a box cutting the innermost dimension in
+// k parts reads about k/32 more than it needs (docs/mega-storage.md §5).
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape);
 
 // One independently stored byte range of a tensor: the whole tensor, or one
