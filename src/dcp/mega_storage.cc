@@ -15,6 +15,7 @@
 #include "megackpt/dcp/mega_storage.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>
@@ -27,6 +28,7 @@
 #include "dcp/mega_storage_hub.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/format/index_file.h"
@@ -747,6 +749,10 @@ bool MegaStorageReader::ValidateCheckpointId(std::string_view checkpoint_id) con
 
 CheckpointSource MegaStorageReader::source() const { return impl_->source; }
 
+std::string_view MegaStorageReader::verification() const {
+  return impl_->options.verify_checksums ? "verified" : "off";
+}
+
 Result<Metadata> MegaStorageReader::ReadMetadata() {
   Impl& s = *impl_;
   std::shared_ptr<fs::FileSystem> fs = s.options.fs;
@@ -802,6 +808,12 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
   s.metadata = std::make_shared<Metadata>(*md);
   s.files = std::make_unique<mega_storage::ShardFiles>(s.paths.fs, s.paths.dir,
                                                        s.options.verify_checksums);
+  if (!s.options.verify_checksums) {
+    std::fprintf(stderr,
+                 "megackpt: warning: loading %s with checksum verification off "
+                 "(MegaStorageReaderOptions::verify_checksums = false): loaded bytes are not verified\n",
+                 EscapeBytes(s.path).c_str());
+  }
   return std::move(*md);
 }
 

@@ -54,6 +54,18 @@ bool IsEncoderKey(std::string_view key) {
 
 }  // namespace
 
+bool IsCleanMetaValue(const MetaValue& v) {
+  if (v.is_string()) return IsCleanText(*v.AsString());
+  if (!v.is_array() || (v.element_type() != MetaType::kString && v.element_type() != MetaType::kArray)) {
+    return true;
+  }
+  for (uint64_t i = 0; i < v.size(); ++i) {
+    auto e = v.element(i);
+    if (!e.ok() || !IsCleanMetaValue(*e)) return false;
+  }
+  return true;
+}
+
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape) {
   auto total = LogicalNbytes(dtype, shape);
   if (!total.ok() || *total == 0) return 0;
@@ -82,6 +94,10 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
     if (!IsCleanText(e.key)) {
       return InvalidArgumentError(f + ": metadata key " + Quote(e.key) +
                                   " is not valid UTF-8 without NUL");
+    }
+    if (!IsCleanMetaValue(e.value)) {
+      return InvalidArgumentError(f + ": metadata value of " + Quote(e.key) +
+                                  " holds a string that is not valid UTF-8 without NUL");
     }
     if (IsEncoderKey(e.key)) {
       return InvalidArgumentError(f + ": metadata key " + Quote(e.key) + " is written by the encoder");

@@ -13,6 +13,7 @@
 #include "format/mega_internal.h"
 #include "format/quote.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 #include "megackpt/format/mega_encoder.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/core/thread_pool.h"
@@ -361,6 +362,7 @@ Status MegaParser::ParseDirectory(ParseState& p) {
     t.tensor_id = static_cast<uint32_t>(i);
     MEGA_ASSIGN_OR_RETURN(t.name, src.CompactString("tensor name"));
     auto who = [&t] { return "tensor " + Quote(t.name); };  // built only on error
+    if (!IsCleanText(t.name)) return src.ErrorAt(at, who() + ": name is not valid UTF-8 without NUL");
     if (r->by_name_.count(t.name)) return src.ErrorAt(at, "duplicate tensor name " + Quote(t.name));
     MEGA_ASSIGN_OR_RETURN(t.dir_flags, src.U32("dir_flags"));
     if (t.dir_flags & ~kMegaDirKnownFlags) {

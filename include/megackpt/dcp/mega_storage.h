@@ -150,10 +150,17 @@ class MegaStorageWriter final : public StorageWriter {
 
 struct MegaStorageReaderOptions {
   int thread_count = 2;
-  // Verify the stored checksum whenever a read covers a whole stored tensor.
+  // Verify every byte a load hands over (default): a read of a whole stored
+  // piece against its checksum, a partial read block by block against the
+  // shard's block CRCs (widened to whole blocks; shards without them, e.g.
+  // TensorPlay's, get the whole stored tensor verified once first). False
+  // turns all of it off — never silently: ReadMetadata prints a warning
+  // naming the checkpoint to stderr, and verification() says so.
+  // Safetensors shards carry no checksums and cannot be verified.
   bool verify_checksums = true;
-  // Also verify every stored tensor of which only a slice is read (reads the
-  // whole stored tensor once more).
+  // Additionally verify the whole stored tensor a partial read comes from
+  // (reads it once more; with block CRCs this only adds the bytes outside the
+  // slice).
   bool verify_partial_reads = false;
   // Which metadata file to read: -1 ".metadata"; r >= 1 ".metadata.rank<r>"
   // (saves with use_collectives = false).
@@ -191,6 +198,8 @@ class MegaStorageReader final : public StorageReader {
 
   // Valid after ReadMetadata.
   CheckpointSource source() const;
+  // "verified" or "off" (options.verify_checksums), as logged by ReadMetadata.
+  std::string_view verification() const;
 
  private:
   struct Impl;

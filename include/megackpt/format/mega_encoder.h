@@ -65,6 +65,10 @@ inline constexpr uint64_t kMegaMaxBlockSize = 1ull << 20;
 // k parts reads about k/32 more than it needs (docs/mega-storage.md §5).
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape);
 
+// True when every string in v (STRING, arrays of strings, nested arrays) is
+// valid UTF-8 without NUL: what writers accept and readers require.
+bool IsCleanMetaValue(const MetaValue& v);
+
 // One independently stored byte range of a tensor: the whole tensor, or one
 // chunk of a chunked_raw_dense tensor.
 struct MegaEncoderUnit {
