@@ -763,28 +763,40 @@ Status MegaParser::CheckHeaderChecksum(ParseState& p) {
   return Status::OK();
 }
 
-// §11: megackpt.block_crc32.block_sizes (one per tensor) and .table_offset.
+// §11: megackpt.block_crc32.block_sizes and .table_offsets (one per tensor).
 Status MegaParser::ParseBlockTables(ParseState& p) {
   MegaReader* r = p.r;
   const MegaMetadata& md = r->header_metadata_;
   const MetaValue* sizes = md.Find(kMegaBlockSizesKey);
-  const MetaValue* table = md.Find(kMegaBlockTableKey);
-  if (sizes == nullptr && table == nullptr) return Status::OK();
+  const MetaValue* tables = md.Find(kMegaBlockTableKey);
+  if (sizes == nullptr && tables == nullptr) return Status::OK();
   const std::string sk(kMegaBlockSizesKey), tk(kMegaBlockTableKey);
-  if (sizes == nullptr || table == nullptr) {
+  if (sizes == nullptr || tables == nullptr) {
     return DataLossError(p.name + ": " + (sizes ? sk : tk) + " present without " + (sizes ? tk : sk));
   }
   auto& tensors = r->tensors_;
+  const std::string count = std::to_string(tensors.size());
   if (!sizes->is_array() || sizes->element_type() != MetaType::kUint32 || sizes->size() != tensors.size()) {
-    return DataLossError(p.name + ": " + sk + " must be an array of " + std::to_string(tensors.size()) +
-                         " UINT32 (one per tensor)");
+    return DataLossError(p.name + ": " + sk + " must be an array of " + count + " UINT32 (one per tensor)");
   }
-  auto table_offset = table->AsUint64();
-  if (!table_offset.ok()) return DataLossError(p.name + ": " + tk + " must be an unsigned integer");
+  if (!tables->is_array() || tables->element_type() != MetaType::kUint64 || tables->size() != tensors.size()) {
+    return DataLossError(p.name + ": " + tk + " must be an array of " + count + " UINT64 (one per tensor)");
+  }
   const uint64_t payload_size = p.payload_end - r->header_length_;
-  uint64_t entries = 0;
+  // Every stored range and every table, to check that none overlaps another.
+  struct Span {
+    uint64_t begin, end;
+    size_t tensor;
+    bool table;
+  };
+  std::vector<Span> spans;
   for (size_t i = 0; i < tensors.size(); ++i) {
     MegaTensorInfo& t = tensors[i];
+    if (t.chunked()) {
+      for (const MegaChunkInfo& c : t.chunks) spans.push_back({c.payload_offset, c.payload_offset + c.stored_size, i, false});
+    } else if (t.stored_nbytes > 0) {
+      spans.push_back({t.payload_offset, t.payload_offset + t.stored_nbytes, i, false});
+    }
     const uint64_t b = *(*sizes->element(i)).AsUint64();
     if (b == 0) continue;
     if ((b & (b - 1)) != 0 || b < kMegaMinBlockSize || b > kMegaMaxBlockSize) {
@@ -795,23 +807,28 @@ Status MegaParser::ParseBlockTables(ParseState& p) {
       return DataLossError(p.name + ": tensor " + Quote(t.name) +
                            " has a block size but is compressed, shuffled or chunked");
     }
+    const uint64_t off = *(*tables->element(i)).AsUint64();
+    const uint64_t entries = (t.logical_nbytes + b - 1) / b;
+    uint64_t end;
+    if (AddOverflows(off, 4 * entries, &end) || end > payload_size) {
+      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block CRC table at payload offset " +
+                           std::to_string(off) + " (" + std::to_string(entries) +
+                           " entries) exceeds the payload size " + std::to_string(payload_size));
+    }
     t.block_size = b;
-    t.block_table_offset = r->header_length_ + *table_offset + 4 * entries;  // no overflow: checked below
-    entries += (t.logical_nbytes + b - 1) / b;
+    t.block_table_offset = r->header_length_ + off;
+    if (entries > 0) spans.push_back({off, end, i, true});
   }
-  uint64_t table_end;
-  if (MulOverflows(entries, 4, &table_end) || AddOverflows(table_end, *table_offset, &table_end) ||
-      table_end > payload_size) {
-    return DataLossError(p.name + ": block CRC table at payload offset " + std::to_string(*table_offset) +
-                         " (" + std::to_string(entries) + " entries) exceeds the payload size " +
-                         std::to_string(payload_size));
-  }
-  for (const MegaTensorInfo& t : tensors) {
-    const uint64_t b = t.payload_offset, e = t.payload_offset + t.stored_nbytes;
-    if (t.chunked() || b == e || entries == 0) continue;
-    if (b < table_end && *table_offset < e) {
-      return DataLossError(p.name + ": block CRC table " + Range(*table_offset, table_end) +
-                           " overlaps tensor " + Quote(t.name) + " range " + Range(b, e));
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  auto what = [&](const Span& s) {
+    return std::string(s.table ? "the block CRC table of tensor " : "tensor ") + Quote(tensors[s.tensor].name) +
+           " " + Range(s.begin, s.end);
+  };
+  for (size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].begin < spans[k - 1].end && (spans[k].table || spans[k - 1].table)) {
+      return DataLossError(p.name + ": " + what(spans[k]) + " overlaps " + what(spans[k - 1]));
     }
   }
   return Status::OK();
