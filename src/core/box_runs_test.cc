@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "megackpt/core/tensor.h"
-#include "megackpt/core/text.h"
 
 namespace megackpt {
 namespace {
@@ -107,22 +106,6 @@ TEST(BoxRuns, SpansMergeWithinOverhead) {
   spans.clear();
   ASSERT_TRUE(ForEachByteSpan(runs, 300, 0.05, collect).ok());
   EXPECT_EQ(spans.size(), 5u);  // two runs (204 bytes) per 300-byte span
-}
-
-TEST(Text, Utf8AndEscaping) {
-  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9"));
-  EXPECT_FALSE(IsValidUtf8("\xc3"));
-  EXPECT_FALSE(IsValidUtf8("\xc0\x80"));          // overlong NUL
-  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
-  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // > U+10FFFF
-  EXPECT_TRUE(IsValidUtf8(std::string("a\0b", 3)));
-  EXPECT_FALSE(IsCleanText(std::string("a\0b", 3)));
-  EXPECT_TRUE(IsCleanText("layers.0.w"));
-  EXPECT_EQ(Quote(std::string("a\0b", 3)), "'a\\x00b'");
-  EXPECT_EQ(Quote("\x1b[31mred"), "'\\x1b[31mred'");
-  EXPECT_EQ(Quote("caf\xc3\xa9 \xff"), "'caf\xc3\xa9 \\xff'");
-  EXPECT_EQ(Quote("it's\\"), "'it\\'s\\\\'");
-  EXPECT_EQ(Quote("\xc2\x85"), "'\\xc2\\x85'");  // C1 control NEL
 }
 
 }  // namespace

@@ -68,9 +68,11 @@ bool IsCleanText(std::string_view s) {
   return s.find('\0') == std::string_view::npos && IsValidUtf8(s);
 }
 
-std::string EscapeBytes(std::string_view s) {
+std::string EscapeBytes(std::string_view s, size_t max_bytes) {
+  const bool cut = s.size() > max_bytes;
+  if (cut) s = s.substr(0, max_bytes);
   std::string out;
-  out.reserve(s.size());
+  out.reserve(s.size() + 3);
   uint32_t cp;
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8Sequence(s, i, &cp);
@@ -103,6 +105,7 @@ std::string EscapeBytes(std::string_view s) {
     }
     i += n;
   }
+  if (cut) out += "...";
   return out;
 }
 

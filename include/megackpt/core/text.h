@@ -7,6 +7,7 @@
 #ifndef MEGACKPT_CORE_TEXT_H_
 #define MEGACKPT_CORE_TEXT_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -21,8 +22,10 @@ bool IsCleanText(std::string_view s);
 
 // `s` with every byte that is not printable escaped: \\ and \' for backslash
 // and quote, \n \t \r, \xNN for other control bytes (C0, DEL), invalid UTF-8
-// bytes and C1 controls; valid printable UTF-8 is kept as is.
-std::string EscapeBytes(std::string_view s);
+// bytes and C1 controls; valid printable UTF-8 is kept as is. Input longer
+// than `max_bytes` is cut there and the cut marked with "...".
+inline constexpr size_t kMaxEscapedBytes = 1024;
+std::string EscapeBytes(std::string_view s, size_t max_bytes = kMaxEscapedBytes);
 
 // EscapeBytes(s) in single quotes: 'name'.
 std::string Quote(std::string_view s);

@@ -1,0 +1,71 @@
+// Name and message safety (megackpt/core/path_safety.h).
+#include "megackpt/core/path_safety.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+namespace megackpt::inline core {
+namespace {
+
+std::string RealPath(const std::string& p) {
+  char* r = realpath(p.c_str(), nullptr);
+  if (!r) return std::string();
+  std::string out(r);
+  std::free(r);
+  return out;
+}
+
+}  // namespace
+
+
+Status ValidateRelativePath(std::string_view name) {
+  auto bad = [&](const char* why) {
+    return DataLossError("file name " + Quote(name) + " " + why);
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > kMaxRelativePathBytes) {
+    return bad(("is longer than " + std::to_string(kMaxRelativePathBytes) + " bytes").c_str());
+  }
+  if (name.front() == '/') return bad("is absolute (names must be relative to the checkpoint folder)");
+  for (unsigned char c : name) {
+    if (c == 0) return bad("holds a NUL byte");
+    if (c < 0x20 || c == 0x7F) return bad("holds a control byte");
+    if (c == '\\') return bad("holds a backslash");
+  }
+  if (!IsValidUtf8(name)) return bad("is not valid UTF-8");
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t slash = name.find('/', start);
+    if (slash == std::string_view::npos) slash = name.size();
+    std::string_view part = name.substr(start, slash - start);
+    if (part.empty()) return bad("has an empty path component");
+    if (part == ".") return bad("has a '.' component");
+    if (part == "..") return bad("has a '..' component (it would leave the checkpoint folder)");
+    if (part.size() > kMaxPathComponentBytes) {
+      return bad(("has a component longer than " + std::to_string(kMaxPathComponentBytes) + " bytes")
+                     .c_str());
+    }
+    start = slash + 1;
+  }
+  return Status::OK();
+}
+
+Status CheckResolvesInside(const std::string& dir, const std::string& path) {
+  if (dir.find("://") != std::string::npos || path.find("://") != std::string::npos) {
+    return Status::OK();
+  }
+  const std::string real = RealPath(path);
+  if (real.empty()) return Status::OK();  // missing: the open says NotFound
+  std::string root = RealPath(dir.empty() ? "." : dir);
+  if (root.empty()) return Status::OK();
+  if (root != "/") root += '/';
+  if (!real.starts_with(root)) {
+    return DataLossError(Quote(path) +
+                         " resolves outside the checkpoint folder (a symlink leaves " +
+                         Quote(dir) + "); refusing to open it");
+  }
+  return Status::OK();
+}
+
+}  // namespace megackpt::core
