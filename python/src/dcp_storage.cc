@@ -41,6 +41,7 @@ using Dims = std::vector<int64_t>;
 using WriteItemTuple = std::tuple<std::string, std::optional<Dims>, int, std::optional<std::string>,
                                   std::optional<Dims>, std::optional<Dims>, std::optional<Dims>,
                                   uint64_t>;
+using ResultTuple = std::tuple<std::string, std::optional<Dims>, uint64_t, std::string>;
 using ReadItemTuple = std::tuple<int, std::string, std::optional<Dims>, Dims, std::string,
                                  std::optional<Dims>, Dims, Dims>;
 
@@ -148,8 +149,9 @@ class DcpWriter {
   }
 
   // `data[i]` is what the framework's planner resolved items[i] to: a CPU tensor
-  // (any strides) or bytes. Returns one encoded WriteResult per item.
-  std::vector<std::string> WriteData(const std::vector<WriteItemTuple>& items,
+  // (any strides) or bytes. Returns (fqn, offset, size_in_bytes, encoded
+  // WriteResult) per item written.
+  std::vector<ResultTuple> WriteData(const std::vector<WriteItemTuple>& items,
                                      const std::string& storage_data, nb::list data) {
     if (nb::len(data) != items.size()) {
       ThrowIfError(InvalidArgumentError("write_data: one resolved value per item expected"));
@@ -188,9 +190,10 @@ class DcpWriter {
       nb::gil_scoped_release release;
       results = writer_->WriteData(plan, planner);
     }
-    std::vector<std::string> out;
+    std::vector<ResultTuple> out;
     for (const dcp::WriteResult& wr : Unwrap(std::move(results))) {
-      out.push_back(dcp::internal::EncodeWriteResults({wr}));
+      out.emplace_back(wr.index.fqn, wr.index.offset, wr.size_in_bytes,
+                       dcp::internal::EncodeWriteResults({wr}));
     }
     return out;
   }
