@@ -34,11 +34,13 @@ _TENSOR, _SHARD, _BYTE_IO = 0, 1, 2
 class Framework:
     """The pieces of one DCP framework the adapter needs."""
 
-    def __init__(self, module, dcp):
+    def __init__(self, module, dcp, future=None):
         self.module = module
         self.dcp = dcp
         self.Size = module.Size
-        self.Future = module.futures.Future
+        # The future write_data/read_data return: torch's torch.futures.Future
+        # (wait/value); TensorPlay's DCP calls .result() (concurrent.futures).
+        self.Future = future or module.futures.Future
 
     def dtype_name(self, dtype):
         return dtype_name(dtype)

@@ -18,6 +18,8 @@ The reader also opens what TensorPlay's own MegaStorageWriter wrote (its pickled
 ``FileSystemWriter`` / ``FileSystemReader`` write/read megackpt's ``.distcp`` layout.
 """
 
+from concurrent import futures as _futures
+
 import tensorplay as _tp
 import tensorplay.distributed.checkpoint as _dcp
 
@@ -25,7 +27,7 @@ from ._dcp_adapter import Framework, ReaderBase, WriterBase
 
 __all__ = ["MegaStorageWriter", "MegaStorageReader", "FileSystemWriter", "FileSystemReader"]
 
-_TENSORPLAY = Framework(_tp, _dcp)
+_TENSORPLAY = Framework(_tp, _dcp, future=_futures.Future)
 
 
 def _writer_options(thread_count, sync_files, overwrite, **mega):
