@@ -35,7 +35,7 @@ std::span<const std::byte> Bytes(const std::string& s) {
 }
 
 nlohmann::json LoadVectors() {
-  std::ifstream in(std::string(MEGACKPT_SHARED_DIR) + "/spec/xet/vectors.json");
+  std::ifstream in(std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/xet/vectors.json");
   std::stringstream ss;
   ss << in.rdbuf();
   return nlohmann::json::parse(ss.str());
@@ -59,7 +59,7 @@ std::string InputFor(const std::string& key) {
 }
 
 TEST(ChunkerTest, GearTableMatchesSpecFile) {
-  std::ifstream in(std::string(MEGACKPT_SHARED_DIR) + "/spec/xet/gear_table.txt");
+  std::ifstream in(std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/xet/gear_table.txt");
   ASSERT_TRUE(in.good());
   std::string tok;
   size_t i = 0;

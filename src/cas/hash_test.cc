@@ -14,8 +14,8 @@ namespace megackpt::cas {
 namespace {
 
 nlohmann::json LoadVectors() {
-  std::ifstream in(std::string(MEGACKPT_SHARED_DIR) + "/spec/xet/vectors.json");
-  EXPECT_TRUE(in.good()) << "missing spec/xet/vectors.json";
+  std::ifstream in(std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/xet/vectors.json");
+  EXPECT_TRUE(in.good()) << "missing tests/testdata/xet/vectors.json";
   std::stringstream ss;
   ss << in.rdbuf();
   return nlohmann::json::parse(ss.str());

@@ -128,7 +128,10 @@ class PosixWritableFile final : public WritableFile {
 }  // namespace
 
 Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path, bool map) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+  // (forever, for a FIFO planted in a checkpoint folder). It is cleared again
+  // once fstat has shown a regular file.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoToStatus(path + ": open", errno);
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -139,6 +142,21 @@ Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
   if (S_ISDIR(st.st_mode)) {
     close(fd);
     return InvalidArgumentError(path + ": is a directory");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    const char* kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "not a regular file";
+    return InvalidArgumentError(path + ": is " + kind + ", not a regular file; refusing to read it");
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoToStatus(path + ": fcntl", err);
   }
   uint64_t size = static_cast<uint64_t>(st.st_size);
   void* m = nullptr;

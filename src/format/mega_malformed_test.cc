@@ -106,8 +106,8 @@ TEST(MegaMalformedTest, ValidBaselineParses) {
 
 TEST(MegaMalformedTest, TruncationAtEveryOffset) {
   std::vector<std::string> files = {Spec().Build(),
-                                    mega_test::FileBytes(std::string(MEGACKPT_SHARED_DIR) +
-                                                         "/testdata/mega-reference/g08_zstd.mega")};
+                                    mega_test::FileBytes(std::string(MEGACKPT_SOURCE_DIR) +
+                                                         "/tests/testdata/mega-reference/g08_zstd.mega")};
   {  // A chunked file too.
     MegaWriterOptions o;
     o.alignment = 64;

@@ -1,4 +1,4 @@
-// Known answers: the reference MEGA files in shared/testdata/mega-reference/
+// Known answers: the reference MEGA files in tests/testdata/mega-reference/
 // (written by the existing MEGA tooling) parse to every field of their
 // .expect.json, and our writer reproduces their bytes.
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string RefDir() { return std::string(MEGACKPT_SHARED_DIR) + "/testdata/mega-reference/"; }
+std::string RefDir() { return std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/mega-reference/"; }
 
 std::string ReadAll(const std::string& path) {
   auto r = ReadLocalFile(path);

@@ -6,17 +6,13 @@
 #include <string>
 #include <string_view>
 
+#include "megackpt/core/path_safety.h"
+
 namespace megackpt::format_internal {
 
 // `s` in single quotes, as error messages name keys and tensors: 'name'.
-inline std::string Quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+// Non-printable bytes are escaped (core/path_safety.h, QuoteForMessage).
+inline std::string Quote(std::string_view s) { return QuoteForMessage(s); }
 
 }  // namespace megackpt::format_internal
 

@@ -86,6 +86,9 @@ class WritableFile {
 
 // Opens a local file for reading with pread. With `mmap`, the file is also
 // mapped read-only (mapped_data() non-null; empty files are never mapped).
+// Only regular files open: a directory, FIFO, socket or device is
+// InvalidArgument, and is refused without blocking (the open uses O_NONBLOCK
+// until fstat has shown a regular file).
 Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
                                                         bool mmap = false);
 

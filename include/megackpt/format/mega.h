@@ -1,8 +1,8 @@
 // MEGA v1 (`.mega`) shard files: typed metadata, reader and writer.
 //
-// The on-disk format is specified in shared/spec/mega-v1.md; docs/format/mega-v1.md
-// documents it as this library implements it (field tables, the choices the
-// reference leaves open, and the full list of validations).
+// The on-disk format: docs/format/mega-v1.md documents it as this library
+// implements it (field tables, the choices the reference leaves open, and the
+// full list of validations).
 //
 //   auto reader = MegaReader::OpenFile("model.mega");          // parses + validates
 //   const MegaTensorInfo* w = (*reader)->Find("layers.0.w");

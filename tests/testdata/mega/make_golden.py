@@ -2,14 +2,14 @@
 """Writes the MEGA v1 golden files in this folder, with an independent writer.
 
 This script shares no code with the C++ library: it encodes the format from
-shared/spec/mega-v1.md with struct/numpy/zlib/hashlib only, so the C++ reader
+docs/format/mega-v1.md with struct/numpy/zlib/hashlib only, so the C++ reader
 (and, for tensorplay_dict.mega, the C++ writer) are cross-checked against a
 second implementation. zstd payloads are built by hand from RAW and RLE blocks
 (a valid zstd frame per RFC 8878), so no zstd Python module is needed.
 
 Each NAME.mega comes with NAME.expect.json, written from this script's own
 inputs (never by parsing the output), in the schema of
-shared/testdata/mega-reference/*.expect.json plus chunk/segment/MoE/overlay
+tests/testdata/mega-reference/*.expect.json plus chunk/segment/MoE/overlay
 details.
 
 Run:  /usr/bin/python3 tests/testdata/mega/make_golden.py   (from anywhere)
