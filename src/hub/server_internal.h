@@ -65,9 +65,11 @@ Status CheckWrite(const Identity& who, const std::string& ns);
 // OK when `who` holds a write token (any namespace): checked before reading
 // a body that names the namespace (then CheckWrite).
 Status CheckAnyWrite(const Identity& who);
-// Which content `who` may name by hash (store.h ContentAccess): a
-// namespace-limited hub token or a xet token of a namespace's resource is
-// limited to that namespace.
+// Which content `who` may name by hash in a write (store.h ContentAccess),
+// and the namespace its uploads are granted to: a namespace-limited hub
+// token is limited to its namespace, a xet token (which can only upload) to
+// the namespace of the resource it was issued for. Not a read rule: the CAS
+// read routes serve any content whose hash is known (docs/hub.md §4).
 ContentAccess AccessOf(const Identity& who);
 
 // ---- a matched request ----
