@@ -9,11 +9,14 @@
 #include <chrono>
 #include <thread>
 
+#include "hub/server_internal.h"
 #include "hub/test_server.h"
 
 namespace megackpt::hub::httpd {
 namespace {
 
+using ::megackpt::hub::ParseRange;
+using ::megackpt::hub::RangeRequest;
 using testing::RawConnection;
 
 class HttpServerTest : public ::testing::Test {
@@ -137,6 +140,44 @@ TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   a = e.Read();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 413);
+}
+
+// RFC 7233 §2.1/§3.1/§4.4 cases of megahub's Range parser.
+TEST(RangeParseTest, Rfc7233) {
+  using K = RangeRequest::Kind;
+  struct Case {
+    const char* header;
+    uint64_t size;
+    K kind;
+    uint64_t first, last;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"", 100, K::kWhole, 0, 0},
+           {"bytes=0-9", 100, K::kRange, 0, 9},
+           {"bytes=90-", 100, K::kRange, 90, 99},
+           {"bytes=90-1000", 100, K::kRange, 90, 99},
+           {"bytes=-10", 100, K::kRange, 90, 99},
+           {"bytes=-1000", 100, K::kRange, 0, 99},
+           {"bytes= 5-6 ", 100, K::kRange, 5, 6},
+           {"bytes=100-", 100, K::kUnsatisfiable, 0, 0},
+           {"bytes=-0", 100, K::kUnsatisfiable, 0, 0},
+           {"bytes=0-", 0, K::kUnsatisfiable, 0, 0},
+           {"bytes=-5", 0, K::kUnsatisfiable, 0, 0},
+           {"bytes=5-1", 100, K::kWhole, 0, 0},
+           {"bytes=abc", 100, K::kWhole, 0, 0},
+           {"bytes=1-2-3", 100, K::kWhole, 0, 0},
+           {"bytes=0-1,5-6", 100, K::kWhole, 0, 0},
+           {"items=0-1", 100, K::kWhole, 0, 0},
+           {"bytes=", 100, K::kWhole, 0, 0},
+           {"bytes=99999999999999999999-", 100, K::kWhole, 0, 0},
+       }) {
+    RangeRequest r = ParseRange(c.header, c.size);
+    EXPECT_EQ(r.kind, c.kind) << c.header;
+    if (c.kind == K::kRange) {
+      EXPECT_EQ(r.range.first, c.first) << c.header;
+      EXPECT_EQ(r.range.last, c.last) << c.header;
+    }
+  }
 }
 
 }  // namespace
