@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "hub/sqlite.h"
+#include "megackpt/core/path_safety.h"
 #include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
@@ -25,7 +26,6 @@ struct HubStore::Impl {
 
 namespace store_internal {
 
-inline std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // Runs `fn` in a write transaction, retrying a few times when SQLite reports
 // the database busy beyond its busy timeout (a long GC, heavy contention).
