@@ -552,7 +552,14 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
       return FailedPreconditionError(s.path + ": item " + ToString(w.index) +
                                      " is not in the file layout of the global plan");
     }
-    const LayoutItem& have = s.layout.files[it->second.first].items[it->second.second];
+    LayoutItem& have = s.layout.files[it->second.first].items[it->second.second];
+    // A bytes value planned with size 0 had no known size when planned (torch's
+    // DCP serialises objects only in write_data): its file takes the size the
+    // WriteData plan gives, if the file has not been opened yet.
+    if (have.is_bytes && want.is_bytes && have.sizes == Shape{0} && want.sizes != have.sizes &&
+        !s.slots[it->second.first].writer && !s.slots[it->second.first].done) {
+      have.sizes = want.sizes;
+    }
     if (have.dtype != want.dtype || have.sizes != want.sizes || have.is_bytes != want.is_bytes) {
       return FailedPreconditionError(s.path + ": item " + ToString(w.index) +
                                      " differs from the global plan");
