@@ -28,7 +28,7 @@ Result<BucketRow> FindBucket(SqliteDb* db, std::string_view bucket) {
       "FROM buckets b WHERE ns = ? AND name = ?"));
   st.Bind(1, parts.first).Bind(2, parts.second);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
-  if (!has) return NotFoundError("bucket " + QuoteForMessage(bucket) + " not found");
+  if (!has) return NotFoundError("bucket " + Quote(bucket) + " not found");
   BucketRow r;
   r.id = st.Int(0);
   r.info.ns = parts.first;
@@ -64,7 +64,7 @@ Result<BucketInfo> HubStore::CreateBucket(std::string_view ns, std::string_view 
     auto existing = FindBucket(db.db(), id);
     if (existing.ok()) {
       if (exist_ok) return existing->info;
-      return AlreadyExistsError("bucket " + QuoteForMessage(id) + " already exists");
+      return AlreadyExistsError("bucket " + Quote(id) + " already exists");
     }
     if (existing.status().code() != StatusCode::kNotFound) return existing.status();
     int64_t now = NowMs();
@@ -118,7 +118,7 @@ Status HubStore::BucketBatch(std::string_view bucket, const std::vector<BucketOp
         // Xet's batch format carries no size: take it from the content
         // (content the caller may not read is "not uploaded" too).
         const Status not_uploaded = FailedPreconditionError(
-            "bucket path " + QuoteForMessage(op.entry.path) + ": content " + fe.xet_hash + " was not uploaded");
+            "bucket path " + Quote(op.entry.path) + ": content " + fe.xet_hash + " was not uploaded");
         MEGA_ASSIGN_OR_RETURN(bool readable, ContentReadable(d, fe.xet_hash, access));
         if (!readable) return not_uploaded;
         MEGA_ASSIGN_OR_RETURN(auto hash, cas::MerkleHash::FromHex(fe.xet_hash));
@@ -179,7 +179,7 @@ Result<BucketEntry> HubStore::GetBucketEntry(std::string_view bucket, std::strin
   st.Bind(1, row.id).Bind(2, path);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) {
-    return NotFoundError("entry " + QuoteForMessage(path) + " not found in bucket " + std::string(bucket));
+    return NotFoundError("entry " + Quote(path) + " not found in bucket " + std::string(bucket));
   }
   return ReadBucketEntry(st);
 }

@@ -24,15 +24,15 @@ Status CheckNoFileFolderClash(SqliteDb* db, int64_t repo_id, std::string_view co
   st.Bind(1, repo_id).Bind(2, commit).Bind(3, under).Bind(4, PrefixEnd(under));
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (has) {
-    return InvalidArgumentError("path " + QuoteForMessage(path) + " is a folder (it holds " +
-                                QuoteForMessage(st.Text(0)) + ")");
+    return InvalidArgumentError("path " + Quote(path) + " is a folder (it holds " +
+                                Quote(st.Text(0)) + ")");
   }
   for (size_t slash = path.find('/'); slash != std::string_view::npos;
        slash = path.find('/', slash + 1)) {
     std::string_view parent = path.substr(0, slash);
     MEGA_ASSIGN_OR_RETURN(auto e, FindTreeEntry(db, repo_id, commit, parent));
     if (e) {
-      return InvalidArgumentError("path " + QuoteForMessage(path) + ": " + QuoteForMessage(parent) + " is a file");
+      return InvalidArgumentError("path " + Quote(path) + ": " + Quote(parent) + " is a file");
     }
   }
   return Status::OK();
@@ -42,7 +42,7 @@ Status CheckNoFileFolderClash(SqliteDb* db, int64_t repo_id, std::string_view co
 
 Result<CommitInfo> HubStore::Commit(const CommitRequest& req) {
   if (req.parent && !IsCommitId(*req.parent)) {
-    return InvalidArgumentError("parent revision " + QuoteForMessage(*req.parent) +
+    return InvalidArgumentError("parent revision " + Quote(*req.parent) +
                                 " is not a 40-hex commit id");
   }
   MEGA_RETURN_IF_ERROR(ValidateRevision(req.branch).WithContext("branch"));
@@ -168,7 +168,7 @@ Result<CommitInfo> HubStore::Commit(const CommitRequest& req) {
         case CommitOperation::Kind::kDelete: {
           MEGA_ASSIGN_OR_RETURN(bool removed, remove(op.path));
           if (!removed && !req.ignore_missing_deletes) {
-            return NotFoundError("cannot delete " + QuoteForMessage(op.path) + ": not in " + req.repo +
+            return NotFoundError("cannot delete " + Quote(op.path) + ": not in " + req.repo +
                                  " at " + base.value_or("(empty)"));
           }
           break;
@@ -185,7 +185,7 @@ Result<CommitInfo> HubStore::Commit(const CommitRequest& req) {
             paths.push_back(list.Text(0));
           }
           if (paths.empty() && !req.ignore_missing_deletes) {
-            return NotFoundError("cannot delete folder " + QuoteForMessage(op.path) + ": not in " + req.repo);
+            return NotFoundError("cannot delete folder " + Quote(op.path) + ": not in " + req.repo);
           }
           for (const auto& p : paths) MEGA_RETURN_IF_ERROR(remove(p).status());
           break;
@@ -207,7 +207,7 @@ Result<CommitInfo> HubStore::Commit(const CommitRequest& req) {
           }
           MEGA_ASSIGN_OR_RETURN(auto src, FindTreeEntry(d, src_repo.id, src_commit, op.source_path));
           if (!src) {
-            return NotFoundError("copy source " + QuoteForMessage(op.source_path) + " not found in " +
+            return NotFoundError("copy source " + Quote(op.source_path) + " not found in " +
                                  src_repo.info.id() + " at " + src_commit);
           }
           // The caller checked that it may read the source.

@@ -28,19 +28,19 @@ Result<bool> ContentReadable(SqliteDb* db, std::string_view xet_hash, const Cont
 Status CheckContent(SqliteDb* db, cas::CasStore& cas, const FileEntry& entry, std::string_view path,
                     const ContentAccess& access) {
   if (!IsXetHashText(entry.xet_hash)) {
-    return InvalidArgumentError("path " + QuoteForMessage(path) + ": bad xet hash " + QuoteForMessage(entry.xet_hash));
+    return InvalidArgumentError("path " + Quote(path) + ": bad xet hash " + Quote(entry.xet_hash));
   }
   if (!entry.sha256.empty() && !IsSha256Hex(entry.sha256)) {
-    return InvalidArgumentError("path " + QuoteForMessage(path) + ": bad sha256 " + QuoteForMessage(entry.sha256));
+    return InvalidArgumentError("path " + Quote(path) + ": bad sha256 " + Quote(entry.sha256));
   }
   if (entry.xet_hash == kEmptyXetHash) {
     if (entry.size != 0) {
-      return InvalidArgumentError("path " + QuoteForMessage(path) + ": empty-file hash with size " +
+      return InvalidArgumentError("path " + Quote(path) + ": empty-file hash with size " +
                                   std::to_string(entry.size));
     }
     return Status::OK();
   }
-  const Status not_uploaded = FailedPreconditionError("path " + QuoteForMessage(path) + ": content " +
+  const Status not_uploaded = FailedPreconditionError("path " + Quote(path) + ": content " +
                                                       entry.xet_hash + " was not uploaded");
   // Before anything else (the size check would tell a size): content the
   // caller may not read is "not uploaded", like unknown content.
@@ -67,7 +67,7 @@ Status CheckContent(SqliteDb* db, cas::CasStore& cas, const FileEntry& entry, st
                              .Bind(3, entry.sha256).Bind(4, NowMs()).Run());
   }
   if (size != entry.size) {
-    return InvalidArgumentError("path " + QuoteForMessage(path) + ": size " + std::to_string(entry.size) +
+    return InvalidArgumentError("path " + Quote(path) + ": size " + std::to_string(entry.size) +
                                 " does not match the uploaded content " + entry.xet_hash + " (" +
                                 std::to_string(size) + " bytes)");
   }
@@ -92,7 +92,7 @@ Status HubStore::RecordContent(const FileEntry& entry, bool sha256_verified,
                                std::optional<std::string> grant_ns) {
   if (entry.xet_hash == kEmptyXetHash || entry.size == 0) return Status::OK();
   if (!IsXetHashText(entry.xet_hash)) {
-    return InvalidArgumentError("bad xet hash " + QuoteForMessage(entry.xet_hash));
+    return InvalidArgumentError("bad xet hash " + Quote(entry.xet_hash));
   }
   MEGA_ASSIGN_OR_RETURN(auto hash, cas::MerkleHash::FromHex(entry.xet_hash));
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());

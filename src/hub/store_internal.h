@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "hub/sqlite.h"
-#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/hub/store.h"
 
 namespace megackpt::hub {

@@ -37,7 +37,7 @@ Result<RepoRow> FindRepo(SqliteDb* db, std::string_view repo) {
                                              " FROM repos WHERE ns = ? AND name = ?"));
   st.Bind(1, parts.first).Bind(2, parts.second);
   MEGA_ASSIGN_OR_RETURN(bool row, st.Step());
-  if (!row) return NotFoundError("repo " + QuoteForMessage(repo) + " not found");
+  if (!row) return NotFoundError("repo " + Quote(repo) + " not found");
   return ReadRepoRow(st);
 }
 
@@ -70,7 +70,7 @@ Result<std::string> Resolve(SqliteDb* db, const RepoRow& repo, std::string_view 
       if (exists) return lower;
     }
   }
-  return NotFoundError("revision " + QuoteForMessage(revision) + " not found in " + repo.info.id());
+  return NotFoundError("revision " + Quote(revision) + " not found in " + repo.info.id());
 }
 
 CommitInfo ReadCommitRow(const SqliteStmt& st, int first_col) {
@@ -121,7 +121,7 @@ Result<RepoInfo> HubStore::CreateRepo(const RepoSpec& spec, bool exist_ok) {
     auto existing = FindRepo(db.db(), id);
     if (existing.ok()) {
       if (exist_ok) return existing->info;
-      return AlreadyExistsError("repo " + QuoteForMessage(id) + " already exists");
+      return AlreadyExistsError("repo " + Quote(id) + " already exists");
     }
     if (existing.status().code() != StatusCode::kNotFound) return existing.status();
     int64_t now = NowMs();
@@ -217,7 +217,7 @@ Result<RefInfo> HubStore::CreateRef(std::string_view repo, std::string_view name
                                     std::optional<std::string> message) {
   MEGA_RETURN_IF_ERROR(ValidateRevision(name).WithContext(is_tag ? "tag name" : "branch name"));
   if (IsCommitId(name)) {
-    return InvalidArgumentError(std::string(is_tag ? "tag" : "branch") + " name " + QuoteForMessage(name) +
+    return InvalidArgumentError(std::string(is_tag ? "tag" : "branch") + " name " + Quote(name) +
                                 " looks like a commit id");
   }
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
@@ -227,7 +227,7 @@ Result<RefInfo> HubStore::CreateRef(std::string_view repo, std::string_view name
     MEGA_ASSIGN_OR_RETURN(auto existing, FindRef(db.db(), row.id, kind, name));
     if (existing) {
       if (!exist_ok) {
-        return AlreadyExistsError(std::string(kind) + " " + QuoteForMessage(name) + " already exists in " +
+        return AlreadyExistsError(std::string(kind) + " " + Quote(name) + " already exists in " +
                                   std::string(repo));
       }
       RefInfo r;
@@ -260,7 +260,7 @@ Status HubStore::DeleteRef(std::string_view repo, std::string_view name, bool is
         "DELETE FROM refs WHERE repo_id = ? AND kind = ? AND name = ?"));
     MEGA_RETURN_IF_ERROR(del.Bind(1, row.id).Bind(2, is_tag ? "tag" : "branch").Bind(3, name).Run());
     if (del.Changes() == 0) {
-      return NotFoundError(std::string(is_tag ? "tag " : "branch ") + QuoteForMessage(name) +
+      return NotFoundError(std::string(is_tag ? "tag " : "branch ") + Quote(name) +
                            " not found in " + std::string(repo));
     }
     return Status::OK();
@@ -335,7 +335,7 @@ Result<std::vector<FileEntry>> HubStore::ListFiles(std::string_view repo,
   MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
   MEGA_ASSIGN_OR_RETURN(bool exists, CommitExists(db.db(), row.id, commit_id));
   if (!exists) {
-    return NotFoundError("commit " + QuoteForMessage(commit_id) + " not found in " + std::string(repo));
+    return NotFoundError("commit " + Quote(commit_id) + " not found in " + std::string(repo));
   }
   // Range scan on the primary key: path >= prefix and path < prefix-end.
   std::string sql =
@@ -371,7 +371,7 @@ Result<FileEntry> HubStore::GetFile(std::string_view repo, std::string_view comm
   MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
   MEGA_ASSIGN_OR_RETURN(auto e, FindTreeEntry(db.db(), row.id, commit_id, path));
   if (!e) {
-    return NotFoundError("entry " + QuoteForMessage(path) + " not found in " + std::string(repo) + " at " +
+    return NotFoundError("entry " + Quote(path) + " not found in " + std::string(repo) + " at " +
                          std::string(commit_id));
   }
   return *e;

@@ -17,7 +17,7 @@ using namespace store_internal;
 Result<HubStore::MultipartUpload> HubStore::CreateMultipartUpload(MultipartUpload spec) {
   if (spec.part_size == 0) return InvalidArgumentError("multipart upload: part size 0");
   if (!IsSha256Hex(ToLower(spec.sha256))) {
-    return InvalidArgumentError("multipart upload: bad sha256 " + QuoteForMessage(spec.sha256));
+    return InvalidArgumentError("multipart upload: bad sha256 " + Quote(spec.sha256));
   }
   spec.sha256 = ToLower(spec.sha256);
   spec.id = RandomHex(16);
@@ -41,7 +41,7 @@ Result<HubStore::MultipartUpload> HubStore::GetMultipartUpload(std::string_view 
       "SELECT repo, path, revision, size, sha256, part_size, stage_only FROM uploads WHERE id = ?"));
   st.Bind(1, id);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
-  if (!has) return NotFoundError("upload " + QuoteForMessage(id) + " not found");
+  if (!has) return NotFoundError("upload " + Quote(id) + " not found");
   MultipartUpload u;
   u.id = std::string(id);
   u.repo = st.Text(0);
