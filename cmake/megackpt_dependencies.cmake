@@ -4,7 +4,7 @@
 #   fs      core only
 #   format  zstd, nlohmann_json
 #   cas     LZ4, BLAKE3 (C sources from librust-blake3-dev, compiled in)
-#   hub     SQLite3, cpp-httplib, OpenSSL::Crypto, nlohmann_json
+#   hub     SQLite3, libmicrohttpd, libcurl, OpenSSL::Crypto, nlohmann_json
 #   dist    MPI (only with MEGACKPT_WITH_MPI)
 #   dcp     zlib (crc32_combine), nlohmann_json
 #   tools   CLI11
@@ -31,10 +31,9 @@ endif()
 
 if(MEGACKPT_WITH_HUB)
   find_package(SQLite3 REQUIRED)
-  # Debian's cpp-httplib is a compiled library (libcpp-httplib.so) whose header
-  # must be used with the same feature macros it was built with (its pkg-config
-  # Cflags: OpenSSL, zlib, brotli support), or class layouts would differ.
-  pkg_check_modules(MEGACKPT_CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  # HTTP: libmicrohttpd serves megahub, libcurl is the client (docs/hub.md).
+  pkg_check_modules(MEGACKPT_MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+  pkg_check_modules(MEGACKPT_LIBCURL REQUIRED IMPORTED_TARGET libcurl)
   # CMake >= 4.3 names the target SQLite3::SQLite3 (SQLite::SQLite3 deprecated).
   if(TARGET SQLite3::SQLite3)
     set(MEGACKPT_SQLITE_TARGET SQLite3::SQLite3)

@@ -7,7 +7,7 @@ megackpt_run("configure lean" COMMAND ${CMAKE_COMMAND} -S ${MEGACKPT_SOURCE_DIR}
              -DMEGACKPT_BUILD_EXAMPLES=ON -DMEGACKPT_INSTALL=ON)
 # What was looked for: none of the heavy dependencies.
 file(READ ${TMP}/build/CMakeCache.txt cache)
-foreach(dep SQLite3_INCLUDE_DIR MPI_C_COMPILER MEGACKPT_CPP_HTTPLIB_FOUND MEGACKPT_LZ4_FOUND CLI11_DIR GTest_DIR)
+foreach(dep SQLite3_INCLUDE_DIR MPI_C_COMPILER MEGACKPT_MICROHTTPD_FOUND MEGACKPT_LIBCURL_FOUND MEGACKPT_LZ4_FOUND CLI11_DIR GTest_DIR)
   if(cache MATCHES "\n${dep}[:=]")
     megackpt_cleanup()
     message(FATAL_ERROR "the lean configuration looked for ${dep}")
@@ -17,7 +17,7 @@ megackpt_run("build lean" COMMAND ${CMAKE_COMMAND} --build ${TMP}/build --target
 find_program(LDD ldd)
 if(LDD)
   megackpt_run("ldd" COMMAND ${LDD} ${TMP}/build/examples/example_save_load)
-  foreach(lib sqlite3 httplib mpi lz4)
+  foreach(lib sqlite3 microhttpd curl mpi lz4)
     if(megackpt_last_output MATCHES "lib[^ ]*${lib}")
       megackpt_cleanup()
       message(FATAL_ERROR "the lean library links ${lib}")

@@ -7,7 +7,7 @@
 #    `pkg-config --cflags --libs megackpt` and run.
 #  lean_build: this source tree configured without hub, CAS, MPI, tools and
 #    tests (the lean local-only library), building only examples/save_load,
-#    which must not link SQLite, cpp-httplib or MPI, and must run.
+#    which must not link SQLite, the HTTP libraries or MPI, and must run.
 # Both configure with this build's CMake, generator and compiler, under ccache.
 set(megackpt_packaging_args
   -DMEGACKPT_SOURCE_DIR=${PROJECT_SOURCE_DIR}
