@@ -5,6 +5,7 @@
 
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/mega_storage.h"
 
 namespace megackpt::dcp::mega_storage {
@@ -134,6 +135,8 @@ Status Commit(fs::FileSystem& fs, const CommitRequest& req, const PreviousState&
   // The other format's index goes first when it described files we remove.
   if (cleanup.remove_other_index) fs.Remove(fs::JoinPath(req.dir, req.other_index_name)).IgnoreError();
   for (const auto& name : cleanup.remove) fs.Remove(fs::JoinPath(req.dir, name)).IgnoreError();
+  // Files of another layout (an fs save's .distcp files) go too.
+  RemoveOtherLayouts(fs, req.dir, StorageLayout::kMega);
   return Status::OK();
 }
 

@@ -34,6 +34,8 @@
 #include <vector>
 
 #include "megackpt/commands.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/format/convert.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/index_file.h"
@@ -168,7 +170,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
   }
   size_t wname = 4, wshape = 5, wfile = 4;
   for (const auto& t : model.tensors) {
-    wname = std::max(wname, std::min<size_t>(t.name.size(), 60));
+    wname = std::max(wname, std::min<size_t>(EscapeForMessage(t.name).size(), 60));
     wshape = std::max(wshape, ShapeToString(t.shape).size());
     wfile = std::max(wfile, model.files[t.file].name.size());
   }
@@ -176,7 +178,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
               static_cast<int>(wshape), "shape", "nbytes", static_cast<int>(wfile), "file");
   for (const auto& t : model.tensors) {
     std::printf("%-*s  %-8s  %-*s  %14llu  %-*s\n", static_cast<int>(wname),
-                Truncate(t.name, 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                Truncate(EscapeForMessage(t.name), 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
                 static_cast<int>(wshape), ShapeToString(t.shape).c_str(),
                 static_cast<unsigned long long>(t.nbytes), static_cast<int>(wfile),
                 model.files[t.file].name.c_str());
@@ -187,7 +189,105 @@ int ExitFor(const Status& s) {
   return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
+// The folder of a DCP checkpoint (fs or MEGA storage) when PATH is one (a folder
+// holding .metadata, or that .metadata file): inspect, verify and convert then
+// describe it from its .metadata (dcp/checkpoint_folder.h), so they agree on
+// what it holds.
+std::optional<std::string> DcpFolder(const std::string& path) {
+  std::error_code ec;
+  stdfs::path p(path);
+  if (p.filename() == ".metadata") {
+    std::string dir = p.parent_path().string();
+    return dir.empty() ? std::string(".") : dir;
+  }
+  if (stdfs::is_directory(p, ec) && stdfs::exists(stdfs::symlink_status(p / ".metadata", ec))) {
+    return path;
+  }
+  return std::nullopt;
+}
+
+std::string FilesOf(const dcp::EntrySummary& e) {
+  if (e.files.size() == 1) return e.files[0];
+  return std::to_string(e.files.size()) + " files";
+}
+
+std::string DcpCountLine(const dcp::CheckpointSummary& s) {
+  std::string line = std::to_string(s.tensors) + " tensors";
+  if (s.bytes_values) line += " + " + std::to_string(s.bytes_values) + " bytes values";
+  line += ", " + HumanBytes(s.tensor_bytes + s.bytes_value_bytes);
+  size_t pieces = s.metadata.storage_data.size();
+  line += " (" + std::to_string(s.sharded_tensors) + " sharded, " + std::to_string(pieces) +
+          " stored pieces) in " + std::to_string(s.files.size()) + " file" +
+          (s.files.size() == 1 ? "" : "s");
+  return line;
+}
+
+int RunInspectDcp(const std::string& dir, bool as_json) {
+  auto s = dcp::DescribeDcpCheckpoint(dir);
+  if (!s.ok()) {
+    std::fprintf(stderr, "megackpt inspect: %s\n", s.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (as_json) {
+    ordered_json doc = ordered_json::object();
+    doc["format"] = std::string(dcp::StorageLayoutName(s->layout));
+    doc["path"] = dir;
+    ordered_json meta = ordered_json::object();
+    meta["producer"] = s->metadata.version;
+    if (s->metadata.storage_meta) meta["save_id"] = s->metadata.storage_meta->save_id;
+    doc["metadata"] = std::move(meta);
+    ordered_json tensors = ordered_json::array(), bytes = ordered_json::array();
+    for (const auto& e : s->entries) {
+      ordered_json j = ordered_json::object();
+      j["name"] = e.fqn;
+      if (e.is_bytes) {
+        j["nbytes"] = e.nbytes;
+        j["file"] = FilesOf(e);
+        bytes.push_back(std::move(j));
+        continue;
+      }
+      j["dtype"] = std::string(DTypeName(e.dtype));
+      j["shape"] = e.shape;
+      j["nbytes"] = e.nbytes;
+      j["file"] = FilesOf(e);
+      j["chunks"] = e.chunks;
+      j["files"] = e.files;
+      tensors.push_back(std::move(j));
+    }
+    doc["tensors"] = std::move(tensors);
+    doc["bytes"] = std::move(bytes);
+    ordered_json files = ordered_json::array();
+    for (const auto& f : s->files) {
+      std::error_code ec;
+      files.push_back({{"name", f}, {"size", static_cast<uint64_t>(stdfs::file_size(stdfs::path(dir) / f, ec))}});
+    }
+    doc["files"] = std::move(files);
+    doc["total_nbytes"] = s->tensor_bytes;
+    doc["stored_pieces"] = s->metadata.storage_data.size();
+    std::printf("%s\n", doc.dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  std::printf("%s: %s checkpoint, %s\n", dir.c_str(), dcp::StorageLayoutName(s->layout),
+              DcpCountLine(*s).c_str());
+  size_t wname = 4, wshape = 5;
+  for (const auto& e : s->entries) {
+    wname = std::max(wname, std::min<size_t>(EscapeForMessage(e.fqn).size(), 60));
+    wshape = std::max(wshape, ShapeToString(e.shape).size());
+  }
+  std::printf("%-*s  %-8s  %-*s  %14s  %6s  %s\n", static_cast<int>(wname), "name", "dtype",
+              static_cast<int>(wshape), "shape", "nbytes", "chunks", "file");
+  for (const auto& e : s->entries) {
+    std::printf("%-*s  %-8s  %-*s  %14llu  %6zu  %s\n", static_cast<int>(wname),
+                Truncate(EscapeForMessage(e.fqn), 60).c_str(),
+                e.is_bytes ? "bytes" : std::string(DTypeName(e.dtype)).c_str(),
+                static_cast<int>(wshape), ShapeToString(e.shape).c_str(),
+                static_cast<unsigned long long>(e.nbytes), e.chunks, FilesOf(e).c_str());
+  }
+  return kExitOk;
+}
+
 int RunInspect(const std::string& path, bool as_json) {
+  if (auto dir = DcpFolder(path)) return RunInspectDcp(*dir, as_json);
   auto input = format::ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
@@ -199,7 +299,7 @@ int RunInspect(const std::string& path, bool as_json) {
     return kExitFailure;
   }
   if (as_json) {
-    std::printf("%s\n", InspectJson(*model).dump(2).c_str());
+    std::printf("%s\n", InspectJson(*model).dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
   } else {
     PrintInspectTable(*model);
   }
@@ -247,15 +347,18 @@ void VerifyModelFile(const format::CheckpointFile& f, ProblemList& problems, uin
   *checked_tensors += n;
 }
 
-int RunVerify(const std::string& path, bool quiet) {
-  auto input = format::ResolveCheckpointPath(path);
-  if (!input.ok()) {
-    std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
-    return ExitFor(input.status());
-  }
-  ProblemList problems;
-  std::vector<std::string> warnings;
+struct FormatVerifyCounts {
   uint64_t checked = 0, files_ok = 0, files = 0, bytes = 0;
+};
+
+// Verifies a MEGA / safetensors file or an index with its shards (every shard
+// checksum, the weight_map truthful in both directions).
+void VerifyFormatInput(const format::CheckpointPath* input, ProblemList& problems,
+                       std::vector<std::string>& warnings, FormatVerifyCounts* counts) {
+  uint64_t& checked = counts->checked;
+  uint64_t& files_ok = counts->files_ok;
+  uint64_t& files = counts->files;
+  uint64_t& bytes = counts->bytes;
   const format::OpenCheckpointOptions options{.mmap = false, .verify_checksums = true};
   if (!format::IsIndexKind(input->kind)) {
     ++files;
@@ -318,6 +421,11 @@ int RunVerify(const std::string& path, bool quiet) {
       for (const std::string& shard : shard_set) {
         ++files;
         const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
+        if (Status inside = CheckResolvesInside(folder.empty() ? "." : folder, shard_path);
+            !inside.ok()) {
+          problems.Add(inside);
+          continue;
+        }
         auto f = format::OpenCheckpointFile(shard_path, shard, options);
         if (!f.ok()) {
           problems.Add(f.status().code() == StatusCode::kNotFound
@@ -339,25 +447,27 @@ int RunVerify(const std::string& path, bool quiet) {
           if (it == index->weight_map.end() && ct != chunk_files.end() && ct->second.count(shard)) {
             mapped_bytes += t.nbytes;  // a listed chunk of a sharded tensor
           } else if (it == index->weight_map.end()) {
-            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
-                         "' is not listed in the index's weight_map");
+            problems.Add("DataLoss: " + shard_path + ": tensor " + QuoteForMessage(t.name) +
+                         " is not listed in the index's weight_map");
           } else if (it->second != shard) {
-            problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name + "' is mapped to '" +
-                         it->second + "' by the index");
+            problems.Add("DataLoss: " + shard_path + ": tensor " + QuoteForMessage(t.name) + " is mapped to " +
+                         QuoteForMessage(it->second) + " by the index");
           } else {
             mapped_bytes += t.nbytes;
           }
         }
         for (const auto& [fqn, files_of_fqn] : chunk_files) {
           if (files_of_fqn.count(shard) && !in_file.count(fqn)) {
-            problems.Add("DataLoss: " + input->path + ": index lists a chunk of '" + fqn +
-                         "' in shard '" + shard + "' but " + shard_path + " has no such tensor");
+            problems.Add("DataLoss: " + input->path + ": index lists a chunk of " + QuoteForMessage(fqn) +
+                         " in shard " + QuoteForMessage(shard) + " but " + shard_path +
+                         " has no such tensor");
           }
         }
         for (const auto& name : index->TensorsInShard(shard)) {
           if (!in_file.count(name)) {
-            problems.Add("DataLoss: " + input->path + ": index maps tensor '" + name +
-                         "' to shard '" + shard + "' but " + shard_path + " has no such tensor");
+            problems.Add("DataLoss: " + input->path + ": index maps tensor " + QuoteForMessage(name) +
+                         " to shard " + QuoteForMessage(shard) + " but " + shard_path +
+                         " has no such tensor");
           }
         }
         VerifyModelFile(m.files[0], problems, &checked);
@@ -371,6 +481,60 @@ int RunVerify(const std::string& path, bool quiet) {
       }
     }
   }
+}
+
+// A DCP checkpoint (fs or MEGA storage): every stored piece read whole through
+// the storage's reader with verification on (dcp::VerifyDcpCheckpoint: every
+// checksum block of every .distcp item); MEGA folders also get the index and
+// shard checks above. Counts come from .metadata, as inspect shows them.
+int RunVerifyDcp(const std::string& dir, bool quiet) {
+  auto report = dcp::VerifyDcpCheckpoint(dir);
+  if (!report.ok()) {
+    std::fprintf(stderr, "megackpt verify: FAILED: %s\n", report.status().ToString().c_str());
+    return kExitFailure;
+  }
+  ProblemList problems;
+  std::vector<std::string> warnings;
+  for (const Status& p : report->problems) problems.Add(p);
+  if (report->summary.layout == dcp::StorageLayout::kMega) {
+    auto input = format::ResolveCheckpointPath(dir);
+    if (input.ok()) {
+      FormatVerifyCounts counts;
+      VerifyFormatInput(&*input, problems, warnings, &counts);
+    } else {
+      problems.Add(input.status());
+    }
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
+  auto list = problems.Snapshot();
+  if (!list.empty()) {
+    for (const auto& p : list) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s\n", dir.c_str(), list.size(),
+                 list.size() == 1 ? "" : "s");
+    return kExitFailure;
+  }
+  if (!quiet) {
+    std::printf("OK %s: %s checkpoint, %s; %llu pieces (%s) read and verified\n", dir.c_str(),
+                dcp::StorageLayoutName(report->summary.layout), DcpCountLine(report->summary).c_str(),
+                static_cast<unsigned long long>(report->chunks_checked),
+                HumanBytes(report->bytes_checked).c_str());
+  }
+  return kExitOk;
+}
+
+int RunVerify(const std::string& path, bool quiet) {
+  if (auto dir = DcpFolder(path)) return RunVerifyDcp(*dir, quiet);
+  auto input = format::ResolveCheckpointPath(path);
+  if (!input.ok()) {
+    std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
+    return ExitFor(input.status());
+  }
+  ProblemList problems;
+  std::vector<std::string> warnings;
+  FormatVerifyCounts counts;
+  VerifyFormatInput(&*input, problems, warnings, &counts);
+  const uint64_t checked = counts.checked, files_ok = counts.files_ok, files = counts.files,
+                 bytes = counts.bytes;
   for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
   auto list = problems.Snapshot();
   if (!list.empty()) {
@@ -490,6 +654,29 @@ class ProgressListener : public format::ConvertListener {
 // says it is ignored for safetensors output).
 int RunConvert(const std::string& src_path, const std::string& dst, const format::ConvertOptions& o,
                bool show_progress, bool mega_options_given) {
+  // A DCP checkpoint converts only when every entry is a whole tensor in MEGA /
+  // safetensors shards; anything else would lose entries.
+  std::optional<dcp::CheckpointSummary> dcp_summary;
+  if (auto dir = DcpFolder(src_path)) {
+    auto s = dcp::DescribeDcpCheckpoint(*dir);
+    if (!s.ok()) {
+      std::fprintf(stderr, "megackpt convert: %s\n", s.status().ToString().c_str());
+      return kExitFailure;
+    }
+    if (s->layout == dcp::StorageLayout::kFileSystem || s->sharded_tensors > 0) {
+      std::fprintf(stderr,
+                   "megackpt convert: %s is a %s checkpoint with %zu of %zu tensors stored in "
+                   "chunks%s; convert reads whole tensors from MEGA/safetensors files and would "
+                   "drop entries. Run `megackpt consolidate %s DST` (whole tensors, MEGA or "
+                   "--format safetensors) first, then convert DST\n",
+                   dir->c_str(), dcp::StorageLayoutName(s->layout), s->sharded_tensors, s->tensors,
+                   s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)"
+                                                                 : "",
+                   dir->c_str());
+      return kExitFailure;
+    }
+    dcp_summary = std::move(*s);
+  }
   auto input = format::ResolveCheckpointPath(src_path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
@@ -498,6 +685,15 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   auto model = format::OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (dcp_summary && model->tensors.size() != dcp_summary->tensors + dcp_summary->bytes_values) {
+    std::fprintf(stderr,
+                 "megackpt convert: %s: its .metadata holds %zu tensors + %zu bytes values but "
+                 "its index maps %zu; convert would not carry every entry. Run `megackpt "
+                 "consolidate` first\n",
+                 src_path.c_str(), dcp_summary->tensors, dcp_summary->bytes_values,
+                 model->tensors.size());
     return kExitFailure;
   }
   auto dest = format::PlanDestination(dst, model->format(), o);
@@ -511,9 +707,9 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
                  "MEGA output only; ignored for safetensors\n");
   }
   auto plan = format::PlanConversion(*model, *dest, o);
-  if (!plan.ok()) {  // an output would overwrite the source
+  if (!plan.ok()) {  // an output would overwrite the source (2), or sharded input (1)
     std::fprintf(stderr, "megackpt convert: %s\n", plan.status().message().c_str());
-    return kExitUsage;
+    return plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage;
   }
   Progress progress(show_progress, model->total_bytes);
   ProgressListener listener(&progress);
