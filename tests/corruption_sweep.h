@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +43,7 @@ struct Flip {
   uint64_t offset = 0;
   int bit = 0;
   bool stored = false;  // inside a stored piece (verify must fail)
+  std::string fqn;      // that piece's entry (errors must name it)
 };
 
 inline uint64_t Mix(uint64_t x) {
@@ -107,14 +109,18 @@ inline void FlipBit(const std::string& path, uint64_t offset, int bit) {
 // `per_file` evenly spread offsets (headers, padding, metadata text).
 inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, size_t per_file) {
   std::vector<Flip> flips;
-  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> stored;
+  struct Range {
+    uint64_t begin, end;
+    std::string fqn;
+  };
+  std::map<std::string, std::vector<Range>> stored;
   uint64_t h = 11;
   for (const auto& [idx, info] : md.storage_data) {
-    stored[info.relative_path].push_back({info.offset, info.offset + info.length});
+    stored[info.relative_path].push_back({info.offset, info.offset + info.length, idx.fqn});
     if (info.length == 0) continue;
     h = Mix(h);
     for (uint64_t at : {info.offset, info.offset + info.length - 1, info.offset + h % info.length}) {
-      flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h + at) % 8), true});
+      flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h + at) % 8), true, idx.fqn});
     }
   }
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -125,10 +131,16 @@ inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, s
     std::set<uint64_t> at = {0, size - 1};
     for (size_t k = 1; k <= per_file; ++k) at.insert(size * k / (per_file + 1));
     for (uint64_t a : at) {
-      bool in_stored = false;
-      for (const auto& [b, c] : stored[name]) in_stored = in_stored || (a >= b && a < c);
+      Flip f{name, a, 0, false, ""};
+      for (const Range& r : stored[name]) {
+        if (a >= r.begin && a < r.end) {
+          f.stored = true;
+          f.fqn = r.fqn;
+        }
+      }
       h = Mix(h + a);
-      flips.push_back(Flip{name, a, static_cast<int>(h % 8), in_stored});
+      f.bit = static_cast<int>(h % 8);
+      flips.push_back(std::move(f));
     }
   }
   return flips;
@@ -171,6 +183,11 @@ inline size_t RunSweep(const Storage& storage, uint64_t state_bytes, size_t per_
         EXPECT_NE(s.message().find(f.file), std::string::npos)
             << storage.name << ": error at world " << world << " after flipping " << where
             << " does not name the file: " << s.ToString();
+        if (f.stored) {
+          EXPECT_NE(s.message().find("'" + f.fqn + "'"), std::string::npos)
+              << storage.name << ": error at world " << world << " after flipping " << where
+              << " does not name the tensor '" << f.fqn << "': " << s.ToString();
+        }
       }
     }
     auto report = VerifyDcpCheckpoint(dir);
@@ -182,6 +199,9 @@ inline size_t RunSweep(const Storage& storage, uint64_t state_bytes, size_t per_
     }
     if (f.stored) {
       EXPECT_FALSE(problems.empty()) << storage.name << ": verify passed after flipping " << where;
+      EXPECT_NE(problems.find("'" + f.fqn + "'"), std::string::npos)
+          << storage.name << ": verify after flipping " << where << " does not name '" << f.fqn
+          << "': " << problems;
     }
     if (!problems.empty()) {
       EXPECT_NE(problems.find(f.file), std::string::npos)
