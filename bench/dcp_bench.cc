@@ -263,7 +263,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
   *table += FormatRow("limit: warm read, reused buffer", pc_read) + "\n";
   *table += FormatRow("load (verified, default)", load, pc_read.median) + "\n";
-  *table += FormatRow("load --verify off", load_unverified, pc_read.median) + "\n";
+  *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median) + "\n";
   char mem[160];
   std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
                 peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");
