@@ -11,6 +11,7 @@
 
 #include "dcp/whole_pieces.h"
 #include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/mega_storage.h"
 
@@ -183,7 +184,7 @@ Result<CheckpointSummary> DescribeDcpCheckpoint(const std::string& dir,
       e.is_bytes = true;
       auto it = s.metadata.storage_data.find(MetadataIndex(fqn));
       if (it == s.metadata.storage_data.end()) {
-        return DataLossError(full + ": bytes entry " + QuoteForMessage(fqn) + " has no storage entry");
+        return DataLossError(full + ": bytes entry " + Quote(fqn) + " has no storage entry");
       }
       e.nbytes = it->second.length;
       e.shape = {static_cast<int64_t>(e.nbytes)};
@@ -203,7 +204,7 @@ Result<CheckpointSummary> DescribeDcpCheckpoint(const std::string& dir,
         auto it = s.metadata.storage_data.find(MetadataIndex(fqn, c.offsets));
         if (it == s.metadata.storage_data.end()) {
           return DataLossError(full + ": chunk " + ShapeToString(c.offsets) + " of " +
-                               QuoteForMessage(fqn) + " has no storage entry");
+                               Quote(fqn) + " has no storage entry");
         }
         files.insert(it->second.relative_path);
       }
@@ -306,7 +307,7 @@ Status CheckNoOtherLayout(fs::FileSystem& fs, const std::string& dir, StorageLay
   }
   if (other.empty()) return Status::OK();
   std::string names;
-  for (size_t i = 0; i < other.size() && i < 3; ++i) names += (i ? ", " : "") + QuoteForMessage(other[i]);
+  for (size_t i = 0; i < other.size() && i < 3; ++i) names += (i ? ", " : "") + Quote(other[i]);
   if (other.size() > 3) names += ", ...";
   return AlreadyExistsError(dir + " holds files of another checkpoint layout (" + names +
                             "); a " + StorageLayoutName(kept) +

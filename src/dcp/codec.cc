@@ -12,6 +12,7 @@
 
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -221,7 +222,7 @@ Status CheckHeader(const Node& root, std::string_view format, int max_version) {
   MEGA_ASSIGN_OR_RETURN(Node f, root.Member("format"));
   MEGA_ASSIGN_OR_RETURN(std::string fs, f.String());
   if (fs != format) {
-    return f.Error("is \"" + EscapeForMessage(fs) + "\", expected \"" + std::string(format) + "\"");
+    return f.Error("is \"" + EscapeBytes(fs) + "\", expected \"" + std::string(format) + "\"");
   }
   MEGA_ASSIGN_OR_RETURN(Node v, root.Member("version"));
   MEGA_ASSIGN_OR_RETURN(int64_t ver, v.Int());
@@ -267,7 +268,7 @@ Result<ChunkStorageMetadata> ParseChunk(const Node& n) {
 Result<DType> ParseDType(const Node& n) {
   MEGA_ASSIGN_OR_RETURN(std::string name, n.String());
   auto d = DTypeFromName(name);
-  if (!d.ok()) return n.Error("unknown dtype \"" + EscapeForMessage(name) + "\"");
+  if (!d.ok()) return n.Error("unknown dtype \"" + EscapeBytes(name) + "\"");
   return *d;
 }
 
@@ -293,7 +294,7 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
     };
     bool ok = (c.size() == 6 + 8 && c.starts_with("crc32:") && all_hex(c.substr(6))) ||
               (c.size() == 7 + 64 && c.starts_with("sha256:") && all_hex(c.substr(7)));
-    if (!ok) return n.Error("checksum \"" + EscapeForMessage(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
+    if (!ok) return n.Error("checksum \"" + EscapeBytes(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
   }
   MEGA_ASSIGN_OR_RETURN(info.block_size, n.OptUint("block_size"));
   if (info.block_size != 0) {
@@ -389,7 +390,7 @@ Result<WriteItem> ParseWriteItem(const Node& n) {
   } else if (t == "BYTE_IO") {
     item.type = WriteItemType::kByteIO;
   } else {
-    return type.Error("unknown write item type \"" + EscapeForMessage(t) + "\"");
+    return type.Error("unknown write item type \"" + EscapeBytes(t) + "\"");
   }
   if (item.type == WriteItemType::kByteIO) {
     MEGA_ASSIGN_OR_RETURN(item.bytes_size, n.OptUint("bytes_size"));
@@ -418,7 +419,7 @@ Result<ReadItem> ParseReadItem(const Node& n) {
   } else if (t == "BYTE_IO") {
     item.type = LoadItemType::kByteIO;
   } else {
-    return type.Error("unknown read item type \"" + EscapeForMessage(t) + "\"");
+    return type.Error("unknown read item type \"" + EscapeBytes(t) + "\"");
   }
   MEGA_ASSIGN_OR_RETURN(Node di, n.Member("dest_index"));
   MEGA_ASSIGN_OR_RETURN(item.dest_index, ParseIndex(di));
@@ -476,7 +477,7 @@ Status CheckContentCrc(std::string_view text, const Node& root) {
   std::snprintf(buf, sizeof buf, "%08x", Crc32(AsBytes(body)));
   if (stored != buf) {
     return DataLossError("metadata: content checksum mismatch (content_crc32 " +
-                         EscapeForMessage(stored) + ", computed " + buf +
+                         EscapeBytes(stored) + ", computed " + buf +
                          "): the metadata file is damaged");
   }
   return Status::OK();
@@ -497,14 +498,14 @@ Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
     MEGA_RETURN_IF_ERROR(e.ExpectObject());
     MEGA_ASSIGN_OR_RETURN(Node fqn_node, e.Member("fqn"));
     MEGA_ASSIGN_OR_RETURN(std::string fqn, fqn_node.String());
-    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + EscapeForMessage(fqn) + "\"");
+    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + EscapeBytes(fqn) + "\"");
     MEGA_ASSIGN_OR_RETURN(Node type, e.Member("type"));
     MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
     if (t == "bytes") {
       md.state_dict_metadata.emplace(fqn, BytesStorageMetadata{});
       continue;
     }
-    if (t != "tensor") return type.Error("unknown entry type \"" + EscapeForMessage(t) + "\"");
+    if (t != "tensor") return type.Error("unknown entry type \"" + EscapeBytes(t) + "\"");
     TensorStorageMetadata tm;
     MEGA_ASSIGN_OR_RETURN(Node dt, e.Member("dtype"));
     MEGA_ASSIGN_OR_RETURN(tm.properties.dtype, ParseDType(dt));

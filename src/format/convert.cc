@@ -13,6 +13,7 @@
 
 #include "megackpt/core/file.h"
 #include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/core/tensor.h"
 
 #ifndef MADV_POPULATE_READ
@@ -520,7 +521,7 @@ Result<ConvertPlan> PlanConversion(const OpenedCheckpoint& source,
                            ? "its index lists tensors stored in chunks (\"tensorplay.dcp.sharded\")"
                            : std::to_string(source.unlisted_tensors.size()) +
                                  " tensors in its shards are not in the weight_map (first: " +
-                                 QuoteForMessage(source.unlisted_tensors[0]) + ")";
+                                 Quote(source.unlisted_tensors[0]) + ")";
     return FailedPreconditionError(
         source.input.path + " is a sharded checkpoint: " + what +
         "; convert would drop them. Run `megackpt consolidate SRC DST` first (whole tensors, "

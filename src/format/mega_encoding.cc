@@ -5,6 +5,7 @@
 
 #include "format/mega_internal.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::format {
 namespace mega_internal {
@@ -276,54 +277,6 @@ void ByteUnshuffle(const std::byte* shuffled, std::byte* plain, size_t bytes, si
   }
 }
 
-// ---- CRC-32 combination ---------------------------------------------------------
-// Appending len_b zero bytes to A is a linear map on the CRC register over GF(2);
-// we apply it by repeated squaring of the one-zero-bit operator, then xor crc(B).
-
-namespace {
-
-uint32_t Gf2Times(const uint32_t* mat, uint32_t vec) {
-  uint32_t sum = 0;
-  for (int i = 0; vec != 0; ++i, vec >>= 1) {
-    if (vec & 1) sum ^= mat[i];
-  }
-  return sum;
-}
-
-void Gf2Square(uint32_t* square, const uint32_t* mat) {
-  for (int n = 0; n < 32; ++n) square[n] = Gf2Times(mat, mat[n]);
-}
-
-}  // namespace
-
-namespace {
-
-// kZeroOps[k] appends 2^k zero bytes to a CRC register (as a 32x32 GF(2) matrix).
-struct ZeroOperators {
-  uint32_t op[64][32];
-  ZeroOperators() {
-    uint32_t one_bit[32], a[32], b[32];
-    one_bit[0] = 0xEDB88320u;  // reflected polynomial: operator for one zero bit
-    for (int n = 1; n < 32; ++n) one_bit[n] = 1u << (n - 1);
-    Gf2Square(a, one_bit);  // 2 bits
-    Gf2Square(b, a);        // 4 bits
-    Gf2Square(op[0], b);    // 8 bits = 1 byte
-    for (int k = 1; k < 64; ++k) Gf2Square(op[k], op[k - 1]);
-  }
-};
-
-}  // namespace
-
-uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  if (len_b == 0) return crc_a;
-  if (crc_a == 0) return crc_b;  // the zero-append operator is linear: 0 stays 0
-  static const ZeroOperators kOps;
-  for (int k = 0; len_b != 0; ++k, len_b >>= 1) {
-    if (len_b & 1) crc_a = Gf2Times(kOps.op[k], crc_a);
-  }
-  return crc_a ^ crc_b;
-}
-
 // ---- strided byte streams ---------------------------------------------------------
 
 namespace {
@@ -455,13 +408,7 @@ void AppendU4(std::string& out, uint32_t v) {
 
 }  // namespace
 
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    if (DecodeUtf8(s, &i) < 0) return false;
-  }
-  return true;
-}
+bool IsValidUtf8(std::string_view s) { return core::IsValidUtf8(s); }
 
 std::string PyJsonQuote(std::string_view s) {
   std::string out = "\"";

@@ -173,8 +173,8 @@ void ByteShuffle(const std::byte* plain, std::byte* shuffled, size_t bytes, size
 void ByteUnshuffle(const std::byte* shuffled, std::byte* plain, size_t bytes, size_t elem_size);
 
 // ---- CRC-32 combination ----------------------------------------------------------
-// CRC-32 of A||B from crc(A), crc(B) and len(B) (zlib crc32_combine semantics).
-uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+// CRC-32 of A||B from crc(A), crc(B) and len(B): the one implementation in core.
+using core::Crc32Combine;
 
 // ---- strided tensors as byte streams ---------------------------------------------
 // Copies bytes [offset, offset + out.size()) of t's dense (row-major) form into

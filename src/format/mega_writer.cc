@@ -34,6 +34,7 @@
 
 #include "format/mega_internal.h"
 #include "format/quote.h"
+#include "megackpt/format/mega_encoder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/core/thread_pool.h"
@@ -222,6 +223,11 @@ class StagingPool {
   std::vector<std::shared_ptr<std::byte>> free_;
 };
 
+struct PayloadHasher {
+  uint32_t crc = 0;
+  Sha256 sha;
+};
+
 bool IsProfileKey(std::string_view key) {
   return key == "general.architecture" || key == "general.alignment" ||
          key == "mega.tensor_info.format" || key == "tensorplay.container" ||
@@ -297,43 +303,55 @@ Status MegaWriter::AddTensor(std::string name, const Tensor& tensor,
   return Status::OK();
 }
 
-Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
-  if (finished_) return FailedPreconditionError("MegaWriter: Finish called twice");
-  finished_ = true;
+// ---- Finish, step by step ------------------------------------------------------------
+
+namespace {
+
+// Everything one Finish works on.
+struct FinishState {
+  const std::string& fname;
+  const MegaWriterOptions& o;
+  ThreadPool* pool = nullptr;
+  int par = 1;
+  bool positioned = false;
+  std::vector<Unit> units;
+  std::vector<std::vector<size_t>> tensor_units;
+  std::vector<bool> tensor_chunked;
+  std::unique_ptr<MegaEncoder> encoder;
+  std::vector<WorkItem> items;
+};
+
+}  // namespace
+
+class MegaWriter::Finisher {
+ public:
+  Finisher(const std::vector<PendingTensor>& tensors, const MegaMetadata& user_metadata,
+           const MegaWriterOptions& options)
+      : tensors_(tensors), user_metadata_(user_metadata), options_(options) {}
+
+// 0. Options that cannot be written.
+  Status CheckFinishOptions(const std::string& fname, const WritableFile& file) const {
   const MegaWriterOptions& o = options_;
-  const std::string& fname = file.name();
-  // Alignments are padding sizes: 0 is meaningless and huge ones would make the
-  // header (or the gaps) absurdly large.
-  constexpr uint64_t kMaxAlignment = 1ull << 30;
-  if (o.alignment == 0 || o.alignment > kMaxAlignment) {
-    return InvalidArgumentError(fname + ": MegaWriter alignment " + std::to_string(o.alignment) +
-                                " (must be 1..2^30)");
-  }
-  if (o.tensor_alignment == 0 || o.tensor_alignment > kMaxAlignment) {
-    return InvalidArgumentError(fname + ": MegaWriter tensor_alignment " +
-                                std::to_string(o.tensor_alignment) + " (must be 1..2^30)");
-  }
   if (!(o.min_ratio > 0)) return InvalidArgumentError(fname + ": MegaWriter min_ratio must be > 0");
   if (o.zstd_level < ZSTD_minCLevel() || o.zstd_level > ZSTD_maxCLevel()) {
     return InvalidArgumentError(fname + ": zstd level " + std::to_string(o.zstd_level) + " out of range");
   }
   if (file.size() != 0) return InvalidArgumentError(fname + ": MegaWriter needs an empty file");
-  const bool positioned = file.supports_write_at();
-  ThreadPool* pool = o.max_parallel > 1 ? (o.pool ? o.pool : &ThreadPool::Default()) : nullptr;
-  const int par = std::max(o.max_parallel, 1);
-  const size_t block = o.io_block_size;
+  return Status::OK();
+}
 
-  // ---- 1. units ----------------------------------------------------------------
-  std::vector<Unit> units;
-  std::vector<std::vector<size_t>> tensor_units(tensors_.size());
-  std::vector<bool> tensor_chunked(tensors_.size(), false);
+// 1. Units: every tensor, or every chunk of a chunked tensor.
+  Status MakeUnits(FinishState& s) const {
+  const MegaWriterOptions& o = s.o;
+  s.tensor_units.assign(tensors_.size(), {});
+  s.tensor_chunked.assign(tensors_.size(), false);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const PendingTensor& p = tensors_[i];
     const MegaTensorWriteOptions& to = p.options;
     const MegaChecksumType ck = to.checksum.value_or(o.checksum);
-    if (static_cast<uint32_t>(ck) > 2) return InvalidArgumentError(fname + ": bad checksum type");
+    if (static_cast<uint32_t>(ck) > 2) return InvalidArgumentError(s.fname + ": bad checksum type");
     const MegaCodec codec = to.compression.value_or(o.compression);
-    if (static_cast<uint32_t>(codec) > 1) return InvalidArgumentError(fname + ": bad codec");
+    if (static_cast<uint32_t>(codec) > 1) return InvalidArgumentError(s.fname + ": bad codec");
     const bool shuffle = to.byte_shuffle.value_or(o.byte_shuffle);
     const uint64_t chunk_bytes = to.chunk_bytes.value_or(o.chunk_bytes);
     const uint64_t logical = p.tensor.nbytes();
@@ -345,7 +363,7 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
     base.elem_size = es;
     base.checksum_type = ck;
     if (chunk_bytes > 0 && logical > chunk_bytes) {
-      tensor_chunked[i] = true;
+      s.tensor_chunked[i] = true;
       const uint64_t step = std::max<uint64_t>(chunk_bytes / es * es, es);
       int64_t c = 0;
       for (uint64_t off = 0; off < logical; off += step, ++c) {
@@ -353,23 +371,29 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
         u.chunk = c;
         u.logical_offset = off;
         u.logical = std::min(step, logical - off);
-        tensor_units[i].push_back(units.size());
-        units.push_back(std::move(u));
+        s.tensor_units[i].push_back(s.units.size());
+        s.units.push_back(std::move(u));
       }
     } else {
       Unit u = base;
       u.logical = logical;
-      tensor_units[i].push_back(units.size());
-      units.push_back(std::move(u));
+      s.tensor_units[i].push_back(s.units.size());
+      s.units.push_back(std::move(u));
     }
   }
+  return Status::OK();
+}
 
-  // ---- 2. compression pass -------------------------------------------------------
+// 2. Compression pass (units that ask for zstd): compress from caller memory,
+// keep the output when it pays off (min_ratio) and fits the in-memory budget,
+// else remember only its size and checksum (recompressed in the write pass).
+  Status CompressUnits(FinishState& s) const {
+  const MegaWriterOptions& o = s.o;
   std::atomic<uint64_t> held_bytes{0};
-  MEGA_RETURN_IF_ERROR(ParallelFor(
-      pool, units.size(),
+  return ParallelFor(
+      s.pool, s.units.size(),
       [&](size_t ui) -> Status {
-        Unit& u = units[ui];
+        Unit& u = s.units[ui];
         u.stored = u.logical;
         if (!u.want_zstd || u.logical == 0) return Status::OK();
         const Tensor& src = tensors_[u.tensor].tensor;
@@ -407,265 +431,184 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
         u.held = std::move(out);
         return Status::OK();
       },
-      par));
+      s.par);
+}
 
-  // ---- 3. layout ------------------------------------------------------------------
-  uint64_t cursor = 0;
-  std::vector<uint64_t> tensor_offset(tensors_.size(), 0);
+// 3. Layout: the encoder plans offsets, header and profile keys from the units.
+  Status PlanLayout(FinishState& s) const {
+  std::vector<MegaEncoderTensor> specs(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (mega_internal::AlignUp(cursor, o.tensor_alignment, &cursor)) {
-      return InvalidArgumentError(fname + ": payload size overflows");
-    }
-    tensor_offset[i] = cursor;
-    for (size_t ui : tensor_units[i]) {
-      units[ui].payload_offset = cursor;
-      if (mega_internal::AddOverflows(cursor, units[ui].stored, &cursor)) {
-        return InvalidArgumentError(fname + ": payload size overflows");
-      }
+    MegaEncoderTensor& t = specs[i];
+    t.name = tensors_[i].name;
+    t.dtype = tensors_[i].tensor.dtype();
+    t.shape = tensors_[i].tensor.shape();
+    t.chunked = s.tensor_chunked[i];
+    for (size_t ui : s.tensor_units[i]) {
+      const Unit& u = s.units[ui];
+      t.checksum = u.checksum_type;
+      if (u.shuffled()) t.shuffle_elem_size = u.elem_size;
+      t.units.push_back({u.logical_offset, u.logical, u.stored, u.compressed, u.shuffled()});
     }
   }
-  const uint64_t payload_size = cursor;
+  MegaEncoderOptions eo;
+  eo.alignment = s.o.alignment;
+  eo.tensor_alignment = s.o.tensor_alignment;
+  eo.profile = s.o.profile;
+  eo.tensorplay_container = s.o.tensorplay_container;
+  eo.checksum = s.o.checksum;
+  eo.payload_hashes = s.o.payload_hashes;
+  MEGA_ASSIGN_OR_RETURN(s.encoder, MegaEncoder::Plan(s.fname, std::move(specs), user_metadata_, eo));
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    for (size_t k = 0; k < s.tensor_units[i].size(); ++k) {
+      s.units[s.tensor_units[i][k]].payload_offset =
+          s.encoder->unit_file_offset(i, k) - s.encoder->header_length();
+    }
+  }
+  return Status::OK();
+}
 
-  // Directory records (checksums filled in later).
-  std::vector<MegaTensorInfo> infos(tensors_.size());
-  uint64_t chunk_total = 0;
-  auto fill_infos = [&]() {
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const PendingTensor& p = tensors_[i];
-      MegaTensorInfo& t = infos[i];
-      t = MegaTensorInfo{};
-      t.tensor_id = static_cast<uint32_t>(i);
-      t.name = p.name;
-      t.dtype = p.tensor.dtype();
-      t.shape = p.tensor.shape();
-      t.logical_nbytes = p.tensor.nbytes();
-      t.payload_offset = tensor_offset[i];
-      if (!tensor_chunked[i]) {
-        const Unit& u = units[tensor_units[i][0]];
-        t.stored_nbytes = u.stored;
-        t.tensor_flags = (u.compressed ? kMegaTensorCompressed : 0) |
-                         (u.shuffled() ? kMegaTensorByteShuffled : 0);
-        t.codec = u.compressed ? MegaCodec::kZstd : MegaCodec::kNone;
-        t.shuffle_elem_size = u.shuffled() ? u.elem_size : 0;
-        t.checksum_type = u.checksum_type;
-        t.checksum = u.checksum;
-      } else {
-        t.storage_format = MegaStorageFormat::kChunkedRawDense;
-        t.stored_nbytes = 0;
-        for (size_t ui : tensor_units[i]) {
-          const Unit& u = units[ui];
-          MegaChunkInfo c;
-          c.tensor_id = t.tensor_id;
-          c.chunk_id = static_cast<uint32_t>(u.chunk);
-          c.logical_offset = u.logical_offset;
-          c.logical_size = u.logical;
-          c.payload_offset = u.payload_offset;
-          c.stored_size = u.stored;
-          c.codec = u.compressed ? MegaCodec::kZstd : MegaCodec::kNone;
-          c.flags = (u.compressed ? kMegaTensorCompressed : 0) |
-                    (u.shuffled() ? kMegaTensorByteShuffled : 0);
-          c.checksum_type = u.checksum_type;
-          c.checksum = u.checksum;
-          t.chunks.push_back(c);
-          t.stored_nbytes += u.stored;
-          t.tensor_flags |= c.flags;
-          if (u.compressed) t.codec = MegaCodec::kZstd;
-          if (u.shuffled()) t.shuffle_elem_size = u.elem_size;
-        }
+// 4. Work items of ~io_block_size bytes: large contiguous units straight from
+// caller memory, small or strided ones gathered into a reused staging buffer,
+// compressed units that were not kept streamed through zstd again.
+  void MakeWorkItems(FinishState& s) const {
+  const uint64_t block = s.o.io_block_size;
+  std::vector<int64_t> next_slot(s.units.size(), 0);
+  WorkItem staged{ItemKind::kStaged, 0, 0, {}};
+  auto flush = [&]() {
+    if (staged.len > 0) s.items.push_back(std::move(staged));
+    staged = WorkItem{ItemKind::kStaged, 0, 0, {}};
+  };
+  uint64_t pos = 0;
+  auto add_staged = [&](int64_t unit, uint64_t unit_off, uint64_t len, uint64_t granule) {
+    while (len > 0) {
+      if (staged.len == 0) staged.payload_offset = pos;
+      uint64_t space = block - staged.len;
+      uint64_t n = std::min(len, space / granule * granule);
+      if (n == 0) {
+        flush();
+        continue;
       }
-      t.dir_flags = mega_internal::DirFlagsFor(t);
+      int64_t slot = unit >= 0 ? next_slot[unit]++ : -1;
+      staged.pieces.push_back({unit, unit_off, n, slot});
+      staged.len += n;
+      pos += n;
+      unit_off += n;
+      len -= n;
+      if (staged.len == block) flush();
     }
   };
-  fill_infos();
-  for (const MegaTensorInfo& t : infos) chunk_total += t.chunks.size();
-
-  // Metadata.
-  uint32_t payload_crc = 0;
-  Sha256Digest payload_sha{};
-  auto build_metadata = [&]() -> Result<MegaMetadata> {
-    MegaMetadata md;
-    if (o.profile == MegaProfile::kTensorPlay) {
-      MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(
-          infos, o.alignment, o.tensorplay_container, o.checksum, &md));
-    }
-    for (const MetaEntry& e : user_metadata_.entries()) MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value));
-    if (o.profile == MegaProfile::kBare && !md.Contains("general.alignment") &&
-        o.alignment != kMegaDefaultAlignment) {
-      MEGA_RETURN_IF_ERROR(md.Add("general.alignment", MetaValue::UInt(o.alignment)));
-    }
-    if (chunk_total > 0) {
-      MEGA_RETURN_IF_ERROR(md.Add("mega.chunk_directory.count", MetaValue::UInt(chunk_total)));
-      MEGA_RETURN_IF_ERROR(md.Add("mega.chunk_directory.format", MetaValue::String("v1")));
-    }
-    if (o.payload_hashes) {
-      MEGA_RETURN_IF_ERROR(md.Add("mega.hash.payload.crc32", MetaValue::U32(payload_crc)));
-      MEGA_RETURN_IF_ERROR(md.Add("mega.hash.payload.sha256", MetaValue::String(ToHex(payload_sha))));
-    }
-    return md;
-  };
-  std::vector<MegaSegment> no_segments;
-  std::vector<MegaMoeExpert> no_moe;
-  MEGA_ASSIGN_OR_RETURN(MegaMetadata planned_md, build_metadata());
-  const uint64_t header_length =
-      mega_internal::EncodeHeader(planned_md, infos, no_segments, no_moe, o.alignment).size();
-  const uint64_t file_end = header_length + payload_size;
-
-  // ---- 4. payload work items -------------------------------------------------------
-  std::vector<WorkItem> items;
-  std::vector<int64_t> next_slot(units.size(), 0);
-  {
-    WorkItem staged{ItemKind::kStaged, 0, 0, {}};
-    auto flush = [&]() {
-      if (staged.len > 0) items.push_back(std::move(staged));
-      staged = WorkItem{ItemKind::kStaged, 0, 0, {}};
-    };
-    uint64_t pos = 0;
-    auto add_staged = [&](int64_t unit, uint64_t unit_off, uint64_t len, uint64_t granule) {
-      while (len > 0) {
-        if (staged.len == 0) staged.payload_offset = pos;
-        uint64_t space = block - staged.len;
-        uint64_t n = std::min(len, space / granule * granule);
-        if (n == 0) {
-          flush();
-          continue;
-        }
-        int64_t slot = unit >= 0 ? next_slot[unit]++ : -1;
-        staged.pieces.push_back({unit, unit_off, n, slot});
-        staged.len += n;
+  for (size_t ui = 0; ui < s.units.size(); ++ui) {
+    Unit& u = s.units[ui];
+    if (u.payload_offset > pos) add_staged(-1, 0, u.payload_offset - pos, 1);
+    const Tensor& src = tensors_[u.tensor].tensor;
+    const bool held = u.compressed && u.held_valid;
+    const bool contiguous_source = held || (!u.compressed && src.is_contiguous());
+    if (u.compressed && !u.held_valid) {
+      flush();
+      s.items.push_back({ItemKind::kStream, pos, u.stored, {{static_cast<int64_t>(ui), 0, u.stored, -1}}});
+      pos += u.stored;
+    } else if (contiguous_source && u.stored >= kDirectMin) {
+      flush();
+      for (uint64_t off = 0; off < u.stored; off += block) {
+        uint64_t n = std::min<uint64_t>(block, u.stored - off);
+        s.items.push_back({ItemKind::kDirect, pos, n, {{static_cast<int64_t>(ui), off, n, next_slot[ui]++}}});
         pos += n;
-        unit_off += n;
-        len -= n;
-        if (staged.len == block) flush();
       }
-    };
-    for (size_t ui = 0; ui < units.size(); ++ui) {
-      Unit& u = units[ui];
-      if (u.payload_offset > pos) add_staged(-1, 0, u.payload_offset - pos, 1);
-      const Tensor& src = tensors_[u.tensor].tensor;
-      const bool held = u.compressed && u.held_valid;
-      const bool contiguous_source = held || (!u.compressed && src.is_contiguous());
-      if (u.compressed && !u.held_valid) {
-        flush();
-        items.push_back({ItemKind::kStream, pos, u.stored, {{static_cast<int64_t>(ui), 0, u.stored, -1}}});
-        pos += u.stored;
-      } else if (contiguous_source && u.stored >= kDirectMin) {
-        flush();
-        for (uint64_t off = 0; off < u.stored; off += block) {
-          uint64_t n = std::min<uint64_t>(block, u.stored - off);
-          items.push_back({ItemKind::kDirect, pos, n,
-                           {{static_cast<int64_t>(ui), off, n, next_slot[ui]++}}});
-          pos += n;
-        }
-      } else {
-        const uint64_t granule = contiguous_source ? 1 : u.elem_size;
-        add_staged(static_cast<int64_t>(ui), 0, u.stored, granule);
-      }
+    } else {
+      const uint64_t granule = contiguous_source ? 1 : u.elem_size;
+      add_staged(static_cast<int64_t>(ui), 0, u.stored, granule);
     }
-    flush();
   }
-  for (size_t ui = 0; ui < units.size(); ++ui) units[ui].crc_parts.assign(next_slot[ui], {0, 0});
+  flush();
+  for (size_t ui = 0; ui < s.units.size(); ++ui) s.units[ui].crc_parts.assign(next_slot[ui], {0, 0});
+}
 
-  // Bytes of the last 68 of the file, to avoid a file whose tail looks like a
-  // footer trailer (a reader would then reject it).
-  std::array<std::byte, 4> tail_probe{};
-  const uint64_t probe_at = file_end >= kMegaFooterTrailerSize ? file_end - kMegaFooterTrailerSize : UINT64_MAX;
-  auto probe = [&](uint64_t file_off, std::span<const std::byte> bytes) {
-    if (probe_at == UINT64_MAX) return;
-    const uint64_t b = std::max(file_off, probe_at);
-    const uint64_t e = std::min(file_off + bytes.size(), probe_at + 4);
-    for (uint64_t x = b; x < e; ++x) tail_probe[x - probe_at] = bytes[x - file_off];
-  };
-
-  StagingPool staging(block);
-  // Runs one item: produces its bytes and hands them to `sink` (file offset,
-  // bytes), computing CRC partials when `crc` and feeding `payload_hash`.
-  struct PayloadHasher {
-    uint32_t crc = 0;
-    Sha256 sha;
-  };
-  auto run_item = [&](const WorkItem& item, bool crc,
-                      const std::function<Status(uint64_t, std::span<const std::byte>)>& sink,
-                      PayloadHasher* payload_hash) -> Status {
-    const uint64_t item_file_off = header_length + item.payload_offset;
-    auto emit = [&](uint64_t file_off, std::span<const std::byte> bytes) -> Status {
-      if (payload_hash) {
-        payload_hash->crc = Crc32Extend(payload_hash->crc, bytes);
-        payload_hash->sha.Update(bytes);
-      }
-      probe(file_off, bytes);
-      return sink ? sink(file_off, bytes) : Status::OK();
-    };
-    auto record_crc = [&](const Piece& p, std::span<const std::byte> bytes) {
-      Unit& u = units[p.unit];
-      if (crc && p.crc_slot >= 0 && u.checksum_type == MegaChecksumType::kCrc32 && !u.checksum_done) {
-        u.crc_parts[p.crc_slot] = {Crc32(bytes), bytes.size()};
-      }
-    };
-    if (item.kind == ItemKind::kDirect) {
-      const Piece& p = item.pieces[0];
-      const Unit& u = units[p.unit];
-      const std::byte* src = u.compressed
-                                 ? reinterpret_cast<const std::byte*>(u.held.data())
-                                 : static_cast<const std::byte*>(tensors_[u.tensor].tensor.data()) +
-                                       u.logical_offset;
-      std::span<const std::byte> bytes(src + p.unit_off, p.len);
-      record_crc(p, bytes);
-      return emit(item_file_off, bytes);
+// Produces one item's bytes and hands them to `sink` (file offset, bytes),
+// computing CRC partials when `crc` and feeding `payload_hash`.
+  Status RunItem(FinishState& s, StagingPool& staging, const WorkItem& item, bool crc,
+                           const std::function<Status(uint64_t, std::span<const std::byte>)>& sink,
+                           PayloadHasher* payload_hash) const {
+  const uint64_t item_file_off = s.encoder->header_length() + item.payload_offset;
+  auto emit = [&](uint64_t file_off, std::span<const std::byte> bytes) -> Status {
+    if (payload_hash) {
+      payload_hash->crc = Crc32Extend(payload_hash->crc, bytes);
+      payload_hash->sha.Update(bytes);
     }
-    if (item.kind == ItemKind::kStream) {
-      const Piece& p = item.pieces[0];
-      const Unit& u = units[p.unit];
-      Checker ck(u.checksum_type);
-      uint64_t off = 0;
-      Status st;
-      auto sink = [&](std::span<const std::byte> piece) {
-        if (off + piece.size() > u.stored) {
-          st = InternalError(fname + ": zstd output of tensor " + Quote(tensors_[u.tensor].name) +
-                             " changed between passes");
-          return false;
-        }
-        ck.Update(piece);
-        st = emit(item_file_off + off, piece);
-        off += piece.size();
-        return st.ok();
-      };
-      MEGA_ASSIGN_OR_RETURN(bool complete,
-                            CompressUnit(tensors_[u.tensor].tensor, u, o.zstd_level, sink));
-      MEGA_RETURN_IF_ERROR(st);
-      if (!complete || off != u.stored || ck.Finish() != u.checksum) {
-        return InternalError(fname + ": zstd output of tensor " + Quote(tensors_[u.tensor].name) +
-                             " changed between passes");
-      }
+    if (!sink) {
+      s.encoder->Observe(file_off, bytes);
       return Status::OK();
     }
-    MEGA_ASSIGN_OR_RETURN(auto buf, staging.Acquire());
-    std::byte* b = buf.get();
-    uint64_t at = 0;
-    for (const Piece& p : item.pieces) {
-      std::span<std::byte> dst(b + at, p.len);
-      if (p.unit < 0) {
-        std::memset(dst.data(), 0, p.len);
-      } else {
-        const Unit& u = units[p.unit];
-        if (u.compressed) {
-          std::memcpy(dst.data(), u.held.data() + p.unit_off, p.len);
-        } else {
-          mega_internal::GatherBytes(tensors_[u.tensor].tensor, u.logical_offset + p.unit_off, dst);
-        }
-        record_crc(p, dst);
-      }
-      at += p.len;
-    }
-    Status st = emit(item_file_off, {b, item.len});
-    staging.Release(std::move(buf));
-    return st;
+    return sink(file_off, bytes);
   };
+  auto record_crc = [&](const Piece& p, std::span<const std::byte> bytes) {
+    Unit& u = s.units[p.unit];
+    if (crc && p.crc_slot >= 0 && u.checksum_type == MegaChecksumType::kCrc32 && !u.checksum_done) {
+      u.crc_parts[p.crc_slot] = {Crc32(bytes), bytes.size()};
+    }
+  };
+  if (item.kind == ItemKind::kDirect) {
+    const Piece& p = item.pieces[0];
+    const Unit& u = s.units[p.unit];
+    const std::byte* src = u.compressed ? reinterpret_cast<const std::byte*>(u.held.data())
+                                        : static_cast<const std::byte*>(tensors_[u.tensor].tensor.data()) +
+                                              u.logical_offset;
+    std::span<const std::byte> bytes(src + p.unit_off, p.len);
+    record_crc(p, bytes);
+    return emit(item_file_off, bytes);
+  }
+  if (item.kind == ItemKind::kStream) {
+    const Piece& p = item.pieces[0];
+    const Unit& u = s.units[p.unit];
+    Checker ck(u.checksum_type);
+    uint64_t off = 0;
+    Status st;
+    const std::string changed =
+        s.fname + ": zstd output of tensor " + Quote(tensors_[u.tensor].name) + " changed between passes";
+    auto out = [&](std::span<const std::byte> piece) {
+      if (off + piece.size() > u.stored) {
+        st = InternalError(changed);
+        return false;
+      }
+      ck.Update(piece);
+      st = emit(item_file_off + off, piece);
+      off += piece.size();
+      return st.ok();
+    };
+    MEGA_ASSIGN_OR_RETURN(bool complete, CompressUnit(tensors_[u.tensor].tensor, u, s.o.zstd_level, out));
+    MEGA_RETURN_IF_ERROR(st);
+    if (!complete || off != u.stored || ck.Finish() != u.checksum) return InternalError(changed);
+    return Status::OK();
+  }
+  MEGA_ASSIGN_OR_RETURN(auto buf, staging.Acquire());
+  std::byte* b = buf.get();
+  uint64_t at = 0;
+  for (const Piece& p : item.pieces) {
+    std::span<std::byte> dst(b + at, p.len);
+    if (p.unit < 0) {
+      std::memset(dst.data(), 0, p.len);
+    } else {
+      const Unit& u = s.units[p.unit];
+      if (u.compressed) {
+        std::memcpy(dst.data(), u.held.data() + p.unit_off, p.len);
+      } else {
+        mega_internal::GatherBytes(tensors_[u.tensor].tensor, u.logical_offset + p.unit_off, dst);
+      }
+      record_crc(p, dst);
+    }
+    at += p.len;
+  }
+  Status st = emit(item_file_off, {b, item.len});
+  staging.Release(std::move(buf));
+  return st;
+}
 
-  // SHA-256 of raw units: one sequential pass per unit (parallel across units).
-  MEGA_RETURN_IF_ERROR(ParallelFor(
-      pool, units.size(),
+// SHA-256 of raw units: one sequential pass per unit (parallel across units).
+  Status HashSha256Units(FinishState& s, StagingPool& staging) const {
+  const uint64_t block = s.o.io_block_size;
+  return ParallelFor(
+      s.pool, s.units.size(),
       [&](size_t ui) -> Status {
-        Unit& u = units[ui];
+        Unit& u = s.units[ui];
         if (u.checksum_done || u.checksum_type != MegaChecksumType::kSha256) return Status::OK();
         Sha256 sha;
         const Tensor& src = tensors_[u.tensor].tensor;
@@ -684,113 +627,100 @@ Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
         u.checksum_done = true;
         return Status::OK();
       },
-      par));
+      s.par);
+}
 
-  auto finish_crcs = [&]() {
-    for (Unit& u : units) {
-      if (u.checksum_done || u.checksum_type != MegaChecksumType::kCrc32) continue;
-      uint32_t crc = 0;
-      for (const auto& [part, len] : u.crc_parts) crc = mega_internal::Crc32Combine(crc, part, len);
-      u.checksum = mega_internal::Crc32Field(crc);
-      u.checksum_done = true;
+// Combines the CRC partials of every unit and hands all checksums to the encoder.
+  void FinishChecksums(FinishState& s) const {
+  for (size_t i = 0; i < s.tensor_units.size(); ++i) {
+    for (size_t k = 0; k < s.tensor_units[i].size(); ++k) {
+      Unit& u = s.units[s.tensor_units[i][k]];
+      if (!u.checksum_done && u.checksum_type == MegaChecksumType::kCrc32) {
+        uint32_t crc = 0;
+        for (const auto& [part, len] : u.crc_parts) crc = Crc32Combine(crc, part, len);
+        u.checksum = mega_internal::Crc32Field(crc);
+        u.checksum_done = true;
+      }
+      s.encoder->SetUnitChecksum(i, k, u.checksum);
     }
-  };
-  auto final_header = [&]() -> Result<std::string> {
-    fill_infos();
-    MEGA_ASSIGN_OR_RETURN(MegaMetadata md, build_metadata());
-    std::string header = mega_internal::EncodeHeader(md, infos, no_segments, no_moe, o.alignment);
-    if (header.size() != header_length) {
-      return InternalError(fname + ": header size changed from " + std::to_string(header_length) +
-                           " to " + std::to_string(header.size()));
-    }
-    planned_md = std::move(md);
-    return header;
-  };
+  }
+}
+
+
+ private:
+  const std::vector<PendingTensor>& tensors_;
+  const MegaMetadata& user_metadata_;
+  const MegaWriterOptions& options_;
+};
+
+Result<MegaWriteResult> MegaWriter::Finish(WritableFile& file) {
+  if (finished_) return FailedPreconditionError("MegaWriter: Finish called twice");
+  finished_ = true;
+  const std::string& fname = file.name();
+  Finisher steps(tensors_, user_metadata_, options_);
+  MEGA_RETURN_IF_ERROR(steps.CheckFinishOptions(fname, file));
+  FinishState s{fname, options_};
+  s.positioned = file.supports_write_at();
+  s.pool = options_.max_parallel > 1 ? (options_.pool ? options_.pool : &ThreadPool::Default()) : nullptr;
+  s.par = std::max(options_.max_parallel, 1);
+  MEGA_RETURN_IF_ERROR(steps.MakeUnits(s));
+  MEGA_RETURN_IF_ERROR(steps.CompressUnits(s));
+  MEGA_RETURN_IF_ERROR(steps.PlanLayout(s));
+  steps.MakeWorkItems(s);
+  StagingPool staging(options_.io_block_size);
+  MEGA_RETURN_IF_ERROR(steps.HashSha256Units(s, staging));
+  MegaEncoder& enc = *s.encoder;
 
   // A first, ordered pass is needed when the header must precede the payload
   // (sequential sinks) or when it carries whole-payload hashes.
-  const bool ordered_prepass = o.payload_hashes;
-  const bool need_crc_prepass = !positioned;
-  if (ordered_prepass) {
+  if (options_.payload_hashes) {
     PayloadHasher ph;
-    for (const WorkItem& item : items) MEGA_RETURN_IF_ERROR(run_item(item, true, nullptr, &ph));
-    if (probe_at != UINT64_MAX && probe_at >= header_length &&
-        mega_internal::Load32(tail_probe.data()) == kMegaFooterMagic) {
-      // The trailer guard below will append zeros that are part of the payload.
-      std::string zeros(kMegaFooterTrailerSize, '\0');
+    for (const WorkItem& item : s.items) MEGA_RETURN_IF_ERROR(steps.RunItem(s, staging, item, true, nullptr, &ph));
+    if (enc.planned_size() >= enc.header_length() + kMegaFooterTrailerSize && enc.tail_guard_needed()) {
+      // The tail guard appends zeros that are part of the payload.
+      const std::string zeros(kMegaFooterTrailerSize, '\0');
       ph.crc = Crc32Extend(ph.crc, AsBytes(zeros));
       ph.sha.Update(AsBytes(zeros));
     }
-    payload_crc = ph.crc;
-    payload_sha = ph.sha.Finish();
-    finish_crcs();
-  } else if (need_crc_prepass) {
+    enc.SetPayloadHashes(ph.crc, ph.sha.Finish());
+    steps.FinishChecksums(s);
+  } else if (!s.positioned) {
     MEGA_RETURN_IF_ERROR(ParallelFor(
-        pool, items.size(),
+        s.pool, s.items.size(),
         [&](size_t i) {
           // Stream items computed their checksum in the compression pass.
-          if (items[i].kind == ItemKind::kStream) return Status::OK();
-          return run_item(items[i], true, nullptr, nullptr);
+          if (s.items[i].kind == ItemKind::kStream) return Status::OK();
+          return steps.RunItem(s, staging, s.items[i], true, nullptr, nullptr);
         },
-        par));
-    finish_crcs();
+        s.par));
+    steps.FinishChecksums(s);
   }
 
-  if (positioned) {
+  if (s.positioned) {
     MEGA_RETURN_IF_ERROR(ParallelFor(
-        pool, items.size(),
+        s.pool, s.items.size(),
         [&](size_t i) {
-          return run_item(items[i], true,
-                          [&](uint64_t off, std::span<const std::byte> bytes) {
-                            return file.WriteAt(off, bytes);
-                          },
-                          nullptr);
+          return steps.RunItem(s, staging, s.items[i], true,
+                         [&](uint64_t off, std::span<const std::byte> bytes) {
+                           return enc.WriteAt(file, off, bytes);
+                         },
+                         nullptr);
         },
-        par));
-    finish_crcs();
-    MEGA_ASSIGN_OR_RETURN(std::string header, final_header());
-    std::span<const std::byte> hb(reinterpret_cast<const std::byte*>(header.data()), header.size());
-    probe(0, hb);
-    MEGA_RETURN_IF_ERROR(file.WriteAt(0, hb));
+        s.par));
+    steps.FinishChecksums(s);
+    MEGA_RETURN_IF_ERROR(enc.FinishPositioned(file));
   } else {
-    MEGA_ASSIGN_OR_RETURN(std::string header, final_header());
-    std::span<const std::byte> hb(reinterpret_cast<const std::byte*>(header.data()), header.size());
-    probe(0, hb);
-    MEGA_RETURN_IF_ERROR(file.Append(hb));
-    uint64_t written = header.size();
-    for (const WorkItem& item : items) {
-      MEGA_RETURN_IF_ERROR(run_item(item, false,
-                                    [&](uint64_t off, std::span<const std::byte> bytes) -> Status {
-                                      if (off != written) {
-                                        return InternalError(fname + ": out-of-order append");
-                                      }
-                                      written += bytes.size();
-                                      return file.Append(bytes);
-                                    },
-                                    nullptr));
+    MEGA_RETURN_IF_ERROR(enc.AppendHeader(file));
+    for (const WorkItem& item : s.items) {
+      MEGA_RETURN_IF_ERROR(steps.RunItem(s, staging, item, false,
+                                   [&](uint64_t off, std::span<const std::byte> bytes) {
+                                     return enc.Append(file, off, bytes);
+                                   },
+                                   nullptr));
     }
+    MEGA_RETURN_IF_ERROR(enc.FinishAppend(file));
   }
-  uint64_t final_size = file_end;
-  if (probe_at != UINT64_MAX && mega_internal::Load32(tail_probe.data()) == kMegaFooterMagic) {
-    // Pad so the last 68 bytes are zeros (payload_end = file size, so trailing
-    // zeros are just unused payload).
-    std::string zeros(kMegaFooterTrailerSize, '\0');
-    std::span<const std::byte> zb(reinterpret_cast<const std::byte*>(zeros.data()), zeros.size());
-    MEGA_RETURN_IF_ERROR(positioned ? file.WriteAt(file_end, zb) : file.Append(zb));
-    final_size += zeros.size();
-  }
-
-  MegaWriteResult result;
-  result.file_size = final_size;
-  result.header_length = header_length;
-  result.payload_end = final_size;
-  for (MegaTensorInfo& t : infos) {
-    t.file_offset = header_length + t.payload_offset;
-    for (MegaChunkInfo& c : t.chunks) c.file_offset = header_length + c.payload_offset;
-  }
-  result.tensors = std::move(infos);
-  result.metadata = std::move(planned_md);
-  return result;
+  return enc.result();
 }
 
 Result<MegaWriteResult> MegaWriter::WriteFile(const std::string& path, bool sync) {

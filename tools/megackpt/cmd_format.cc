@@ -35,6 +35,7 @@
 
 #include "megackpt/commands.h"
 #include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/format/convert.h"
 #include "megackpt/core/file.h"
@@ -170,7 +171,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
   }
   size_t wname = 4, wshape = 5, wfile = 4;
   for (const auto& t : model.tensors) {
-    wname = std::max(wname, std::min<size_t>(EscapeForMessage(t.name).size(), 60));
+    wname = std::max(wname, std::min<size_t>(EscapeBytes(t.name).size(), 60));
     wshape = std::max(wshape, ShapeToString(t.shape).size());
     wfile = std::max(wfile, model.files[t.file].name.size());
   }
@@ -178,7 +179,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
               static_cast<int>(wshape), "shape", "nbytes", static_cast<int>(wfile), "file");
   for (const auto& t : model.tensors) {
     std::printf("%-*s  %-8s  %-*s  %14llu  %-*s\n", static_cast<int>(wname),
-                Truncate(EscapeForMessage(t.name), 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                Truncate(EscapeBytes(t.name), 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
                 static_cast<int>(wshape), ShapeToString(t.shape).c_str(),
                 static_cast<unsigned long long>(t.nbytes), static_cast<int>(wfile),
                 model.files[t.file].name.c_str());
@@ -271,14 +272,14 @@ int RunInspectDcp(const std::string& dir, bool as_json) {
               DcpCountLine(*s).c_str());
   size_t wname = 4, wshape = 5;
   for (const auto& e : s->entries) {
-    wname = std::max(wname, std::min<size_t>(EscapeForMessage(e.fqn).size(), 60));
+    wname = std::max(wname, std::min<size_t>(EscapeBytes(e.fqn).size(), 60));
     wshape = std::max(wshape, ShapeToString(e.shape).size());
   }
   std::printf("%-*s  %-8s  %-*s  %14s  %6s  %s\n", static_cast<int>(wname), "name", "dtype",
               static_cast<int>(wshape), "shape", "nbytes", "chunks", "file");
   for (const auto& e : s->entries) {
     std::printf("%-*s  %-8s  %-*s  %14llu  %6zu  %s\n", static_cast<int>(wname),
-                Truncate(EscapeForMessage(e.fqn), 60).c_str(),
+                Truncate(EscapeBytes(e.fqn), 60).c_str(),
                 e.is_bytes ? "bytes" : std::string(DTypeName(e.dtype)).c_str(),
                 static_cast<int>(wshape), ShapeToString(e.shape).c_str(),
                 static_cast<unsigned long long>(e.nbytes), e.chunks, FilesOf(e).c_str());
@@ -447,26 +448,26 @@ void VerifyFormatInput(const format::CheckpointPath* input, ProblemList& problem
           if (it == index->weight_map.end() && ct != chunk_files.end() && ct->second.count(shard)) {
             mapped_bytes += t.nbytes;  // a listed chunk of a sharded tensor
           } else if (it == index->weight_map.end()) {
-            problems.Add("DataLoss: " + shard_path + ": tensor " + QuoteForMessage(t.name) +
+            problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) +
                          " is not listed in the index's weight_map");
           } else if (it->second != shard) {
-            problems.Add("DataLoss: " + shard_path + ": tensor " + QuoteForMessage(t.name) + " is mapped to " +
-                         QuoteForMessage(it->second) + " by the index");
+            problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) + " is mapped to " +
+                         Quote(it->second) + " by the index");
           } else {
             mapped_bytes += t.nbytes;
           }
         }
         for (const auto& [fqn, files_of_fqn] : chunk_files) {
           if (files_of_fqn.count(shard) && !in_file.count(fqn)) {
-            problems.Add("DataLoss: " + input->path + ": index lists a chunk of " + QuoteForMessage(fqn) +
-                         " in shard " + QuoteForMessage(shard) + " but " + shard_path +
+            problems.Add("DataLoss: " + input->path + ": index lists a chunk of " + Quote(fqn) +
+                         " in shard " + Quote(shard) + " but " + shard_path +
                          " has no such tensor");
           }
         }
         for (const auto& name : index->TensorsInShard(shard)) {
           if (!in_file.count(name)) {
-            problems.Add("DataLoss: " + input->path + ": index maps tensor " + QuoteForMessage(name) +
-                         " to shard " + QuoteForMessage(shard) + " but " + shard_path +
+            problems.Add("DataLoss: " + input->path + ": index maps tensor " + Quote(name) +
+                         " to shard " + Quote(shard) + " but " + shard_path +
                          " has no such tensor");
           }
         }

@@ -19,6 +19,26 @@ namespace megackpt::inline core {
 uint32_t Crc32Extend(uint32_t crc, std::span<const std::byte> data);
 inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, data); }
 
+// CRC-32 of A||B from crc(A), crc(B) and len(B) (zlib crc32_combine semantics).
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+// Crc32Combine for one fixed len(B), precomputed: Append(crc(A), crc(B)) =
+// crc(A||B) for every B of `len_b` bytes, in a few table lookups (cheap enough
+// to combine a CRC per 256-byte block). Copyable; immutable after construction.
+class Crc32Shift {
+ public:
+  explicit Crc32Shift(uint64_t len_b);
+  uint64_t len() const { return len_; }
+  uint32_t Append(uint32_t crc_a, uint32_t crc_b) const {
+    return table_[0][crc_a & 0xFF] ^ table_[1][(crc_a >> 8) & 0xFF] ^
+           table_[2][(crc_a >> 16) & 0xFF] ^ table_[3][crc_a >> 24] ^ crc_b;
+  }
+
+ private:
+  uint64_t len_;
+  uint32_t table_[4][256];
+};
+
 using Sha256Digest = std::array<uint8_t, 32>;
 
 // Incremental SHA-256 (OpenSSL, SHA-NI when the CPU has it).

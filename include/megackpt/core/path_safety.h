@@ -7,7 +7,7 @@
 // CheckResolvesInside (symlinks) before it opens anything; OpenLocalFile
 // (core/file.h) refuses non-regular files without blocking. Messages that show
 // untrusted strings (names, JSON values, file contents) escape them with
-// EscapeForMessage / QuoteForMessage, so no raw byte of a file (or of whatever a
+// EscapeBytes / Quote (core/text.h), so no raw byte of a file (or of whatever a
 // symlink points to) reaches a terminal.
 #ifndef MEGACKPT_CORE_PATH_SAFETY_H_
 #define MEGACKPT_CORE_PATH_SAFETY_H_
@@ -16,26 +16,13 @@
 #include <string_view>
 
 #include "megackpt/core/status.h"
+#include "megackpt/core/text.h"  // IsValidUtf8, EscapeBytes, Quote
 
 namespace megackpt::inline core {
 
 // Longest relative name accepted, and longest component (POSIX NAME_MAX).
 inline constexpr size_t kMaxRelativePathBytes = 4096;
 inline constexpr size_t kMaxPathComponentBytes = 255;
-
-// True when `s` is well-formed UTF-8 (no overlong forms, no surrogates, at most
-// U+10FFFF).
-bool IsValidUtf8(std::string_view s);
-
-// `s` with every byte that is not printable shown as an escape: printable ASCII
-// and well-formed multi-byte UTF-8 stay as they are; '\\' becomes "\\\\",
-// '\n' "\\n", '\t' "\\t", every other control byte, DEL and every byte of a
-// malformed UTF-8 sequence "\\xNN". Strings longer than `max_bytes` are cut
-// (the cut is marked with "...").
-std::string EscapeForMessage(std::string_view s, size_t max_bytes = 256);
-
-// EscapeForMessage(s) in single quotes: 'name'.
-std::string QuoteForMessage(std::string_view s);
 
 // Lexical check of a file name that a checkpoint file gives relative to its
 // folder: non-empty, at most kMaxRelativePathBytes, not absolute, no empty, "."

@@ -518,6 +518,7 @@ class MegaWriter {
 
  private:
   struct PendingTensor;
+  class Finisher;  // the steps of Finish (src/format/mega_writer.cc)
   MegaWriterOptions options_;
   MegaMetadata user_metadata_;
   std::vector<PendingTensor> tensors_;

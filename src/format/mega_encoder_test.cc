@@ -1,0 +1,188 @@
+// MegaEncoder: the one MEGA layout/payload writer. Byte-identical to MegaWriter
+// for the same tensors (any order, any threads, positioned or sequential
+// sinks), known answers for the owned keys (block CRC table, header CRC), and
+// the reader's checks of them.
+#include "megackpt/format/mega_encoder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/file.h"
+#include "megackpt/format/mega.h"
+
+namespace megackpt::format {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+// A sequential sink: Append only, bytes kept in memory.
+class AppendOnlyFile final : public WritableFile {
+ public:
+  explicit AppendOnlyFile(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+  Status Append(std::span<const std::byte> data) override {
+    bytes_.append(reinterpret_cast<const char*>(data.data()), data.size());
+    return Status::OK();
+  }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override { return Status::OK(); }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string name_;
+  std::string bytes_;
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (stdfs::temp_directory_path() / "mega-encoder-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    stdfs::remove_all(path_, ec);
+  }
+  std::string path(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+Tensor Filled(DType dtype, Shape shape, uint8_t seed) {
+  Tensor t = *Tensor::Empty(dtype, std::move(shape));
+  auto* p = static_cast<uint8_t*>(t.data());
+  for (uint64_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(seed * 31 + i * 7);
+  return t;
+}
+
+std::string ReadAll(const std::string& path) { return *ReadLocalFile(path); }
+
+struct Case {
+  std::string name;
+  Tensor tensor;
+};
+
+std::vector<Case> SampleTensors() {
+  std::vector<Case> v;
+  v.push_back({"layers.0.w", Filled(DType::kF32, {17, 33}, 1)});
+  v.push_back({"layers.0.b", Filled(DType::kBF16, {33}, 2)});
+  v.push_back({"scalar", Filled(DType::kI64, {}, 3)});
+  v.push_back({"empty", Filled(DType::kF16, {0, 5}, 4)});
+  v.push_back({"bytes.blob", Filled(DType::kU8, {1000}, 5)});
+  v.push_back({"name with \"quotes\" and ü", Filled(DType::kI8, {3, 3}, 6)});
+  v.push_back({"big", Filled(DType::kF64, {300, 700}, 7)});  // > 1 MiB: several pieces
+  // A strided view (every other column).
+  Tensor base = Filled(DType::kI32, {40, 64}, 8);
+  v.push_back({"strided", *Tensor::FromBlobStrided(base.data(), DType::kI32, {40, 32}, {64, 2},
+                                                   base.owner())});
+  // An odd-sized tensor then an empty one: the file ends in an alignment gap.
+  v.push_back({"odd", Filled(DType::kI8, {3}, 9)});
+  v.push_back({"trailing_empty", Filled(DType::kF32, {0}, 10)});
+  return v;
+}
+
+MegaMetadata UserMetadata() {
+  MegaMetadata md;
+  EXPECT_TRUE(md.Add("tensorplay.dcp.version", MetaValue::U32(1)).ok());
+  EXPECT_TRUE(md.Add("tensorplay.dcp.entries", MetaValue::String("{\"x\": 1}")).ok());
+  return md;
+}
+
+void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alignment,
+                                 bool reverse_order, int threads) {
+  TempDir dir;
+  auto tensors = SampleTensors();
+  // Reference: MegaWriter, TensorPlay profile.
+  MegaWriterOptions wo;
+  wo.checksum = checksum;
+  wo.tensor_alignment = tensor_alignment;
+  MegaWriter ref(wo);
+  const MegaMetadata user = UserMetadata();
+  for (const MetaEntry& e : user.entries()) ASSERT_TRUE(ref.AddMetadata(e.key, e.value).ok());
+  for (const auto& c : tensors) ASSERT_TRUE(ref.AddTensor(c.name, c.tensor).ok());
+  ASSERT_TRUE(ref.WriteFile(dir.path("ref.mega"), false).ok());
+
+  std::vector<MegaEncoderTensor> specs;
+  for (const auto& c : tensors) specs.push_back({c.name, c.tensor.dtype(), c.tensor.shape(), checksum});
+  MegaEncoderOptions so;
+  so.checksum = checksum;
+  so.tensor_alignment = tensor_alignment;
+  auto file = CreateLocalFile(dir.path("ours.mega"));
+  ASSERT_TRUE(file.ok());
+  auto w = MegaEncoder::Plan(dir.path("ours.mega"), specs, UserMetadata(), so);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (reverse_order) std::reverse(order.begin(), order.end());
+  std::vector<std::thread> pool;
+  std::atomic<size_t> next{0};
+  std::atomic<int> failures{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t k = next++; k < order.size(); k = next++) {
+        if (!(*w)->WriteTensor(**file, order[k], tensors[order[k]].tensor).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  EXPECT_FALSE((*w)->WriteTensor(**file, 0, tensors[0].tensor).ok()) << "second write must be refused";
+  ASSERT_TRUE((*w)->FinishPositioned(**file).ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ(ReadAll(dir.path("ours.mega")), ReadAll(dir.path("ref.mega")));
+  // A sequential sink gets the same bytes.
+  {
+    auto seq = MegaEncoder::Plan(dir.path("seq.mega"), specs, UserMetadata(), so);
+    ASSERT_TRUE(seq.ok());
+    AppendOnlyFile sink(dir.path("seq.mega"));
+    std::vector<Tensor> ts;
+    for (const auto& c : tensors) ts.push_back(c.tensor);
+    ASSERT_TRUE((*seq)->WriteSequential(sink, ts).ok());
+    EXPECT_EQ(sink.bytes(), ReadAll(dir.path("ref.mega")));
+  }
+  // And it parses and verifies.
+  auto reader = MegaReader::OpenFile(dir.path("ours.mega"));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE((*reader)->VerifyAll().ok());
+}
+
+TEST(MegaEncoderTest, SameBytesAsMegaWriterCrc32) {
+  ExpectSameBytesAsMegaWriter(MegaChecksumType::kCrc32, 64, false, 1);
+}
+TEST(MegaEncoderTest, SameBytesAsMegaWriterAnyOrderAnyThreads) {
+  ExpectSameBytesAsMegaWriter(MegaChecksumType::kCrc32, 64, true, 3);
+}
+TEST(MegaEncoderTest, SameBytesAsMegaWriterPackedSha256) {
+  ExpectSameBytesAsMegaWriter(MegaChecksumType::kSha256, 1, true, 2);
+}
+TEST(MegaEncoderTest, SameBytesAsMegaWriterNoChecksum) {
+  ExpectSameBytesAsMegaWriter(MegaChecksumType::kNone, 4096, false, 2);
+}
+
+TEST(MegaEncoderTest, FinishBeforeAllWrittenFails) {
+  TempDir dir;
+  auto file = CreateLocalFile(dir.path("x.mega"));
+  ASSERT_TRUE(file.ok());
+  auto w = MegaEncoder::Plan("x.mega", {{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}}, {}, {});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->WriteTensor(**file, 0, Filled(DType::kF32, {4}, 1)).ok());
+  EXPECT_EQ((*w)->FinishPositioned(**file).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w)->WriteTensor(**file, 1, Filled(DType::kF32, {5}, 1)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(MegaEncoderTest, RejectsDuplicateNames) {
+  TempDir dir;
+  auto w = MegaEncoder::Plan("x.mega", {{"a", DType::kF32, {4}}, {"a", DType::kF32, {4}}}, {}, {});
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace megackpt::format
