@@ -15,6 +15,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   librust-blake3-dev libdlpack-dev
   python3 python3-numpy
+  python3-venv python3-dev          # scripts/test-python.sh: venv + pip install . (PyPI packages)
 )
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install dependencies (Debian archive),
 # build with tests, run every test with ctest (unit, integration, conformance, mpirun,
-# live-server and fuzz-replay tests), then run each libFuzzer target for a bounded
-# time in a clang build. Exits non-zero on any failure.
+# live-server and fuzz-replay tests), then the Python suite (a fresh venv,
+# `pip install .`, pytest: scripts/test-python.sh), then run each libFuzzer target
+# for a bounded time in a clang build. Exits non-zero on any failure.
 #   scripts/test.sh            everything
 #   FUZZ_SECONDS=0 scripts/test.sh   skip the libFuzzer runs
+#   MEGACKPT_PYTHON_TESTS=0 scripts/test.sh   skip the Python suite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -12,6 +14,9 @@ bash scripts/build.sh -DMEGACKPT_BUILD_TESTS=ON
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log=build/ctest-summary.log
 ctest --test-dir build --output-on-failure -j "${MEGACKPT_TEST_JOBS:-2}" --timeout 900 | tee "$log"
+if [[ "${MEGACKPT_PYTHON_TESTS:-1}" != "0" ]]; then
+  bash scripts/test-python.sh
+fi
 if [[ "${FUZZ_SECONDS:-20}" != "0" ]]; then
   bash scripts/run-fuzzers.sh "${FUZZ_SECONDS:-20}"
 fi

@@ -80,7 +80,9 @@ class ShardChunkSource final : public ChunkSource {
   Status ReadChunk(const Metadata& md, const std::string& fqn, DType dtype,
                    const ChunkStorageMetadata& c, const Tensor& dst) override {
     const StorageInfo& info = md.storage_data.at(MetadataIndex(fqn, c.offsets));
-    return files_->ReadBox(info, fqn, dtype, c.sizes, Shape(c.sizes.size(), 0), dst, false);
+    const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(fqn));
+    return files_->ReadBox(info, fqn, dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0),
+                           dst, false);
   }
   Result<std::string> ReadBytes(const Metadata& md, const std::string& fqn) override {
     return files_->ReadBytes(md.storage_data.at(MetadataIndex(fqn)), fqn);
@@ -180,12 +182,12 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
                      const std::vector<OutEntry>& entries, const Metadata& md,
                      const std::string& save_id, const ConsolidateOptions& o,
                      ChunkSource& files) {
-  std::vector<mega_storage::ShardTensorSpec> specs;
+  std::vector<format::MegaEncoderTensor> specs;
   OutFileKeys keys;
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
     keys.Add(e, md);
-    specs.push_back({e.fqn, e.dtype, e.shape});
+    specs.push_back({e.fqn, e.dtype, e.shape, o.checksum});
   }
   format::MegaMetadata meta;
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)));
@@ -198,25 +200,25 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
   }
   const std::string full = fs::JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
-  mega_storage::ShardWriterOptions so;
-  so.checksum = o.checksum;
-  auto writer = mega_storage::ShardFileWriter::Create(std::move(file), specs, std::move(meta), so);
-  if (!writer.ok()) {
-    return writer.status().WithContext(full + " (consolidated output needs a filesystem with "
-                                              "positioned writes)");
+  if (!file->supports_write_at()) {
+    return InvalidArgumentError(full + ": consolidated output needs a filesystem with positioned writes");
   }
+  MEGA_ASSIGN_OR_RETURN(auto writer, format::MegaEncoder::Plan(full, std::move(specs), std::move(meta),
+                                                               mega_storage::ShardEncoderOptions(64, o.checksum)));
   Buffer buf;
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
     if (e.is_bytes) {
       MEGA_ASSIGN_OR_RETURN(std::string v, files.ReadBytes(md, e.fqn));
-      MEGA_RETURN_IF_ERROR((*writer)->WriteBytes(k, AsBytes(v)));
+      MEGA_RETURN_IF_ERROR(writer->WriteTensorBytes(*file, k, AsBytes(v)));
       continue;
     }
     MEGA_ASSIGN_OR_RETURN(Tensor whole, Assemble(md, e, files, buf));
-    MEGA_RETURN_IF_ERROR((*writer)->WriteTensor(k, whole));
+    MEGA_RETURN_IF_ERROR(writer->WriteTensor(*file, k, whole));
   }
-  return (*writer)->Finish(o.sync);
+  MEGA_RETURN_IF_ERROR(writer->FinishPositioned(*file));
+  if (o.sync) MEGA_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
 }
 
 Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,

@@ -38,6 +38,7 @@
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/format/convert.h"
+#include "megackpt/format/inspect.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
@@ -89,68 +90,6 @@ std::string HumanBytes(uint64_t n) {
 
 // ---- inspect ------------------------------------------------------------------------
 
-json MetadataJson(const format::OpenedCheckpoint& model) {
-  json out = json::object();
-  if (model.index) {
-    for (const auto& [k, text] : model.index->extra_metadata) {
-      out[k] = json::parse(text, nullptr, false);
-    }
-    if (model.index->total_size) out["total_size"] = *model.index->total_size;
-    return out;
-  }
-  const format::CheckpointFile& f = model.files[0];
-  if (f.safetensors) {
-    for (const auto& [k, v] : f.safetensors->metadata()) out[k] = v;
-  } else {
-    for (const auto& e : f.mega->metadata().entries()) {
-      json v = json::parse(e.value.ToJson(), nullptr, false);
-      out[e.key] = v.is_discarded() ? json(e.value.ToJson()) : v;
-    }
-  }
-  return out;
-}
-
-ordered_json InspectJson(const format::OpenedCheckpoint& model) {
-  ordered_json doc = ordered_json::object();
-  doc["format"] = std::string(format::CheckpointKindName(model.input.kind));
-  doc["path"] = model.input.path;
-  doc["metadata"] = ordered_json::parse(MetadataJson(model).dump());
-  ordered_json tensors = ordered_json::array();
-  for (const auto& t : model.tensors) {
-    const format::CheckpointFile& f = model.files[t.file];
-    ordered_json e = ordered_json::object();
-    e["name"] = t.name;
-    e["dtype"] = std::string(DTypeName(t.dtype));
-    e["shape"] = t.shape;
-    e["nbytes"] = t.nbytes;
-    e["file"] = f.name;
-    if (f.mega) {
-      const format::MegaTensorInfo& info = f.mega->tensors()[t.index];
-      e["stored_nbytes"] = info.stored_nbytes;
-      e["offset"] = info.file_offset;
-      e["storage_format"] = std::string(format::MegaStorageFormatName(info.storage_format));
-      e["compression"] = std::string(format::MegaCodecName(info.codec));
-      e["byte_shuffle"] = info.byte_shuffled();
-      e["checksum"] = std::string(format::MegaChecksumTypeName(info.checksum_type));
-    } else {
-      const format::SafetensorsTensorInfo& info = f.safetensors->tensors()[t.index];
-      e["offset"] = f.safetensors->header().data_offset() + info.data_begin;
-    }
-    tensors.push_back(std::move(e));
-  }
-  doc["tensors"] = std::move(tensors);
-  ordered_json files = ordered_json::array();
-  for (const auto& f : model.files) {
-    std::error_code ec;
-    files.push_back({{"name", f.name},
-                     {"format", std::string(format::ModelFormatName(f.format))},
-                     {"size", static_cast<uint64_t>(stdfs::file_size(f.path, ec))}});
-  }
-  doc["files"] = std::move(files);
-  doc["total_nbytes"] = model.total_bytes;
-  return doc;
-}
-
 std::string Truncate(std::string s, size_t n) {
   if (s.size() > n) s = s.substr(0, n - 3) + "...";
   return s;
@@ -161,8 +100,8 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
               std::string(format::CheckpointKindName(model.input.kind)).c_str(), model.tensors.size(),
               HumanBytes(model.total_bytes).c_str(), model.files.size(),
               model.files.size() == 1 ? "" : "s");
-  json meta = MetadataJson(model);
-  if (!meta.empty()) {
+  json meta = json::parse(format::CheckpointMetadataJson(model), nullptr, false);
+  if (meta.is_object() && !meta.empty()) {
     std::printf("metadata:\n");
     for (auto it = meta.begin(); it != meta.end(); ++it) {
       std::string v = it->is_string() ? it->get<std::string>() : it->dump();
@@ -300,7 +239,7 @@ int RunInspect(const std::string& path, bool as_json) {
     return kExitFailure;
   }
   if (as_json) {
-    std::printf("%s\n", InspectJson(*model).dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
+    std::printf("%s\n", format::InspectJson(*model).c_str());
   } else {
     PrintInspectTable(*model);
   }
@@ -309,209 +248,33 @@ int RunInspect(const std::string& path, bool as_json) {
 
 // ---- verify -------------------------------------------------------------------------
 
-class ProblemList {
- public:
-  void Add(std::string msg) {
-    std::lock_guard<std::mutex> lock(mu_);
-    problems_.push_back(std::move(msg));
-  }
-  void Add(const Status& s) { Add(s.ToString()); }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return problems_.size();
-  }
-  std::vector<std::string> Snapshot() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return problems_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> problems_;
-};
-
-// Verifies one opened file: every MEGA tensor's checksum (all tensors are
-// checked, every failure is reported). safetensors has no checksums: its
-// header was fully validated when it was opened.
-void VerifyModelFile(const format::CheckpointFile& f, ProblemList& problems, uint64_t* checked_tensors) {
-  if (!f.mega) {
-    *checked_tensors += f.safetensors->tensors().size();
-    return;
-  }
-  const size_t n = f.mega->tensors().size();
-  Status s = ParallelFor(&ThreadPool::Default(), n, [&](size_t i) {
-    Status v = f.mega->VerifyTensor(i);
-    if (!v.ok()) problems.Add(v);
-    return Status::OK();
-  });
-  if (!s.ok()) problems.Add(s);
-  *checked_tensors += n;
-}
-
-struct FormatVerifyCounts {
-  uint64_t checked = 0, files_ok = 0, files = 0, bytes = 0;
-};
-
-// Verifies a MEGA / safetensors file or an index with its shards (every shard
-// checksum, the weight_map truthful in both directions).
-void VerifyFormatInput(const format::CheckpointPath* input, ProblemList& problems,
-                       std::vector<std::string>& warnings, FormatVerifyCounts* counts) {
-  uint64_t& checked = counts->checked;
-  uint64_t& files_ok = counts->files_ok;
-  uint64_t& files = counts->files;
-  uint64_t& bytes = counts->bytes;
-  const format::OpenCheckpointOptions options{.mmap = false, .verify_checksums = true};
-  if (!format::IsIndexKind(input->kind)) {
-    ++files;
-    auto f = format::OpenCheckpointFile(input->path, stdfs::path(input->path).filename().string(), options);
-    if (!f.ok()) {
-      problems.Add(f.status());
-    } else {
-      size_t before = problems.size();
-      VerifyModelFile(*f, problems, &checked);
-      if (problems.size() == before) ++files_ok;
-      format::OpenedCheckpoint m;
-      m.files.push_back(std::move(*f));
-      format::AppendCheckpointFileTensors(&m, 0);
-      bytes = m.total_bytes;
-    }
-  } else {
-    auto index = format::ReadShardIndexFile(input->path);
-    if (!index.ok()) {
-      problems.Add(index.status());
-    } else {
-      const std::string folder = stdfs::path(input->path).parent_path().string();
-      uint64_t mapped_bytes = 0;
-      // A sharded DCP checkpoint (MegaStorageWriter, docs/mega-storage.md) lists the
-      // chunks of sharded tensors under "tensorplay.dcp.sharded": fqn -> {chunks:
-      // [{file, offsets, sizes}]}; weight_map then holds only whole entries.
-      std::map<std::string, std::set<std::string>> chunk_files;  // fqn -> files
-      std::set<std::string> shard_set;
-      for (const std::string& shard : index->ShardFiles()) shard_set.insert(shard);
-      if (auto it = index->extra_fields.find("tensorplay.dcp.sharded");
-          it != index->extra_fields.end()) {
-        json sharded = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-        if (!sharded.is_object()) {
-          problems.Add("DataLoss: " + input->path + ": 'tensorplay.dcp.sharded' is not an object");
-        } else {
-          for (const auto& [fqn, entry] : sharded.items()) {
-            const json* chunks = entry.is_object() && entry.contains("chunks") ? &entry["chunks"]
-                                                                               : nullptr;
-            if (chunks == nullptr || !chunks->is_array()) {
-              problems.Add("DataLoss: " + input->path + ": sharded entry '" + fqn +
-                           "' has no chunk list");
-              continue;
-            }
-            for (const auto& c : *chunks) {
-              if (!c.is_object() || !c.contains("file") || !c["file"].is_string()) {
-                problems.Add("DataLoss: " + input->path + ": a chunk of '" + fqn +
-                             "' names no file");
-                continue;
-              }
-              std::string file = c["file"].get<std::string>();
-              if (Status ok = format::ValidateShardFileName(file); !ok.ok()) {
-                problems.Add(ok.ToString());
-                continue;
-              }
-              chunk_files[fqn].insert(file);
-              shard_set.insert(file);
-            }
-          }
-        }
-      }
-      for (const std::string& shard : shard_set) {
-        ++files;
-        const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
-        if (Status inside = CheckResolvesInside(folder.empty() ? "." : folder, shard_path);
-            !inside.ok()) {
-          problems.Add(inside);
-          continue;
-        }
-        auto f = format::OpenCheckpointFile(shard_path, shard, options);
-        if (!f.ok()) {
-          problems.Add(f.status().code() == StatusCode::kNotFound
-                           ? "NotFound: " + input->path + ": shard '" + shard +
-                                 "' listed in the index is missing (" + shard_path + ")"
-                           : f.status().ToString());
-          continue;
-        }
-        size_t before = problems.size();
-        // The weight_map must be truthful in both directions.
-        std::set<std::string> in_file;
-        format::OpenedCheckpoint m;
-        m.files.push_back(std::move(*f));
-        format::AppendCheckpointFileTensors(&m, 0);
-        for (const auto& t : m.tensors) {
-          in_file.insert(t.name);
-          auto it = index->weight_map.find(t.name);
-          auto ct = chunk_files.find(t.name);
-          if (it == index->weight_map.end() && ct != chunk_files.end() && ct->second.count(shard)) {
-            mapped_bytes += t.nbytes;  // a listed chunk of a sharded tensor
-          } else if (it == index->weight_map.end()) {
-            problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) +
-                         " is not listed in the index's weight_map");
-          } else if (it->second != shard) {
-            problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) + " is mapped to " +
-                         Quote(it->second) + " by the index");
-          } else {
-            mapped_bytes += t.nbytes;
-          }
-        }
-        for (const auto& [fqn, files_of_fqn] : chunk_files) {
-          if (files_of_fqn.count(shard) && !in_file.count(fqn)) {
-            problems.Add("DataLoss: " + input->path + ": index lists a chunk of " + Quote(fqn) +
-                         " in shard " + Quote(shard) + " but " + shard_path +
-                         " has no such tensor");
-          }
-        }
-        for (const auto& name : index->TensorsInShard(shard)) {
-          if (!in_file.count(name)) {
-            problems.Add("DataLoss: " + input->path + ": index maps tensor " + Quote(name) +
-                         " to shard " + Quote(shard) + " but " + shard_path +
-                         " has no such tensor");
-          }
-        }
-        VerifyModelFile(m.files[0], problems, &checked);
-        bytes += m.total_bytes;
-        if (problems.size() == before) ++files_ok;
-      }
-      if (problems.size() == 0 && index->total_size && *index->total_size != mapped_bytes) {
-        warnings.push_back(input->path + ": metadata.total_size is " +
-                           std::to_string(*index->total_size) + " but the mapped tensors hold " +
-                           std::to_string(mapped_bytes) + " bytes");
-      }
-    }
-  }
-}
-
 // A DCP checkpoint (fs or MEGA storage): every stored piece read whole through
 // the storage's reader with verification on (dcp::VerifyDcpCheckpoint: every
 // checksum block of every .distcp item); MEGA folders also get the index and
-// shard checks above. Counts come from .metadata, as inspect shows them.
+// shard checks of format::VerifyCheckpoint. Counts come from .metadata, as
+// inspect shows them.
 int RunVerifyDcp(const std::string& dir, bool quiet) {
   auto report = dcp::VerifyDcpCheckpoint(dir);
   if (!report.ok()) {
     std::fprintf(stderr, "megackpt verify: FAILED: %s\n", report.status().ToString().c_str());
     return kExitFailure;
   }
-  ProblemList problems;
-  std::vector<std::string> warnings;
-  for (const Status& p : report->problems) problems.Add(p);
+  std::vector<std::string> problems, warnings;
+  for (const Status& p : report->problems) problems.push_back(p.ToString());
   if (report->summary.layout == dcp::StorageLayout::kMega) {
-    auto input = format::ResolveCheckpointPath(dir);
-    if (input.ok()) {
-      FormatVerifyCounts counts;
-      VerifyFormatInput(&*input, problems, warnings, &counts);
+    auto shards = format::VerifyCheckpoint(dir);
+    if (!shards.ok()) {
+      problems.push_back(shards.status().ToString());
     } else {
-      problems.Add(input.status());
+      problems.insert(problems.end(), shards->problems.begin(), shards->problems.end());
+      warnings = shards->warnings;
     }
   }
   for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
-  auto list = problems.Snapshot();
-  if (!list.empty()) {
-    for (const auto& p : list) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
-    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s\n", dir.c_str(), list.size(),
-                 list.size() == 1 ? "" : "s");
+  if (!problems.empty()) {
+    for (const auto& p : problems) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s\n", dir.c_str(), problems.size(),
+                 problems.size() == 1 ? "" : "s");
     return kExitFailure;
   }
   if (!quiet) {
@@ -525,33 +288,33 @@ int RunVerifyDcp(const std::string& dir, bool quiet) {
 
 int RunVerify(const std::string& path, bool quiet) {
   if (auto dir = DcpFolder(path)) return RunVerifyDcp(*dir, quiet);
-  auto input = format::ResolveCheckpointPath(path);
-  if (!input.ok()) {
-    std::fprintf(stderr, "megackpt verify: %s\n", input.status().ToString().c_str());
-    return ExitFor(input.status());
+  auto report = format::VerifyCheckpoint(path);
+  if (!report.ok()) {
+    std::fprintf(stderr, "megackpt verify: %s\n", report.status().ToString().c_str());
+    return ExitFor(report.status());
   }
-  ProblemList problems;
-  std::vector<std::string> warnings;
-  FormatVerifyCounts counts;
-  VerifyFormatInput(&*input, problems, warnings, &counts);
-  const uint64_t checked = counts.checked, files_ok = counts.files_ok, files = counts.files,
-                 bytes = counts.bytes;
-  for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
-  auto list = problems.Snapshot();
-  if (!list.empty()) {
-    for (const auto& p : list) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+  const format::CheckpointPath& input = report->input;
+  for (const auto& w : report->warnings) {
+    std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
+  }
+  if (!report->ok()) {
+    for (const auto& p : report->problems) {
+      std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+    }
     std::fprintf(stderr, "megackpt verify: %s: %zu problem%s (%llu of %llu files OK)\n",
-                 input->path.c_str(), list.size(), list.size() == 1 ? "" : "s",
-                 static_cast<unsigned long long>(files_ok), static_cast<unsigned long long>(files));
+                 input.path.c_str(), report->problems.size(),
+                 report->problems.size() == 1 ? "" : "s",
+                 static_cast<unsigned long long>(report->files_ok),
+                 static_cast<unsigned long long>(report->files));
     return kExitFailure;
   }
   if (!quiet) {
-    const bool safetensors = input->kind == format::CheckpointKind::kSafetensorsFile ||
-                             input->kind == format::CheckpointKind::kSafetensorsIndex;
-    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input->path.c_str(),
-                std::string(format::CheckpointKindName(input->kind)).c_str(),
-                static_cast<unsigned long long>(files), files == 1 ? "" : "s",
-                static_cast<unsigned long long>(checked), HumanBytes(bytes).c_str(),
+    const bool safetensors = input.kind == format::CheckpointKind::kSafetensorsFile ||
+                             input.kind == format::CheckpointKind::kSafetensorsIndex;
+    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input.path.c_str(),
+                std::string(format::CheckpointKindName(input.kind)).c_str(),
+                static_cast<unsigned long long>(report->files), report->files == 1 ? "" : "s",
+                static_cast<unsigned long long>(report->tensors), HumanBytes(report->bytes).c_str(),
                 safetensors ? " (structure only: safetensors has no checksums)" : "");
   }
   return kExitOk;

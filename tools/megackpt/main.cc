@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
       "  megackpt convert model.safetensors out_dir/       safetensors -> MEGA\n"
       "Run `megackpt COMMAND --help` for each command's options.",
       "megackpt"};
-  app.set_version_flag("--version", "megackpt 0.1.0");
+  // MEGACKPT_VERSION is CMake's project(VERSION): the one version of the CLI and the Python package.
+  app.set_version_flag("--version", "megackpt " MEGACKPT_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
   int exit_code = 0;

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Python checkpointing benchmark: one program, one run, one table.
+
+    python3 bench/python/bench_dcp.py [--size 2GiB] [--reps 3] [--dir /tmp] [--worlds 1,2]
+
+State: --size bytes per job of float32 and bfloat16 tensors (32 MiB each; half of
+the bytes each dtype), split evenly over the ranks (distinct names per rank).
+Systems, each at world size 1 and 2 (processes; gloo on loopback for the DCP
+frameworks, mpirun for the native API):
+  native      megackpt.save / load / async_save (MEGA storage)
+  mega-dcp    torch.distributed.checkpoint + megackpt.torch.MegaStorageWriter/Reader
+  torch-fs    torch.distributed.checkpoint + torch's FileSystemWriter/Reader
+  torch-hf    torch's HuggingFaceStorageWriter/Reader (world 1; where torch has it)
+  tp-mega     TensorPlay's DCP + its own MegaStorageWriter/Reader (the seed; world 1:
+              at world 2 its ranks overwrite each other's model.mega, seed defect 1)
+  safetensors safetensors.torch save_file / load_file, one file per rank
+  cpp         `megackpt bench mega --json` (C++ engine, threads backend) for reference
+Metrics: durable save (fsync) and no-sync save in GB/s (decimal), load in GB/s
+(into preallocated, pre-faulted, reused tensors where the API loads in place),
+the time async save blocks the caller, and the peak extra RSS (above the state)
+during a durable save. Medians of --reps after a dropped warm-up; the slowest
+rank's time per repetition. Ratios: mega-dcp vs torch-fs, mega-dcp vs tp-mega,
+native vs cpp.
+
+Do not run it while other jobs load the machine: the numbers are only meaningful
+on a quiet one.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+# The last save before "load" leaves the checkpoint the load runs read.
+ORDER = ["save_nosync", "async_blocked", "save", "load"]
+SYSTEMS = ["native", "mega-dcp", "torch-fs", "torch-hf", "tp-mega", "safetensors"]
+TENSOR_BYTES = 32 << 20
+
+
+def parse_size(text):
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+    t = text.strip().lower().rstrip("b") if not text.lower().endswith("ib") else text.strip().lower()
+    for u in sorted(units, key=len, reverse=True):
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * units[u])
+    return int(t)
+
+
+class PeakRss:
+    """Samples this process's RSS while the block runs; .extra = peak - start."""
+
+    def __enter__(self):
+        self.start = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+        self.extra = max(0, self.peak - self.start)
+
+    @staticmethod
+    def _rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _run(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, self._rss())
+
+
+# ---- one rank of one system ------------------------------------------------------
+
+def make_state(torch, rank_bytes, rank):
+    n = max(1, rank_bytes // TENSOR_BYTES)
+    state = {}
+    for i in range(n):
+        bf16 = i % 2 == 1
+        elems = TENSOR_BYTES // (2 if bf16 else 4)
+        t = torch.empty(elems // 1024, 1024, dtype=torch.bfloat16 if bf16 else torch.float32)
+        t.uniform_(-1, 1)
+        state[f"r{rank}.layer{i}.{'bf16' if bf16 else 'f32'}"] = t
+    return state
+
+
+def worker(args):
+    import torch
+
+    rank, world = args.rank, args.world
+    if os.environ.get("OMPI_COMM_WORLD_RANK") is not None:
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    state = make_state(torch, args.size // world, rank)
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    dst = {k: torch.zeros_like(v) for k, v in state.items()}  # pre-faulted, reused
+    path = os.path.join(args.dir, f"bench-{args.system}-w{world}")
+    barrier, ops = setup_system(args.system, torch, rank, world, path, state, dst)
+
+    def fresh():
+        barrier()
+        if rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+            os.makedirs(path, exist_ok=True)
+        os.sync()
+        barrier()
+
+    results = {"rank": rank, "bytes": nbytes}
+    for metric in [m for m in ORDER if m in ops]:
+        fn = ops[metric]
+        times, extra = [], 0
+        for rep in range(args.reps + 1):
+            if metric != "load":
+                fresh()
+            else:
+                barrier()
+            with PeakRss() as rss:
+                t0 = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t0
+            if metric == "async_blocked":
+                ops["_async_wait"]()
+            barrier()
+            if rep > 0:
+                times.append(dt)
+                if metric == "save":
+                    extra = max(extra, rss.extra)
+        results[metric] = statistics.median(times)
+        if metric == "save":
+            results["rss_extra"] = extra
+    print("RESULT " + json.dumps(results), flush=True)
+
+
+def setup_system(system, torch, rank, world, path, state, dst):
+    """(barrier, {metric: fn}) for one system; metric order matters: the load runs
+    after the last durable save."""
+    if system == "native":
+        import megackpt
+
+        g = megackpt.process_group()
+        ops = {
+            "save_nosync": lambda: megackpt.save(state, path, sync=False, group=g),
+            "async_blocked": lambda: _native_async(megackpt, state, path, g),
+            "save": lambda: megackpt.save(state, path, group=g),
+            "load": lambda: megackpt.load(path, dst, group=g),
+        }
+        ops["_async_wait"] = lambda: _NATIVE_HANDLE.pop().result()
+        return g.barrier, ops
+    if system == "safetensors":
+        from safetensors.torch import load_file, save_file
+
+        f = os.path.join(path, f"rank{rank}.safetensors")
+
+        def durable():
+            save_file(state, f)
+            fd = os.open(f, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+        return _gloo_barrier(torch, rank, world), {
+            "save_nosync": lambda: save_file(state, f), "save": durable,
+            # load_file maps the file lazily: copy into the destinations to read every byte.
+            "load": lambda: [dst[k].copy_(v) for k, v in load_file(f).items()]}
+    barrier = _gloo_barrier(torch, rank, world)
+    if system == "tp-mega":
+        import tensorplay as tp
+        import tensorplay.distributed.checkpoint as tdcp
+
+        def native_tp(v):  # TensorPlay's serializer refuses DLPack imports ("cpu:0")
+            t = tp.rand(*v.shape)
+            return t.to(tp.bfloat16) if v.dtype == torch.bfloat16 else t
+
+        tstate = {k: native_tp(v) for k, v in state.items()}
+        tdst = {k: tp.zeros_like(v) for k, v in tstate.items()}
+        return barrier, {
+            "save_nosync": lambda: tdcp.save(tstate, storage_writer=tdcp.MegaStorageWriter(path)),
+            "load": lambda: tdcp.load(tdst, storage_reader=tdcp.MegaStorageReader(path)),
+        }
+    import torch.distributed.checkpoint as dcp
+
+    if system == "mega-dcp":
+        import megackpt.torch as mt
+
+        W = lambda sync: mt.MegaStorageWriter(path, sync_files=sync)  # noqa: E731
+        R = lambda: mt.MegaStorageReader(path)  # noqa: E731
+    elif system == "torch-fs":
+        W = lambda sync: dcp.FileSystemWriter(path, sync_files=sync)  # noqa: E731
+        R = lambda: dcp.FileSystemReader(path)  # noqa: E731
+    else:  # torch-hf
+        W = lambda sync: dcp.HuggingFaceStorageWriter(path)  # noqa: E731
+        R = lambda: dcp.HuggingFaceStorageReader(path)  # noqa: E731
+    pending = []
+    ops = {
+        "save_nosync": lambda: dcp.save(state, storage_writer=W(False)),
+        "async_blocked": lambda: pending.append(dcp.async_save(state, storage_writer=W(True))),
+        "save": lambda: dcp.save(state, storage_writer=W(True)),
+        "load": lambda: dcp.load(dst, storage_reader=R()),
+        "_async_wait": lambda: pending.pop().result(),
+    }
+    if system == "torch-hf":  # no sync option: one (no-sync) save number
+        ops = {"save_nosync": ops["save_nosync"], "load": ops["load"]}
+    return barrier, ops
+
+
+_NATIVE_HANDLE = []
+
+
+def _native_async(megackpt, state, path, g):
+    h = megackpt.async_save(state, path, group=g)
+    h.wait_staged()
+    _NATIVE_HANDLE.append(h)
+
+
+def _gloo_barrier(torch, rank, world):
+    import torch.distributed as dist
+
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_PORT']}",
+                                rank=rank, world_size=world)
+    return dist.barrier if world > 1 else (lambda: None)
+
+
+# ---- the driver -------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_system(system, world, args):
+    base = [sys.executable, os.path.abspath(__file__), "--worker", system, "--world", str(world),
+            "--size", str(args.size), "--reps", str(args.reps), "--dir", args.dir]
+    env = dict(os.environ, BENCH_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if system == "native" and world > 1:
+        if not shutil.which("mpirun"):
+            return None, "mpirun missing"
+        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe"] + base,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)]
+    else:
+        procs = [subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=env) for r in range(world)]
+    ranks, log = [], ""
+    for p in procs:
+        out, _ = p.communicate()
+        log += out
+        ranks += [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+    if len(ranks) != world:
+        return None, log.strip().splitlines()[-1] if log.strip() else "failed"
+    agg = {"bytes": sum(r["bytes"] for r in ranks)}
+    for m in ("save", "save_nosync", "load", "async_blocked"):
+        if all(m in r for r in ranks):
+            agg[m] = max(r[m] for r in ranks)
+    if all("rss_extra" in r for r in ranks):
+        agg["rss_extra"] = max(r["rss_extra"] for r in ranks)
+    return agg, ""
+
+
+def run_cpp(world, args):
+    exe = shutil.which("megackpt")
+    if exe is None:
+        return None
+    r = subprocess.run([exe, "bench", "mega", "--size", str(args.size), "--world-size", str(world),
+                        "--reps", str(args.reps), "--dir", args.dir, "--json"],
+                       capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="2GiB")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
+    ap.add_argument("--worlds", default="1,2")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--worker")
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=0)
+    args = ap.parse_args()
+    args.size = parse_size(str(args.size))
+    if args.worker:
+        args.system = args.worker
+        return worker(args)
+    gb = lambda nbytes, s: nbytes / s / 1e9 if s else float("nan")  # noqa: E731
+    print(f"state {args.size / 1e9:.2f} GB (f32 + bf16, {TENSOR_BYTES >> 20} MiB tensors), "
+          f"medians of {args.reps} after a warm-up, dir {args.dir}")
+    print(f"{'system':<12} {'world':>5} {'durable GB/s':>13} {'no-sync GB/s':>13} {'load GB/s':>10} "
+          f"{'async blocked s':>16} {'extra RSS MiB':>14}")
+    table = {}
+    for world in [int(w) for w in args.worlds.split(",")]:
+        for system in args.systems.split(","):
+            if world > 1 and system in ("torch-hf", "tp-mega"):
+                print(f"{system:<12} {world:>5}  n/a ({'seed defect 1: ranks overwrite model.mega' if system == 'tp-mega' else 'world 1 only'})")
+                continue
+            agg, why = run_system(system, world, args)
+            if agg is None:
+                print(f"{system:<12} {world:>5}  failed: {why}")
+                continue
+            table[(system, world)] = agg
+            f = lambda m: f"{gb(agg['bytes'], agg[m]):.2f}" if m in agg else "-"  # noqa: E731
+            a = f"{agg['async_blocked']:.3f}" if "async_blocked" in agg else "-"
+            rss = f"{agg['rss_extra'] / (1 << 20):.0f}" if "rss_extra" in agg else "-"
+            print(f"{system:<12} {world:>5} {f('save'):>13} {f('save_nosync'):>13} {f('load'):>10} "
+                  f"{a:>16} {rss:>14}", flush=True)
+        cpp = run_cpp(world, args)
+        if cpp:
+            table[("cpp", world)] = cpp
+            print(f"{'cpp':<12} {world:>5} {cpp.get('save_gbps', 0):>13.2f} "
+                  f"{cpp.get('save_nosync_gbps', 0):>13.2f} {cpp.get('load_gbps', 0):>10.2f} "
+                  f"{cpp.get('async_blocked_seconds', 0):>16.3f} {'-':>14}")
+    print("\nratios (higher is better for megackpt; goal in brackets)")
+    for world in [int(w) for w in args.worlds.split(",")]:
+        ours = table.get(("mega-dcp", world))
+        for peer, goals in (("torch-fs", {"save": 1.5, "save_nosync": 3, "load": 3}),
+                            ("tp-mega", {"save_nosync": 5, "load": 5})):
+            theirs = table.get((peer, world))
+            if not ours or not theirs:
+                continue
+            parts = [f"{m} {theirs[m] / ours[m]:.2f}x [>= {g}x]" for m, g in goals.items()
+                     if m in ours and m in theirs]
+            print(f"  world {world}: mega-dcp vs {peer}: " + ", ".join(parts))
+        native, cpp = table.get(("native", world)), table.get(("cpp", world))
+        if native and cpp:
+            parts = []
+            for m, key in (("save", "save_gbps"), ("save_nosync", "save_nosync_gbps"), ("load", "load_gbps")):
+                if m in native and cpp.get(key):
+                    parts.append(f"{m} {gb(native['bytes'], native[m]) / cpp[key]:.2f} [>= 0.95]")
+            print(f"  world {world}: native vs cpp (throughput ratio): " + ", ".join(parts))
+        if native and "rss_extra" in native:
+            print(f"  world {world}: native extra RSS {native['rss_extra'] / (1 << 20):.0f} MiB "
+                  f"[<= 256 MiB for 2 GiB]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""megackpt: distributed checkpoints in MEGA (.mega) and safetensors format.
+
+The C++ engine behind a Python API::
+
+    import megackpt
+    megackpt.save({"model": {"w": array}, "step": 10}, "/ckpt/step-10")
+    state = megackpt.load("/ckpt/step-10")              # new numpy arrays
+    megackpt.load("/ckpt/step-10", state_dict=mine)     # in place, resharded
+
+- :func:`save`, :func:`load`, :func:`async_save` over numpy arrays and CPU
+  torch/TensorPlay tensors (zero-copy), :class:`ShardedTensor` pieces, bytes and
+  pickled objects; local folders or ``mega://`` hub paths; MPI under mpirun.
+- :func:`inspect`, :func:`verify`, :func:`convert`, :func:`consolidate`.
+- ``megackpt.torch``: storage for ``torch.distributed.checkpoint``;
+  ``megackpt.tensorplay``: the same for TensorPlay's DCP.
+- Errors: :class:`Error` and its subclasses (``megackpt.errors``).
+"""
+
+from . import _core
+from ._api import (
+    AsyncSaveHandle,
+    async_save,
+    consolidate,
+    convert,
+    inspect,
+    load,
+    process_group,
+    save,
+    verify,
+)
+from ._core import ProcessGroup
+from ._state import ShardedTensor
+from .errors import (
+    AbortedError,
+    AlreadyExistsError,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    IOFailureError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+)
+
+__version__ = _core.__version__
+
+__all__ = [
+    "__version__",
+    "save",
+    "load",
+    "async_save",
+    "AsyncSaveHandle",
+    "ShardedTensor",
+    "ProcessGroup",
+    "process_group",
+    "inspect",
+    "verify",
+    "convert",
+    "consolidate",
+    "Error",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "DataLossError",
+    "AbortedError",
+    "UnavailableError",
+    "FailedPreconditionError",
+    "OutOfRangeError",
+    "ResourceExhaustedError",
+    "PermissionDeniedError",
+    "UnauthenticatedError",
+    "DeadlineExceededError",
+    "UnimplementedError",
+    "InternalError",
+    "IOFailureError",
+]

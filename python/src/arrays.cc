@@ -1,0 +1,152 @@
+// Python arrays <-> megackpt::Tensor, zero-copy in both directions.
+//
+// Import goes through nanobind's ndarray caster, which takes the buffer protocol
+// (numpy, read-only arrays included) or __dlpack__ (torch, TensorPlay, numpy).
+// The dtype codes are DLPack's (dlpack.h DLDataTypeCode; 1.1 numbering for bool
+// and the float8 types, which the 0.6 header core/tensor.cc builds with lacks).
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+
+namespace megackpt::python {
+namespace {
+
+constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBfloat = 4, kCodeBool = 6,
+                  kCodeFloat8E4M3Fn = 10, kCodeFloat8E5M2 = 12, kCodeFloat8E8M0Fnu = 14;
+
+Result<DType> DTypeFromDLPack(nb::dlpack::dtype t, std::string_view what) {
+  if (t.lanes == 1) {
+    switch (t.code) {
+      case kCodeInt:
+        if (t.bits == 8) return DType::kI8;
+        if (t.bits == 16) return DType::kI16;
+        if (t.bits == 32) return DType::kI32;
+        if (t.bits == 64) return DType::kI64;
+        break;
+      case kCodeUInt:
+        if (t.bits == 8) return DType::kU8;
+        if (t.bits == 16) return DType::kU16;
+        if (t.bits == 32) return DType::kU32;
+        if (t.bits == 64) return DType::kU64;
+        break;
+      case kCodeFloat:
+        if (t.bits == 16) return DType::kF16;
+        if (t.bits == 32) return DType::kF32;
+        if (t.bits == 64) return DType::kF64;
+        break;
+      case kCodeBfloat:
+        if (t.bits == 16) return DType::kBF16;
+        break;
+      case kCodeBool:
+        if (t.bits == 8) return DType::kBool;
+        break;
+      case kCodeFloat8E4M3Fn:
+        if (t.bits == 8) return DType::kF8_E4M3;
+        break;
+      case kCodeFloat8E5M2:
+        if (t.bits == 8) return DType::kF8_E5M2;
+        break;
+      case kCodeFloat8E8M0Fnu:
+        if (t.bits == 8) return DType::kF8_E8M0;
+        break;
+      default:
+        break;
+    }
+  }
+  return InvalidArgumentError(std::string(what) + ": unsupported array dtype (DLPack code " +
+                              std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
+                              std::to_string(t.lanes) + " lanes)");
+}
+
+// numpy's dtype for `d`: the real one, or raw unsigned integers of its width.
+nb::dlpack::dtype NumpyDType(DType d) {
+  switch (d) {
+    case DType::kBool: return {kCodeBool, 8, 1};
+    case DType::kI8: return {kCodeInt, 8, 1};
+    case DType::kI16: return {kCodeInt, 16, 1};
+    case DType::kI32: return {kCodeInt, 32, 1};
+    case DType::kI64: return {kCodeInt, 64, 1};
+    case DType::kU16: return {kCodeUInt, 16, 1};
+    case DType::kU32: return {kCodeUInt, 32, 1};
+    case DType::kU64: return {kCodeUInt, 64, 1};
+    case DType::kF16: return {kCodeFloat, 16, 1};
+    case DType::kF32: return {kCodeFloat, 32, 1};
+    case DType::kF64: return {kCodeFloat, 64, 1};
+    case DType::kBF16: return {kCodeUInt, 16, 1};
+    default: return {kCodeUInt, 8, 1};  // U8, F8_*, F4 (packed bytes)
+  }
+}
+
+template <typename Array>
+Result<Tensor> WrapArray(const Array& a, std::string_view what) {
+  if (a.device_type() != nb::device::cpu::value) {
+    return InvalidArgumentError(std::string(what) + ": only CPU arrays can be saved or loaded");
+  }
+  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(a.dtype(), what));
+  Shape shape(a.ndim());
+  std::vector<int64_t> strides(a.ndim());
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    shape[d] = static_cast<int64_t>(a.shape(d));
+    strides[d] = a.stride(d);
+  }
+  auto owner = std::make_shared<Array>(a);
+  auto t = Tensor::FromBlobStrided(const_cast<void*>(static_cast<const void*>(a.data())), dtype,
+                                   std::move(shape), std::move(strides), std::move(owner));
+  if (!t.ok()) return t.status().WithContext(what);
+  return t;
+}
+
+}  // namespace
+
+bool NumpyLacksDType(DType dtype) {
+  return dtype == DType::kBF16 || dtype == DType::kF8_E4M3 || dtype == DType::kF8_E5M2 ||
+         dtype == DType::kF8_E8M0 || dtype == DType::kF4;
+}
+
+Result<Tensor> TensorFromArray(nb::handle array, bool writable, std::string_view what) {
+  if (writable) {
+    nb::ndarray<> a;
+    if (nb::try_cast(array, a, /*convert=*/false)) return WrapArray(a, what);
+    nb::ndarray<nb::ro> ro;
+    if (nb::try_cast(array, ro, /*convert=*/false)) {
+      return InvalidArgumentError(std::string(what) + ": the array is read-only; a load needs a "
+                                  "writable destination");
+    }
+  } else {
+    nb::ndarray<nb::ro> a;
+    if (nb::try_cast(array, a, /*convert=*/false)) return WrapArray(a, what);
+  }
+  std::string type = nb::cast<std::string>(nb::str(nb::handle(array).type()));
+  return InvalidArgumentError(std::string(what) + ": " + type +
+                              " is not a CPU array (expected the buffer protocol or __dlpack__)");
+}
+
+nb::object NumpyFromTensor(const Tensor& tensor) {
+  auto* keep = new Tensor(tensor);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape;
+  std::vector<int64_t> strides;
+  if (tensor.dtype() == DType::kF4) {
+    shape = {static_cast<size_t>(tensor.nbytes())};
+    strides = {1};
+  } else {
+    for (int d = 0; d < tensor.ndim(); ++d) {
+      shape.push_back(static_cast<size_t>(tensor.shape()[d]));
+      strides.push_back(tensor.strides()[d]);
+    }
+  }
+  nb::ndarray<nb::numpy> a(tensor.data(), shape.size(), shape.data(), owner, strides.data(),
+                           NumpyDType(tensor.dtype()));
+  return nb::cast(a);
+}
+
+void RegisterArrays(nb::module_& m) {
+  // dtype name ("F32", "BF16", ...) of an array, as megackpt stores it.
+  m.def("_array_dtype", [](nb::handle array) {
+    Tensor t = Unwrap(TensorFromArray(array, /*writable=*/false, "array"));
+    return std::string(DTypeName(t.dtype()));
+  });
+}
+
+}  // namespace megackpt::python

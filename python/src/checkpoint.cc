@@ -1,0 +1,236 @@
+// save / load / async_save over Python trees (megackpt/_api.py wraps these with
+// the pickling of objects and the docstrings).
+//
+// Python-side information that the C++ planners do not know (which bytes entries
+// are pickled objects) travels as a JSON text in Metadata::planner_data.extra:
+// each rank's save planner puts its own in the local plan, and the coordinator
+// stores the union ({"megackpt.python": 1, "objects": [fqn, ...]}).
+#include <chrono>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/planner.h"
+
+namespace megackpt::python {
+namespace {
+
+std::string ProducerVersion() { return std::string("megackpt ") + MEGACKPT_VERSION; }
+
+// The default save planner, plus the Python extra of every rank.
+class PySavePlanner final : public dcp::SavePlanner {
+ public:
+  explicit PySavePlanner(std::string extra)
+      : inner_(dcp::NewDefaultSavePlanner({.version = ProducerVersion()})),
+        extra_(std::move(extra)) {}
+
+  Status SetUp(const dcp::StateDict& state_dict, const std::optional<dcp::StorageMeta>& meta,
+               bool is_coordinator) override {
+    return inner_->SetUp(state_dict, meta, is_coordinator);
+  }
+  Result<dcp::SavePlan> CreateLocalPlan() override {
+    MEGA_ASSIGN_OR_RETURN(dcp::SavePlan plan, inner_->CreateLocalPlan());
+    plan.planner_data.extra = extra_;
+    return plan;
+  }
+  Result<dcp::GlobalSavePlan> CreateGlobalPlan(std::vector<dcp::SavePlan> all_plans) override {
+    std::set<std::string> objects;
+    for (const dcp::SavePlan& p : all_plans) {
+      auto j = nlohmann::json::parse(p.planner_data.extra, nullptr, false);
+      if (j.is_object() && j.contains("objects") && j["objects"].is_array()) {
+        for (const auto& o : j["objects"]) {
+          if (o.is_string()) objects.insert(o.get<std::string>());
+        }
+      }
+    }
+    MEGA_ASSIGN_OR_RETURN(dcp::GlobalSavePlan global, inner_->CreateGlobalPlan(std::move(all_plans)));
+    if (!objects.empty()) {
+      global.metadata.planner_data.extra =
+          nlohmann::json{{"megackpt.python", 1}, {"objects", objects}}.dump();
+    } else {
+      global.metadata.planner_data.extra.clear();
+    }
+    return global;
+  }
+  Result<dcp::SavePlan> FinishPlan(dcp::SavePlan central_plan) override {
+    return inner_->FinishPlan(std::move(central_plan));
+  }
+  Result<dcp::ResolvedData> ResolveData(const dcp::WriteItem& item) override {
+    return inner_->ResolveData(item);
+  }
+
+ private:
+  std::unique_ptr<dcp::SavePlanner> inner_;
+  std::string extra_;
+};
+
+// The default load planner; when `build`, it first fills the (empty) state dict
+// with the checkpoint's structure and fresh tensors (BuildStateDictFromMetadata),
+// so one metadata read serves both.
+class PyLoadPlanner final : public dcp::LoadPlanner {
+ public:
+  PyLoadPlanner(bool build, bool allow_partial)
+      : inner_(dcp::NewDefaultLoadPlanner({.allow_partial_load = allow_partial})), build_(build) {}
+
+  const std::string& extra() const { return extra_; }
+
+  Status SetUp(dcp::StateDict* state_dict, const dcp::Metadata& metadata,
+               bool is_coordinator) override {
+    extra_ = metadata.planner_data.extra;
+    if (build_) {
+      MEGA_ASSIGN_OR_RETURN(*state_dict, dcp::BuildStateDictFromMetadata(metadata));
+    }
+    return inner_->SetUp(state_dict, metadata, is_coordinator);
+  }
+  Result<dcp::LoadPlan> CreateLocalPlan() override { return inner_->CreateLocalPlan(); }
+  Result<std::vector<dcp::LoadPlan>> CreateGlobalPlan(std::vector<dcp::LoadPlan> plans) override {
+    return inner_->CreateGlobalPlan(std::move(plans));
+  }
+  Result<dcp::LoadPlan> FinishPlan(dcp::LoadPlan central_plan) override {
+    return inner_->FinishPlan(std::move(central_plan));
+  }
+  Status LoadBytes(const dcp::ReadItem& item, std::string value) override {
+    return inner_->LoadBytes(item, std::move(value));
+  }
+  Result<Tensor> ResolveTensor(const dcp::ReadItem& item) override {
+    return inner_->ResolveTensor(item);
+  }
+  Status CommitTensor(const dcp::ReadItem& item, const Tensor& tensor) override {
+    return inner_->CommitTensor(item, tensor);
+  }
+
+ private:
+  std::unique_ptr<dcp::LoadPlanner> inner_;
+  bool build_;
+  std::string extra_;
+};
+
+// Waits on `f` for up to `timeout` seconds (< 0: forever) without the GIL.
+bool WaitFor(const std::shared_future<Status>& f, double timeout) {
+  nb::gil_scoped_release release;
+  if (timeout < 0) {
+    f.wait();
+    return true;
+  }
+  return f.wait_for(std::chrono::duration<double>(timeout)) == std::future_status::ready;
+}
+
+// The Python handle of an async save. Keeps the planner, writer and group the
+// background save uses; destroying it waits for the save (without the GIL).
+class PyAsyncSave {
+ public:
+  PyAsyncSave(std::unique_ptr<PySavePlanner> planner, std::shared_ptr<dcp::StorageWriter> writer,
+              std::shared_ptr<dist::ProcessGroup> group)
+      : planner_(std::move(planner)), writer_(std::move(writer)), group_(std::move(group)) {}
+  ~PyAsyncSave() {
+    nb::gil_scoped_release release;
+    if (handle_.done.valid()) handle_.done.wait();
+    handle_ = {};
+  }
+
+  dcp::SavePlanner* planner() { return planner_.get(); }
+  const std::shared_ptr<dcp::StorageWriter>& writer() { return writer_; }
+  dist::ProcessGroup* group() { return group_.get(); }
+  void set_handle(dcp::AsyncSaveHandle h) { handle_ = std::move(h); }
+
+  bool staged() const { return Ready(handle_.staged); }
+  bool done() const { return Ready(handle_.done); }
+  // Raises the save's error, if any, once `which` is ready; False on timeout.
+  bool Wait(bool for_done, double timeout) {
+    const std::shared_future<Status>& f = for_done ? handle_.done : handle_.staged;
+    if (!WaitFor(f, timeout)) return false;
+    ThrowIfError(f.get());
+    return true;
+  }
+
+ private:
+  static bool Ready(const std::shared_future<Status>& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  std::unique_ptr<PySavePlanner> planner_;
+  std::shared_ptr<dcp::StorageWriter> writer_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  dcp::AsyncSaveHandle handle_;
+};
+
+void Save(nb::handle tree, const std::string& path, const std::string& storage, nb::handle group,
+          const std::string& extra, bool use_collectives, nb::dict options) {
+  dcp::StateDict state = Unwrap(StateDictFromPython(tree, /*writable=*/false));
+  auto writer = Unwrap(MakeWriter(storage, path, options));
+  auto pg = GroupFromPython(group);
+  PySavePlanner planner(extra);
+  dcp::SaveOptions so;
+  so.planner = &planner;
+  so.use_collectives = use_collectives;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = dcp::Save(state, *writer, pg.get(), so);
+  }
+  ThrowIfError(s);
+}
+
+// Returns (tree or {fqn: bytes}, planner extra, {fqn: raw dtype name}).
+nb::tuple Load(const std::string& path, nb::handle tree, const std::string& storage,
+               nb::handle group, bool allow_partial, bool use_collectives, nb::dict options) {
+  const bool build = tree.is_none();
+  dcp::StateDict state;
+  if (!build) state = Unwrap(StateDictFromPython(tree, /*writable=*/true));
+  auto reader = Unwrap(MakeReader(storage, path, options));
+  auto pg = GroupFromPython(group);
+  PyLoadPlanner planner(build, allow_partial);
+  dcp::LoadOptions lo;
+  lo.planner = &planner;
+  lo.use_collectives = use_collectives;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = dcp::Load(state, *reader, pg.get(), lo);
+  }
+  ThrowIfError(s);
+  nb::dict raw;
+  nb::object out = build ? PythonFromStateDict(state, raw) : nb::object(BytesLeaves(state));
+  return nb::make_tuple(out, nb::str(planner.extra().c_str()), raw);
+}
+
+PyAsyncSave* AsyncSave(nb::handle tree, const std::string& path, const std::string& storage,
+                       nb::handle group, const std::string& extra, bool use_collectives,
+                       uint64_t staging_bytes, nb::dict options) {
+  dcp::StateDict state = Unwrap(StateDictFromPython(tree, /*writable=*/false));
+  std::shared_ptr<dcp::StorageWriter> writer = Unwrap(MakeWriter(storage, path, options));
+  auto handle = std::make_unique<PyAsyncSave>(std::make_unique<PySavePlanner>(extra), writer,
+                                              GroupFromPython(group));
+  dcp::AsyncSaveOptions ao;
+  ao.save.planner = handle->planner();
+  ao.save.use_collectives = use_collectives;
+  if (staging_bytes > 0) ao.default_pool_capacity_bytes = staging_bytes;
+  {
+    nb::gil_scoped_release release;
+    handle->set_handle(dcp::AsyncSave(std::move(state), handle->writer(), handle->group(), ao));
+  }
+  return handle.release();
+}
+
+}  // namespace
+
+void RegisterCheckpoint(nb::module_& m) {
+  m.def("_save", &Save, nb::arg("tree"), nb::arg("path"), nb::arg("storage"), nb::arg("group").none(),
+        nb::arg("extra"), nb::arg("use_collectives"), nb::arg("options"));
+  m.def("_load", &Load, nb::arg("path"), nb::arg("tree").none(), nb::arg("storage"),
+        nb::arg("group").none(), nb::arg("allow_partial"), nb::arg("use_collectives"),
+        nb::arg("options"));
+  m.def("_async_save", &AsyncSave, nb::arg("tree"), nb::arg("path"), nb::arg("storage"),
+        nb::arg("group").none(), nb::arg("extra"), nb::arg("use_collectives"),
+        nb::arg("staging_bytes"), nb::arg("options"), nb::rv_policy::take_ownership);
+  nb::class_<PyAsyncSave>(m, "_AsyncSave")
+      .def("staged", &PyAsyncSave::staged)
+      .def("done", &PyAsyncSave::done)
+      .def("wait", &PyAsyncSave::Wait, nb::arg("for_done"), nb::arg("timeout"));
+}
+
+}  // namespace megackpt::python

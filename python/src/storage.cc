@@ -1,0 +1,130 @@
+// Storage writers/readers built from Python keyword options (docs on
+// megackpt.save / megackpt.load in megackpt/_api.py).
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common.h"
+#include "megackpt/dcp/filesystem.h"
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/fs/filesystem.h"
+
+namespace megackpt::python {
+namespace {
+
+const std::set<std::string> kWriterOptions = {"thread_count", "sync",     "overwrite",
+                                              "fqn_to_index_mapping", "checksum", "consolidate"};
+const std::set<std::string> kReaderOptions = {"thread_count", "verify"};
+
+Status CheckKeys(nb::dict options, const std::set<std::string>& known, const std::string& what) {
+  for (auto [k, v] : options) {
+    std::string key = nb::cast<std::string>(nb::str(k));
+    if (!known.count(key)) return InvalidArgumentError(what + ": unknown option '" + key + "'");
+  }
+  return Status::OK();
+}
+
+template <typename T>
+T Get(nb::dict options, const char* key, T fallback) {
+  if (!options.contains(key) || options[key].is_none()) return fallback;
+  return nb::cast<T>(options[key]);
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "mega" or "fs" for a checkpoint at `path` (see MakeReader).
+Result<std::string> DetectKind(const std::string& path) {
+  if (EndsWith(path, ".mega") || EndsWith(path, ".safetensors") || EndsWith(path, ".index.json")) {
+    return std::string("mega");
+  }
+  MEGA_ASSIGN_OR_RETURN(auto fs, fs::FileSystemForPath(path));
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  for (std::string_view index : {dcp::kMegaStorageIndexName, dcp::kSafetensorsStorageIndexName}) {
+    MEGA_ASSIGN_OR_RETURN(bool there, fs->Exists(dir + "/" + std::string(index)));
+    if (there) return std::string("mega");
+  }
+  MEGA_ASSIGN_OR_RETURN(bool metadata, fs->Exists(dir + "/" + std::string(dcp::kMetadataFileName)));
+  if (metadata) return std::string("fs");
+  return NotFoundError(path + ": no checkpoint here (no " + std::string(dcp::kMetadataFileName) +
+                       ", " + std::string(dcp::kMegaStorageIndexName) + " or " +
+                       std::string(dcp::kSafetensorsStorageIndexName) + ")");
+}
+
+}  // namespace
+
+Result<format::MegaChecksumType> ChecksumFromName(const std::string& name) {
+  if (name == "none") return format::MegaChecksumType::kNone;
+  if (name == "crc32") return format::MegaChecksumType::kCrc32;
+  if (name == "sha256") return format::MegaChecksumType::kSha256;
+  return InvalidArgumentError("checksum must be 'none', 'crc32' or 'sha256' (got '" + name + "')");
+}
+
+Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
+                                                       const std::string& path, nb::dict options) {
+  MEGA_RETURN_IF_ERROR(CheckKeys(options, kWriterOptions, "save"));
+  const int threads = Get<int>(options, "thread_count", 2);
+  const bool sync = Get<bool>(options, "sync", true);
+  const bool overwrite = Get<bool>(options, "overwrite", true);
+  if (threads < 1) return InvalidArgumentError("save: thread_count must be >= 1");
+  if (kind == "fs") {
+    for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate"}) {
+      if (options.contains(only_mega) && !options[only_mega].is_none()) {
+        return InvalidArgumentError(std::string("save: option '") + only_mega +
+                                    "' needs storage='mega'");
+      }
+    }
+    dcp::FileSystemWriterOptions o;
+    o.thread_count = threads;
+    o.sync = sync;
+    o.overwrite = overwrite;
+    return dcp::NewFileSystemWriter(path, o);
+  }
+  if (kind == "mega") {
+    dcp::MegaStorageWriterOptions o;
+    o.thread_count = threads;
+    o.sync = sync;
+    o.overwrite = overwrite;
+    MEGA_ASSIGN_OR_RETURN(o.checksum,
+                          ChecksumFromName(Get<std::string>(options, "checksum", "crc32")));
+    o.consolidate = Get<bool>(options, "consolidate", false);
+    std::optional<dcp::FqnToIndexMapping> mapping;
+    if (options.contains("fqn_to_index_mapping") && !options["fqn_to_index_mapping"].is_none()) {
+      mapping = nb::cast<std::map<std::string, int>>(options["fqn_to_index_mapping"]);
+    }
+    return std::unique_ptr<dcp::StorageWriter>(
+        new dcp::MegaStorageWriter(path, std::move(mapping), o));
+  }
+  return InvalidArgumentError("storage must be 'mega' or 'fs' (got '" + kind + "')");
+}
+
+Result<std::unique_ptr<dcp::StorageReader>> MakeReader(const std::string& kind_in,
+                                                       const std::string& path, nb::dict options) {
+  MEGA_RETURN_IF_ERROR(CheckKeys(options, kReaderOptions, "load"));
+  const int threads = Get<int>(options, "thread_count", 2);
+  const bool verify = Get<bool>(options, "verify", true);
+  if (threads < 1) return InvalidArgumentError("load: thread_count must be >= 1");
+  std::string kind = kind_in;
+  if (kind == "auto") {
+    nb::gil_scoped_release release;  // may ask a hub
+    MEGA_ASSIGN_OR_RETURN(kind, DetectKind(path));
+  }
+  if (kind == "fs") {
+    dcp::FileSystemReaderOptions o;
+    o.thread_count = threads;
+    o.verify = verify ? dcp::VerifyMode::kReadBlocks : dcp::VerifyMode::kOff;
+    return dcp::NewFileSystemReader(path, o);
+  }
+  if (kind == "mega") {
+    dcp::MegaStorageReaderOptions o;
+    o.thread_count = threads;
+    o.verify_checksums = verify;
+    return std::unique_ptr<dcp::StorageReader>(new dcp::MegaStorageReader(path, o));
+  }
+  return InvalidArgumentError("storage must be 'auto', 'mega' or 'fs' (got '" + kind + "')");
+}
+
+}  // namespace megackpt::python
