@@ -3,9 +3,8 @@
 // 2 and 3 ranks (the demo's re-sharding) and by dcp::VerifyDcpCheckpoint (the
 // library call behind `megackpt verify`). A load either fails with an error
 // naming the damaged file, or returns exactly the saved bytes; verify fails
-// naming the file whenever the flip hit a stored byte. Shared by
-// corruption_sweep_test.cc (fs storage) and corruption_sweep_mega.cc (MEGA
-// storage; see tests/cmake/corruption_sweep_mega.cmake).
+// naming the file whenever the flip hit a stored byte. Used by
+// corruption_sweep_test.cc for fs and MEGA storage.
 #ifndef MEGACKPT_TESTS_CORRUPTION_SWEEP_H_
 #define MEGACKPT_TESTS_CORRUPTION_SWEEP_H_
 
