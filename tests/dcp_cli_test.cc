@@ -276,4 +276,19 @@ TEST(DcpCli, SavingAnotherLayoutRemovesTheOldFiles) {
   EXPECT_EQ(Cli("demo --out " + c + " --storage mega --mode load --size 1MB --load-world-size 3").code, 0);
 }
 
+// A folder whose .metadata is pickled (TensorPlay's / torch's own writers) is
+// not a megackpt DCP folder: inspect and verify read its index and shards, as
+// the MEGA reader does (and as before DCP folders were understood).
+TEST(DcpCli, PickledMetadataFolderIsReadThroughItsIndex) {
+  TempDir dir;
+  const std::string c = dir.path("c");
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code, 0);
+  std::ofstream(c + "/.metadata", std::ios::trunc | std::ios::binary) << "\x80\x04\x95pickled";
+  CliRun v = Cli("verify " + c);
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_EQ(v.out.find("dcp-mega"), std::string::npos) << v.out;
+  CliRun i = Cli("inspect " + c);
+  EXPECT_EQ(i.code, 0) << i.out;
+}
+
 }  // namespace

@@ -129,9 +129,19 @@ Result<FolderListing> ListCheckpointFolder(fs::FileSystem& fs, const std::string
   return out;
 }
 
+bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir) {
+  const std::string full = fs::JoinPath(dir, std::string(kMetadataFileName));
+  if (!CheckResolvesInside(dir, full).ok()) return false;
+  auto file = fs.OpenForRead(full);
+  if (!file.ok() || (*file)->size() == 0) return false;
+  std::byte first{0};
+  if (!(*file)->ReadExactlyAt(0, std::span<std::byte>(&first, 1)).ok()) return false;
+  return first == std::byte{0x80};
+}
+
 Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir) {
   MEGA_ASSIGN_OR_RETURN(FolderListing l, ListCheckpointFolder(fs, dir));
-  if (l.has_metadata) {
+  if (l.has_metadata && !HasForeignMetadata(fs, dir)) {
     auto summary = DescribeDcpCheckpoint(dir, std::shared_ptr<fs::FileSystem>(&fs, [](fs::FileSystem*) {}));
     if (summary.ok()) return summary->layout;
     // An undecodable .metadata: judge by the files beside it.

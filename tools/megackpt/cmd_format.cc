@@ -37,6 +37,7 @@
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/checkpoint_folder.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/format/convert.h"
 #include "megackpt/format/inspect.h"
 #include "megackpt/core/file.h"
@@ -141,6 +142,9 @@ std::optional<std::string> DcpFolder(const std::string& path) {
     return dir.empty() ? std::string(".") : dir;
   }
   if (stdfs::is_directory(p, ec) && stdfs::exists(stdfs::symlink_status(p / ".metadata", ec))) {
+    // A pickled .metadata (TensorPlay's / torch's own writers): the folder is
+    // read through its index and shards, as the MEGA reader does.
+    if (dcp::HasForeignMetadata(*fs::LocalFileSystem(), path)) return std::nullopt;
     return path;
   }
   return std::nullopt;

@@ -49,8 +49,16 @@ bool ParseDistcpFileName(std::string_view name, int* rank);
 // Lists `dir` (NotFound when it does not exist).
 Result<FolderListing> ListCheckpointFolder(fs::FileSystem& fs, const std::string& dir);
 
-// The layout a folder holds: from its `.metadata` when present (the storage of
-// its first entry), else kIndexOnly when it has shards or an index.
+// True when `dir`/.metadata is not megackpt's JSON encoding but a pickled one
+// (what TensorPlay's and torch's own DCP writers store; first byte 0x80, the
+// pickle protocol marker). Such folders are described by their index and
+// shards (the MEGA reader rebuilds their Metadata from the shard headers). A
+// damaged megackpt .metadata is never taken for one: no single bit flip turns
+// its first byte '{' into 0x80. False when there is no readable .metadata.
+bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir);
+
+// The layout a folder holds: from its `.metadata` when present and megackpt's
+// (see HasForeignMetadata), else kIndexOnly when it has shards or an index.
 Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir);
 
 // One stored name of a DCP checkpoint, as the caller sees it after a load.
