@@ -9,8 +9,9 @@
 //    same size written with large pwrites and fdatasync.
 //  - save_nosync_gbps vs pagecache_write_gbps: the same without any fsync.
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
-//    repetitions (warm page cache, like the limit); limit pagecache_read_gbps: a
-//    warm pread of a cached file into a reused buffer.
+//    repetitions (warm page cache, like the limit), every byte verified (the
+//    default); load_unverified_gbps: the same with VerifyMode::kOff; limit
+//    pagecache_read_gbps: a warm pread of a cached file into a reused buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
 //    before it (the state itself is already resident).
 //  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
@@ -172,11 +173,14 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
       return dcp::Save(st.save, *writer, &g);
     };
   };
-  auto load_fn = [&](dist::ProcessGroup& g, RankState& st) -> Status {
-    dcp::FileSystemReaderOptions ro;
-    ro.thread_count = o.threads;
-    auto reader = dcp::NewFileSystemReader(ckpt, ro);
-    return dcp::Load(st.load, *reader, &g);
+  auto load_fn = [&](dcp::VerifyMode verify) {
+    return [&, verify](dist::ProcessGroup& g, RankState& st) -> Status {
+      dcp::FileSystemReaderOptions ro;
+      ro.thread_count = o.threads;
+      ro.verify = verify;
+      auto reader = dcp::NewFileSystemReader(ckpt, ro);
+      return dcp::Load(st.load, *reader, &g);
+    };
   };
 
   // Peak extra memory of one synchronous save (first, before other buffers).
@@ -194,7 +198,9 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   MEGA_ASSIGN_OR_RETURN(Summary save, runner.Gbps(bytes, o.reps, save_fn(true)));
   MEGA_ASSIGN_OR_RETURN(Summary save_nosync, runner.Gbps(bytes, o.reps, save_fn(false)));
   runner.set_fresh_path("");
-  MEGA_ASSIGN_OR_RETURN(Summary load, runner.Gbps(bytes, o.reps, load_fn));
+  MEGA_ASSIGN_OR_RETURN(Summary load_unverified,
+                        runner.Gbps(bytes, o.reps, load_fn(dcp::VerifyMode::kOff)));
+  MEGA_ASSIGN_OR_RETURN(Summary load, runner.Gbps(bytes, o.reps, load_fn(dcp::VerifyMode::kAll)));
   // The benchmark measures real loads: the last one must have restored the bytes.
   for (const RankState& st : states) {
     for (size_t i = 0; i < st.save_shards.size(); ++i) {
@@ -230,12 +236,15 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   put("save_gbps", save);
   put("save_nosync_gbps", save_nosync);
   put("load_gbps", load);
+  put("load_unverified_gbps", load_unverified);
   put("durable_write_gbps", durable);
   put("pagecache_write_gbps", pc_write);
   put("pagecache_read_gbps", pc_read);
   (*out)["save_vs_durable_write"] = durable.median > 0 ? save.median / durable.median : 0;
   (*out)["save_nosync_vs_pagecache_write"] = pc_write.median > 0 ? save_nosync.median / pc_write.median : 0;
   (*out)["load_vs_pagecache_read"] = pc_read.median > 0 ? load.median / pc_read.median : 0;
+  (*out)["load_verified_vs_unverified"] =
+      load_unverified.median > 0 ? load.median / load_unverified.median : 0;
   (*out)["peak_extra_rss_bytes"] = reset_ok ? peak_extra : peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
@@ -253,7 +262,8 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   *table += FormatRow("limit: page-cache write", pc_write) + "\n";
   *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
   *table += FormatRow("limit: warm read, reused buffer", pc_read) + "\n";
-  *table += FormatRow("load (pre-faulted, reused tensors)", load, pc_read.median) + "\n";
+  *table += FormatRow("load (verified, default)", load, pc_read.median) + "\n";
+  *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median) + "\n";
   char mem[160];
   std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
                 peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");

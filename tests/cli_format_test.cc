@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "megackpt/core/file.h"
@@ -426,6 +427,28 @@ TEST_F(CliFormatTest, IndexThroughLocalFileSystem) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->weight_map, index.weight_map);
   EXPECT_EQ(back->total_size, 7u);
+}
+
+// Names are shown escaped: a tensor named "a\0b" is not shown as "a", and no
+// raw control byte reaches the terminal (issue 11).
+TEST_F(CliFormatTest, InspectEscapesNonPrintableNames) {
+  const std::string path = Path("names.safetensors");
+  std::vector<std::pair<std::string, Tensor>> ts;
+  ts.emplace_back(std::string("a\0b", 3), Filled(DType::kF32, {2}, 1));
+  ts.emplace_back("esc\x1b[31mred", Filled(DType::kF32, {2}, 2));
+  ASSERT_TRUE(format::SaveSafetensorsFile(path, ts, {}).ok());
+  RunResult r = Run("inspect " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("a\\x00b"));
+  EXPECT_THAT(r.out, HasSubstr("esc\\x1b[31mred"));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  RunResult j = Run("inspect --json " + path);
+  ASSERT_EQ(j.code, 0) << j.err;
+  json doc = json::parse(j.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.out;
+  std::set<std::string> names;
+  for (const auto& t : doc["tensors"]) names.insert(t["name"].get<std::string>());
+  EXPECT_TRUE(names.count(std::string("a\0b", 3)));
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // `megackpt demo` and `megackpt bench dcp` as a user runs them.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "dcp/test_util.h"
 #include "test_util.h"
@@ -86,6 +89,206 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
   EXPECT_GT(j["save_gbps"].get<double>(), 0);
   EXPECT_GT(j["load_gbps"].get<double>(), 0);
   EXPECT_EQ(j["world_size"].get<int>(), 2);
+}
+
+
+// ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------
+
+// The summary line both inspect and verify print for a DCP folder.
+std::string CountLine(const std::string& out) {
+  size_t a = out.find(" checkpoint, ");
+  if (a == std::string::npos) return "";
+  size_t b = out.find(" in ", a);
+  return out.substr(a, b == std::string::npos ? std::string::npos : b - a);
+}
+
+void FlipByte(const stdfs::path& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+std::vector<stdfs::path> FilesWith(const std::string& dir, const std::string& ext) {
+  std::vector<stdfs::path> out;
+  for (auto& e : stdfs::directory_iterator(dir)) {
+    if (e.path().extension() == ext) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// `verify DIR` of an fs checkpoint reads every block; byte 0 of the first data
+// file (a partial-block case the issue found silent) fails it, naming the file
+// and the tensor, and so does a resharded load.
+TEST(DcpCli, VerifyChecksEveryBlockOfAnFsCheckpoint) {
+  TempDir dir;
+  const std::string c = dir.path("c");
+  ASSERT_EQ(Cli("demo --out " + c + " --world-size 2 --mode save --size 2MB").code, 0);
+  CliRun ok = Cli("verify " + c);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("dcp-fs checkpoint"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("read and verified"), std::string::npos) << ok.out;
+  auto data = FilesWith(c, ".distcp");
+  ASSERT_FALSE(data.empty());
+  FlipByte(data[0], 0);
+  CliRun bad = Cli("verify " + c);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("DataLoss"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find(data[0].filename().string()), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("checksum mismatch in '"), std::string::npos) << bad.out;
+  for (int world : {1, 3}) {
+    CliRun load = Cli("demo --out " + c + " --mode load --size 2MB --load-world-size " +
+                      std::to_string(world));
+    EXPECT_EQ(load.code, 1) << load.out;
+    EXPECT_NE(load.out.find("DataLoss"), std::string::npos) << load.out;
+  }
+}
+
+// inspect and verify agree on what a sharded MEGA checkpoint holds (the issue:
+// 15 tensors / 6.7 MB vs 45 pieces / 17.4 MB), and on an fs one.
+TEST(DcpCli, InspectAndVerifyAgreeOnEveryLayout) {
+  TempDir dir;
+  for (const char* storage : {"fs", "mega"}) {
+    const std::string c = dir.path(storage);
+    ASSERT_EQ(Cli(std::string("demo --out ") + c + " --storage " + storage +
+                  " --world-size 2 --mode save --size 2MB").code, 0);
+    CliRun inspect = Cli("inspect " + c);
+    CliRun verify = Cli("verify " + c);
+    ASSERT_EQ(inspect.code, 0) << inspect.out;
+    ASSERT_EQ(verify.code, 0) << verify.out;
+    EXPECT_FALSE(CountLine(inspect.out).empty()) << inspect.out;
+    EXPECT_EQ(CountLine(inspect.out), CountLine(verify.out)) << inspect.out << verify.out;
+    CliRun js = Cli("inspect --json " + c);
+    ASSERT_EQ(js.code, 0) << js.out;
+    auto j = nlohmann::json::parse(js.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << js.out;
+    EXPECT_EQ(j["format"], std::string("dcp-") + storage);
+    // The line says "N tensors + M bytes values": the JSON lists the same.
+    const std::string line = CountLine(inspect.out);
+    EXPECT_NE(line.find(std::to_string(j["tensors"].size()) + " tensors + " +
+                        std::to_string(j["bytes"].size()) + " bytes values"),
+              std::string::npos)
+        << line;
+  }
+}
+
+// convert never drops an entry: sharded input (what MegaStorageWriter writes
+// from 2 ranks, and any fs checkpoint) is refused naming consolidate; after
+// consolidate, convert carries every entry.
+TEST(DcpCli, ConvertRefusesShardedInputAndConsolidateFixesIt) {
+  TempDir dir;
+  for (const char* storage : {"mega", "fs"}) {
+    const std::string c = dir.path(std::string("src-") + storage);
+    ASSERT_EQ(Cli(std::string("demo --out ") + c + " --storage " + storage +
+                  " --world-size 2 --mode save --size 2MB").code, 0);
+    CliRun conv = Cli("convert " + c + " " + dir.path(std::string("out-") + storage));
+    EXPECT_EQ(conv.code, 1) << conv.out;
+    EXPECT_NE(conv.out.find("megackpt consolidate"), std::string::npos) << conv.out;
+    EXPECT_EQ(conv.out.find("converted"), std::string::npos) << conv.out;
+    // An index handed over directly is refused too (it lists chunked tensors).
+    if (std::string(storage) == "mega") {
+      CliRun idx = Cli("convert " + c + "/model.mega.index.json " + dir.path("out-index"));
+      EXPECT_EQ(idx.code, 1) << idx.out;
+      EXPECT_NE(idx.out.find("megackpt consolidate"), std::string::npos) << idx.out;
+    }
+    const std::string whole = dir.path(std::string("whole-") + storage);
+    CliRun cons = Cli("consolidate " + c + " " + whole);
+    ASSERT_EQ(cons.code, 0) << cons.out;
+    CliRun inspect = Cli("inspect " + c);
+    CliRun after = Cli("verify " + whole);
+    ASSERT_EQ(after.code, 0) << after.out;
+    // Same entries and bytes, now 0 sharded.
+    const std::string before_line = CountLine(inspect.out), after_line = CountLine(after.out);
+    EXPECT_EQ(before_line.substr(0, before_line.find(" (")), after_line.substr(0, after_line.find(" (")))
+        << before_line << " vs " << after_line;
+    CliRun st = Cli("convert " + whole + " " + dir.path(std::string("st-") + storage) + ".safetensors");
+    ASSERT_EQ(st.code, 0) << st.out;
+    auto j = nlohmann::json::parse(Cli("inspect --json " + whole).out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded());
+    const size_t entries = j["tensors"].size() + j["bytes"].size();
+    EXPECT_NE(st.out.find("converted " + std::to_string(entries) + " tensors"), std::string::npos)
+        << st.out;
+  }
+}
+
+// A FIFO where a checkpoint file should be: every command fails at once
+// (before: inspect, verify, convert and demo --mode load blocked forever).
+TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string c = dir.path("c");
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code, 0);
+  auto shards = FilesWith(c, ".mega");
+  ASSERT_FALSE(shards.empty());
+  stdfs::remove(shards[0]);
+  ASSERT_EQ(mkfifo(shards[0].c_str(), 0600), 0);
+  for (const std::string cmd : {"inspect " + c + "/model.mega.index.json",
+                                "verify " + c + "/model.mega.index.json", "verify " + c,
+                                "convert " + c + "/model.mega.index.json " + dir.path("o"),
+                                "demo --out " + c + " --storage mega --mode load --size 1MB"}) {
+    CliRun r = Cli(cmd);  // a hang here is the bug (ctest's timeout)
+    EXPECT_NE(r.code, 0) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("FIFO"), std::string::npos) << cmd << ": " << r.out;
+  }
+  // The index itself, and an fs checkpoint's .metadata, as FIFOs.
+  const std::string index = c + "/model.mega.index.json";
+  stdfs::remove(index);
+  ASSERT_EQ(mkfifo(index.c_str(), 0600), 0);
+  CliRun r = Cli("inspect " + index);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("FIFO"), std::string::npos) << r.out;
+  const std::string f = dir.path("f");
+  ASSERT_EQ(Cli("demo --out " + f + " --world-size 1 --mode save --size 1MB").code, 0);
+  stdfs::remove(f + "/.metadata");
+  ASSERT_EQ(mkfifo((f + "/.metadata").c_str(), 0600), 0);
+  for (const std::string cmd : {"inspect " + f, "verify " + f,
+                                "demo --out " + f + " --mode load --size 1MB"}) {
+    CliRun m = Cli(cmd);
+    EXPECT_EQ(m.code, 1) << cmd << ": " << m.out;
+    EXPECT_NE(m.out.find("FIFO"), std::string::npos) << cmd << ": " << m.out;
+  }
+}
+
+// A save leaves the folder holding exactly the new checkpoint, and inspect /
+// verify describe that one (before: a MEGA save's model.mega + index stayed
+// beside an fs save and were reported as OK).
+TEST(DcpCli, SavingAnotherLayoutRemovesTheOldFiles) {
+  TempDir dir;
+  const std::string c = dir.path("c");
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code, 0);
+  ASSERT_FALSE(FilesWith(c, ".mega").empty());
+  ASSERT_EQ(Cli("demo --out " + c + " --storage fs --world-size 2 --mode save --size 1MB").code, 0);
+  EXPECT_TRUE(FilesWith(c, ".mega").empty());
+  EXPECT_FALSE(stdfs::exists(c + "/model.mega.index.json"));
+  EXPECT_FALSE(FilesWith(c, ".distcp").empty());
+  CliRun v = Cli("verify " + c);
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_NE(v.out.find("dcp-fs"), std::string::npos) << v.out;
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code, 0);
+  EXPECT_TRUE(FilesWith(c, ".distcp").empty());
+  EXPECT_FALSE(FilesWith(c, ".mega").empty());
+  v = Cli("verify " + c);
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_NE(v.out.find("dcp-mega"), std::string::npos) << v.out;
+  EXPECT_EQ(Cli("demo --out " + c + " --storage mega --mode load --size 1MB --load-world-size 3").code, 0);
+}
+
+// A folder whose .metadata is pickled (TensorPlay's / torch's own writers) is
+// not a megackpt DCP folder: inspect and verify read its index and shards, as
+// the MEGA reader does (and as before DCP folders were understood).
+TEST(DcpCli, PickledMetadataFolderIsReadThroughItsIndex) {
+  TempDir dir;
+  const std::string c = dir.path("c");
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code, 0);
+  std::ofstream(c + "/.metadata", std::ios::trunc | std::ios::binary) << "\x80\x04\x95pickled";
+  CliRun v = Cli("verify " + c);
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_EQ(v.out.find("dcp-mega"), std::string::npos) << v.out;
+  CliRun i = Cli("inspect " + c);
+  EXPECT_EQ(i.code, 0) << i.out;
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
+
 namespace megackpt::dcp {
 namespace {
 
@@ -218,7 +222,7 @@ Status CheckHeader(const Node& root, std::string_view format, int max_version) {
   MEGA_ASSIGN_OR_RETURN(Node f, root.Member("format"));
   MEGA_ASSIGN_OR_RETURN(std::string fs, f.String());
   if (fs != format) {
-    return f.Error("is \"" + fs + "\", expected \"" + std::string(format) + "\"");
+    return f.Error("is \"" + EscapeBytes(fs) + "\", expected \"" + std::string(format) + "\"");
   }
   MEGA_ASSIGN_OR_RETURN(Node v, root.Member("version"));
   MEGA_ASSIGN_OR_RETURN(int64_t ver, v.Int());
@@ -264,7 +268,7 @@ Result<ChunkStorageMetadata> ParseChunk(const Node& n) {
 Result<DType> ParseDType(const Node& n) {
   MEGA_ASSIGN_OR_RETURN(std::string name, n.String());
   auto d = DTypeFromName(name);
-  if (!d.ok()) return n.Error("unknown dtype \"" + name + "\"");
+  if (!d.ok()) return n.Error("unknown dtype \"" + EscapeBytes(name) + "\"");
   return *d;
 }
 
@@ -273,6 +277,10 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
   StorageInfo info;
   MEGA_ASSIGN_OR_RETURN(Node rp, n.Member("relative_path"));
   MEGA_ASSIGN_OR_RETURN(info.relative_path, rp.String());
+  // Readers open this name inside the checkpoint folder: it must stay there.
+  if (Status valid = ValidateRelativePath(info.relative_path); !valid.ok()) {
+    return rp.Error(valid.message());
+  }
   MEGA_ASSIGN_OR_RETURN(info.offset, n.OptUint("offset"));
   MEGA_ASSIGN_OR_RETURN(info.length, n.OptUint("length"));
   if (info.offset > std::numeric_limits<uint64_t>::max() - info.length) {
@@ -286,7 +294,7 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
     };
     bool ok = (c.size() == 6 + 8 && c.starts_with("crc32:") && all_hex(c.substr(6))) ||
               (c.size() == 7 + 64 && c.starts_with("sha256:") && all_hex(c.substr(7)));
-    if (!ok) return n.Error("checksum \"" + c + "\" is not crc32:<8 hex> or sha256:<64 hex>");
+    if (!ok) return n.Error("checksum \"" + EscapeBytes(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
   }
   MEGA_ASSIGN_OR_RETURN(info.block_size, n.OptUint("block_size"));
   if (info.block_size != 0) {
@@ -382,7 +390,7 @@ Result<WriteItem> ParseWriteItem(const Node& n) {
   } else if (t == "BYTE_IO") {
     item.type = WriteItemType::kByteIO;
   } else {
-    return type.Error("unknown write item type \"" + t + "\"");
+    return type.Error("unknown write item type \"" + EscapeBytes(t) + "\"");
   }
   if (item.type == WriteItemType::kByteIO) {
     MEGA_ASSIGN_OR_RETURN(item.bytes_size, n.OptUint("bytes_size"));
@@ -411,7 +419,7 @@ Result<ReadItem> ParseReadItem(const Node& n) {
   } else if (t == "BYTE_IO") {
     item.type = LoadItemType::kByteIO;
   } else {
-    return type.Error("unknown read item type \"" + t + "\"");
+    return type.Error("unknown read item type \"" + EscapeBytes(t) + "\"");
   }
   MEGA_ASSIGN_OR_RETURN(Node di, n.Member("dest_index"));
   MEGA_ASSIGN_OR_RETURN(item.dest_index, ParseIndex(di));
@@ -432,6 +440,49 @@ Result<ReadItem> ParseReadItem(const Node& n) {
 
 // ---- Metadata ------------------------------------------------------------------
 
+// The metadata document protects itself: EncodeMetadata ends it with the member
+// "content_crc32", the CRC-32 of every byte before `,"content_crc32"`. A
+// document without the member (written before it existed) is accepted; one
+// with it must end with it and match. So one damaged byte either breaks the
+// structure, fails the CRC, or lies inside the member itself (then no other
+// byte changed: what is loaded is the same).
+constexpr std::string_view kContentCrcKey = ",\"content_crc32\":\"";
+constexpr size_t kContentCrcTrailer = kContentCrcKey.size() + 8 + 2;  // key, 8 hex, "}
+
+std::string WithContentCrc(std::string body) {
+  // body is one JSON object: {...}
+  body.pop_back();
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", Crc32(AsBytes(body)));
+  body += kContentCrcKey;
+  body += buf;
+  body += "\"}";
+  return body;
+}
+
+Status CheckContentCrc(std::string_view text, const Node& root) {
+  if (!root.Has("content_crc32")) return Status::OK();
+  MEGA_ASSIGN_OR_RETURN(Node member, root.Member("content_crc32"));
+  MEGA_ASSIGN_OR_RETURN(std::string stored, member.String());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) {
+    text.remove_suffix(1);
+  }
+  if (text.size() < kContentCrcTrailer ||
+      text.substr(text.size() - kContentCrcTrailer, kContentCrcKey.size()) != kContentCrcKey ||
+      stored.size() != 8) {
+    return member.Error("must be the document's last member, 8 hex digits");
+  }
+  const std::string_view body = text.substr(0, text.size() - kContentCrcTrailer);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", Crc32(AsBytes(body)));
+  if (stored != buf) {
+    return DataLossError("metadata: content checksum mismatch (content_crc32 " +
+                         EscapeBytes(stored) + ", computed " + buf +
+                         "): the metadata file is damaged");
+  }
+  return Status::OK();
+}
+
 Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
   static const std::string kWhat = "metadata";
   MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
@@ -447,14 +498,14 @@ Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
     MEGA_RETURN_IF_ERROR(e.ExpectObject());
     MEGA_ASSIGN_OR_RETURN(Node fqn_node, e.Member("fqn"));
     MEGA_ASSIGN_OR_RETURN(std::string fqn, fqn_node.String());
-    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + fqn + "\"");
+    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + EscapeBytes(fqn) + "\"");
     MEGA_ASSIGN_OR_RETURN(Node type, e.Member("type"));
     MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
     if (t == "bytes") {
       md.state_dict_metadata.emplace(fqn, BytesStorageMetadata{});
       continue;
     }
-    if (t != "tensor") return type.Error("unknown entry type \"" + t + "\"");
+    if (t != "tensor") return type.Error("unknown entry type \"" + EscapeBytes(t) + "\"");
     TensorStorageMetadata tm;
     MEGA_ASSIGN_OR_RETURN(Node dt, e.Member("dtype"));
     MEGA_ASSIGN_OR_RETURN(tm.properties.dtype, ParseDType(dt));
@@ -497,6 +548,7 @@ Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
 
   Status valid = ValidateMetadata(md);
   if (!valid.ok()) return DataLossError(valid.message());
+  MEGA_RETURN_IF_ERROR(CheckContentCrc(encoded, root));
   return md;
 }
 
@@ -552,7 +604,7 @@ std::string EncodeMetadata(const Metadata& md) {
   } else {
     root["storage_meta"] = nullptr;
   }
-  return Dump(root);
+  return WithContentCrc(Dump(root));
 }
 
 Result<Metadata> DecodeMetadata(std::string_view encoded) {

@@ -102,6 +102,65 @@ TEST(MetadataCodec, RejectsNonJsonAndTruncations) {
             StatusCode::kDataLoss);
 }
 
+// The metadata protects itself (content_crc32): every single-bit flip of an
+// encoded document either fails to decode with DataLoss, or decodes to exactly
+// the same Metadata (the flip hit the checksum member's own name).
+TEST(MetadataCodec, EveryBitFlipFailsOrChangesNothing) {
+  const Metadata md = SampleMetadata();
+  const std::string good = EncodeMetadata(md);
+  ASSERT_NE(good.find("\"content_crc32\":\""), std::string::npos);
+  const std::string canonical = EncodeMetadata(*DecodeMetadata(good));
+  size_t unchanged = 0;
+  for (size_t pos = 0; pos < good.size(); ++pos) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = good;
+      bad[pos] = static_cast<char>(bad[pos] ^ (1 << bit));
+      auto r = DecodeMetadata(bad);
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << pos << ":" << bit;
+        continue;
+      }
+      EXPECT_EQ(EncodeMetadata(*r), canonical) << "flip at byte " << pos << " bit " << bit
+                                               << " changed the decoded metadata";
+      ++unchanged;
+    }
+  }
+  EXPECT_LT(unchanged, 8u * 40);  // only flips inside the checksum member's name/structure
+}
+
+TEST(MetadataCodec, ContentChecksumMismatchIsNamed) {
+  std::string enc = EncodeMetadata(SampleMetadata());
+  const size_t pos = enc.find("\"length\":24");
+  ASSERT_NE(pos, std::string::npos);
+  enc[pos + 10] = '3';  // 24 -> 34: still valid JSON and a valid length
+  auto r = DecodeMetadata(enc);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("content checksum mismatch"), std::string::npos)
+      << r.status().message();
+}
+
+// Documents written before content_crc32 existed still decode.
+TEST(MetadataCodec, DocumentWithoutContentChecksumDecodes) {
+  std::string enc = EncodeMetadata(SampleMetadata());
+  const size_t pos = enc.rfind(",\"content_crc32\"");
+  ASSERT_NE(pos, std::string::npos);
+  enc = enc.substr(0, pos) + "}";
+  EXPECT_TRUE(DecodeMetadata(enc).ok());
+}
+
+// relative_path names a file inside the checkpoint folder, nothing else.
+TEST(MetadataCodec, RejectsFileNamesOutsideTheFolder) {
+  for (const std::string name : {"../../outside/evil.mega", "/etc/passwd", "a/../../b", ""}) {
+    Metadata md = SampleMetadata();
+    md.storage_data[MetadataIndex("blob")].relative_path = name;
+    auto r = DecodeMetadata(EncodeMetadata(md));
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("relative_path"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(MetadataCodec, DuplicateEntriesRejected) {
   Metadata md = SampleMetadata();
   std::string enc = EncodeMetadata(md);

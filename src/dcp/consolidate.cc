@@ -12,12 +12,15 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 
 #include <nlohmann/json.hpp>
 
 #include "dcp/mega_storage_commit.h"
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
+#include "dcp/whole_pieces.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/core/packed.h"
 #include "megackpt/format/safetensors.h"
@@ -60,8 +63,75 @@ class Buffer {
   uint64_t cap_ = 0;
 };
 
+// Where the stored pieces come from: MEGA shards, or the .distcp data files of
+// an fs checkpoint (read through FileSystemReader, every block verified).
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // Reads stored chunk `c` of `fqn` whole into dst (shape c.sizes, any strides).
+  virtual Status ReadChunk(const Metadata& md, const std::string& fqn, DType dtype,
+                           const ChunkStorageMetadata& c, const Tensor& dst) = 0;
+  virtual Result<std::string> ReadBytes(const Metadata& md, const std::string& fqn) = 0;
+};
+
+class ShardChunkSource final : public ChunkSource {
+ public:
+  explicit ShardChunkSource(std::unique_ptr<mega_storage::ShardFiles> files) : files_(std::move(files)) {}
+  Status ReadChunk(const Metadata& md, const std::string& fqn, DType dtype,
+                   const ChunkStorageMetadata& c, const Tensor& dst) override {
+    const StorageInfo& info = md.storage_data.at(MetadataIndex(fqn, c.offsets));
+    const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(fqn));
+    return files_->ReadBox(info, fqn, dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0),
+                           dst, false);
+  }
+  Result<std::string> ReadBytes(const Metadata& md, const std::string& fqn) override {
+    return files_->ReadBytes(md.storage_data.at(MetadataIndex(fqn)), fqn);
+  }
+
+ private:
+  std::unique_ptr<mega_storage::ShardFiles> files_;
+};
+
+class DistcpChunkSource final : public ChunkSource {
+ public:
+  DistcpChunkSource(const std::string& src, const Metadata& md, std::shared_ptr<fs::FileSystem> fs) {
+    FileSystemReaderOptions o;
+    o.fs = std::move(fs);
+    reader_ = NewFileSystemReader(src, o);
+    setup_ = reader_->SetUpStorageReader(md, StorageSetUp{});
+  }
+  Status ReadChunk(const Metadata&, const std::string& fqn, DType, const ChunkStorageMetadata& c,
+                   const Tensor& dst) override {
+    internal::WholePieceRead r;
+    r.index = MetadataIndex(fqn, c.offsets);
+    r.dest = dst;
+    return Read(r);
+  }
+  Result<std::string> ReadBytes(const Metadata&, const std::string& fqn) override {
+    std::string value;
+    internal::WholePieceRead r;
+    r.index = MetadataIndex(fqn);
+    r.is_bytes = true;
+    r.bytes = &value;
+    MEGA_RETURN_IF_ERROR(Read(r));
+    return value;
+  }
+
+ private:
+  // The reader is one object (its file cache is not shared across calls):
+  // output files written in parallel take turns; each read is itself parallel.
+  Status Read(const internal::WholePieceRead& r) {
+    MEGA_RETURN_IF_ERROR(setup_);
+    std::lock_guard<std::mutex> lock(mu_);
+    return internal::ReadWholePieces(*reader_, {r});
+  }
+  std::unique_ptr<StorageReader> reader_;
+  Status setup_;
+  std::mutex mu_;
+};
+
 // Assembles entry `e` (a whole tensor) from its stored chunks into `buf`.
-Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::ShardFiles& files,
+Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, ChunkSource& files,
                         Buffer& buf) {
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(e.fqn));
   MEGA_ASSIGN_OR_RETURN(std::byte * mem, buf.Get(e.nbytes));
@@ -73,10 +143,7 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
       // F4 chunks need not start or end on a byte of the whole tensor: read the
       // chunk whole (verified) and copy its nibbles in (docs/dcp.md, F4 resharding).
       MEGA_ASSIGN_OR_RETURN(Tensor chunk, Tensor::Empty(DType::kF4, c.sizes));
-      const StorageInfo& info = md.storage_data.at(MetadataIndex(e.fqn, c.offsets));
-      MEGA_RETURN_IF_ERROR(
-          files.ReadBox(info, e.fqn, e.dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0), chunk,
-                        false));
+      MEGA_RETURN_IF_ERROR(files.ReadChunk(md, e.fqn, e.dtype, c, chunk));
       MEGA_RETURN_IF_ERROR(CopyF4Box({static_cast<const std::byte*>(chunk.data()), c.sizes},
                                      Shape(c.sizes.size(), 0), {mem, e.shape}, c.offsets,
                                      c.sizes));
@@ -86,10 +153,7 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
     for (size_t d = 0; d < c.offsets.size(); ++d) {
       MEGA_ASSIGN_OR_RETURN(view, view.Narrow(static_cast<int>(d), c.offsets[d], c.sizes[d]));
     }
-    const StorageInfo& info = md.storage_data.at(MetadataIndex(e.fqn, c.offsets));
-    MEGA_RETURN_IF_ERROR(
-        files.ReadBox(info, e.fqn, e.dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0), view,
-                        false));
+    MEGA_RETURN_IF_ERROR(files.ReadChunk(md, e.fqn, e.dtype, c, view));
   }
   return whole;
 }
@@ -117,7 +181,7 @@ struct OutFileKeys {
 Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,
                      const std::vector<OutEntry>& entries, const Metadata& md,
                      const std::string& save_id, const ConsolidateOptions& o,
-                     mega_storage::ShardFiles& files) {
+                     ChunkSource& files) {
   std::vector<format::MegaEncoderTensor> specs;
   OutFileKeys keys;
   for (size_t k = 0; k < f.entries.size(); ++k) {
@@ -145,8 +209,7 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
     if (e.is_bytes) {
-      MEGA_ASSIGN_OR_RETURN(std::string v,
-                            files.ReadBytes(md.storage_data.at(MetadataIndex(e.fqn)), e.fqn));
+      MEGA_ASSIGN_OR_RETURN(std::string v, files.ReadBytes(md, e.fqn));
       MEGA_RETURN_IF_ERROR(writer->WriteTensorBytes(*file, k, AsBytes(v)));
       continue;
     }
@@ -161,7 +224,7 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
 Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,
                             const std::vector<OutEntry>& entries, const Metadata& md,
                             const std::string& save_id, const ConsolidateOptions& o,
-                            mega_storage::ShardFiles& files) {
+                            ChunkSource& files) {
   std::vector<format::SafetensorsTensorSpec> specs;
   OutFileKeys keys;
   std::map<std::string, size_t> by_name;
@@ -186,8 +249,7 @@ Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const Ou
   for (const format::SafetensorsTensorInfo& info : writer->layout()) {
     const OutEntry& e = entries[by_name.at(info.name)];
     if (e.is_bytes) {
-      MEGA_ASSIGN_OR_RETURN(std::string v,
-                            files.ReadBytes(md.storage_data.at(MetadataIndex(e.fqn)), e.fqn));
+      MEGA_ASSIGN_OR_RETURN(std::string v, files.ReadBytes(md, e.fqn));
       MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(v.data(), DType::kU8, e.shape));
       MEGA_RETURN_IF_ERROR(writer->WriteTensor(t));
       continue;
@@ -250,16 +312,29 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
   // Everything up to the write is local and deterministic; errors are agreed on.
   Metadata md;
   std::shared_ptr<fs::FileSystem> dst_fs;
-  std::unique_ptr<mega_storage::ShardFiles> files;
+  std::unique_ptr<ChunkSource> files;
   std::vector<OutEntry> entries;
   std::vector<OutFile> outs;
   Status local = [&]() -> Status {
-    MegaStorageReaderOptions ro;
-    ro.fs = options.fs;
-    MegaStorageReader reader(src, ro);
-    MEGA_ASSIGN_OR_RETURN(md, reader.ReadMetadata());
-    MEGA_ASSIGN_OR_RETURN(auto src_paths, mega_storage::ResolveCheckpointPath(src, options.fs));
-    files = std::make_unique<mega_storage::ShardFiles>(src_paths.fs, src_paths.dir, true);
+    // An fs checkpoint (.metadata + .distcp) is read through FileSystemReader;
+    // anything else through the MEGA storage reader.
+    auto dcp = DescribeDcpCheckpoint(src, options.fs);
+    if (dcp.ok() && dcp->layout == StorageLayout::kFileSystem) {
+      md = std::move(dcp->metadata);
+      std::shared_ptr<fs::FileSystem> src_fs = options.fs;
+      if (!src_fs) {
+        MEGA_ASSIGN_OR_RETURN(src_fs, fs::FileSystemForPath(src));
+      }
+      files = std::make_unique<DistcpChunkSource>(src, md, src_fs);
+    } else {
+      MegaStorageReaderOptions ro;
+      ro.fs = options.fs;
+      MegaStorageReader reader(src, ro);
+      MEGA_ASSIGN_OR_RETURN(md, reader.ReadMetadata());
+      MEGA_ASSIGN_OR_RETURN(auto src_paths, mega_storage::ResolveCheckpointPath(src, options.fs));
+      files = std::make_unique<ShardChunkSource>(
+          std::make_unique<mega_storage::ShardFiles>(src_paths.fs, src_paths.dir, true));
+    }
     if (options.fs) {
       dst_fs = options.fs;
     } else {

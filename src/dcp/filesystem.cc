@@ -26,13 +26,16 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <unordered_map>
 
 #include "dcp/f4_box.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/packed.h"
+#include "megackpt/core/path_safety.h"
 #include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
@@ -44,7 +47,17 @@ constexpr uint64_t kWriteUnit = 1ull << 20;     // largest pwrite when no block 
 constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit (CRC while hot)
-constexpr uint64_t kMaxScratchBlock = 64ull << 20;  // larger partial blocks are not expanded
+constexpr uint64_t kMaxSegment = 2 * kReadUnit;  // runs sharing blocks: one read unit up to this
+constexpr uint64_t kDirectReadMin = 64ull << 10;  // shorter stretches go through the piece buffer
+// Automatic checksum blocks (FileSystemWriterOptions::checksum_block_size =
+// kAutoChecksumBlockSize): 1/kAutoBlocksPerRow of a row of the chunk (its last
+// dim; the whole chunk for 0-D/1-D), a power of two in [kMinAutoBlock,
+// kMaxAutoBlock]. Fine enough that a column slice of a row-saved chunk (a run
+// of row/world bytes per row) reads about one block more per run; docs/dcp.md
+// "Verified reads" has the numbers.
+constexpr uint64_t kAutoBlocksPerRow = 16;
+constexpr uint64_t kMinAutoBlock = 64;
+constexpr uint64_t kMaxAutoBlock = 256ull << 10;
 constexpr double kF4MaxOverhead = 0.05;  // F4 spans read at most 5% more than their runs
 
 std::string RandomId() {
@@ -71,29 +84,21 @@ std::string MetadataFileName(const StorageSetUp& setup) {
   return std::string(kMetadataFileName);
 }
 
-// True when `name` looks like one of our data files: __<16 hex>_<rank>_<n>.distcp.
-// Sets *rank.
-bool ParseDataFileName(std::string_view name, int* rank) {
-  if (!name.starts_with("__") || !name.ends_with(kDataSuffix)) return false;
-  name.remove_prefix(2);
-  name.remove_suffix(kDataSuffix.size());
-  size_t a = name.find('_');
-  if (a != 16) return false;
-  for (size_t i = 0; i < 16; ++i) {
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+// The checksum block size of `item` under the writer option (see kAutoBlocksPerRow).
+uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
+  if (option != kAutoChecksumBlockSize) return option;
+  if (item.type == WriteItemType::kByteIO || !item.tensor_data) return kMaxAutoBlock;  // read whole
+  const Shape& sizes = item.tensor_data->chunk.sizes;
+  const DType dtype = item.tensor_data->properties.dtype;
+  uint64_t row = WriteItemNbytes(item);
+  if (sizes.size() >= 2) {
+    const int64_t last = sizes.back();
+    auto n = LogicalNbytes(dtype, std::span<const int64_t>(&last, 1));
+    if (n.ok()) row = *n;
   }
-  size_t b = name.find('_', a + 1);
-  if (b == std::string_view::npos || b == a + 1 || b + 1 >= name.size()) return false;
-  int r = 0;
-  for (size_t i = a + 1; i < b; ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i])) || r > 1'000'000) return false;
-    r = r * 10 + (name[i] - '0');
-  }
-  for (size_t i = b + 1; i < name.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
-  }
-  *rank = r;
-  return true;
+  uint64_t bs = kMinAutoBlock;
+  while (bs < kMaxAutoBlock && bs * 2 * kAutoBlocksPerRow <= row) bs *= 2;
+  return bs;
 }
 
 // Planners are user code and may throw on our worker threads; an exception must
@@ -113,47 +118,55 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Accumulates per-block CRCs of a byte stream written in order.
+// Accumulates per-block CRCs of a byte stream written in order (pieces may
+// cross block boundaries), and the whole item's CRC from them.
 class BlockCrc {
  public:
-  explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {}
-
-  // REQUIRES: data does not cross a block boundary when block_size_ != 0.
-  void Add(std::span<const std::byte> data) {
-    cur_ = Crc32Extend(cur_, data);
-    in_block_ += data.size();
-    if (block_size_ != 0 && in_block_ == block_size_) Close();
+  explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {
+    if (block_size_ != 0) block_op_ = crc32_combine_gen(static_cast<z_off_t>(block_size_));
   }
-  // Bytes that may be added before the current block ends (UINT64_MAX: no blocks).
-  uint64_t room() const { return block_size_ == 0 ? UINT64_MAX : block_size_ - in_block_; }
+
+  void Add(std::span<const std::byte> data) {
+    while (!data.empty()) {
+      const uint64_t room = block_size_ == 0 ? data.size() : block_size_ - in_block_;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(room, data.size()));
+      cur_ = Crc32Extend(cur_, data.first(n));
+      in_block_ += n;
+      data = data.subspan(n);
+      if (block_size_ != 0 && in_block_ == block_size_) Close();
+    }
+  }
 
   void Finish(StorageInfo* info) {
-    if (in_block_ > 0 || (block_size_ == 0)) Close();
-    uint32_t whole = 0;
-    uint64_t total = 0;
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      uint64_t len = lengths_[i];
-      whole = total == 0 ? blocks_[i]
-                         : static_cast<uint32_t>(crc32_combine(whole, blocks_[i], static_cast<z_off_t>(len)));
-      total += len;
-    }
-    info->checksum = CrcString(whole);
+    if (in_block_ > 0 || block_size_ == 0) Close();
+    info->checksum = CrcString(whole_);
     info->block_size = block_size_;
     if (block_size_ != 0) info->block_crc32 = std::move(blocks_);
   }
 
  private:
   void Close() {
-    blocks_.push_back(cur_);
-    lengths_.push_back(in_block_);
+    // Full blocks combine with one precomputed operator; only a short last
+    // block (or the single block of block_size 0) needs crc32_combine.
+    if (total_ == 0) {
+      whole_ = cur_;
+    } else if (in_block_ == block_size_) {
+      whole_ = static_cast<uint32_t>(crc32_combine_op(whole_, cur_, block_op_));
+    } else {
+      whole_ = static_cast<uint32_t>(crc32_combine(whole_, cur_, static_cast<z_off_t>(in_block_)));
+    }
+    total_ += in_block_;
+    if (block_size_ != 0) blocks_.push_back(cur_);
     cur_ = 0;
     in_block_ = 0;
   }
   uint64_t block_size_;
+  uLong block_op_ = 0;
   uint32_t cur_ = 0;
   uint64_t in_block_ = 0;
+  uint32_t whole_ = 0;
+  uint64_t total_ = 0;
   std::vector<uint32_t> blocks_;
-  std::vector<uint64_t> lengths_;
 };
 
 // Calls fn(bytes) over the elements of `t` in row-major order, in pieces of at
@@ -229,6 +242,7 @@ class FileSystemWriterImpl final : public StorageWriter {
                                     MetadataFileName(setup_) +
                                     " present); set overwrite to replace it");
         }
+        MEGA_RETURN_IF_ERROR(CheckNoOtherLayout(*fs_, path_, StorageLayout::kFileSystem));
       }
     }
     return Status::OK();
@@ -309,6 +323,9 @@ class FileSystemWriterImpl final : public StorageWriter {
                              .WithContext(path_ + ": commit of " + name));
     committed_ = true;
     RemoveUnreferencedDataFiles(md);
+    // The folder now holds exactly this checkpoint: files of another layout
+    // (a MEGA save's shards and index) go, after the commit, never before.
+    RemoveOtherLayouts(*fs_, path_, StorageLayout::kFileSystem);
     return Status::OK();
   }
 
@@ -336,10 +353,10 @@ class FileSystemWriterImpl final : public StorageWriter {
       }
       offset += pad;
       const uint64_t start = offset;
-      BlockCrc crc(options_.checksum_block_size);
+      BlockCrc crc(ChecksumBlockSizeFor(item, options_.checksum_block_size));
       auto write = [&](std::span<const std::byte> bytes) -> Status {
         while (!bytes.empty()) {
-          uint64_t n = std::min<uint64_t>({bytes.size(), crc.room(), kWriteUnit});
+          uint64_t n = std::min<uint64_t>(bytes.size(), kWriteUnit);
           auto piece = bytes.first(static_cast<size_t>(n));
           crc.Add(piece);
           if (positioned) {
@@ -409,7 +426,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       if (fi.is_directory) continue;
       std::string base = BaseName(fi.path);
       int rank = -1;
-      if (!ParseDataFileName(base, &rank) || referenced.count(base)) continue;
+      if (!ParseDistcpFileName(base, &rank) || referenced.count(base)) continue;
       // Without collectives every rank owns only its own files.
       if (!setup_.use_collectives && rank != setup_.rank) continue;
       fs_->Remove(fs::JoinPath(path_, base)).IgnoreError();
@@ -429,24 +446,37 @@ class FileSystemWriterImpl final : public StorageWriter {
 
 // ============================== reader =====================================
 
-// One contiguous byte range of a data file to read for one ReadItem.
-struct ReadUnit {
-  size_t item = 0;           // index into the plan
-  uint64_t rel = 0;          // start, relative to the stored item
-  uint64_t len = 0;          // bytes needed
-  bool expand = false;       // read whole CRC blocks around [rel, rel+len) and verify them
-  bool flat = false;         // dest_ptr is contiguous for the whole range
-  std::byte* dest_ptr = nullptr;
-  Tensor dest;               // when !flat: the destination box of this range
-  Shape shape;               // shape of the range as a box (for !flat); f4: the stored chunk's
-  bool f4 = false;           // a whole F4 box read span by span (see ReadF4Unit)
+// A byte range of a stored item that one read item needs, and where it goes.
+struct Run {
+  size_t item = 0;                // index into the plan
+  uint64_t rel = 0;               // start, relative to the stored item
+  uint64_t len = 0;               // bytes needed
+  std::byte* dest_ptr = nullptr;  // contiguous destination of the whole range
+  Tensor dest;                    // otherwise: the destination box of the range
+  Shape shape;                    // shape of the range as a box (when !dest_ptr)
+  uint64_t staged_at = 0;         // box runs: offset in the segment's staging buffer
+};
+
+// One unit of work: bytes [a, b) of one stored item and the runs inside them.
+// When verifying, a and b are checksum-block boundaries (or the item's end),
+// every block of [a, b) is read once and verified while its bytes are hot,
+// and runs that share a block belong to one segment, so a block several
+// destinations need is read and verified once.
+struct Segment {
+  size_t owner = 0;         // a plan index naming the stored item (ItemState info/file)
+  uint64_t a = 0, b = 0;
+  std::vector<Run> runs;    // sorted by rel
+  uint64_t staging = 0;     // bytes of box runs (staged, copied after verification)
+  bool f4 = false;          // an F4 box read span by span (ReadF4Segment); no runs
 };
 
 struct ItemState {
   const StorageInfo* info = nullptr;
   const RandomAccessFile* file = nullptr;
   DType dtype = DType::kU8;
-  Tensor dest;  // full destination view (TENSOR)
+  Tensor dest;          // full destination view (TENSOR)
+  std::string value;    // BYTE_IO: the value being read
+  Shape chunk_shape;    // TENSOR: the stored chunk's shape
   std::atomic<size_t> remaining{0};
 };
 
@@ -476,6 +506,7 @@ class FileSystemReaderImpl final : public StorageReader {
                                  std::to_string(options_.metadata_rank)
                            : std::string(kMetadataFileName);
     const std::string full = fs::JoinPath(path_, name);
+    MEGA_RETURN_IF_ERROR(CheckResolvesInside(path_, full));
     auto text = fs_->ReadWhole(full, kMaxMetadataBytes);
     if (!text.ok()) {
       if (text.status().code() == StatusCode::kNotFound) {
@@ -506,44 +537,59 @@ class FileSystemReaderImpl final : public StorageReader {
     if (!metadata_) return FailedPreconditionError(path_ + ": SetUpStorageReader was not called");
     const size_t n = plan.items.size();
     std::vector<ItemState> items(n);
-    std::vector<ReadUnit> units;
+    std::vector<Run> runs;
+    std::vector<Segment> segments;
     for (size_t i = 0; i < n; ++i) {
-      MEGA_RETURN_IF_ERROR(PlanItem(plan, i, planner, &items[i], &units));
+      MEGA_RETURN_IF_ERROR(PlanItem(plan, i, planner, &items[i], &runs, &segments));
     }
-    for (const ReadUnit& u : units) items[u.item].remaining.fetch_add(1);
+    BuildSegments(items, std::move(runs), &segments);
+    for (const Segment& seg : segments) {
+      if (seg.f4) items[seg.owner].remaining.fetch_add(1);
+      for (const Run& r : seg.runs) items[r.item].remaining.fetch_add(1);
+    }
     if (!pool_ && options_.thread_count > 1) {
       pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
     }
-    // Items with nothing to read (empty boxes) are committed right away.
+    // Items with nothing to read (empty boxes, empty bytes) are done right away.
     for (size_t i = 0; i < n; ++i) {
-      if (plan.items[i].type == LoadItemType::kTensor && items[i].remaining.load() == 0) {
-        MEGA_RETURN_IF_ERROR(planner.CommitTensor(plan.items[i], items[i].dest));
-      }
+      if (items[i].remaining.load() == 0) MEGA_RETURN_IF_ERROR(CommitItem(plan, planner, items, i));
     }
     return ParallelFor(
-        pool_.get(), units.size(),
-        [&](size_t u) -> Status {
+        pool_.get(), segments.size(),
+        [&](size_t k) -> Status {
           return NoThrow("FileSystemReader::ReadData",
-                         [&] { return ReadUnitAt(plan, planner, items, units[u]); });
+                         [&] { return ReadSegmentAt(plan, planner, items, segments[k]); });
         },
         options_.thread_count);
   }
 
  private:
-  // One unit of work: a bytes value, or one byte range of a tensor item (the
-  // item is committed when its last range is in).
-  Status ReadUnitAt(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
-                    const ReadUnit& unit) {
-    ItemState& st = items[unit.item];
-    const ReadItem& item = plan.items[unit.item];
-    if (item.type == LoadItemType::kByteIO) {
-      std::string value(st.info->length, '\0');
-      auto span = std::as_writable_bytes(std::span<char>(value.data(), value.size()));
-      MEGA_RETURN_IF_ERROR(ReadRange(st, item, 0, span, /*expand=*/false, nullptr, 0));
-      return planner.LoadBytes(item, std::move(value));
+  bool verifying() const { return options_.verify != VerifyMode::kOff; }
+
+  Status CommitItem(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
+                    size_t i) {
+    const ReadItem& item = plan.items[i];
+    if (item.type == LoadItemType::kByteIO) return planner.LoadBytes(item, std::move(items[i].value));
+    return planner.CommitTensor(item, items[i].dest);
+  }
+
+  // One unit of work; items are committed when their last run is in (and
+  // verified).
+  Status ReadSegmentAt(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
+                       const Segment& seg) {
+    if (seg.f4) {
+      MEGA_RETURN_IF_ERROR(ReadF4Segment(items[seg.owner], plan.items[seg.owner]));
+      if (items[seg.owner].remaining.fetch_sub(1) == 1) {
+        return CommitItem(plan, planner, items, seg.owner);
+      }
+      return Status::OK();
     }
-    MEGA_RETURN_IF_ERROR(ReadTensorUnit(st, item, unit));
-    if (st.remaining.fetch_sub(1) == 1) return planner.CommitTensor(item, st.dest);
+    MEGA_RETURN_IF_ERROR(ReadSegment(items[seg.owner], plan.items[seg.owner], seg));
+    for (const Run& r : seg.runs) {
+      if (items[r.item].remaining.fetch_sub(1) == 1) {
+        MEGA_RETURN_IF_ERROR(CommitItem(plan, planner, items, r.item));
+      }
+    }
     return Status::OK();
   }
 
@@ -560,17 +606,22 @@ class FileSystemReaderImpl final : public StorageReader {
   Result<const RandomAccessFile*> OpenFile(const std::string& rel, const ReadItem& item) {
     auto it = files_.find(rel);
     if (it != files_.end()) return it->second.get();
-    if (rel.empty() || rel.find("..") != std::string::npos || rel.front() == '/') {
-      return DataLossError(path_ + ": storage entry of " + ToString(item.storage_index) +
-                           " has an invalid file name \"" + rel + "\"");
+    Status valid = ValidateRelativePath(rel);
+    if (!valid.ok()) {
+      return DataLossError(fs::JoinPath(path_, std::string(kMetadataFileName)) +
+                           ": storage entry of " + ToString(item.storage_index) + ": " +
+                           valid.message());
     }
-    auto f = fs_->OpenForRead(fs::JoinPath(path_, rel));
+    const std::string full = fs::JoinPath(path_, rel);
+    MEGA_RETURN_IF_ERROR(CheckResolvesInside(path_, full));
+    auto f = fs_->OpenForRead(full);
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound) {
-        return NotFoundError("data file " + fs::JoinPath(path_, rel) + " is missing (needed for " +
+        return NotFoundError("data file " + full + " is missing (needed for " +
                              ToString(item.storage_index) + ")");
       }
-      return f.status();
+      return Status(f.status().code(), f.status().message() + " (data file needed for " +
+                                           ToString(item.storage_index) + ")");
     }
     const RandomAccessFile* raw = f->get();
     files_.emplace(rel, std::move(*f));
@@ -578,9 +629,9 @@ class FileSystemReaderImpl final : public StorageReader {
   }
 
   // Validates a read item against the metadata, resolves its destination and
-  // appends its read units.
+  // appends its runs (or, for F4 boxes that are not whole bytes, a segment).
   Status PlanItem(const LoadPlan& plan, size_t i, LoadPlanner& planner, ItemState* st,
-                  std::vector<ReadUnit>* units) {
+                  std::vector<Run>* runs, std::vector<Segment>* segments) {
     const ReadItem& item = plan.items[i];
     MetadataIndex key = item.storage_index;
     key.index.reset();
@@ -590,6 +641,12 @@ class FileSystemReaderImpl final : public StorageReader {
                            ToString(key));
     }
     st->info = &sit->second;
+    if (verifying() && !HasChecksums(*st->info)) {
+      return FailedPreconditionError(
+          path_ + ": storage entry of " + ToString(key) +
+          " has no checksum, so its bytes cannot be verified; load with verify = VerifyMode::kOff "
+          "to read it unverified");
+    }
     MEGA_ASSIGN_OR_RETURN(st->file, OpenFile(st->info->relative_path, item));
     const uint64_t fsize = st->file->size();
     if (st->info->offset > fsize || st->info->length > fsize - st->info->offset) {
@@ -606,10 +663,13 @@ class FileSystemReaderImpl final : public StorageReader {
       if (!std::holds_alternative<BytesStorageMetadata>(mit->second)) {
         return InvalidArgumentError(ToString(key) + " is a tensor in the checkpoint, read as bytes");
       }
-      ReadUnit u;
-      u.item = i;
-      u.len = st->info->length;
-      units->push_back(std::move(u));
+      st->value.assign(st->info->length, '\0');
+      if (st->info->length == 0) return Status::OK();
+      Run r;
+      r.item = i;
+      r.len = st->info->length;
+      r.dest_ptr = reinterpret_cast<std::byte*>(st->value.data());
+      runs->push_back(std::move(r));
       return Status::OK();
     }
     const auto* tm = std::get_if<TensorStorageMetadata>(&mit->second);
@@ -626,6 +686,7 @@ class FileSystemReaderImpl final : public StorageReader {
     if (!chunk) return DataLossError(path_ + ": no stored chunk for " + ToString(key));
     st->dtype = tm->properties.dtype;
     const Shape& S = chunk->sizes;
+    st->chunk_shape = S;
     const size_t nd = S.size();
     if (item.storage_offsets.size() != nd || item.lengths.size() != nd) {
       return InvalidArgumentError("read item for " + ToString(key) + " has " +
@@ -660,8 +721,8 @@ class FileSystemReaderImpl final : public StorageReader {
     // Row-major strides of the stored chunk, in elements.
     const std::vector<int64_t> sstr = ContiguousStrides(S);
     const uint64_t esize = DTypeSize(st->dtype);
-    // j: the outermost dim that is not a single index... find the split dim: all
-    // dims after j are read whole, so a run covers dims [j, nd) contiguously.
+    // j: the split dim; all dims after j are read whole, so a run covers dims
+    // [j, nd) contiguously.
     size_t j = nd;
     while (j > 0 && item.lengths[j - 1] == S[j - 1]) --j;
     if (j > 0) --j;  // dim j is partially read (or is the first dim)
@@ -677,96 +738,91 @@ class FileSystemReaderImpl final : public StorageReader {
       const bool whole = j == 0 && item.lengths == S;
       const bool bytewise = st->dest.is_contiguous() &&
                             (whole || (one_run && start_elem % 2 == 0 && st->dest.numel() % 2 == 0));
-      if (!bytewise) return AddF4Unit(i, item, S, *st, units);
+      if (!bytewise) {
+        Segment seg;
+        seg.owner = i;
+        seg.f4 = true;
+        segments->push_back(std::move(seg));
+        return Status::OK();
+      }
       needed = whole ? st->info->length : st->dest.numel() / 2;
     }
-    const size_t first_unit = units->size();
-    if (nd == 0 || one_run) {
+    if ((nd == 0 || one_run) && st->dest.is_contiguous()) {
+      // Flat: cut into runs of about kReadUnit at block boundaries (relative
+      // to the item), so that no two of them share a block.
       const uint64_t start = st->dtype == DType::kF4 ? start_elem / 2 : start_elem * esize;
-      if (st->dest.is_contiguous()) {
-        // Flat: cut into units at block boundaries (relative to the item).
-        const uint64_t bs = BlockSizeOf(*st->info);
-        uint64_t unit = std::max<uint64_t>(kReadUnit / bs * bs, bs);
-        uint64_t pos = start;
-        const uint64_t end = start + needed;
-        while (pos < end) {
-          uint64_t next = std::min(end, (pos / unit + 1) * unit);
-          ReadUnit u;
-          u.item = i;
-          u.rel = pos;
-          u.len = next - pos;
-          u.flat = true;
-          u.dest_ptr = static_cast<std::byte*>(st->dest.data()) + (pos - start);
-          units->push_back(std::move(u));
-          pos = next;
+      const uint64_t bs = BlockSizeOf(*st->info);
+      const uint64_t unit = std::max<uint64_t>(kReadUnit / bs * bs, bs);
+      uint64_t pos = start;
+      const uint64_t end = start + needed;
+      while (pos < end) {
+        uint64_t next = std::min(end, (pos / unit + 1) * unit);
+        Run r;
+        r.item = i;
+        r.rel = pos;
+        r.len = next - pos;
+        r.dest_ptr = static_cast<std::byte*>(st->dest.data()) + (pos - start);
+        runs->push_back(std::move(r));
+        pos = next;
+      }
+      return Status::OK();
+    }
+    return AddBoxRuns(i, item, *st, S, sstr, esize, j, runs);
+  }
+
+  // Groups the runs by stored item and cuts each group into segments: runs
+  // whose block-widened ranges share a block go into one segment (up to
+  // kMaxSegment bytes, beyond which a shared boundary block is read again).
+  void BuildSegments(const std::vector<ItemState>& items, std::vector<Run> runs,
+                     std::vector<Segment>* segments) const {
+    std::stable_sort(runs.begin(), runs.end(), [&](const Run& x, const Run& y) {
+      const StorageInfo* a = items[x.item].info;
+      const StorageInfo* b = items[y.item].info;
+      if (a != b) return std::less<const StorageInfo*>()(a, b);
+      return x.rel < y.rel;
+    });
+    const bool verify = verifying();
+    const StorageInfo* group = nullptr;
+    for (Run& r : runs) {
+      const StorageInfo& info = *items[r.item].info;
+      uint64_t wa = r.rel, wb = r.rel + r.len;
+      if (verify) std::tie(wa, wb) = Expanded(info, r.rel, r.len);
+      const bool same = group == &info && !segments->empty() && !segments->back().f4;
+      if (same && verify && wa < segments->back().b && wb - segments->back().a <= kMaxSegment) {
+        Segment& seg = segments->back();
+        seg.b = std::max(seg.b, wb);
+        if (!r.dest_ptr) {
+          r.staged_at = seg.staging;
+          seg.staging += r.len;
         }
-      } else {
-        MEGA_RETURN_IF_ERROR(AddBoxUnits(i, item, *st, S, sstr, esize, j, units));
+        seg.runs.push_back(std::move(r));
+        continue;
       }
-    } else {
-      MEGA_RETURN_IF_ERROR(AddBoxUnits(i, item, *st, S, sstr, esize, j, units));
-    }
-    // Decide whether to read whole CRC blocks around partial ones.
-    bool expand = false;
-    if (options_.verify == VerifyMode::kAllTouchedBlocks) {
-      expand = true;
-    } else if (options_.verify == VerifyMode::kReadBlocks) {
-      uint64_t expanded = 0;
-      for (size_t k = first_unit; k < units->size(); ++k) {
-        auto [a, b] = Expanded(*st->info, (*units)[k].rel, (*units)[k].len);
-        expanded += b - a;
+      group = &info;
+      Segment seg;
+      seg.owner = r.item;
+      seg.a = wa;
+      seg.b = wb;
+      if (!r.dest_ptr) {
+        r.staged_at = 0;
+        seg.staging = r.len;
       }
-      expand = expanded <= static_cast<uint64_t>(needed * (1.0 + options_.max_verify_overhead));
+      seg.runs.push_back(std::move(r));
+      segments->push_back(std::move(seg));
     }
-    for (size_t k = first_unit; k < units->size(); ++k) (*units)[k].expand = expand;
-    return Status::OK();
   }
 
-  // An F4 box that does not map onto whole destination bytes: one unit for the
-  // whole item (its spans may share destination bytes, so one thread copies
-  // them all), read span by span through staging (ReadF4Unit). The verify
-  // decision is the one of other reads, computed over the spans.
-  Status AddF4Unit(size_t i, const ReadItem& item, const Shape& S, const ItemState& st,
-                   std::vector<ReadUnit>* units) {
-    ReadUnit u;
-    u.item = i;
-    u.f4 = true;
-    u.shape = S;
-    auto [first, last] = F4BoxByteRange(S, item.storage_offsets, item.lengths);
-    u.rel = first;
-    u.len = last - first;
-    bool expand = false;
-    if (options_.verify == VerifyMode::kAllTouchedBlocks) {
-      expand = true;
-    } else if (options_.verify == VerifyMode::kReadBlocks) {
-      uint64_t needed = 0, expanded = 0;
-      MEGA_RETURN_IF_ERROR(ForEachF4Span(
-          S, item.storage_offsets, item.lengths, options_.staging_bytes, kF4MaxOverhead,
-          [&](const F4Span& span) {
-            needed += span.end - span.begin;
-            auto [a, b] = Expanded(*st.info, span.begin, span.end - span.begin);
-            expanded += b - a;
-            return Status::OK();
-          }));
-      expand = expanded <= static_cast<uint64_t>(needed * (1.0 + options_.max_verify_overhead));
-    }
-    u.expand = expand;
-    units->push_back(std::move(u));
-    return Status::OK();
-  }
-
-  // Cuts the box of `item` into pieces that are contiguous in storage and at most
+  // Cuts the box of `item` into runs that are contiguous in storage and at most
   // staging_bytes long, in row-major order.
-  Status AddBoxUnits(size_t i, const ReadItem& item, const ItemState& st, const Shape& S,
-                     const std::vector<int64_t>& sstr, uint64_t esize, size_t j,
-                     std::vector<ReadUnit>* units) {
+  Status AddBoxRuns(size_t i, const ReadItem& item, const ItemState& st, const Shape& S,
+                    const std::vector<int64_t>& sstr, uint64_t esize, size_t j,
+                    std::vector<Run>* runs) {
     const size_t nd = S.size();
     const uint64_t max_bytes = options_.staging_bytes;
     // Odometer over dims [0, j): one run per index tuple; a run is dim j's range
     // [off_j, off_j + len_j) with all later dims whole.
     std::vector<int64_t> idx(j, 0);
     while (true) {
-      // Recursive split of the run (dims >= j contiguous) into pieces <= max_bytes.
       Shape offs(nd), lens(nd);
       for (size_t d = 0; d < j; ++d) {
         offs[d] = idx[d];
@@ -776,8 +832,7 @@ class FileSystemReaderImpl final : public StorageReader {
         offs[d] = 0;
         lens[d] = item.lengths[d];
       }
-      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, j, offs, lens, max_bytes, units));
-      // advance
+      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, j, offs, lens, max_bytes, runs));
       size_t d = j;
       while (d > 0) {
         --d;
@@ -793,33 +848,32 @@ class FileSystemReaderImpl final : public StorageReader {
   // whole, dims < k single). Emits it or splits along dim k.
   Status SplitRun(size_t i, const ReadItem& item, const ItemState& st, const Shape& S,
                   const std::vector<int64_t>& sstr, uint64_t esize, size_t k, Shape offs,
-                  Shape lens, uint64_t max_bytes, std::vector<ReadUnit>* units) {
+                  Shape lens, uint64_t max_bytes, std::vector<Run>* runs) {
     const size_t nd = S.size();
     uint64_t elems = 1;
     for (int64_t l : lens) elems *= static_cast<uint64_t>(l);
     if (elems * esize <= max_bytes || k >= nd) {
-      ReadUnit u;
-      u.item = i;
+      Run r;
+      r.item = i;
       uint64_t start = 0;
       for (size_t d = 0; d < nd; ++d) {
         start += static_cast<uint64_t>(item.storage_offsets[d] + offs[d]) * sstr[d];
       }
-      u.rel = start * esize;
-      u.len = elems * esize;
+      r.rel = start * esize;
+      r.len = elems * esize;
       Tensor v = st.dest;
       for (size_t d = 0; d < nd; ++d) {
         if (offs[d] != 0 || lens[d] != v.shape()[d]) {
           MEGA_ASSIGN_OR_RETURN(v, v.Narrow(static_cast<int>(d), offs[d], lens[d]));
         }
       }
-      u.shape = lens;
+      r.shape = lens;
       if (v.is_contiguous()) {
-        u.flat = true;
-        u.dest_ptr = static_cast<std::byte*>(v.data());
+        r.dest_ptr = static_cast<std::byte*>(v.data());
       } else {
-        u.dest = std::move(v);
+        r.dest = std::move(v);
       }
-      units->push_back(std::move(u));
+      runs->push_back(std::move(r));
       return Status::OK();
     }
     uint64_t row_elems = elems / static_cast<uint64_t>(lens[k]);
@@ -830,7 +884,7 @@ class FileSystemReaderImpl final : public StorageReader {
       for (int64_t s = 0; s < total; s += step) {
         offs[k] = base + s;
         lens[k] = std::min(step, total - s);
-        MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k, offs, lens, max_bytes, units));
+        MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k, offs, lens, max_bytes, runs));
       }
       return Status::OK();
     }
@@ -838,16 +892,18 @@ class FileSystemReaderImpl final : public StorageReader {
     for (int64_t s = 0; s < total; ++s) {
       offs[k] = base + s;
       lens[k] = 1;
-      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k + 1, offs, lens, max_bytes, units));
+      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k + 1, offs, lens, max_bytes, runs));
     }
     return Status::OK();
   }
 
+  // The checksum block size of an item: its recorded block size, or the whole
+  // item when it has one checksum only.
   static uint64_t BlockSizeOf(const StorageInfo& info) {
     return info.block_size != 0 ? info.block_size : std::max<uint64_t>(info.length, 1);
   }
 
-  // [rel, rel+len) widened to whole CRC blocks (clipped to the item).
+  // [rel, rel+len) widened to whole checksum blocks (clipped to the item).
   static std::pair<uint64_t, uint64_t> Expanded(const StorageInfo& info, uint64_t rel, uint64_t len) {
     const uint64_t bs = BlockSizeOf(info);
     uint64_t a = rel / bs * bs;
@@ -855,159 +911,182 @@ class FileSystemReaderImpl final : public StorageReader {
     return {a, b};
   }
 
-  bool HasChecksums(const StorageInfo& info) const {
-    if (options_.verify == VerifyMode::kOff) return false;
+  static bool HasChecksums(const StorageInfo& info) {
     if (info.block_size != 0) return true;
     return info.checksum.starts_with("crc32:") || info.checksum.starts_with("sha256:");
   }
 
-  // Verifies the CRC of block `b` whose bytes are `data`.
-  Status VerifyBlock(const ItemState& st, const ReadItem& item, uint64_t b,
-                     std::span<const std::byte> data, uint32_t crc) const {
-    const StorageInfo& info = *st.info;
-    uint32_t expected = 0;
-    if (info.block_size != 0) {
-      expected = info.block_crc32[b];
-    } else if (info.checksum.starts_with("crc32:")) {
-      expected = static_cast<uint32_t>(std::stoul(info.checksum.substr(6), nullptr, 16));
-    } else if (info.checksum.starts_with("sha256:")) {
-      Sha256Digest d = Sha256Of(data);
-      if (ToHex(d) != info.checksum.substr(7)) {
-        return DataLossError("data file " + st.file->name() + ": SHA-256 mismatch for " +
-                             ToString(item.storage_index));
+  // Checks the bytes of [a, b) of a stored item as they stream past, block by
+  // block, in order. REQUIRES: a is a block boundary; b is one or the item end.
+  class BlockChecker {
+   public:
+    BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify)
+        : st_(st), item_(item), verify_(verify), bs_(BlockSizeOf(*st.info)), pos_(a) {
+      if (verify && st.info->block_size == 0 && st.info->checksum.starts_with("sha256:")) {
+        sha256_.emplace();
+      }
+    }
+
+    Status Feed(std::span<const std::byte> data) {
+      if (!verify_) return Status::OK();
+      while (!data.empty()) {
+        const uint64_t block_end = std::min(st_.info->length, (pos_ / bs_ + 1) * bs_);
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(block_end - pos_, data.size()));
+        if (sha256_) {
+          sha256_->Update(data.first(n));
+        } else {
+          crc_ = Crc32Extend(crc_, data.first(n));
+        }
+        pos_ += n;
+        data = data.subspan(n);
+        if (pos_ == block_end) {
+          MEGA_RETURN_IF_ERROR(CloseBlock((pos_ - 1) / bs_));
+          crc_ = 0;
+        }
       }
       return Status::OK();
-    } else {
+    }
+
+   private:
+    Status CloseBlock(uint64_t b) {
+      const StorageInfo& info = *st_.info;
+      if (sha256_) {
+        const Sha256Digest digest = sha256_->Finish();
+        if (ToHex(digest) != info.checksum.substr(7)) {
+          return DataLossError("data file " + st_.file->name() + ": SHA-256 mismatch for " +
+                               ToString(item_.storage_index));
+        }
+        return Status::OK();
+      }
+      uint32_t expected = 0;
+      if (info.block_size != 0) {
+        expected = info.block_crc32[b];
+      } else {
+        expected = static_cast<uint32_t>(std::stoul(info.checksum.substr(6), nullptr, 16));
+      }
+      if (crc_ != expected) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", expected, crc_);
+        return DataLossError("data file " + st_.file->name() + ": checksum mismatch in " +
+                             ToString(item_.storage_index) + " bytes [" +
+                             std::to_string(info.offset + b * bs_) + ", " +
+                             std::to_string(info.offset + std::min(info.length, (b + 1) * bs_)) +
+                             ") of the file (" + buf + ")");
+      }
       return Status::OK();
     }
-    if (crc != expected) {
-      const uint64_t bs = BlockSizeOf(info);
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", expected, crc);
-      return DataLossError("data file " + st.file->name() + ": checksum mismatch in " +
-                           ToString(item.storage_index) + " bytes [" +
-                           std::to_string(info.offset + b * bs) + ", " +
-                           std::to_string(info.offset + std::min(info.length, (b + 1) * bs)) +
-                           ") of the file (" + buf + ")");
+
+    const ItemState& st_;
+    const ReadItem& item_;
+    bool verify_;
+    uint64_t bs_;
+    uint64_t pos_;
+    uint32_t crc_ = 0;
+    std::optional<Sha256> sha256_;  // items with one whole-item SHA-256
+  };
+
+  Status ReadPiece(const ItemState& st, const ReadItem& item, uint64_t rel,
+                   std::span<std::byte> dst) const {
+    return st.file->ReadExactlyAt(st.info->offset + rel, dst)
+        .WithContext("reading " + ToString(item.storage_index));
+  }
+
+  // Reads item bytes [a, a + dst.size()) into dst, verifying every block
+  // (REQUIRES: whole blocks when verifying).
+  Status ReadVerified(const ItemState& st, const ReadItem& item, uint64_t a,
+                      std::span<std::byte> dst) const {
+    BlockChecker check(st, item, a, verifying());
+    for (uint64_t p = 0; p < dst.size(); p += kReadPiece) {
+      std::span<std::byte> piece = dst.subspan(p, std::min<uint64_t>(kReadPiece, dst.size() - p));
+      MEGA_RETURN_IF_ERROR(ReadPiece(st, item, a + p, piece));
+      MEGA_RETURN_IF_ERROR(check.Feed(piece));
     }
     return Status::OK();
   }
 
-  // Reads item bytes [rel, rel + dst.size()) into dst, verifying every checksum
-  // block fully inside the range. With `expand`, partial blocks at the edges are
-  // read whole through `scratch` (>= one block) and verified too.
-  Status ReadRange(const ItemState& st, const ReadItem& item, uint64_t rel,
-                   std::span<std::byte> dst, bool expand, std::byte* scratch,
-                   uint64_t scratch_size) const {
-    const StorageInfo& info = *st.info;
-    const bool verify = HasChecksums(info);
-    const uint64_t bs = BlockSizeOf(info);
-    const uint64_t end = rel + dst.size();
-    uint64_t pos = rel;
-    while (pos < end) {
-      const uint64_t b = pos / bs;
-      const uint64_t bstart = b * bs;
-      const uint64_t bend = std::min(info.length, bstart + bs);
-      const uint64_t take_end = std::min(end, bend);
-      const bool whole_block = pos == bstart && take_end == bend;
-      if (verify && !whole_block && expand && scratch && bend - bstart <= scratch_size) {
-        // Partial block: read it whole, verify, copy the needed part.
-        std::span<std::byte> blk(scratch, bend - bstart);
-        MEGA_RETURN_IF_ERROR(st.file->ReadExactlyAt(info.offset + bstart, blk).WithContext(ItemContext(st, item)));
-        MEGA_RETURN_IF_ERROR(VerifyBlock(st, item, b, blk, Crc32(blk)));
-        std::memcpy(dst.data() + (pos - rel), scratch + (pos - bstart), take_end - pos);
-        pos = take_end;
-        continue;
+  // Reads a segment: long stretches of one contiguous destination go straight
+  // into it; everything else (block edges, gaps between runs that share a
+  // block, box destinations) through a hot piece buffer, copied out after the
+  // CRC. Box runs are staged and copied into place once every block of the
+  // segment has been verified.
+  Status ReadSegment(const ItemState& st, const ReadItem& item, const Segment& seg) {
+    BlockChecker check(st, item, seg.a, verifying());
+    const std::vector<Run>& runs = seg.runs;
+    ScratchLease staging(this, seg.staging);
+    if (seg.staging && !staging.data()) {
+      return ResourceExhaustedError("cannot allocate a read buffer of " +
+                                    std::to_string(seg.staging) + " bytes");
+    }
+    std::optional<ScratchLease> piece_buf;
+    uint64_t pos = seg.a;
+    size_t k = 0;
+    while (pos < seg.b) {
+      while (k < runs.size() && runs[k].rel + runs[k].len <= pos) ++k;
+      const uint64_t limit = std::min(seg.b, pos + kReadPiece);
+      // Straight into the destination: [pos, direct_end) lies in run k only.
+      if (k < runs.size() && runs[k].dest_ptr && runs[k].rel <= pos) {
+        const Run& r = runs[k];
+        uint64_t direct_end = std::min(limit, r.rel + r.len);
+        if (k + 1 < runs.size() && runs[k + 1].rel < direct_end) direct_end = runs[k + 1].rel;
+        if (direct_end > pos && (direct_end - pos >= kDirectReadMin || direct_end == seg.b)) {
+          std::span<std::byte> dst(r.dest_ptr + (pos - r.rel), direct_end - pos);
+          MEGA_RETURN_IF_ERROR(ReadPiece(st, item, pos, dst));
+          MEGA_RETURN_IF_ERROR(check.Feed(dst));
+          pos = direct_end;
+          continue;
+        }
       }
-      // Read [pos, take_end) straight into dst in pieces, CRC while hot.
-      uint32_t crc = 0;
-      uint64_t p = pos;
-      while (p < take_end) {
-        uint64_t q = std::min(take_end, p + kReadPiece);
-        std::span<std::byte> piece = dst.subspan(p - rel, q - p);
-        MEGA_RETURN_IF_ERROR(st.file->ReadExactlyAt(info.offset + p, piece).WithContext(ItemContext(st, item)));
-        if (verify && whole_block) crc = Crc32Extend(crc, piece);
-        p = q;
+      // Through the piece buffer, stopping where a long direct stretch starts.
+      uint64_t stop = limit;
+      for (size_t j = k; j < runs.size() && runs[j].rel < stop; ++j) {
+        if (runs[j].rel > pos && runs[j].dest_ptr && runs[j].len >= kDirectReadMin) {
+          stop = runs[j].rel;
+          break;
+        }
       }
-      if (verify && whole_block) {
-        MEGA_RETURN_IF_ERROR(VerifyBlock(st, item, b, dst.subspan(pos - rel, take_end - pos), crc));
+      if (!piece_buf) {
+        piece_buf.emplace(this, kReadPiece);
+        if (!piece_buf->data()) return ResourceExhaustedError("cannot allocate a read buffer");
       }
-      pos = take_end;
+      std::span<std::byte> buf(piece_buf->data(), stop - pos);
+      MEGA_RETURN_IF_ERROR(ReadPiece(st, item, pos, buf));
+      MEGA_RETURN_IF_ERROR(check.Feed(buf));
+      for (size_t j = k; j < runs.size() && runs[j].rel < stop; ++j) {
+        const Run& r = runs[j];
+        const uint64_t x = std::max(pos, r.rel), y = std::min(stop, r.rel + r.len);
+        if (x >= y) continue;
+        std::byte* to = r.dest_ptr ? r.dest_ptr + (x - r.rel) : staging.data() + r.staged_at + (x - r.rel);
+        std::memcpy(to, buf.data() + (x - pos), y - x);
+      }
+      pos = stop;
+    }
+    for (const Run& r : runs) {
+      if (r.dest_ptr) continue;
+      MEGA_ASSIGN_OR_RETURN(Tensor src, Tensor::FromBlob(staging.data() + r.staged_at, st.dtype, r.shape));
+      MEGA_RETURN_IF_ERROR(CopyTensor(src, r.dest));
     }
     return Status::OK();
   }
 
-  std::string ItemContext(const ItemState& st, const ReadItem& item) const {
-    (void)st;
-    return "reading " + ToString(item.storage_index);
-  }
-
-  // Reads an F4 unit: each span of the box (grouped like ReadBoxRuns: at most
-  // staging_bytes, at most 5% more bytes than its runs need) is read into
-  // staging — widened to whole CRC blocks when expanding — with the usual block
-  // verification, then its runs are copied nibble-exactly into the destination.
-  Status ReadF4Unit(const ItemState& st, const ReadItem& item, const ReadUnit& unit) {
-    const Shape& S = unit.shape;
+  // Reads an F4 box that does not map onto whole destination bytes: each span
+  // (grouped like ReadBoxRuns: at most staging_bytes, at most 5% more bytes
+  // than its runs need), widened to whole checksum blocks when verifying, is
+  // read and verified into staging, then its runs are copied nibble-exactly.
+  Status ReadF4Segment(const ItemState& st, const ReadItem& item) {
+    const Shape& S = st.chunk_shape;
     return ForEachF4Span(
         S, item.storage_offsets, item.lengths, options_.staging_bytes, kF4MaxOverhead,
         [&](const F4Span& span) -> Status {
           uint64_t a = span.begin, b = span.end;
-          if (unit.expand && HasChecksums(*st.info)) {
-            std::tie(a, b) = Expanded(*st.info, span.begin, span.end - span.begin);
-            if (b - a > options_.staging_bytes + 2 * kMaxScratchBlock) {
-              a = span.begin;
-              b = span.end;
-            }
-          }
+          if (verifying()) std::tie(a, b) = Expanded(*st.info, span.begin, span.end - span.begin);
           ScratchLease lease(this, b - a);
           if (!lease.data()) {
             return ResourceExhaustedError("cannot allocate a read buffer of " +
                                           std::to_string(b - a) + " bytes");
           }
-          MEGA_RETURN_IF_ERROR(
-              ReadRange(st, item, a, std::span<std::byte>(lease.data(), b - a), false, nullptr, 0));
+          MEGA_RETURN_IF_ERROR(ReadVerified(st, item, a, std::span<std::byte>(lease.data(), b - a)));
           return CopyF4Span(span, lease.data(), a, S, st.dest);
         });
-  }
-
-  Status ReadTensorUnit(const ItemState& st, const ReadItem& item, const ReadUnit& unit) {
-    if (unit.f4) return ReadF4Unit(st, item, unit);
-    if (unit.flat) {
-      // Scratch only for partial CRC blocks at the edges, when expanding.
-      const uint64_t bs = BlockSizeOf(*st.info);
-      const uint64_t end = unit.rel + unit.len;
-      const bool partial_edges =
-          unit.rel % bs != 0 || (end % bs != 0 && end != st.info->length);
-      const uint64_t scratch_size =
-          unit.expand && partial_edges && HasChecksums(*st.info) && bs <= kMaxScratchBlock ? bs : 0;
-      ScratchLease lease(this, scratch_size);
-      if (scratch_size && !lease.data()) {
-        return ResourceExhaustedError("cannot allocate a read buffer of " +
-                                      std::to_string(scratch_size) + " bytes");
-      }
-      return ReadRange(st, item, unit.rel, std::span<std::byte>(unit.dest_ptr, unit.len),
-                       scratch_size != 0, lease.data(), scratch_size);
-    }
-    // Strided destination: read the range (whole blocks when expanding) into a
-    // staging buffer, then copy the box into place.
-    uint64_t a = unit.rel, b = unit.rel + unit.len;
-    if (unit.expand && HasChecksums(*st.info)) {
-      std::tie(a, b) = Expanded(*st.info, unit.rel, unit.len);
-      // Huge CRC blocks (or one whole-item CRC) would need an unbounded buffer.
-      if (b - a > options_.staging_bytes + 2 * kMaxScratchBlock) {
-        a = unit.rel;
-        b = unit.rel + unit.len;
-      }
-    }
-    ScratchLease lease(this, b - a);
-    if (!lease.data()) {
-      return ResourceExhaustedError("cannot allocate a read buffer of " + std::to_string(b - a) +
-                                    " bytes");
-    }
-    std::span<std::byte> buf(lease.data(), b - a);
-    MEGA_RETURN_IF_ERROR(ReadRange(st, item, a, buf, false, nullptr, 0));
-    MEGA_ASSIGN_OR_RETURN(Tensor src, Tensor::FromBlob(lease.data() + (unit.rel - a), st.dtype, unit.shape));
-    return CopyTensor(src, unit.dest);
   }
 
   // Reusable, pre-faulted staging buffers (first-touch faults are expensive).
@@ -1023,7 +1102,10 @@ class FileSystemReaderImpl final : public StorageReader {
           return;
         }
       }
-      uint64_t size = std::max<uint64_t>(bytes, r_->options_.staging_bytes + 2 * kReadPiece);
+      // Piece buffers are small; other leases are sized for reuse by any later one.
+      uint64_t size = bytes <= kReadPiece
+                          ? kReadPiece
+                          : std::max<uint64_t>(bytes, r_->options_.staging_bytes + 2 * kReadPiece);
       auto mem = AllocateBuffer(size, /*prefault=*/true);
       if (mem.ok()) buf_ = {std::move(*mem), size};
     }
@@ -1032,6 +1114,8 @@ class FileSystemReaderImpl final : public StorageReader {
       std::lock_guard<std::mutex> lock(r_->scratch_mu_);
       r_->scratch_.push_back(std::move(buf_));
     }
+    ScratchLease(const ScratchLease&) = delete;
+    ScratchLease& operator=(const ScratchLease&) = delete;
     std::byte* data() const { return buf_.first.get(); }
 
    private:

@@ -5,6 +5,7 @@
 
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/dcp/mega_storage.h"
 
@@ -126,6 +127,13 @@ Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs
     }
   } else if (listing.status().code() != StatusCode::kNotFound) {
     return fail(listing.status().WithContext("listing the previous checkpoint at " + base));
+  }
+  // Files of another layout (an fs save's .distcp files) go too; like every
+  // removal of the transaction, only after the commit point.
+  if (auto other = OtherLayoutFiles(fs, base, StorageLayout::kMega); other.ok()) {
+    for (const std::string& name : *other) {
+      if (Status s = txn.Remove(name); !s.ok()) return fail(s);
+    }
   }
   // 3. Index (an index-only consumer then sees the new checkpoint; all its files
   //    are complete), then .metadata: the commit point of in-place stores.

@@ -11,6 +11,7 @@
 #include "dcp/f4_box.h"
 #include "megackpt/core/box_runs.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/core/path_safety.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/format/index_file.h"
 
@@ -455,7 +456,10 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = shards_.find(relative_path);
   if (it != shards_.end()) return it->second.get();
+  // Names come from .metadata or an index: relative, inside the folder.
+  MEGA_RETURN_IF_ERROR(ValidateRelativePath(relative_path).WithContext(dir_));
   const std::string full = fs::JoinPath(dir_, relative_path);
+  MEGA_RETURN_IF_ERROR(CheckResolvesInside(dir_, full));
   auto opened = fs_->OpenForRead(full);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {

@@ -12,6 +12,8 @@
 #include <filesystem>
 
 #include "megackpt/core/file.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/core/tensor.h"
 
 #ifndef MADV_POPULATE_READ
@@ -289,6 +291,12 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
     if (indexes.size() == 1) return ResolveCheckpointPath(indexes[0]);
     if (models.size() == 1) return ResolveCheckpointPath(models[0]);
     if (models.empty()) {
+      if (stdfs::exists(stdfs::path(path) / ".metadata", ec)) {
+        return InvalidArgumentError(
+            path + ": folder holds a DCP checkpoint in fs layout (.metadata + .distcp data "
+                   "files), no *.index.json, .mega or .safetensors file; `megackpt consolidate "
+                   "SRC DST` turns it into whole tensors");
+      }
       return InvalidArgumentError(path +
                                   ": folder has no *.index.json, .mega or .safetensors file");
     }
@@ -370,8 +378,10 @@ Result<OpenedCheckpoint> OpenCheckpoint(const CheckpointPath& input,
   }
   MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(input.path));
   const std::string folder = stdfs::path(input.path).parent_path().string();
+  model.has_sharded_entries = index.extra_fields.count("tensorplay.dcp.sharded") > 0;
   for (const std::string& shard : index.ShardFiles()) {
     const std::string path = folder.empty() ? shard : folder + "/" + shard;
+    MEGA_RETURN_IF_ERROR(CheckResolvesInside(folder.empty() ? "." : folder, path));
     auto f = OpenCheckpointFile(path, shard, options);
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound) {
@@ -384,6 +394,17 @@ Result<OpenedCheckpoint> OpenCheckpoint(const CheckpointPath& input,
     auto names = index.TensorsInShard(shard);
     std::set<std::string> wanted(names.begin(), names.end());
     size_t before = model.tensors.size();
+    {
+      const CheckpointFile& cf = model.files.back();
+      auto note = [&](const std::string& name) {
+        if (!wanted.count(name)) model.unlisted_tensors.push_back(shard + ":" + name);
+      };
+      if (cf.mega) {
+        for (const auto& t : cf.mega->tensors()) note(t.name);
+      } else {
+        for (const auto& t : cf.safetensors->tensors()) note(t.name);
+      }
+    }
     AppendCheckpointFileTensors(&model, model.files.size() - 1, &wanted);
     if (model.tensors.size() - before != wanted.size()) {
       std::set<std::string> found;
@@ -493,6 +514,19 @@ std::vector<std::vector<size_t>> PlanShards(const std::vector<CheckpointTensor>&
 Result<ConvertPlan> PlanConversion(const OpenedCheckpoint& source,
                                    const ConvertDestination& destination,
                                    const ConvertOptions& options) {
+  // Never drop an entry: chunks of sharded tensors are not tensors of the
+  // output; they must be assembled first.
+  if (source.has_sharded_entries || !source.unlisted_tensors.empty()) {
+    std::string what = source.has_sharded_entries
+                           ? "its index lists tensors stored in chunks (\"tensorplay.dcp.sharded\")"
+                           : std::to_string(source.unlisted_tensors.size()) +
+                                 " tensors in its shards are not in the weight_map (first: " +
+                                 Quote(source.unlisted_tensors[0]) + ")";
+    return FailedPreconditionError(
+        source.input.path + " is a sharded checkpoint: " + what +
+        "; convert would drop them. Run `megackpt consolidate SRC DST` first (whole tensors, "
+        "MEGA or --format safetensors), then convert the result");
+  }
   ConvertPlan plan;
   plan.destination = destination;
   std::vector<std::vector<size_t>> groups;

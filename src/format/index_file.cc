@@ -6,6 +6,8 @@
 
 #include "format/index_file_json.h"
 #include "megackpt/core/file.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::format {
 namespace {
@@ -60,7 +62,7 @@ std::vector<std::string> ShardIndex::TensorsInShard(std::string_view shard) cons
 
 Status ValidateShardFileName(std::string_view name) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("shard file name '" + std::string(name) + "' " + std::string(why));
+    return InvalidArgumentError("shard file name " + Quote(name) + " " + std::string(why));
   };
   if (name.empty()) return bad("is empty");
   if (name.front() == '/') return bad("is an absolute path (must be relative to the index folder)");
@@ -75,6 +77,9 @@ Status ValidateShardFileName(std::string_view name) {
     if (part == "..") return bad("leaves the index folder ('..')");
     start = end + 1;
   }
+  // Everything else a checkpoint's file name must satisfy (control bytes,
+  // UTF-8, '.' components, lengths): the one rule set of core/path_safety.h.
+  if (Status s = ValidateRelativePath(name); !s.ok()) return InvalidArgumentError(s.message());
   return Status::OK();
 }
 
@@ -104,13 +109,17 @@ Result<ShardIndex> ParseShardIndex(std::string_view index_name, std::string_view
       for (auto w = it->begin(); w != it->end(); ++w) {
         if (!w->is_string()) {
           return Malformed(index_name,
-                           "\"weight_map\" entry for tensor '" + w.key() + "' is not a string");
+                           "\"weight_map\" entry for tensor " + Quote(w.key()) + " is not a string");
         }
         std::string file = w->get<std::string>();
         Status valid = ValidateShardFileName(file);
         if (!valid.ok()) {
-          return Malformed(index_name,
-                           "\"weight_map\" entry for tensor '" + w.key() + "': " + valid.message());
+          return Malformed(index_name, "\"weight_map\" entry for tensor " + Quote(w.key()) +
+                                           ": " + valid.message());
+        }
+        if (w.key().find('\0') != std::string::npos) {
+          return Malformed(index_name, "\"weight_map\" has a tensor name " + Quote(w.key()) +
+                                           " that holds a NUL byte");
         }
         index.weight_map.emplace(w.key(), std::move(file));
       }

@@ -108,11 +108,16 @@ TEST(IndexFileTest, ShardNameValidation) {
   EXPECT_TRUE(ValidateShardFileName("a..b.mega").ok());
   for (std::string bad :
        std::vector<std::string>{"", "/etc/passwd", "../x.mega", "a/../../x", "a/..", "a//b", "a/",
-                                "a\\b", std::string("a\0b", 3)}) {
+                                "a\\b", std::string("a\0b", 3), "a\nb", "\xff.mega", "./a"}) {
     Status s = ValidateShardFileName(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
   }
 }
+
+#define LONG_NAME_30 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+#define LONG_NAME_300                                                                        \
+  LONG_NAME_30 LONG_NAME_30 LONG_NAME_30 LONG_NAME_30 LONG_NAME_30 LONG_NAME_30 LONG_NAME_30 \
+      LONG_NAME_30 LONG_NAME_30 LONG_NAME_30
 
 struct BadIndex {
   const char* name;
@@ -158,7 +163,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadIndex{"DuplicateTensor", R"({"weight_map": {"w": "a.mega", "w": "b.mega"}})",
                  "duplicate key 'w'"},
         BadIndex{"DuplicateTopLevel", R"({"weight_map": {}, "weight_map": {}})",
-                 "duplicate key 'weight_map'"}),
+                 "duplicate key 'weight_map'"},
+        // Names the reader would open: the core rule set (core/path_safety.h).
+        BadIndex{"ControlByteShard", R"({"weight_map": {"w": "a\u001b[31m.mega"}})",
+                 "control byte"},
+        BadIndex{"DotComponentShard", R"({"weight_map": {"w": "./a.mega"}})", "'.' component"},
+        BadIndex{"LongComponentShard",
+                 "{\"weight_map\": {\"w\": \"" LONG_NAME_300 ".mega\"}}",
+                 "longer than 255"},
+        BadIndex{"NulTensorName", R"({"weight_map": {"a\u0000b": "a.mega"}})",
+                 "'a\\x00b' that holds a NUL byte"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(IndexFileTest, SerializeRejectsUnsafeNamesAndBadExtraJson) {

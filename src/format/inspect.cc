@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
 #include "megackpt/core/thread_pool.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
@@ -108,13 +110,13 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
         const json* chunks =
             entry.is_object() && entry.contains("chunks") ? &entry["chunks"] : nullptr;
         if (chunks == nullptr || !chunks->is_array()) {
-          problems.Add("DataLoss: " + input.path + ": sharded entry '" + fqn +
-                       "' has no chunk list");
+          problems.Add("DataLoss: " + input.path + ": sharded entry " + Quote(fqn) +
+                       " has no chunk list");
           continue;
         }
         for (const auto& c : *chunks) {
           if (!c.is_object() || !c.contains("file") || !c["file"].is_string()) {
-            problems.Add("DataLoss: " + input.path + ": a chunk of '" + fqn + "' names no file");
+            problems.Add("DataLoss: " + input.path + ": a chunk of " + Quote(fqn) + " names no file");
             continue;
           }
           std::string file = c["file"].get<std::string>();
@@ -131,11 +133,16 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
   for (const std::string& shard : shard_set) {
     ++report->files;
     const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
+    // Shard names stay inside the index's folder, symlinks included.
+    if (Status inside = CheckResolvesInside(folder.empty() ? "." : folder, shard_path); !inside.ok()) {
+      problems.Add(inside.ToString());
+      continue;
+    }
     auto f = OpenCheckpointFile(shard_path, shard, options);
     if (!f.ok()) {
       problems.Add(f.status().code() == StatusCode::kNotFound
-                       ? "NotFound: " + input.path + ": shard '" + shard +
-                             "' listed in the index is missing (" + shard_path + ")"
+                       ? "NotFound: " + input.path + ": shard " + Quote(shard) +
+                             " listed in the index is missing (" + shard_path + ")"
                        : f.status().ToString());
       continue;
     }
@@ -152,25 +159,25 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
       if (it == index->weight_map.end() && ct != chunk_files.end() && ct->second.count(shard)) {
         mapped_bytes += t.nbytes;  // a listed chunk of a sharded tensor
       } else if (it == index->weight_map.end()) {
-        problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name +
-                     "' is not listed in the index's weight_map");
+        problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) +
+                     " is not listed in the index's weight_map");
       } else if (it->second != shard) {
-        problems.Add("DataLoss: " + shard_path + ": tensor '" + t.name + "' is mapped to '" +
-                     it->second + "' by the index");
+        problems.Add("DataLoss: " + shard_path + ": tensor " + Quote(t.name) + " is mapped to " +
+                     Quote(it->second) + " by the index");
       } else {
         mapped_bytes += t.nbytes;
       }
     }
     for (const auto& [fqn, files_of_fqn] : chunk_files) {
       if (files_of_fqn.count(shard) && !in_file.count(fqn)) {
-        problems.Add("DataLoss: " + input.path + ": index lists a chunk of '" + fqn +
-                     "' in shard '" + shard + "' but " + shard_path + " has no such tensor");
+        problems.Add("DataLoss: " + input.path + ": index lists a chunk of " + Quote(fqn) +
+                     " in shard " + Quote(shard) + " but " + shard_path + " has no such tensor");
       }
     }
     for (const auto& name : index->TensorsInShard(shard)) {
       if (!in_file.count(name)) {
-        problems.Add("DataLoss: " + input.path + ": index maps tensor '" + name + "' to shard '" +
-                     shard + "' but " + shard_path + " has no such tensor");
+        problems.Add("DataLoss: " + input.path + ": index maps tensor " + Quote(name) + " to shard " +
+                     Quote(shard) + " but " + shard_path + " has no such tensor");
       }
     }
     VerifyModelFile(m.files[0], problems, &report->tensors);

@@ -34,6 +34,10 @@
 #include <vector>
 
 #include "megackpt/commands.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/text.h"
+#include "megackpt/dcp/checkpoint_folder.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/format/convert.h"
 #include "megackpt/format/inspect.h"
 #include "megackpt/core/file.h"
@@ -107,7 +111,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
   }
   size_t wname = 4, wshape = 5, wfile = 4;
   for (const auto& t : model.tensors) {
-    wname = std::max(wname, std::min<size_t>(t.name.size(), 60));
+    wname = std::max(wname, std::min<size_t>(EscapeBytes(t.name).size(), 60));
     wshape = std::max(wshape, ShapeToString(t.shape).size());
     wfile = std::max(wfile, model.files[t.file].name.size());
   }
@@ -115,7 +119,7 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
               static_cast<int>(wshape), "shape", "nbytes", static_cast<int>(wfile), "file");
   for (const auto& t : model.tensors) {
     std::printf("%-*s  %-8s  %-*s  %14llu  %-*s\n", static_cast<int>(wname),
-                Truncate(t.name, 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                Truncate(EscapeBytes(t.name), 60).c_str(), std::string(DTypeName(t.dtype)).c_str(),
                 static_cast<int>(wshape), ShapeToString(t.shape).c_str(),
                 static_cast<unsigned long long>(t.nbytes), static_cast<int>(wfile),
                 model.files[t.file].name.c_str());
@@ -126,7 +130,108 @@ int ExitFor(const Status& s) {
   return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
+// The folder of a DCP checkpoint (fs or MEGA storage) when PATH is one (a folder
+// holding .metadata, or that .metadata file): inspect, verify and convert then
+// describe it from its .metadata (dcp/checkpoint_folder.h), so they agree on
+// what it holds.
+std::optional<std::string> DcpFolder(const std::string& path) {
+  std::error_code ec;
+  stdfs::path p(path);
+  if (p.filename() == ".metadata") {
+    std::string dir = p.parent_path().string();
+    return dir.empty() ? std::string(".") : dir;
+  }
+  if (stdfs::is_directory(p, ec) && stdfs::exists(stdfs::symlink_status(p / ".metadata", ec))) {
+    // A pickled .metadata (TensorPlay's / torch's own writers): the folder is
+    // read through its index and shards, as the MEGA reader does.
+    if (dcp::HasForeignMetadata(*fs::LocalFileSystem(), path)) return std::nullopt;
+    return path;
+  }
+  return std::nullopt;
+}
+
+std::string FilesOf(const dcp::EntrySummary& e) {
+  if (e.files.size() == 1) return e.files[0];
+  return std::to_string(e.files.size()) + " files";
+}
+
+std::string DcpCountLine(const dcp::CheckpointSummary& s) {
+  std::string line = std::to_string(s.tensors) + " tensors";
+  if (s.bytes_values) line += " + " + std::to_string(s.bytes_values) + " bytes values";
+  line += ", " + HumanBytes(s.tensor_bytes + s.bytes_value_bytes);
+  size_t pieces = s.metadata.storage_data.size();
+  line += " (" + std::to_string(s.sharded_tensors) + " sharded, " + std::to_string(pieces) +
+          " stored pieces) in " + std::to_string(s.files.size()) + " file" +
+          (s.files.size() == 1 ? "" : "s");
+  return line;
+}
+
+int RunInspectDcp(const std::string& dir, bool as_json) {
+  auto s = dcp::DescribeDcpCheckpoint(dir);
+  if (!s.ok()) {
+    std::fprintf(stderr, "megackpt inspect: %s\n", s.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (as_json) {
+    ordered_json doc = ordered_json::object();
+    doc["format"] = std::string(dcp::StorageLayoutName(s->layout));
+    doc["path"] = dir;
+    ordered_json meta = ordered_json::object();
+    meta["producer"] = s->metadata.version;
+    if (s->metadata.storage_meta) meta["save_id"] = s->metadata.storage_meta->save_id;
+    doc["metadata"] = std::move(meta);
+    ordered_json tensors = ordered_json::array(), bytes = ordered_json::array();
+    for (const auto& e : s->entries) {
+      ordered_json j = ordered_json::object();
+      j["name"] = e.fqn;
+      if (e.is_bytes) {
+        j["nbytes"] = e.nbytes;
+        j["file"] = FilesOf(e);
+        bytes.push_back(std::move(j));
+        continue;
+      }
+      j["dtype"] = std::string(DTypeName(e.dtype));
+      j["shape"] = e.shape;
+      j["nbytes"] = e.nbytes;
+      j["file"] = FilesOf(e);
+      j["chunks"] = e.chunks;
+      j["files"] = e.files;
+      tensors.push_back(std::move(j));
+    }
+    doc["tensors"] = std::move(tensors);
+    doc["bytes"] = std::move(bytes);
+    ordered_json files = ordered_json::array();
+    for (const auto& f : s->files) {
+      std::error_code ec;
+      files.push_back({{"name", f}, {"size", static_cast<uint64_t>(stdfs::file_size(stdfs::path(dir) / f, ec))}});
+    }
+    doc["files"] = std::move(files);
+    doc["total_nbytes"] = s->tensor_bytes;
+    doc["stored_pieces"] = s->metadata.storage_data.size();
+    std::printf("%s\n", doc.dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  std::printf("%s: %s checkpoint, %s\n", dir.c_str(), dcp::StorageLayoutName(s->layout),
+              DcpCountLine(*s).c_str());
+  size_t wname = 4, wshape = 5;
+  for (const auto& e : s->entries) {
+    wname = std::max(wname, std::min<size_t>(EscapeBytes(e.fqn).size(), 60));
+    wshape = std::max(wshape, ShapeToString(e.shape).size());
+  }
+  std::printf("%-*s  %-8s  %-*s  %14s  %6s  %s\n", static_cast<int>(wname), "name", "dtype",
+              static_cast<int>(wshape), "shape", "nbytes", "chunks", "file");
+  for (const auto& e : s->entries) {
+    std::printf("%-*s  %-8s  %-*s  %14llu  %6zu  %s\n", static_cast<int>(wname),
+                Truncate(EscapeBytes(e.fqn), 60).c_str(),
+                e.is_bytes ? "bytes" : std::string(DTypeName(e.dtype)).c_str(),
+                static_cast<int>(wshape), ShapeToString(e.shape).c_str(),
+                static_cast<unsigned long long>(e.nbytes), e.chunks, FilesOf(e).c_str());
+  }
+  return kExitOk;
+}
+
 int RunInspect(const std::string& path, bool as_json) {
+  if (auto dir = DcpFolder(path)) return RunInspectDcp(*dir, as_json);
   auto input = format::ResolveCheckpointPath(path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
@@ -147,7 +252,46 @@ int RunInspect(const std::string& path, bool as_json) {
 
 // ---- verify -------------------------------------------------------------------------
 
+// A DCP checkpoint (fs or MEGA storage): every stored piece read whole through
+// the storage's reader with verification on (dcp::VerifyDcpCheckpoint: every
+// checksum block of every .distcp item); MEGA folders also get the index and
+// shard checks of format::VerifyCheckpoint. Counts come from .metadata, as
+// inspect shows them.
+int RunVerifyDcp(const std::string& dir, bool quiet) {
+  auto report = dcp::VerifyDcpCheckpoint(dir);
+  if (!report.ok()) {
+    std::fprintf(stderr, "megackpt verify: FAILED: %s\n", report.status().ToString().c_str());
+    return kExitFailure;
+  }
+  std::vector<std::string> problems, warnings;
+  for (const Status& p : report->problems) problems.push_back(p.ToString());
+  if (report->summary.layout == dcp::StorageLayout::kMega) {
+    auto shards = format::VerifyCheckpoint(dir);
+    if (!shards.ok()) {
+      problems.push_back(shards.status().ToString());
+    } else {
+      problems.insert(problems.end(), shards->problems.begin(), shards->problems.end());
+      warnings = shards->warnings;
+    }
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
+  if (!problems.empty()) {
+    for (const auto& p : problems) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
+    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s\n", dir.c_str(), problems.size(),
+                 problems.size() == 1 ? "" : "s");
+    return kExitFailure;
+  }
+  if (!quiet) {
+    std::printf("OK %s: %s checkpoint, %s; %llu pieces (%s) read and verified\n", dir.c_str(),
+                dcp::StorageLayoutName(report->summary.layout), DcpCountLine(report->summary).c_str(),
+                static_cast<unsigned long long>(report->chunks_checked),
+                HumanBytes(report->bytes_checked).c_str());
+  }
+  return kExitOk;
+}
+
 int RunVerify(const std::string& path, bool quiet) {
+  if (auto dir = DcpFolder(path)) return RunVerifyDcp(*dir, quiet);
   auto report = format::VerifyCheckpoint(path);
   if (!report.ok()) {
     std::fprintf(stderr, "megackpt verify: %s\n", report.status().ToString().c_str());
@@ -278,6 +422,29 @@ class ProgressListener : public format::ConvertListener {
 // says it is ignored for safetensors output).
 int RunConvert(const std::string& src_path, const std::string& dst, const format::ConvertOptions& o,
                bool show_progress, bool mega_options_given) {
+  // A DCP checkpoint converts only when every entry is a whole tensor in MEGA /
+  // safetensors shards; anything else would lose entries.
+  std::optional<dcp::CheckpointSummary> dcp_summary;
+  if (auto dir = DcpFolder(src_path)) {
+    auto s = dcp::DescribeDcpCheckpoint(*dir);
+    if (!s.ok()) {
+      std::fprintf(stderr, "megackpt convert: %s\n", s.status().ToString().c_str());
+      return kExitFailure;
+    }
+    if (s->layout == dcp::StorageLayout::kFileSystem || s->sharded_tensors > 0) {
+      std::fprintf(stderr,
+                   "megackpt convert: %s is a %s checkpoint with %zu of %zu tensors stored in "
+                   "chunks%s; convert reads whole tensors from MEGA/safetensors files and would "
+                   "drop entries. Run `megackpt consolidate %s DST` (whole tensors, MEGA or "
+                   "--format safetensors) first, then convert DST\n",
+                   dir->c_str(), dcp::StorageLayoutName(s->layout), s->sharded_tensors, s->tensors,
+                   s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)"
+                                                                 : "",
+                   dir->c_str());
+      return kExitFailure;
+    }
+    dcp_summary = std::move(*s);
+  }
   auto input = format::ResolveCheckpointPath(src_path);
   if (!input.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
@@ -286,6 +453,15 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   auto model = format::OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
   if (!model.ok()) {
     std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (dcp_summary && model->tensors.size() != dcp_summary->tensors + dcp_summary->bytes_values) {
+    std::fprintf(stderr,
+                 "megackpt convert: %s: its .metadata holds %zu tensors + %zu bytes values but "
+                 "its index maps %zu; convert would not carry every entry. Run `megackpt "
+                 "consolidate` first\n",
+                 src_path.c_str(), dcp_summary->tensors, dcp_summary->bytes_values,
+                 model->tensors.size());
     return kExitFailure;
   }
   auto dest = format::PlanDestination(dst, model->format(), o);
@@ -299,9 +475,9 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
                  "MEGA output only; ignored for safetensors\n");
   }
   auto plan = format::PlanConversion(*model, *dest, o);
-  if (!plan.ok()) {  // an output would overwrite the source
+  if (!plan.ok()) {  // an output would overwrite the source (2), or sharded input (1)
     std::fprintf(stderr, "megackpt convert: %s\n", plan.status().message().c_str());
-    return kExitUsage;
+    return plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage;
   }
   Progress progress(show_progress, model->total_bytes);
   ProgressListener listener(&progress);

@@ -54,7 +54,9 @@ struct ConsolidateResult {
   std::string index_file;          // index name (relative to DST)
 };
 
-// Consolidates the checkpoint at `src` (anything MegaStorageReader reads) into the
+// Consolidates the checkpoint at `src` (anything MegaStorageReader reads, or an
+// fs checkpoint: .metadata + .distcp data files, read verified through
+// FileSystemReader) into the
 // folder `dst` (may equal src). With a process group, every rank must call it
 // with the same arguments; rank r writes output files r, r + world, ...; rank 0
 // commits; every rank returns the same status. Errors: those of

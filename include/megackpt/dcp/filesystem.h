@@ -6,7 +6,9 @@
 //   .metadata                              the encoded Metadata; written LAST
 //   __<save_id>_<rank>_<n>.distcp          data files: items back to back
 // Each item's StorageInfo records {file, offset, length, crc32 of the item,
-// crc32 per block_size bytes}. Re-saving into the same folder never overwrites a
+// crc32 per block_size bytes}. File names read back from .metadata must be
+// relative names inside the folder (core/path_safety.h); anything else is
+// DataLoss before any file is opened. Re-saving into the same folder never overwrites a
 // file the current .metadata references (new files carry the new save id); the
 // commit point is the rename of the new .metadata, after which the previous
 // save's data files are deleted.
@@ -27,6 +29,9 @@ namespace megackpt::dcp {
 // and world size > 1, rank r > 0 writes ".metadata.rank<r>" instead.
 inline constexpr std::string_view kMetadataFileName = ".metadata";
 
+// FileSystemWriterOptions::checksum_block_size: pick per item (see below).
+inline constexpr uint64_t kAutoChecksumBlockSize = UINT64_MAX;
+
 struct FileSystemWriterOptions {
   // Worker threads per rank; also the number of data files per rank (items are
   // spread over them by size).
@@ -34,11 +39,20 @@ struct FileSystemWriterOptions {
   // fsync every data file before the commit, and the metadata commit itself.
   // False: faster, not durable across a power loss (still atomic in-process).
   bool sync = true;
-  // False: saving where a committed checkpoint exists fails with AlreadyExists.
+  // False: saving where a committed checkpoint exists fails with AlreadyExists,
+  // and so does saving into a folder that holds another layout's checkpoint
+  // (MEGA shards, an index file); true: after the commit, those files are
+  // removed (RemoveOtherLayouts in dcp/checkpoint_folder.h).
   bool overwrite = true;
-  // CRC32 granularity recorded per item (0: whole item only). Smaller blocks let
-  // a resharded load verify smaller reads; each block costs 8 hex digits of metadata.
-  uint64_t checksum_block_size = 256ull << 10;
+  // CRC32 granularity recorded per item; a verified load reads whole blocks.
+  // kAutoChecksumBlockSize (the default): 1/16 of a row of the item's chunk
+  // (its last dim; the whole chunk for 0-D/1-D tensors), a power of two in
+  // [64 B, 256 KiB], so a resharded load that reads a column slice of a
+  // row-saved chunk stays within ~10% of the bytes it needs (docs/dcp.md,
+  // "Verified reads"); bytes values use 256 KiB. Any other value: that size
+  // for every item (0: one CRC for the whole item, so any partial read reads
+  // the whole item). Each block costs 8 hex digits of metadata.
+  uint64_t checksum_block_size = kAutoChecksumBlockSize;
   // Largest single write call (bytes go straight from tensor memory; strided
   // tensors are copied through a per-thread buffer of this size).
   uint64_t max_write_bytes = 64ull << 20;
@@ -47,19 +61,24 @@ struct FileSystemWriterOptions {
 };
 
 enum class VerifyMode {
-  // Verify every checksum block the load reads completely; a partially needed
-  // block is read in full (and verified) when that costs at most
-  // max_verify_overhead extra bytes of the item's read, else left unverified.
-  kReadBlocks,
-  // Read and verify every block a load touches (may read more than needed).
-  kAllTouchedBlocks,
+  // The default: every byte a load hands to the caller is covered by a
+  // verified checksum. Reads are widened to whole checksum blocks; each block
+  // is read and verified once per load unit, even when several destinations
+  // need parts of it; the CRC is computed on the bytes while they are hot,
+  // before they are copied into a staged destination. A checksum mismatch is
+  // DataLoss naming the data file, the tensor (fqn and chunk offset) and the
+  // byte range; a storage entry without any checksum is FailedPrecondition.
+  kAll,
+  // No verification: reads exactly the bytes needed. Only when asked for.
   kOff,
+  // Older names of kAll (partial blocks used to be left unverified).
+  kAllTouchedBlocks = kAll,
+  kReadBlocks = kAll,
 };
 
 struct FileSystemReaderOptions {
   int thread_count = 2;
-  VerifyMode verify = VerifyMode::kReadBlocks;
-  double max_verify_overhead = 0.05;
+  VerifyMode verify = VerifyMode::kAll;
   // Staging buffer per thread for reads that cannot go straight into the
   // destination (strided boxes).
   uint64_t staging_bytes = 16ull << 20;

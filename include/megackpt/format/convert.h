@@ -97,6 +97,12 @@ struct OpenedCheckpoint {
   std::vector<CheckpointFile> files;     // index inputs: ShardFiles() order
   std::vector<CheckpointTensor> tensors; // files in order, each in file order
   uint64_t total_bytes = 0;              // sum of tensors[].nbytes
+  // Index inputs: tensors the shards hold that the weight_map does not list
+  // (e.g. the chunks of a sharded DCP checkpoint), and whether the index lists
+  // chunked DCP entries ("tensorplay.dcp.sharded"). PlanConversion refuses such
+  // input, which it would otherwise drop, naming `megackpt consolidate`.
+  std::vector<std::string> unlisted_tensors;
+  bool has_sharded_entries = false;
 
   // The format of the first file (kSafetensors when there is none).
   ModelFormat format() const;
@@ -114,7 +120,9 @@ void AppendCheckpointFileTensors(OpenedCheckpoint* checkpoint, size_t file_id,
 
 // Opens every file of the input. For an index, each weight_map entry must be
 // in its shard (DataLoss naming index, tensor and shard otherwise; NotFound for
-// a missing shard); tensors a shard holds beyond the index are left out.
+// a missing shard); tensors a shard holds beyond the index are left out of
+// `tensors` and named in `unlisted_tensors`. Shard names must stay inside the
+// index's folder (symlinks included: DataLoss otherwise).
 Result<OpenedCheckpoint> OpenCheckpoint(const CheckpointPath& input,
                                         const OpenCheckpointOptions& options);
 
