@@ -62,6 +62,10 @@ class FileSystem {
   virtual Result<std::vector<FileInfo>> List(const std::string& dir) = 0;
   // Removes a file. NotFound when missing.
   virtual Status Remove(const std::string& path) = 0;
+  // Removes an empty folder. NotFound when missing; FailedPrecondition when it
+  // still has children. The default, for stores whose folders exist only
+  // through the files below them (mega://), checks that nothing is left.
+  virtual Status RemoveDirectory(const std::string& dir);
   virtual Status CreateDirectories(const std::string& dir) = 0;
   // Atomically renames (replacing `to`). Unimplemented where the store has no rename.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
