@@ -20,6 +20,7 @@
 
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
+#include "megackpt/dcp/diff.h"
 #include "megackpt/dcp/filesystem.h"
 
 namespace megackpt::dcp {
@@ -485,6 +486,59 @@ TEST(CheckpointManagerTest, ThreadRanksSaveAndLoadResharded) {
   }
   auto m = CheckpointManager::Open(root, FastOptions()).value();
   EXPECT_EQ(CompleteSteps(*m), (std::vector<int64_t>{3, 4}));
+}
+
+// ---- diff ---------------------------------------------------------------------
+
+TEST(DiffCheckpointsTest, AddedRemovedChangedBytesAndMaxAbsDiff) {
+  TempDir tmp("ckpt-diff");
+  std::vector<float> w(1000, 1.0f), w2 = w;
+  w2[3] = 1.5f;
+  w2[999] = -2.0f;  // |1 - (-2)| = 3
+  std::vector<uint16_t> h = {0x3C00, 0x4000}, h2 = {0x3C00, 0x4200};  // F16: 2 -> 3
+  std::vector<int32_t> same = {1, 2, 3};
+  std::vector<double> dt = {1.0};
+  std::vector<float> dt2 = {1.0f};
+  auto save = [&](const std::string& dir, StateDict sd) {
+    auto writer = NewFileSystemWriter(dir, {.sync = false});
+    ASSERT_TRUE(dcp::Save(sd, *writer).ok());
+  };
+  StateDict a, b;
+  a.Set("w", Tensor::FromBlob(w.data(), DType::kF32, {10, 100}).value());
+  b.Set("w", Tensor::FromBlob(w2.data(), DType::kF32, {10, 100}).value());
+  a.Set("h", Tensor::FromBlob(h.data(), DType::kF16, {2}).value());
+  b.Set("h", Tensor::FromBlob(h2.data(), DType::kF16, {2}).value());
+  a.Set("same", Tensor::FromBlob(same.data(), DType::kI32, {3}).value());
+  b.Set("same", Tensor::FromBlob(same.data(), DType::kI32, {3}).value());
+  a.Set("dt", Tensor::FromBlob(dt.data(), DType::kF64, {1}).value());
+  b.Set("dt", Tensor::FromBlob(dt2.data(), DType::kF32, {1}).value());
+  a.Set("gone", StateValue::Bytes("x"));
+  b.Set("new", StateValue::Bytes("yz"));
+  a.Set("s", StateValue::Bytes("abcd"));
+  b.Set("s", StateValue::Bytes("abXdef"));
+  save(tmp.path("a"), a);
+  save(tmp.path("b"), b);
+  auto d = DiffCheckpoints(tmp.path("a"), tmp.path("b"));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->added, (std::vector<std::string>{"new"}));
+  EXPECT_EQ(d->removed, (std::vector<std::string>{"gone"}));
+  EXPECT_EQ(d->unchanged, 1u);
+  ASSERT_EQ(d->changed.size(), 4u);  // dt, h, s, w in fqn order
+  EXPECT_EQ(d->changed[0].fqn, "dt");
+  EXPECT_EQ(d->changed[0].what, "dtype");
+  EXPECT_EQ(d->changed[1].fqn, "h");
+  EXPECT_EQ(d->changed[1].changed_elements, 1u);
+  EXPECT_EQ(d->changed[1].changed_bytes, 2u);
+  EXPECT_EQ(d->changed[1].max_abs_diff, 1.0);
+  EXPECT_EQ(d->changed[2].fqn, "s");
+  EXPECT_EQ(d->changed[2].changed_bytes, 3u);  // 'c' -> 'X', and 2 more bytes
+  EXPECT_FALSE(d->changed[2].max_abs_diff.has_value());
+  EXPECT_EQ(d->changed[3].fqn, "w");
+  EXPECT_EQ(d->changed[3].changed_elements, 2u);
+  EXPECT_EQ(d->changed[3].changed_bytes, 8u);
+  EXPECT_EQ(d->changed[3].max_abs_diff, 3.0);
+  EXPECT_EQ(d->changed_bytes, 8u + 8u + 2u + 3u + 2u);  // dt (max 8, 4), h, s, w, new
+  EXPECT_EQ(DiffCheckpoints(tmp.path("a"), tmp.path("missing")).status().code(), StatusCode::kNotFound);
 }
 
 // ---- kill -9 at random instants ------------------------------------------------

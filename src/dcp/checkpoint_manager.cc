@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcp/entry_io.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/metadata.h"
 
@@ -42,14 +43,6 @@ std::string BaseName(const std::string& path) {
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// The storage a committed checkpoint uses, from the files its metadata names.
-std::string StorageOfMetadata(const Metadata& md, const std::string& fallback) {
-  for (const auto& [index, info] : md.storage_data) {
-    return info.relative_path.ends_with(".distcp") ? "fs" : "mega";
-  }
-  return fallback;
 }
 
 // Statuses that mean "this step's data is damaged or gone", as opposed to a
@@ -226,7 +219,7 @@ Result<StepInfo> CheckpointManager::DescribeStep(int64_t step, const std::string
       info.problem = md_path + ": " + md.status().message();
     } else {
       info.complete = true;
-      info.storage = StorageOfMetadata(*md, storage_);
+      info.storage = StorageKindOf(*md, storage_);
       info.tensors = md->state_dict_metadata.size();
       for (const auto& [index, si] : md->storage_data) info.stored_bytes += si.length;
     }
@@ -333,16 +326,9 @@ Status CheckpointManager::VerifyStep(int64_t step, VerifyLevel level) const {
   if (level == VerifyLevel::kStructure) return Status::OK();
   // Every byte: load one entry at a time through the storage's own reader
   // (which verifies every checksum block it returns).
-  StorageFactoryOptions so = options_.storage_options;
   for (const auto& [fqn, entry] : md.state_dict_metadata) {
-    Metadata one;
-    one.state_dict_metadata.emplace(fqn, entry);
-    auto path = md.planner_data.object_paths.find(fqn);
-    if (path != md.planner_data.object_paths.end()) one.planner_data.object_paths.insert(*path);
-    MEGA_ASSIGN_OR_RETURN(StateDict sd, BuildStateDictFromMetadata(one));
-    MEGA_ASSIGN_OR_RETURN(auto reader, MakeStorageReader(info.storage, info.path, so));
-    Status s = dcp::Load(sd, *reader);
-    if (!s.ok()) return s.WithContext("step " + std::to_string(step) + ", entry '" + fqn + "'");
+    auto value = LoadEntryWhole(info.storage, info.path, md, fqn, options_.storage_options);
+    if (!value.ok()) return value.status().WithContext("step " + std::to_string(step));
   }
   return Status::OK();
 }
