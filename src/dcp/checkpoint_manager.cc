@@ -448,7 +448,9 @@ Status CheckpointManager::Save(int64_t step, const StateDict& state_dict,
   MEGA_RETURN_IF_ERROR(CheckCanStart(step, options));
   MEGA_RETURN_IF_ERROR(Collective(group_->rank() == 0 ? PrepareStep(step, options) : Status::OK()));
   auto writer = MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
-  Status saved = writer.ok() ? dcp::Save(state_dict, **writer, group_) : writer.status();
+  SaveOptions so;
+  so.planner = options.planner;
+  Status saved = writer.ok() ? dcp::Save(state_dict, **writer, group_, so) : writer.status();
   return FinishStep(step, saved);
 }
 
@@ -464,6 +466,7 @@ Result<StepSaveHandle> CheckpointManager::AsyncSave(int64_t step, StateDict stat
   std::shared_ptr<StorageWriter> writer = std::move(*made);
   AsyncSaveOptions ao;
   ao.pool = options_.pool;
+  ao.save.planner = options.planner;
   AsyncSaveHandle inner = dcp::AsyncSave(std::move(state_dict), writer, group_, ao);
   StepSaveHandle handle;
   handle.step = step;
@@ -482,7 +485,8 @@ Result<StepSaveHandle> CheckpointManager::AsyncSave(int64_t step, StateDict stat
 
 // ---- loading ------------------------------------------------------------------
 
-Result<ValidStep> CheckpointManager::Load(StateDict& state_dict, std::optional<int64_t> step) {
+Result<ValidStep> CheckpointManager::Load(StateDict& state_dict, std::optional<int64_t> step,
+                                          const StepLoadOptions& options) {
   // The group cannot run two flows at once; a pending save finishes first.
   WaitForPendingSave().IgnoreError();
   // Rank 0 picks the candidates (newest first) so every rank tries the same.
@@ -527,7 +531,9 @@ Result<ValidStep> CheckpointManager::Load(StateDict& state_dict, std::optional<i
     const int64_t s = c[0].get<int64_t>();
     const std::string storage = c[1].get<std::string>();
     auto reader = MakeStorageReader(storage, StepPath(s), options_.storage_options);
-    Status loaded = reader.ok() ? dcp::Load(state_dict, **reader, group_) : reader.status();
+    LoadOptions lo;
+    lo.planner = options.planner;
+    Status loaded = reader.ok() ? dcp::Load(state_dict, **reader, group_, lo) : reader.status();
     if (loaded.ok()) {
       out.step = s;
       out.path = StepPath(s);

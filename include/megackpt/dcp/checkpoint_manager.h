@@ -104,6 +104,14 @@ struct StepSaveOptions {
   // Save again a step that is already complete (its folder is replaced through
   // the writers' own commit). False: AlreadyExists.
   bool overwrite = false;
+  // Save planner (nullptr: the default one). Must outlive the save (`done`).
+  SavePlanner* planner = nullptr;
+};
+
+struct StepLoadOptions {
+  // Load planner (nullptr: the default one). Its SetUp runs again for each
+  // step tried.
+  LoadPlanner* planner = nullptr;
 };
 
 // One step folder as the manager sees it.
@@ -235,7 +243,8 @@ class CheckpointManager {
   // same step. Errors: NotFound when there is
   // no complete step (or `step` is not complete); the load's errors for an
   // explicit step; NotFound listing every skipped step when none loads.
-  Result<ValidStep> Load(StateDict& state_dict, std::optional<int64_t> step = std::nullopt);
+  Result<ValidStep> Load(StateDict& state_dict, std::optional<int64_t> step = std::nullopt,
+                         const StepLoadOptions& options = {});
 
   // Applies `policy` (default: options.retention) now and removes incomplete
   // step folders (except one an async save is writing); returns the removed
