@@ -11,6 +11,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libzstd-dev liblz4-dev zlib1g-dev libisal-dev libssl-dev
+  libxxhash-dev                      # XXH3-128 block hashes of incremental checkpoint saves
   libsqlite3-dev
   libopenmpi-dev openmpi-bin
   librust-blake3-dev libdlpack-dev

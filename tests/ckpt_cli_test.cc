@@ -43,7 +43,8 @@ void FlipByte(const std::string& file, uint64_t offset) {
 TEST(CkptCli, TrainingLoopDemoLsLatestGcDiff) {
   megackpt::dcp::testing::TempDir dir("ckpt-cli");
   const std::string root = dir.path("run");
-  CliRun r = Cli("demo --out " + root + " --steps 4 --change-fraction 0.25 --size 2MB --world-size 2 --keep-last 3");
+  CliRun r = Cli("demo --out " + root +
+                 " --steps 4 --change-fraction 0.25 --size 2MB --world-size 2 --keep-last 3 --full-saves");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("reload of step 4 at 3 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kept steps: 2 3 4"), std::string::npos) << r.out;
@@ -117,6 +118,25 @@ TEST(CkptCli, TrainingLoopDemoLsLatestGcDiff) {
   EXPECT_NE(r.out.find("not found"), std::string::npos) << r.out;
   r = Cli("ckpt gc");
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST(CkptCli, IncrementalDemoReferencesUnchangedEntries) {
+  megackpt::dcp::testing::TempDir dir("ckpt-cli-incr");
+  const std::string root = dir.path("run");
+  CliRun r = Cli("demo --out " + root + " --steps 3 --change-fraction 0.1 --size 2MB --world-size 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("incremental saves"), std::string::npos) << r.out;
+  r = CliSplit("ckpt ls " + root + " --json --verify");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json ls = json::parse(r.out);
+  ASSERT_EQ(ls["steps"].size(), 3u);
+  EXPECT_EQ(ls["steps"][0]["bytes_referenced"], 0);
+  for (int i : {1, 2}) {
+    const auto& s = ls["steps"][i];
+    EXPECT_TRUE(s["valid"].get<bool>());
+    EXPECT_EQ(s["base_step"], i);
+    EXPECT_GT(s["bytes_referenced"].get<uint64_t>(), s["bytes_written"].get<uint64_t>()) << s.dump();
+  }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcp/entry_io.h"
+#include "dcp/incremental.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/metadata.h"
 
@@ -221,7 +222,13 @@ Result<StepInfo> CheckpointManager::DescribeStep(int64_t step, const std::string
       info.complete = true;
       info.storage = StorageKindOf(*md, storage_);
       info.tensors = md->state_dict_metadata.size();
-      for (const auto& [index, si] : md->storage_data) info.stored_bytes += si.length;
+      // Files of this save carry its save id; others were linked from earlier steps.
+      const std::string own = md->storage_meta ? "__" + md->storage_meta->save_id + "_" : std::string();
+      for (const auto& [index, si] : md->storage_data) {
+        info.stored_bytes += si.length;
+        const bool linked = info.storage == "fs" && !own.empty() && si.relative_path.rfind(own, 0) != 0;
+        (linked ? info.bytes_referenced : info.bytes_written) += si.length;
+      }
     }
   }
   auto record = fs_->ReadWhole(fs::JoinPath(info.path, kStepRecordFileName), kMaxRecordBytes);
@@ -231,6 +238,7 @@ Result<StepInfo> CheckpointManager::DescribeStep(int64_t step, const std::string
     if (j.is_object() && j.value("format", "") == kStepFormat) {
       if (j.contains("metric") && j["metric"].is_number()) info.metric = j["metric"].get<double>();
       if (j.contains("time") && j["time"].is_number()) info.saved_unix_seconds = j["time"].get<double>();
+      if (j.contains("base") && j["base"].is_number_integer()) info.base_step = j["base"].get<int64_t>();
     }
   }
   return info;
@@ -381,8 +389,15 @@ Status CheckpointManager::CheckCanStart(int64_t step, const StepSaveOptions& opt
   return Status::OK();
 }
 
-// Rank 0: makes the step folder ready for the writer and writes step.json.
-Status CheckpointManager::PrepareStep(int64_t step, const StepSaveOptions& options) {
+bool CheckpointManager::incremental_possible() const {
+  // Hard links keep every referenced file inside the step folder; the local
+  // filesystem has them, a hub path does not (it deduplicates by content).
+  return options_.incremental.enabled && storage_ == "fs" && fs_->scheme() == "local";
+}
+
+// Rank 0: makes the step folder ready for the writer, picks the base of an
+// incremental save and writes step.json. Returns the base folder ("" = full).
+Result<std::string> CheckpointManager::PrepareStep(int64_t step, const StepSaveOptions& options) {
   const std::string folder = StepFolderName(step, options_.step_digits);
   const std::string path = fs::JoinPath(root_, folder);
   MEGA_ASSIGN_OR_RETURN(bool exists, fs_->Exists(path));
@@ -395,14 +410,62 @@ Status CheckpointManager::PrepareStep(int64_t step, const StepSaveOptions& optio
     // An incomplete folder is a crashed save's: start from nothing.
     if (!info.complete) MEGA_RETURN_IF_ERROR(RemoveFolderTree(path));
   }
+  std::optional<int64_t> base;
+  int64_t depth = 0;
+  if (incremental_possible() && !options.force_full) {
+    MEGA_ASSIGN_OR_RETURN(auto complete, CompleteStepsDescending());
+    for (int64_t c : complete) {
+      if (c >= step) continue;
+      MEGA_ASSIGN_OR_RETURN(StepInfo prev, DescribeStep(c, StepFolderName(c, options_.step_digits)));
+      if (prev.storage != "fs") break;
+      // The chain of incremental saves since the last full one.
+      auto record = fs_->ReadWhole(fs::JoinPath(prev.path, kStepRecordFileName), kMaxRecordBytes);
+      int64_t prev_depth = 0;
+      if (record.ok()) {
+        json j = json::parse(*record, nullptr, false);
+        if (j.is_object() && j.contains("depth") && j["depth"].is_number_integer()) {
+          prev_depth = j["depth"].get<int64_t>();
+        }
+      }
+      if (options_.incremental.full_every > 0 && prev_depth + 1 >= options_.incremental.full_every) break;
+      base = c;
+      depth = prev_depth + 1;
+      break;
+    }
+  }
   MEGA_RETURN_IF_ERROR(fs_->CreateDirectories(path));
   json record = {{"format", kStepFormat}, {"version", 1}, {"step", step}, {"time", UnixNow()},
-                 {"storage", storage_}};
+                 {"storage", storage_}, {"depth", depth}, {"base", base ? json(*base) : json(nullptr)}};
   if (options.metric) {
     record["metric"] = std::isfinite(*options.metric) ? json(*options.metric) : json(nullptr);
   }
-  return fs_->WriteAtomically(fs::JoinPath(path, kStepRecordFileName), record.dump(),
-                              options_.storage_options.sync);
+  MEGA_RETURN_IF_ERROR(fs_->WriteAtomically(fs::JoinPath(path, kStepRecordFileName), record.dump(),
+                                            options_.storage_options.sync));
+  return base ? StepPath(*base) : std::string();
+}
+
+// Every rank: rank 0 prepares, every rank learns the base folder.
+Result<std::string> CheckpointManager::StartStep(int64_t step, const StepSaveOptions& options) {
+  Result<std::string> base = std::string();
+  if (group_->rank() == 0) base = PrepareStep(step, options);
+  MEGA_RETURN_IF_ERROR(Collective(base.status()));
+  std::string dir = *base;
+  if (group_->world_size() > 1) {
+    MEGA_ASSIGN_OR_RETURN(dir, group_->Broadcast(dir, 0));
+  }
+  return dir;
+}
+
+Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(int64_t step,
+                                                                        const std::string& base_dir) {
+  MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(storage_, StepPath(step), options_.storage_options));
+  if (!incremental_possible()) return writer;
+  // Full saves in incremental mode still record the hashes the next one compares.
+  IncrementalWriterOptions io;
+  io.base_dir = base_dir;
+  io.block_size = options_.incremental.block_size;
+  io.thread_count = options_.storage_options.thread_count;
+  return NewIncrementalWriter(std::move(writer), StepPath(step), fs_, std::move(io));
 }
 
 Status CheckpointManager::WriteLatest(int64_t step) {
@@ -446,8 +509,8 @@ Status CheckpointManager::FinishStep(int64_t step, Status saved) {
 Status CheckpointManager::Save(int64_t step, const StateDict& state_dict,
                                const StepSaveOptions& options) {
   MEGA_RETURN_IF_ERROR(CheckCanStart(step, options));
-  MEGA_RETURN_IF_ERROR(Collective(group_->rank() == 0 ? PrepareStep(step, options) : Status::OK()));
-  auto writer = MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
+  MEGA_ASSIGN_OR_RETURN(std::string base_dir, StartStep(step, options));
+  auto writer = MakeStepWriter(step, base_dir);
   SaveOptions so;
   so.planner = options.planner;
   Status saved = writer.ok() ? dcp::Save(state_dict, **writer, group_, so) : writer.status();
@@ -457,8 +520,8 @@ Status CheckpointManager::Save(int64_t step, const StateDict& state_dict,
 Result<StepSaveHandle> CheckpointManager::AsyncSave(int64_t step, StateDict state_dict,
                                                     const StepSaveOptions& options) {
   MEGA_RETURN_IF_ERROR(CheckCanStart(step, options));
-  MEGA_RETURN_IF_ERROR(Collective(group_->rank() == 0 ? PrepareStep(step, options) : Status::OK()));
-  auto made = MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
+  MEGA_ASSIGN_OR_RETURN(std::string base_dir, StartStep(step, options));
+  auto made = MakeStepWriter(step, base_dir);
   if (!made.ok()) {
     Status s = FinishStep(step, made.status());
     return s;

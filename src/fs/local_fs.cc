@@ -23,6 +23,11 @@ Status FileSystem::RemoveDirectory(const std::string& dir) {
   return Status::OK();
 }
 
+Status FileSystem::Link(const std::string& existing, const std::string& new_path) {
+  return UnimplementedError("link " + existing + " -> " + new_path + ": the " + std::string(scheme()) +
+                            " filesystem has no hard links");
+}
+
 std::string JoinPath(std::string_view base, std::string_view name) {
   std::string out(base);
   while (!out.empty() && out.back() == '/' && !out.ends_with("://")) out.pop_back();
@@ -100,6 +105,13 @@ class PosixFileSystem final : public FileSystem {
         return FailedPreconditionError(dir + ": remove folder: not empty");
       }
       return ErrnoToStatus(dir + ": remove folder", errno);
+    }
+    return Status::OK();
+  }
+
+  Status Link(const std::string& existing, const std::string& new_path) override {
+    if (link(existing.c_str(), new_path.c_str()) != 0) {
+      return ErrnoToStatus("link " + existing + " -> " + new_path, errno);
     }
     return Status::OK();
   }

@@ -67,8 +67,8 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
   if (!as_json) {
     std::printf("%s: %zu step folder(s)%s\n", root.c_str(), steps->size(),
                 latest.ok() && latest->has_value() ? (", latest " + std::to_string(**latest)).c_str() : "");
-    std::printf("  %-12s %-10s %-7s %8s %12s %12s  %-19s %s\n", "step", "state", "storage", "entries",
-                "stored", "metric", "saved", "");
+    std::printf("  %-12s %-10s %-7s %8s %12s %12s %12s %12s  %-19s\n", "step", "state", "storage", "entries",
+                "stored", "written", "referenced", "metric", "saved");
   }
   for (const StepInfo& s : *steps) {
     Status check;
@@ -80,6 +80,9 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
               {"storage", s.storage},
               {"entries", s.tensors},
               {"stored_bytes", s.stored_bytes},
+              {"bytes_written", s.bytes_written},
+              {"bytes_referenced", s.bytes_referenced},
+              {"base_step", s.base_step ? json(*s.base_step) : json(nullptr)},
               {"metric", s.metric ? json(*s.metric) : json(nullptr)},
               {"saved_unix_seconds", s.saved_unix_seconds}};
     if (!s.complete) j["problem"] = s.problem;
@@ -91,9 +94,10 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
     if (!as_json) {
       char metric[32] = "-";
       if (s.metric) std::snprintf(metric, sizeof metric, "%.6g", *s.metric);
-      std::printf("  %-12lld %-10s %-7s %8llu %12s %12s  %-19s\n", static_cast<long long>(s.step),
+      std::printf("  %-12lld %-10s %-7s %8llu %12s %12s %12s %12s  %-19s\n", static_cast<long long>(s.step),
                   state.c_str(), s.storage.empty() ? "-" : s.storage.c_str(),
-                  static_cast<unsigned long long>(s.tensors), HumanBytes(s.stored_bytes).c_str(), metric,
+                  static_cast<unsigned long long>(s.tensors), HumanBytes(s.stored_bytes).c_str(),
+                  HumanBytes(s.bytes_written).c_str(), HumanBytes(s.bytes_referenced).c_str(), metric,
                   TimeString(s.saved_unix_seconds).c_str());
       if (!s.complete) std::printf("      %s\n", s.problem.c_str());
       if (verify && s.complete && !check.ok()) std::printf("      %s\n", check.ToString().c_str());
@@ -277,14 +281,15 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   synthetic::Spec spec = synthetic::MakeSpec(o.seed, o.size);
   if (printer) {
     std::printf("megackpt demo: %d training steps, %.0f%% of the %zu entries change per step, %s of state, "
-                "%d rank(s), checkpoints in %s (keep last %d)\n",
+                "%d rank(s), checkpoints in %s (keep last %d, %s saves)\n",
                 o.steps, o.change_fraction * 100, spec.entries.size(), HumanBytes(spec.total_bytes).c_str(),
-                world, o.out.c_str(), o.keep_last);
+                world, o.out.c_str(), o.keep_last, o.incremental ? "incremental" : "full");
   }
   CheckpointManagerOptions mo;
   mo.storage = o.storage;
   mo.storage_options.thread_count = o.threads;
   mo.retention.keep_last = o.keep_last;
+  mo.incremental.enabled = o.incremental;
   // One manager per rank for the whole run, as in a training job; every rank
   // derives the same changes from the seed.
   const synthetic::Spec initial = spec;
@@ -310,9 +315,18 @@ int RunStepsDemo(const StepsDemoOptions& o) {
       so.metric = 1.0 / static_cast<double>(step);  // a "loss" that improves
       MEGA_RETURN_IF_ERROR(m->Save(step, sd, so).WithContext("step " + std::to_string(step)));
       if (g.rank() == 0 && printer) {
-        std::printf("  step %3lld: %3zu entries changed (%s), saved in %.3f s\n",
+        const double secs = Now() - t0;
+        uint64_t written = 0, referenced = 0;
+        auto steps = m->Steps();
+        if (steps.ok()) {
+          for (const StepInfo& i : *steps) {
+            if (i.step == step) written = i.bytes_written, referenced = i.bytes_referenced;
+          }
+        }
+        std::printf("  step %3lld: %3zu entries changed (%s), saved in %.3f s: %s written, %s referenced\n",
                     static_cast<long long>(step), step == 1 ? mine.entries.size() : changed,
-                    HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), Now() - t0);
+                    HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), secs,
+                    HumanBytes(written).c_str(), HumanBytes(referenced).c_str());
         std::fflush(stdout);
       }
     }

@@ -290,10 +290,14 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--keep-last", steps->keep_last, "With --steps: steps to keep (default 3)")
         ->check(CLI::Range(1, 1000000));
+    auto full_saves = std::make_shared<bool>(false);
+    cmd->add_flag("--full-saves", *full_saves,
+                  "With --steps: rewrite every entry at every step (default: incremental saves that\n"
+                  "reference the entries a step did not change)");
     cmd->add_option("--mapping", o->mapping,
                     "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
         ->check(CLI::Range(1, 100000));
-    cmd->callback([o, size, ws, storage, steps, exit_code] {
+    cmd->callback([o, size, ws, storage, steps, full_saves, exit_code] {
       if (steps->steps > 0) {  // the training loop (cmd_ckpt.cc)
         auto bytes = ParseByteSize(*size);
         if (!bytes.ok()) {
@@ -309,6 +313,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         steps->threads = o->threads;
         steps->seed = o->seed;
         steps->size = *bytes;
+        steps->incremental = !*full_saves;
         *exit_code = RunStepsDemo(*steps);
         return;
       }

@@ -35,6 +35,7 @@ struct StepsDemoOptions {
   int steps = 0;
   double change_fraction = 0.1;
   int keep_last = 3;
+  bool incremental = true;  // unchanged entries referenced, not rewritten
 };
 int RunStepsDemo(const StepsDemoOptions& options);
 

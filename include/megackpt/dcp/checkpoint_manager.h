@@ -74,6 +74,20 @@ enum class InFlightPolicy {
   kFail,  // fail at once with FailedPrecondition naming the step in flight
 };
 
+// Incremental saves (docs/checkpoint-manager.md, "Incremental saves"): an entry
+// piece whose bytes equal the same piece of the previous complete step is not
+// written again but referenced (its data file hard-linked into the new step
+// folder). fs storage on local roots only; other roots save in full (a mega://
+// hub deduplicates the unchanged bytes by content anyway).
+struct IncrementalOptions {
+  bool enabled = false;
+  // Every `full_every`-th save in a row is a full one (0: never forced), which
+  // bounds how long old data files stay alive through links.
+  int full_every = 0;
+  // Hash granularity (XXH3-128 per block).
+  uint64_t block_size = 1ull << 20;
+};
+
 struct CheckpointManagerOptions {
   // Storage of the step folders: "fs" (FileSystemWriter/Reader) or "mega"
   // (MegaStorageWriter/Reader). Empty: "mega" for mega:// roots (one hub commit
@@ -96,6 +110,7 @@ struct CheckpointManagerOptions {
   dist::ProcessGroup* group = nullptr;
   // Filesystem of the root; nullptr: FileSystemForPath(root).
   std::shared_ptr<fs::FileSystem> fs;
+  IncrementalOptions incremental;
 };
 
 struct StepSaveOptions {
@@ -106,6 +121,8 @@ struct StepSaveOptions {
   bool overwrite = false;
   // Save planner (nullptr: the default one). Must outlive the save (`done`).
   SavePlanner* planner = nullptr;
+  // With incremental saves on: write everything this time.
+  bool force_full = false;
 };
 
 struct StepLoadOptions {
@@ -129,6 +146,12 @@ struct StepInfo {
   double saved_unix_seconds = 0;  // from step.json (0: unknown)
   uint64_t tensors = 0;           // entries stored (tensors and bytes values)
   uint64_t stored_bytes = 0;      // sum of the stored pieces' lengths
+  // Of stored_bytes: written by this step's save / referenced from files of
+  // earlier steps (incremental saves; 0 otherwise).
+  uint64_t bytes_written = 0;
+  uint64_t bytes_referenced = 0;
+  // The step an incremental save compared against (nullopt: a full save).
+  std::optional<int64_t> base_step;
 };
 
 // How thoroughly a step is checked.
@@ -262,7 +285,10 @@ class CheckpointManager {
   struct PendingSave;
 
   Status CheckCanStart(int64_t step, const StepSaveOptions& options);
-  Status PrepareStep(int64_t step, const StepSaveOptions& options);
+  Result<std::string> PrepareStep(int64_t step, const StepSaveOptions& options);
+  Result<std::string> StartStep(int64_t step, const StepSaveOptions& options);
+  Result<std::unique_ptr<StorageWriter>> MakeStepWriter(int64_t step, const std::string& base_dir);
+  bool incremental_possible() const;
   Status FinishStep(int64_t step, Status saved);
   Status WriteLatest(int64_t step);
   Status RepairLatestRecord();

@@ -66,6 +66,11 @@ class FileSystem {
   // still has children. The default, for stores whose folders exist only
   // through the files below them (mega://), checks that nothing is left.
   virtual Status RemoveDirectory(const std::string& dir);
+  // Makes `new_path` a second name of the existing file `existing` (a hard
+  // link: the file's data lives until its last name is removed). AlreadyExists
+  // when `new_path` exists. Unimplemented (the default) where the store has no
+  // links (mega://).
+  virtual Status Link(const std::string& existing, const std::string& new_path);
   virtual Status CreateDirectories(const std::string& dir) = 0;
   // Atomically renames (replacing `to`). Unimplemented where the store has no rename.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
