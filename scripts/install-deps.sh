@@ -9,7 +9,8 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git ccache
   clang libclang-rt-14-dev            # fuzzers (libFuzzer) and sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev
+  libmicrohttpd-dev libcurl4-openssl-dev   # megahub server, hub client (docs/hub.md)
   libzstd-dev liblz4-dev zlib1g-dev libisal-dev libssl-dev
   libxxhash-dev                      # XXH3-128 block hashes of incremental checkpoint saves
   libsqlite3-dev

@@ -1,8 +1,6 @@
 // `megackpt push/pull/ls/rm/log` as separate processes against a real megahub
 // on loopback and against an embedded hub (file://), including concurrent
 // writer processes.
-#include <httplib.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -50,7 +48,7 @@ class HubCliTest : public ::megackpt::testing::MegahubTest {
     std::string a = work_.path() + "/a", b = work_.path() + "/b";
     WriteFileCreatingDirs(a + "/from-a.bin", RandomData(300000, 1));
     WriteFileCreatingDirs(b + "/from-b.bin", RandomData(300000, 2));
-    int landed = 0, conflicts = 0;
+    int landed = 0, unchanged = 0, conflicts = 0;
     for (int round = 0; round < 3; ++round) {
       CommandResult ra, rb;
       std::thread ta([&] { ra = Cli("push -q " + a + " mega://org/race --json", token, endpoint); });
@@ -59,7 +57,10 @@ class HubCliTest : public ::megackpt::testing::MegahubTest {
       tb.join();
       for (const CommandResult* r : {&ra, &rb}) {
         if (r->code == 0) {
-          ++landed;
+          // A push of content the branch already has makes no commit.
+          json out = json::parse(r->out, nullptr, false);
+          bool no_change = out.is_object() && out.value("no_change", false);
+          ++(no_change ? unchanged : landed);
         } else {
           ++conflicts;
           EXPECT_EQ(r->code, 1);
@@ -67,14 +68,16 @@ class HubCliTest : public ::megackpt::testing::MegahubTest {
         }
       }
     }
-    EXPECT_GE(landed, 3);
+    EXPECT_GE(landed + unchanged, 3);
+    EXPECT_GE(landed, 2);  // each folder landed at least once
     CommandResult r = Cli("log mega://org/race --json -n 100", token, endpoint);
     json log = json::parse(r.out, nullptr, false);
     ASSERT_EQ(r.code, 0);
     EXPECT_EQ(static_cast<int>(log.size()), landed + 1);  // + initial commit
     // The last landed content of both files is readable.
     EXPECT_EQ(Cli("pull -q mega://org/race " + work_.path() + "/race-out", token, endpoint).code, 0);
-    std::printf("concurrent pushes: %d landed, %d conflicts\n", landed, conflicts);
+    std::printf("concurrent pushes: %d landed, %d with nothing to change, %d conflicts\n", landed, unchanged,
+                conflicts);
   }
 
   TempDir work_{"cli-work"};
@@ -148,6 +151,30 @@ TEST_F(HubCliTest, PushPullLsLogRm) {
   EXPECT_THAT(r.err, HasSubstr("Unauthenticated"));
   r = Cli("log mega://org/model --json");
   EXPECT_EQ(json::parse(r.out, nullptr, false).size(), 4u);  // + the rm commit only
+}
+
+// Pushing the same folder again changes nothing: no commit, and the CLI says so.
+TEST_F(HubCliTest, PushWithNothingToChangeMakesNoCommit) {
+  std::string src = work_.path() + "/same";
+  WriteFileCreatingDirs(src + "/a.bin", RandomData(100000, 7));
+  WriteFileCreatingDirs(src + "/b/c.txt", "hello");
+  for (const std::string endpoint : {std::string(), "file://" + work_.path() + "/embedded-same"}) {
+    const std::string token = endpoint.empty() ? write_ : "";
+    CommandResult first = Cli("push -q " + src + " mega://org/same --json", token, endpoint);
+    ASSERT_EQ(first.code, 0) << first.err;
+    json j1 = json::parse(first.out, nullptr, false);
+    EXPECT_FALSE(j1.value("no_change", false));
+    CommandResult again = Cli("push -q " + src + " mega://org/same --json", token, endpoint);
+    ASSERT_EQ(again.code, 0) << again.err;
+    json j2 = json::parse(again.out, nullptr, false);
+    EXPECT_TRUE(j2.value("no_change", false)) << again.out;
+    EXPECT_EQ(j2["commit"], j1["commit"]);
+    CommandResult text = Cli("push -q " + src + " mega://org/same", token, endpoint);
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_THAT(text.out, HasSubstr("nothing to change"));
+    CommandResult log = Cli("log mega://org/same --json", token, endpoint);
+    EXPECT_EQ(json::parse(log.out, nullptr, false).size(), 2u) << endpoint;  // initial + the first push
+  }
 }
 
 TEST_F(HubCliTest, ConcurrentPushProcessesRemote) { ConcurrentPushes("", write_); }

@@ -2,8 +2,6 @@
 // loopback port, exercised with raw requests (the routes and headers the MEGA
 // client relies on, spec/mega-hub-protocol.md) and through megackpt's remote
 // client (dedup, conflicts, pinned readers, auth, crash recovery, load).
-#include <httplib.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -47,7 +45,7 @@ class HubServerTest : public ::megackpt::testing::MegahubTest {
 
   // POST /api/repos/org/m/commits (write token) on branch main with
   // `operations`, and a parent_revision and commit_message unless empty.
-  httplib::Result PostCommit(const json& operations, const std::string& parent = "",
+  ::megackpt::testing::HttpResult PostCommit(const json& operations, const std::string& parent = "",
                              const std::string& message = "") {
     json body = {{"revision", "main"}, {"operations", operations}};
     if (!parent.empty()) body["parent_revision"] = parent;
@@ -71,7 +69,7 @@ class HubServerTest : public ::megackpt::testing::MegahubTest {
     auto r = PostJson("/api/repos", {{"repo_id", "org/m"}, {"repo_type", "model"}}, write_);
     EXPECT_EQ(r->status, 201) << r->body;
     std::string sha = hub::Sha256Hex(data);
-    httplib::Headers h = Auth(write_);
+    ::megackpt::testing::HttpHeaders h = Auth(write_);
     h.emplace("X-Mega-Size", std::to_string(data.size()));
     auto put = http_->Put(("/api/repos/org/m/blobs/" + sha).c_str(), h, data, "application/octet-stream");
     EXPECT_EQ(put->status, 200) << put->body;
@@ -135,7 +133,7 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
   EXPECT_EQ(Body(http_->Get("/api/repos/org/m/commits/main"))["revision"], commit);
 
   // Blob checks: wrong sha256 and unstaged objects are 400.
-  httplib::Headers h = Auth(write_);
+  ::megackpt::testing::HttpHeaders h = Auth(write_);
   h.emplace("X-Mega-Size", "3");
   EXPECT_EQ(http_->Put(("/api/repos/org/m/blobs/" + std::string(64, 'a')).c_str(), h, "abc", "application/octet-stream")->status, 400);
   auto unstaged = PostCommit(json::array({AddOp("x", 1, std::string(64, 'b'))}));
@@ -217,7 +215,7 @@ TEST_F(HubServerTest, PreuploadAndNdjsonCommit) {
   std::string body = json{{"key", "header"}, {"value", {{"summary", "ndjson"}, {"description", ""}, {"parentCommit", head}}}}.dump() + "\n" +
                      json{{"key", "deletedFile"}, {"value", {{"path", "a.bin"}}}}.dump() + "\n" +
                      json{{"key", "file"}, {"value", {{"content", hub::Base64Encode("# hi")}, {"path", "README.md"}, {"encoding", "base64"}}}}.dump() + "\n";
-  httplib::Headers h = Auth(write_);
+  ::megackpt::testing::HttpHeaders h = Auth(write_);
   auto c = http_->Post("/api/models/org/m/commit/main", h, body, "application/x-ndjson");
   ASSERT_EQ(c->status, 200) << c->body;
   std::string oid = Body(c)["commitOid"];
@@ -365,7 +363,7 @@ TEST_F(HubServerTest, SizeLimitsAndTraversal) {
   EXPECT_EQ(http_->Get("/api/repos/org/m")->status, 200);
   // Objects above --max-object-bytes (32 MiB) -> 413.
   std::string huge((32 << 20) + 10, 'x');
-  httplib::Headers h = Auth(write_);
+  ::megackpt::testing::HttpHeaders h = Auth(write_);
   auto b = http_->Put(("/api/repos/org/m/blobs/" + hub::Sha256Hex(huge)).c_str(), h, huge, "application/octet-stream");
   EXPECT_EQ(b->status, 413);
   // Paths with '..', absolute paths and empty segments are refused.

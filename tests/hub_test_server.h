@@ -1,7 +1,8 @@
 // Test helpers for the hub: a temp folder, a real `megahub serve` child
 // process on a loopback port (started with --port 0; the printed port is
 // read back), stopped by PID, and fixtures around it (MegahubTest: a fresh hub
-// per test with tokens and an HTTP client; SharedHub: one per test binary).
+// per test with tokens and an HTTP client; SharedHub: one per test binary),
+// and a raw HTTP client for tests (TestHttpClient).
 #ifndef MEGACKPT_TESTS_HUB_TEST_SERVER_H_
 #define MEGACKPT_TESTS_HUB_TEST_SERVER_H_
 
@@ -11,21 +12,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <httplib.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "hub/http_client.h"
 #include "test_util.h"
 
 namespace megackpt::testing {
@@ -189,6 +191,77 @@ inline SharedHubServer& SharedHub(const std::string& prefix = "shared-hub") {
   return *s;
 }
 
+// Raw HTTP for tests, over the hub's own client (libcurl) with retries off:
+// every answer is returned as the server sent it.
+using HttpHeaders = std::multimap<std::string, std::string>;
+
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+  std::multimap<std::string, std::string> headers;
+  // First value of a header (case-insensitive), "" when absent.
+  std::string get_header_value(const std::string& key) const {
+    hub::HttpResponse r;
+    r.headers = headers;
+    return r.Header(key);
+  }
+  bool has_header(const std::string& key) const { return !get_header_value(key).empty(); }
+};
+
+// Empty (false) when the request failed below HTTP (no answer).
+class HttpResult {
+ public:
+  HttpResult() = default;
+  explicit HttpResult(HttpAnswer a) : a_(std::move(a)) {}
+  explicit operator bool() const { return a_.has_value(); }
+  const HttpAnswer* operator->() const { return &*a_; }
+  const HttpAnswer& operator*() const { return *a_; }
+
+ private:
+  std::optional<HttpAnswer> a_;
+};
+
+class TestHttpClient {
+ public:
+  explicit TestHttpClient(std::string endpoint) : http_(std::move(endpoint), "", NoRetries()) {}
+  HttpResult Get(const std::string& path, const HttpHeaders& h = {}) { return Send("GET", path, h, "", ""); }
+  HttpResult Head(const std::string& path, const HttpHeaders& h = {}) { return Send("HEAD", path, h, "", ""); }
+  HttpResult Delete(const std::string& path, const HttpHeaders& h = {}) { return Send("DELETE", path, h, "", ""); }
+  HttpResult Post(const std::string& path, const HttpHeaders& h, const std::string& body, const std::string& type) {
+    return Send("POST", path, h, body, type);
+  }
+  HttpResult Post(const std::string& path, const std::string& body, const std::string& type) {
+    return Send("POST", path, {}, body, type);
+  }
+  HttpResult Put(const std::string& path, const HttpHeaders& h, const std::string& body, const std::string& type) {
+    return Send("PUT", path, h, body, type);
+  }
+  HttpResult Put(const std::string& path, const std::string& body, const std::string& type) {
+    return Send("PUT", path, {}, body, type);
+  }
+
+ private:
+  static hub::RemoteOptions NoRetries() {
+    hub::RemoteOptions o;
+    o.max_retries = 0;
+    o.io_timeout_seconds = 60;
+    return o;
+  }
+  HttpResult Send(const std::string& method, const std::string& path, const HttpHeaders& h,
+                  const std::string& body, const std::string& type) {
+    hub::HttpRequest req;
+    req.method = method;
+    req.target = path;
+    req.body = body;
+    req.content_type = type;
+    for (const auto& [k, v] : h) req.headers.emplace_back(k, v);
+    auto r = http_.Send(req);
+    if (!r.ok()) return HttpResult();
+    return HttpResult(HttpAnswer{r->status, std::move(r->body), std::move(r->headers)});
+  }
+  hub::HttpClient http_;
+};
+
 // Options of a MegahubTest fixture.
 struct MegahubTestOptions {
   std::string root_prefix = "megahub-test";  // the hub root: a temp folder "<prefix>-XXXXXX"
@@ -214,26 +287,25 @@ class MegahubTest : public ::testing::Test {
     org_only_ = CreateToken(root_.path(), "write", "org");
     ASSERT_FALSE(write_.empty());
     ASSERT_TRUE(server_.Start(root_.path(), options_.server_flags));
-    http_ = std::make_unique<httplib::Client>(server_.endpoint());
-    http_->set_read_timeout(60, 0);
+    http_ = std::make_unique<TestHttpClient>(server_.endpoint());
   }
   void TearDown() override { EXPECT_EQ(server_.Stop(), 0) << "megahub did not shut down cleanly"; }
 
   // "Authorization: Bearer <token>" (no header for "").
-  static httplib::Headers Auth(const std::string& token) {
-    return token.empty() ? httplib::Headers{} : httplib::Headers{{"Authorization", "Bearer " + token}};
+  static HttpHeaders Auth(const std::string& token) {
+    return token.empty() ? HttpHeaders{} : HttpHeaders{{"Authorization", "Bearer " + token}};
   }
-  httplib::Result PostJson(const std::string& path, const nlohmann::json& body, const std::string& token) {
+  HttpResult PostJson(const std::string& path, const nlohmann::json& body, const std::string& token) {
     return http_->Post(path.c_str(), Auth(token), body.dump(), "application/json");
   }
   // The response body as JSON (discarded when it is not JSON).
-  static nlohmann::json Body(const httplib::Result& r) { return nlohmann::json::parse(r->body, nullptr, false); }
+  static nlohmann::json Body(const HttpResult& r) { return nlohmann::json::parse(r->body, nullptr, false); }
 
   MegahubTestOptions options_;
   TempDir root_;
   MegahubProcess server_;
   std::string write_, read_, org_only_;
-  std::unique_ptr<httplib::Client> http_;
+  std::unique_ptr<TestHttpClient> http_;
 };
 
 }  // namespace megackpt::testing

@@ -2,6 +2,7 @@
 #include "megackpt/core/box_runs.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "megackpt/core/tensor.h"
@@ -131,6 +132,25 @@ Status ForEachByteSpan(std::span<const BoxRun> runs, uint64_t max_span_bytes, do
     i = k;
   }
   return Status::OK();
+}
+
+Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, std::span<const BoxRun> runs,
+                   std::span<std::byte> out) {
+  constexpr uint64_t kMaxSpan = 8ull << 20;
+  thread_local std::shared_ptr<std::byte> staging;
+  return ForEachByteSpan(runs, kMaxSpan, 0.05, [&](const ByteSpan& span) -> Status {
+    if (span.runs.size() == 1) {
+      const BoxRun& r = span.runs[0];
+      return file.ReadExactlyAt(base + r.src, out.subspan(r.dst, r.n));
+    }
+    if (!staging) {
+      MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(kMaxSpan));
+    }
+    MEGA_RETURN_IF_ERROR(
+        file.ReadExactlyAt(base + span.begin, std::span<std::byte>(staging.get(), span.end - span.begin)));
+    for (const BoxRun& r : span.runs) std::memcpy(out.data() + r.dst, staging.get() + (r.src - span.begin), r.n);
+    return Status::OK();
+  });
 }
 
 }  // namespace megackpt::core

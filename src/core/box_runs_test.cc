@@ -5,6 +5,7 @@
 
 #include <numeric>
 
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/tensor.h"
 
 namespace megackpt {
@@ -106,6 +107,18 @@ TEST(BoxRuns, SpansMergeWithinOverhead) {
   spans.clear();
   ASSERT_TRUE(ForEachByteSpan(runs, 300, 0.05, collect).ok());
   EXPECT_EQ(spans.size(), 5u);  // two runs (204 bytes) per 300-byte span
+}
+
+TEST(Crc32Shift, MatchesCombineAndConcatenation) {
+  std::string data(3000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  for (uint64_t len : {1u, 64u, 256u, 1000u}) {
+    const Crc32Shift shift(len);
+    const auto a = AsBytes(std::string_view(data).substr(0, 500));
+    const auto b = AsBytes(std::string_view(data).substr(500, len));
+    EXPECT_EQ(shift.Append(Crc32(a), Crc32(b)), Crc32(AsBytes(std::string_view(data).substr(0, 500 + len))));
+    EXPECT_EQ(shift.Append(0x12345678u, 0x9abcdef0u), Crc32Combine(0x12345678u, 0x9abcdef0u, len));
+  }
 }
 
 }  // namespace

@@ -75,7 +75,8 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
       MEGA_ASSIGN_OR_RETURN(Tensor chunk, Tensor::Empty(DType::kF4, c.sizes));
       const StorageInfo& info = md.storage_data.at(MetadataIndex(e.fqn, c.offsets));
       MEGA_RETURN_IF_ERROR(
-          files.ReadBox(info, e.fqn, e.dtype, c.sizes, Shape(c.sizes.size(), 0), chunk, false));
+          files.ReadBox(info, e.fqn, e.dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0), chunk,
+                        false));
       MEGA_RETURN_IF_ERROR(CopyF4Box({static_cast<const std::byte*>(chunk.data()), c.sizes},
                                      Shape(c.sizes.size(), 0), {mem, e.shape}, c.offsets,
                                      c.sizes));
@@ -87,7 +88,8 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, mega_storage::Sha
     }
     const StorageInfo& info = md.storage_data.at(MetadataIndex(e.fqn, c.offsets));
     MEGA_RETURN_IF_ERROR(
-        files.ReadBox(info, e.fqn, e.dtype, c.sizes, Shape(c.sizes.size(), 0), view, false));
+        files.ReadBox(info, e.fqn, e.dtype, c.sizes, c.offsets, t.size, Shape(c.sizes.size(), 0), view,
+                        false));
   }
   return whole;
 }
@@ -116,12 +118,12 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
                      const std::vector<OutEntry>& entries, const Metadata& md,
                      const std::string& save_id, const ConsolidateOptions& o,
                      mega_storage::ShardFiles& files) {
-  std::vector<mega_storage::ShardTensorSpec> specs;
+  std::vector<format::MegaEncoderTensor> specs;
   OutFileKeys keys;
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
     keys.Add(e, md);
-    specs.push_back({e.fqn, e.dtype, e.shape});
+    specs.push_back({e.fqn, e.dtype, e.shape, o.checksum});
   }
   format::MegaMetadata meta;
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)));
@@ -134,26 +136,26 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
   }
   const std::string full = fs::JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
-  mega_storage::ShardWriterOptions so;
-  so.checksum = o.checksum;
-  auto writer = mega_storage::ShardFileWriter::Create(std::move(file), specs, std::move(meta), so);
-  if (!writer.ok()) {
-    return writer.status().WithContext(full + " (consolidated output needs a filesystem with "
-                                              "positioned writes)");
+  if (!file->supports_write_at()) {
+    return InvalidArgumentError(full + ": consolidated output needs a filesystem with positioned writes");
   }
+  MEGA_ASSIGN_OR_RETURN(auto writer, format::MegaEncoder::Plan(full, std::move(specs), std::move(meta),
+                                                               mega_storage::ShardEncoderOptions(64, o.checksum)));
   Buffer buf;
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
     if (e.is_bytes) {
       MEGA_ASSIGN_OR_RETURN(std::string v,
                             files.ReadBytes(md.storage_data.at(MetadataIndex(e.fqn)), e.fqn));
-      MEGA_RETURN_IF_ERROR((*writer)->WriteBytes(k, AsBytes(v)));
+      MEGA_RETURN_IF_ERROR(writer->WriteTensorBytes(*file, k, AsBytes(v)));
       continue;
     }
     MEGA_ASSIGN_OR_RETURN(Tensor whole, Assemble(md, e, files, buf));
-    MEGA_RETURN_IF_ERROR((*writer)->WriteTensor(k, whole));
+    MEGA_RETURN_IF_ERROR(writer->WriteTensor(*file, k, whole));
   }
-  return (*writer)->Finish(o.sync);
+  MEGA_RETURN_IF_ERROR(writer->FinishPositioned(*file));
+  if (o.sync) MEGA_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
 }
 
 Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,

@@ -2,17 +2,20 @@
 //
 // Save: the coordinator assigns every item of every rank a shard file in
 // PrepareGlobalPlan and ships the whole per-rank file layout (names, item
-// order, dtypes, shapes) in SavePlan::storage_data. WriteData opens a
-// ShardFileWriter per file on first use, writes items in parallel straight from
-// the planner's tensors (CRC computed per 1 MiB piece while hot), and finishes a
-// file (header, fsync) as soon as all of its items are in. Finish commits.
+// order, dtypes, shapes) in SavePlan::storage_data. WriteData plans a
+// format::MegaEncoder per file on first use, writes items in parallel straight
+// from the planner's tensors (CRC and block CRCs computed per 1 MiB piece while
+// hot), and finishes a file (block table, header, fsync) as soon as all of its
+// items are in. Finish commits.
 //
 // Load: Metadata comes from .metadata or is rebuilt from the shard headers;
 // ReadData reads each item's box with MegaReader::ReadTensor (whole pieces,
-// checksum verified) or ReadSlice (only the needed runs), in parallel.
+// checksum verified) or ReadSlice (only the needed runs, widened to the
+// shard's checksum blocks and verified), in parallel.
 #include "megackpt/dcp/mega_storage.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>
@@ -25,6 +28,7 @@
 #include "dcp/mega_storage_hub.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/format/index_file.h"
@@ -33,8 +37,6 @@
 namespace megackpt::dcp {
 
 using json = nlohmann::json;
-using mega_storage::ShardFileWriter;
-using mega_storage::ShardTensorSpec;
 
 namespace {
 
@@ -177,8 +179,13 @@ struct MegaStorageWriter::Impl {
   RankLayout layout;
   std::map<MetadataIndex, std::pair<size_t, size_t>> where;  // key -> (file, position)
   struct Slot {
-    std::unique_ptr<ShardFileWriter> writer;
+    std::unique_ptr<WritableFile> file;
+    std::unique_ptr<format::MegaEncoder> writer;
     bool done = false;
+    void Abandon() {
+      if (file && !done) file->Close().IgnoreError();
+      done = true;
+    }
   };
   std::vector<Slot> slots;
   std::vector<std::string> created;  // full paths of files this rank created
@@ -196,9 +203,7 @@ struct MegaStorageWriter::Impl {
       if (txn->is_open()) txn->Abort();
       txn.reset();
     }
-    for (Slot& s : slots) {
-      if (s.writer && !s.done) s.writer->Abandon();
-    }
+    for (Slot& s : slots) s.Abandon();
     slots.clear();
     created.clear();
     layout_text.clear();
@@ -299,24 +304,29 @@ struct MegaStorageWriter::Impl {
     // Hub uploads stream sequentially (WriteSequentialFile).
     if (txn) return UnimplementedError(fs::JoinPath(path, layout.files[f].name) + ": sequential sink");
     const LayoutFile& lf = layout.files[f];
-    std::vector<ShardTensorSpec> specs;
-    for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes});
     const std::string full = fs::JoinPath(path, lf.name);
     MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
     created.push_back(full);
     if (!file->supports_write_at()) {
       return UnimplementedError(full + ": sequential sink");  // handled by the caller
     }
-    mega_storage::ShardWriterOptions so;
-    so.tensor_alignment = options.tensor_alignment;
-    so.checksum = options.checksum;
-    MEGA_ASSIGN_OR_RETURN(slots[f].writer, ShardFileWriter::Create(std::move(file), std::move(specs),
-                                                                   ShardMetadata(lf, planner_data), so));
+    MEGA_ASSIGN_OR_RETURN(slots[f].writer, PlanShard(full, lf, planner_data));
+    slots[f].file = std::move(file);
     return Status::OK();
   }
 
+  // The encoder of one shard: its layout from the plan (names, dtypes, shapes).
+  Result<std::unique_ptr<format::MegaEncoder>> PlanShard(const std::string& full, const LayoutFile& lf,
+                                                         const PlannerData& planner_data) const {
+    std::vector<format::MegaEncoderTensor> specs;
+    for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes, options.checksum});
+    return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data),
+                                     mega_storage::ShardEncoderOptions(options.tensor_alignment,
+                                                                       options.checksum));
+  }
+
   // Sinks without positioned writes (e.g. an upload stream): the whole file must
-  // be in this call; MegaWriter computes checksums in a first pass, then streams.
+  // be in this call; the encoder computes checksums in a first pass, then streams.
   Status WriteSequentialFile(size_t f, const SavePlan& plan, const std::vector<size_t>& items,
                              SavePlanner& planner, std::vector<WriteResult>* results) {
     const LayoutFile& lf = layout.files[f];
@@ -333,31 +343,24 @@ struct MegaStorageWriter::Impl {
     } else {
       MEGA_ASSIGN_OR_RETURN(file, fs->OpenForWrite(full));
     }
-    format::MegaWriterOptions wo;
-    wo.tensor_alignment = options.tensor_alignment;
-    wo.checksum = options.checksum;
-    wo.max_parallel = 1;
-    format::MegaWriter writer(wo);
-    const format::MegaMetadata shard_md = ShardMetadata(lf, plan.planner_data);
-    for (const format::MetaEntry& e : shard_md.entries()) {
-      MEGA_RETURN_IF_ERROR(writer.AddMetadata(e.key, e.value));
-    }
+    MEGA_ASSIGN_OR_RETURN(auto writer, PlanShard(full, lf, plan.planner_data));
     std::vector<ResolvedData> held(lf.items.size());
     for (size_t i : items) {
       const WriteItem& w = plan.items[i];
       const size_t pos = where.at(ItemFor(w).key).second;
       MEGA_ASSIGN_OR_RETURN(held[pos], planner.ResolveData(w));
     }
+    std::vector<Tensor> tensors(lf.items.size());
     for (size_t pos = 0; pos < lf.items.size(); ++pos) {
       const LayoutItem& it = lf.items[pos];
-      Tensor t = held[pos].tensor;
+      tensors[pos] = held[pos].tensor;
       if (it.is_bytes) {
-        MEGA_ASSIGN_OR_RETURN(t, Tensor::FromBlob(const_cast<char*>(held[pos].bytes.data()), DType::kU8,
-                                                  it.sizes));
+        MEGA_ASSIGN_OR_RETURN(tensors[pos], Tensor::FromBlob(const_cast<char*>(held[pos].bytes.data()),
+                                                             DType::kU8, it.sizes));
       }
-      MEGA_RETURN_IF_ERROR(writer.AddTensor(it.key.fqn, t));
     }
-    MEGA_ASSIGN_OR_RETURN(format::MegaWriteResult wr, writer.Finish(*file));
+    MEGA_RETURN_IF_ERROR(writer->WriteSequential(*file, tensors));
+    const format::MegaWriteResult wr = writer->result();
     if (options.sync) MEGA_RETURN_IF_ERROR(file->Sync());
     MEGA_RETURN_IF_ERROR(file->Close());
     for (size_t i : items) {
@@ -568,7 +571,7 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
     by_file[it->second.first].push_back(i);
   }
   std::vector<WriteResult> results(plan.items.size());
-  std::vector<size_t> positioned;  // items written through ShardFileWriters
+  std::vector<size_t> positioned;  // items written with positioned writes
   for (auto& [f, items] : by_file) {
     if (s.slots[f].done) {
       return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
@@ -593,7 +596,8 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
         const size_t i = positioned[k];
         const WriteItem& w = plan.items[i];
         auto [f, pos] = target[i];
-        ShardFileWriter& fw = *s.slots[f].writer;
+        format::MegaEncoder& fw = *s.slots[f].writer;
+        WritableFile& file = *s.slots[f].file;
         {
           // Released before the next item is resolved (bounded staging pools).
           MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(w));
@@ -603,9 +607,10 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
                                    std::to_string(data.bytes.size()) + " bytes, the plan says " +
                                    std::to_string(w.bytes_size));
             }
-            MEGA_RETURN_IF_ERROR(fw.WriteBytes(pos, AsBytes(data.bytes)));
+            MEGA_RETURN_IF_ERROR(fw.WriteTensorBytes(file, pos, AsBytes(data.bytes)));
           } else {
-            MEGA_RETURN_IF_ERROR(fw.WriteTensor(pos, data.tensor).WithContext("writing " + ToString(w.index)));
+            MEGA_RETURN_IF_ERROR(
+                fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));
           }
         }
         WriteResult& r = results[i];
@@ -614,7 +619,7 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
         r.storage_data.relative_path = s.layout.files[f].name;
         r.storage_data.offset = fw.tensor_file_offset(pos);
         r.storage_data.length = fw.tensor_nbytes(pos);
-        r.storage_data.checksum = fw.checksum_string(pos);
+        r.storage_data.checksum = mega_storage::MegaChecksumString(fw.tensor_info(pos));
         return Status::OK();
       },
       par));
@@ -626,9 +631,11 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   MEGA_RETURN_IF_ERROR(ParallelFor(
       s.pool.get(), complete.size(),
       [&](size_t k) -> Status {
-        MEGA_RETURN_IF_ERROR(s.slots[complete[k]].writer->Finish(s.options.sync));
-        s.slots[complete[k]].done = true;
-        return Status::OK();
+        Impl::Slot& slot = s.slots[complete[k]];
+        MEGA_RETURN_IF_ERROR(slot.writer->FinishPositioned(*slot.file));
+        if (s.options.sync) MEGA_RETURN_IF_ERROR(slot.file->Sync());
+        slot.done = true;
+        return slot.file->Close();
       },
       par));
   return results;
@@ -697,9 +704,7 @@ void MegaStorageWriter::Abort() {
     return;
   }
   if (s.committed || !s.fs) return;
-  for (auto& slot : s.slots) {
-    if (slot.writer && !slot.done) slot.writer->Abandon();
-  }
+  for (auto& slot : s.slots) slot.Abandon();
   // Only the coordinator knows whether the commit happened (e.g. the save was
   // committed and a later step such as consolidation failed). Never remove a
   // file the committed .metadata references.
@@ -750,6 +755,10 @@ bool MegaStorageReader::ValidateCheckpointId(std::string_view checkpoint_id) con
 }
 
 CheckpointSource MegaStorageReader::source() const { return impl_->source; }
+
+std::string_view MegaStorageReader::verification() const {
+  return impl_->options.verify_checksums ? "verified" : "off";
+}
 
 Result<Metadata> MegaStorageReader::ReadMetadata() {
   Impl& s = *impl_;
@@ -806,6 +815,12 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
   s.metadata = std::make_shared<Metadata>(*md);
   s.files = std::make_unique<mega_storage::ShardFiles>(s.paths.fs, s.paths.dir,
                                                        s.options.verify_checksums);
+  if (!s.options.verify_checksums) {
+    std::fprintf(stderr,
+                 "megackpt: warning: loading %s with checksum verification off "
+                 "(MegaStorageReaderOptions::verify_checksums = false): loaded bytes are not verified\n",
+                 EscapeBytes(s.path).c_str());
+  }
   return std::move(*md);
 }
 
@@ -878,8 +893,8 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
               std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
         }
         MEGA_RETURN_IF_ERROR(s.files->ReadBox(info->second, key.fqn, t->properties.dtype,
-                                              chunk->sizes, item.storage_offsets, dst,
-                                              s.options.verify_partial_reads));
+                                              chunk->sizes, chunk->offsets, t->size,
+                                              item.storage_offsets, dst, s.options.verify_partial_reads));
         return planner.CommitTensor(item, dst);
       },
       par);

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "dcp/f4_box.h"
+#include "megackpt/core/box_runs.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/format/index_file.h"
 
@@ -74,6 +75,7 @@ Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<
     format::MegaReaderOptions ro;
     ro.verify_checksums = false;
     MEGA_ASSIGN_OR_RETURN(auto reader, format::MegaReader::Open(std::move(*opened), ro));
+    MEGA_RETURN_IF_ERROR(CheckShardIntegrity(full, *reader));
     const format::MegaMetadata& md = reader->metadata();
     if (auto v = md.GetString(kDcpEntriesKey); v.ok()) entries_json = std::string(*v);
     if (auto v = md.GetString(kDcpSaveIdKey); v.ok()) save_id = std::string(*v);
@@ -195,18 +197,38 @@ Status ReadF4BoxSpans(const RandomAccessFile& file, uint64_t base, const Shape& 
 
 }  // namespace
 
-Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
-                   const Shape& start, const Tensor& dst, const std::string& what) {
+Status CheckShardIntegrity(const std::string& file, const format::MegaReader& reader) {
+  const format::MetaValue* v = reader.header_metadata().Find(kDcpVersionKey);
+  if (v == nullptr) return Status::OK();  // not written by us: whatever the file has
+  auto version = v->AsUint64();
+  if (!version.ok()) {
+    return DataLossError(file + ": " + std::string(kDcpVersionKey) + " is not an unsigned integer");
+  }
+  if (*version < 2) return Status::OK();  // shards of earlier releases: tensor checksums only
+  if (*version > kDcpShardVersion) {
+    return DataLossError(file + ": " + std::string(kDcpVersionKey) + " " + std::to_string(*version) +
+                         " is newer than this reader (" + std::to_string(kDcpShardVersion) + ")");
+  }
+  if (!reader.header_checksummed()) {
+    return DataLossError(file + ": shard of " + std::string(kDcpVersionKey) + " " +
+                         std::to_string(*version) + " has no " + std::string(format::kMegaHeaderCrcKey));
+  }
+  for (const format::MegaTensorInfo& t : reader.tensors()) {
+    if (t.block_size == 0 && t.logical_nbytes > 0 && t.checksum_type != format::MegaChecksumType::kNone) {
+      return DataLossError(file + ": tensor " + Quote(t.name) + " has no block CRCs (" +
+                           std::string(format::kMegaBlockSizesKey) + ")");
+    }
+  }
+  return Status::OK();
+}
+
+Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
+                         const Shape& start, const Tensor& dst, const std::string& what) {
   const size_t nd = stored.size();
   if (start.size() != nd || dst.ndim() != static_cast<int>(nd)) {
     return InvalidArgumentError(what + ": box rank differs from the tensor's");
   }
-  for (size_t d = 0; d < nd; ++d) {
-    if (start[d] < 0 || start[d] + dst.shape()[d] > stored[d]) {
-      return OutOfRangeError(what + ": box " + ShapeToString(start) + "+" + ShapeToString(dst.shape()) +
-                             " exceeds the shape " + ShapeToString(stored));
-    }
-  }
+  MEGA_RETURN_IF_ERROR(CheckBox(stored, {}, start, dst.shape()).WithContext(what));
   if (dst.numel() == 0) return Status::OK();
   if (dtype == DType::kF4) {
     bool whole = dst.shape() == stored;
@@ -218,65 +240,12 @@ Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, con
   if (!dst.is_contiguous()) {
     MEGA_ASSIGN_OR_RETURN(target, Tensor::Empty(dtype, dst.shape()));
   }
-  const uint64_t es = DTypeSize(dtype);
-  // Dims [k, nd) are read whole; dim r = k - 1 partially: one contiguous run per
-  // index tuple of dims [0, r).
-  size_t k = nd;
-  while (k > 0 && target.shape()[k - 1] == stored[k - 1]) --k;
-  std::byte* out = static_cast<std::byte*>(target.data());
-  if (k == 0) {
-    MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(base, target.Bytes()));
-  } else {
-    const size_t r = k - 1;
-    const std::vector<int64_t> strides = ContiguousStrides(stored);
-    const uint64_t run_bytes = static_cast<uint64_t>(target.shape()[r]) * strides[r] * es;
-    uint64_t nruns = 1;
-    for (size_t d = 0; d < r; ++d) nruns *= static_cast<uint64_t>(target.shape()[d]);
-    auto run_offset = [&](uint64_t run) {
-      uint64_t rem = run;
-      uint64_t elem = static_cast<uint64_t>(start[r]) * strides[r];
-      for (size_t d = r; d-- > 0;) {
-        const uint64_t i = rem % static_cast<uint64_t>(target.shape()[d]);
-        rem /= static_cast<uint64_t>(target.shape()[d]);
-        elem += (static_cast<uint64_t>(start[d]) + i) * strides[d];
-      }
-      return elem * es;
-    };
-    // Neighbouring runs are merged into one read only while the bytes read stay
-    // within 5% of the bytes needed (DESIGN.md: resharding reads <= 1.05x);
-    // merged spans go through a bounded staging buffer.
-    constexpr uint64_t kMaxSpan = 8ull << 20;
-    std::shared_ptr<std::byte> staging;
-    uint64_t run = 0;
-    while (run < nruns) {
-      const uint64_t first = run_offset(run);
-      uint64_t last_end = first + run_bytes, needed = run_bytes;
-      uint64_t next = run + 1;
-      while (next < nruns) {
-        const uint64_t off = run_offset(next);
-        const uint64_t span = off + run_bytes - first;
-        if (off < last_end || span > kMaxSpan || span * 100 > (needed + run_bytes) * 105) break;
-        last_end = off + run_bytes;
-        needed += run_bytes;
-        ++next;
-      }
-      if (next == run + 1) {
-        MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(base + first, std::span<std::byte>(out + run * run_bytes, run_bytes))
-                                 .WithContext(what));
-      } else {
-        if (!staging) {
-          MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(kMaxSpan));
-        }
-        MEGA_RETURN_IF_ERROR(
-            file.ReadExactlyAt(base + first, std::span<std::byte>(staging.get(), last_end - first))
-                .WithContext(what));
-        for (uint64_t q = run; q < next; ++q) {
-          std::memcpy(out + q * run_bytes, staging.get() + (run_offset(q) - first), run_bytes);
-        }
-      }
-      run = next;
-    }
-  }
+  std::vector<BoxRun> runs;
+  MEGA_RETURN_IF_ERROR(ForEachBoxByteRun(dtype, stored, start, target.shape(), [&](const BoxRun& r) {
+    runs.push_back(r);
+    return Status::OK();
+  }));
+  MEGA_RETURN_IF_ERROR(ReadBoxRuns(file, base, runs, target.Bytes()).WithContext(what));
   if (!dst.is_contiguous()) return CopyTensor(target, dst);
   return Status::OK();
 }
@@ -497,12 +466,20 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   if (relative_path.ends_with(".safetensors")) {
     std::shared_ptr<RandomAccessFile> f(std::move(*opened));
     MEGA_ASSIGN_OR_RETURN(shard->st, format::SafetensorsReader::Open(f));
+    const auto& smd = shard->st->metadata();
+    if (auto it = smd.find(std::string(kDcpEntriesKey)); it != smd.end()) {
+      MEGA_ASSIGN_OR_RETURN(shard->entries, DecodeShardEntries(full, it->second));
+    }
   } else if (relative_path.ends_with(".mega")) {
     format::MegaReaderOptions ro;
     ro.verify_checksums = verify_;
     // CRC each block right after it lands, while it is still in cache.
     ro.read_block_size = 1u << 20;
     MEGA_ASSIGN_OR_RETURN(shard->mega, format::MegaReader::Open(std::move(*opened), ro));
+    MEGA_RETURN_IF_ERROR(CheckShardIntegrity(full, *shard->mega));
+    if (auto v = shard->mega->metadata().GetString(kDcpEntriesKey); v.ok()) {
+      MEGA_ASSIGN_OR_RETURN(shard->entries, DecodeShardEntries(full, *v));
+    }
   } else {
     return InvalidArgumentError(full + ": not a .mega or .safetensors file (is this a "
                                 "FileSystemWriter checkpoint? read it with the fs reader)");
@@ -564,58 +541,85 @@ Status ShardFiles::CheckInfo(const Shard& shard, const StorageInfo& info, const 
   return Status::OK();
 }
 
+Status ShardFiles::CheckEntry(const Shard& shard, const StorageInfo& info, const std::string& name,
+                              bool is_bytes, const Shape* chunk_offsets, const Shape* global_shape) const {
+  if (shard.entries.empty()) return Status::OK();  // a file without our keys: a whole tensor
+  const std::string full = fs::JoinPath(dir_, info.relative_path);
+  auto it = shard.entries.find(name);
+  if (it == shard.entries.end()) {
+    return DataLossError(full + ": tensor " + Quote(name) + " has no " + std::string(kDcpEntriesKey) +
+                         " record");
+  }
+  const ShardEntry& e = it->second;
+  if (e.is_bytes != is_bytes) {
+    return DataLossError(full + ": " + Quote(name) + " is stored as " + (e.is_bytes ? "bytes" : "a tensor") +
+                         ", the checkpoint metadata says " + (is_bytes ? "bytes" : "a tensor"));
+  }
+  if (!is_bytes && ((chunk_offsets && *chunk_offsets != e.offsets) ||
+                    (global_shape && *global_shape != e.global_shape))) {
+    return DataLossError(full + ": tensor " + Quote(name) + " holds the chunk at " + ShapeToString(e.offsets) +
+                         " of a " + ShapeToString(e.global_shape) + " tensor, the checkpoint metadata says " +
+                         (chunk_offsets ? ShapeToString(*chunk_offsets) : std::string("?")) + " of " +
+                         (global_shape ? ShapeToString(*global_shape) : std::string("?")));
+  }
+  return Status::OK();
+}
+
 Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DType dtype,
-                           const Shape& stored_sizes, const Shape& start, const Tensor& dst,
-                           bool verify_partial) {
+                           const Shape& stored_sizes, const Shape& chunk_offsets, const Shape& global_shape,
+                           const Shape& start, const Tensor& dst, bool verify_partial) {
   MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
   size_t mi = 0;
   MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, dtype, stored_sizes, &mi));
+  MEGA_RETURN_IF_ERROR(CheckEntry(*shard, info, name, false, &chunk_offsets, &global_shape));
   const size_t nd = stored_sizes.size();
+  const std::string what = fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
   if (start.size() != nd || dst.ndim() != static_cast<int>(nd) || dst.dtype() != dtype) {
-    return InvalidArgumentError(fs::JoinPath(dir_, info.relative_path) + ": read of " + Quote(name) +
-                                " has the wrong rank or dtype");
+    return InvalidArgumentError(what + ": read has the wrong rank or dtype");
   }
   bool whole = dst.shape() == stored_sizes;
   for (int64_t s : start) whole = whole && s == 0;
   if (shard->mega) {
-    if (whole) return shard->mega->ReadTensor(mi, dst);
-    const format::MegaTensorInfo& t = shard->mega->tensors()[mi];
-    if (t.is_plain()) {
-      MEGA_RETURN_IF_ERROR(ReadBoxRuns(shard->mega->file(), t.file_offset, dtype, stored_sizes, start,
-                                       dst, fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name)));
-    } else if (dtype == DType::kF4) {
-      // Compressed or chunked F4: decode the byte range from the box's first to
-      // its last element once (ReadRange verifies what it decodes), then copy
-      // the runs nibble-exactly.
-      const std::string what = fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
+    const format::MegaReader& mega = *shard->mega;
+    if (whole) return mega.ReadTensor(mi, dst);
+    if (dtype == DType::kF4 && !ForEachBoxByteRun(dtype, stored_sizes, start, dst.shape(),
+                                                  [](const BoxRun&) { return Status::OK(); })
+                                     .ok()) {
+      // A box that does not map onto whole bytes: spans of the stored bytes
+      // (ReadRange verifies them: block CRCs, or the decoded chunks), copied
+      // nibble-exactly into dst.
+      std::shared_ptr<std::byte> staging;
+      uint64_t staging_size = 0;
       MEGA_RETURN_IF_ERROR(ForEachF4Span(
-          stored_sizes, start, dst.shape(), std::numeric_limits<uint64_t>::max(),
-          std::numeric_limits<double>::infinity(), [&](const F4Span& span) -> Status {
-            MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(span.end - span.begin));
-            MEGA_RETURN_IF_ERROR(shard->mega->ReadRange(
-                mi, span.begin, std::span<std::byte>(buf.get(), span.end - span.begin)));
-            return CopyF4Span(span, buf.get(), span.begin, stored_sizes, dst).WithContext(what);
+          stored_sizes, start, dst.shape(), 8ull << 20, 0.05, [&](const F4Span& span) -> Status {
+            const uint64_t n = span.end - span.begin;
+            if (staging_size < n) {
+              MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(n));
+              staging_size = n;
+            }
+            MEGA_RETURN_IF_ERROR(mega.ReadRange(mi, span.begin, std::span<std::byte>(staging.get(), n)));
+            return CopyF4Span(span, staging.get(), span.begin, stored_sizes, dst).WithContext(what);
           }));
     } else {
-      MEGA_RETURN_IF_ERROR(shard->mega->ReadSlice(name, start, dst));
+      MEGA_RETURN_IF_ERROR(mega.ReadSlice(mi, start, dst));
     }
     if (verify_partial && verify_) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (verified_.count({info.relative_path, name})) return Status::OK();
       }
-      MEGA_RETURN_IF_ERROR(shard->mega->VerifyTensor(mi));
+      MEGA_RETURN_IF_ERROR(mega.VerifyTensor(mi));
       std::lock_guard<std::mutex> lock(mu_);
       verified_.insert({info.relative_path, name});
     }
     return Status::OK();
   }
-  // safetensors: only the runs of the box.
+  // safetensors (no checksums): only the runs of the box.
   const format::SafetensorsReader& st = *shard->st;
   if (whole) return st.ReadTensor(name, dst);
   const format::SafetensorsTensorInfo* ti = st.Find(name);
-  return ReadBoxRuns(*st.file(), st.header().data_offset() + ti->data_begin, dtype, stored_sizes,
-                     start, dst, fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name));
+  return ReadUnverifiedBox(*st.file(), st.header().data_offset() + ti->data_begin, dtype, stored_sizes,
+                           start, dst, what);
 }
 
 Result<std::string> ShardFiles::ReadBytes(const StorageInfo& info, const std::string& name) {
@@ -636,6 +640,7 @@ Result<std::string> ShardFiles::ReadBytes(const StorageInfo& info, const std::st
   }
   size_t mi = 0;
   MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, DType::kU8, shape, &mi));
+  MEGA_RETURN_IF_ERROR(CheckEntry(*shard, info, name, true, nullptr, nullptr));
   std::string value(static_cast<size_t>(shape[0]), '\0');
   MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(value.data(), DType::kU8, shape));
   if (shard->mega) {

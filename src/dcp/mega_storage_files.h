@@ -17,6 +17,7 @@
 #include "megackpt/fs/filesystem.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/safetensors.h"
+#include "dcp/mega_storage_shard.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
 
@@ -43,13 +44,19 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& paths, CheckpointSource*
 std::set<std::string> ReferencedFiles(const Metadata& metadata);
 
 // Reads the box [start, start + dst.shape()) of a dense row-major tensor of
-// shape `stored` whose bytes start at file offset `base`, into dst (any strides):
-// one pread per contiguous run, neighbouring runs merged only while the bytes
-// read stay within 5% of the bytes needed. F4 boxes that are not the whole
-// tensor are read in spans and copied nibble-exactly into dst (contiguous, as
-// every F4 tensor; dcp/f4_box.h). `what` prefixes error messages.
-Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
-                   const Shape& start, const Tensor& dst, const std::string& what);
+// shape `stored` whose bytes start at file offset `base`, into dst (any
+// strides), without verification (for files that carry no checksums:
+// safetensors): the runs of core/box_runs.h, read with core ReadBoxRuns. F4
+// boxes that are not the whole tensor are read in spans and copied
+// nibble-exactly into dst (contiguous, as every F4 tensor; dcp/f4_box.h).
+// `what` prefixes error messages.
+Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
+                         const Shape& start, const Tensor& dst, const std::string& what);
+
+// Integrity keys a shard of tensorplay.dcp.version >= 2 must carry: the header
+// checksum and a block CRC of every non-empty checksummed tensor (a flipped
+// byte cannot turn them off). DataLoss naming the file otherwise.
+Status CheckShardIntegrity(const std::string& file, const format::MegaReader& reader);
 
 // Opened shard files of one checkpoint folder, shared by reader threads.
 class ShardFiles {
@@ -58,15 +65,19 @@ class ShardFiles {
       : fs_(std::move(fs)), dir_(std::move(dir)), verify_(verify_checksums) {}
 
   // Reads the box [start, start + dst.shape()) of the stored piece `name`
-  // (an entry of file info.relative_path, of `dtype` and shape `stored_sizes`)
-  // into dst (any strides). A box covering the whole piece is checksum-verified
-  // (MEGA); a partial one reads only its byte runs, and with `verify_partial`
-  // the whole piece is verified once as well. Checks the shard header against
-  // `info` (offset, length, checksum): DataLoss naming file and tensor when
-  // they disagree (e.g. a file replaced after the commit).
+  // (an entry of file info.relative_path, of `dtype` and shape `stored_sizes`,
+  // at `chunk_offsets` in its global tensor of `global_shape`) into dst (any
+  // strides). With verification on (the default) every byte handed over is
+  // verified (MEGA): a whole piece against its checksum, a partial box block
+  // by block (MegaReader::ReadSlice; whole-piece verification once for shards
+  // without block CRCs); with `verify_partial` the whole piece is verified
+  // once as well. Checks the shard header against `info` and the arguments
+  // (offset, length, checksum; dtype, shape, chunk offsets and global shape
+  // from tensorplay.dcp.entries): DataLoss naming file and tensor when they
+  // disagree (a file replaced after the commit, a corrupt .metadata).
   Status ReadBox(const StorageInfo& info, const std::string& name, DType dtype,
-                 const Shape& stored_sizes, const Shape& start, const Tensor& dst,
-                 bool verify_partial);
+                 const Shape& stored_sizes, const Shape& chunk_offsets, const Shape& global_shape,
+                 const Shape& start, const Tensor& dst, bool verify_partial);
   // A bytes entry (stored as a U8 tensor).
   Result<std::string> ReadBytes(const StorageInfo& info, const std::string& name);
   // Verifies the stored checksum of one piece (MEGA; safetensors has none).
@@ -76,10 +87,15 @@ class ShardFiles {
   struct Shard {
     std::unique_ptr<format::MegaReader> mega;
     std::unique_ptr<format::SafetensorsReader> st;
+    // tensorplay.dcp.entries of the shard (empty for files without it).
+    std::map<std::string, ShardEntry> entries;
   };
   Result<Shard*> Open(const std::string& relative_path);
   Status CheckInfo(const Shard& shard, const StorageInfo& info, const std::string& name,
                    DType dtype, const Shape& sizes, size_t* mega_index) const;
+  // The piece's tensorplay.dcp.entries record against what the load expects.
+  Status CheckEntry(const Shard& shard, const StorageInfo& info, const std::string& name, bool is_bytes,
+                    const Shape* chunk_offsets, const Shape* global_shape) const;
 
   std::shared_ptr<fs::FileSystem> fs_;
   std::string dir_;

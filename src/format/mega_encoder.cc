@@ -27,7 +27,6 @@ using mega_internal::AlignUp;
 
 constexpr uint64_t kWritePiece = 1ull << 20;  // CRC + pwrite granularity (bytes stay in cache)
 constexpr uint64_t kMaxAlignment = 1ull << 30;
-constexpr uint64_t kTableAlignment = 64;
 
 // Scratch for gathering strided tensors, one per thread, pre-faulted once.
 std::byte* ThreadScratch() {
@@ -54,13 +53,25 @@ bool IsEncoderKey(std::string_view key) {
 
 }  // namespace
 
+bool IsCleanMetaValue(const MetaValue& v) {
+  if (v.is_string()) return IsCleanText(*v.AsString());
+  if (!v.is_array() || (v.element_type() != MetaType::kString && v.element_type() != MetaType::kArray)) {
+    return true;
+  }
+  for (uint64_t i = 0; i < v.size(); ++i) {
+    auto e = v.element(i);
+    if (!e.ok() || !IsCleanMetaValue(*e)) return false;
+  }
+  return true;
+}
+
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape) {
   auto total = LogicalNbytes(dtype, shape);
   if (!total.ok() || *total == 0) return 0;
   if (shape.size() <= 1) return 64u << 10;
   auto row = LogicalNbytes(dtype, std::span<const int64_t>(&shape.back(), 1));
   const uint64_t r = row.ok() ? *row : 0;
-  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 16, 1)), 256, 64u << 10);
+  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 32, 1)), kMegaMinBlockSize, 64u << 10);
 }
 
 MegaEncoder::~MegaEncoder() = default;
@@ -83,6 +94,10 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
       return InvalidArgumentError(f + ": metadata key " + Quote(e.key) +
                                   " is not valid UTF-8 without NUL");
     }
+    if (!IsCleanMetaValue(e.value)) {
+      return InvalidArgumentError(f + ": metadata value of " + Quote(e.key) +
+                                  " holds a string that is not valid UTF-8 without NUL");
+    }
     if (IsEncoderKey(e.key)) {
       return InvalidArgumentError(f + ": metadata key " + Quote(e.key) + " is written by the encoder");
     }
@@ -98,6 +113,7 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
   enc->unit_done_.resize(n);
   enc->block_size_.assign(n, 0);
   enc->block_crcs_.resize(n);
+  enc->table_offsets_.assign(n, 0);
   std::set<std::string_view> names;
   uint64_t cursor = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -181,17 +197,18 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
     if (options.block_checksums && t.is_plain() && s.checksum != MegaChecksumType::kNone) {
       enc->block_size_[i] = MegaBlockSizeFor(s.dtype, s.shape);
       enc->block_crcs_[i].assign(BlockCount(logical, enc->block_size_[i]), 0);
+      // The tensor's table follows its bytes: a re-save that changes some
+      // tensors changes only their tables (content-defined dedup keeps the rest).
+      if (!enc->block_crcs_[i].empty()) {
+        if (AlignUp(cursor, 4, &cursor)) return InvalidArgumentError(fn + ": payload size overflows");
+        enc->table_offsets_[i] = cursor;
+        cursor += 4 * enc->block_crcs_[i].size();
+      }
     }
     enc->units_[i] = s.units;
   }
   names.clear();
   enc->specs_ = std::move(tensors);
-  if (options.block_checksums) {
-    if (AlignUp(cursor, kTableAlignment, &cursor)) return InvalidArgumentError(f + ": payload size overflows");
-    enc->table_offset_ = cursor;
-    for (const auto& crcs : enc->block_crcs_) enc->table_bytes_ += 4 * crcs.size();
-    cursor += enc->table_bytes_;
-  }
   MEGA_ASSIGN_OR_RETURN(std::string header, enc->EncodeHeader());
   enc->header_length_ = header.size();
   enc->file_end_ = enc->header_length_ + cursor;
@@ -239,7 +256,7 @@ Result<MegaMetadata> MegaEncoder::BuildMetadata() const {
   if (o.block_checksums) {
     std::vector<uint32_t> sizes(block_size_.begin(), block_size_.end());
     MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaBlockSizesKey), MetaValue::U32Array(sizes)));
-    MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaBlockTableKey), MetaValue::U64(table_offset_)));
+    MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaBlockTableKey), MetaValue::U64Array(table_offsets_)));
   }
   if (o.header_checksum) MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaHeaderCrcKey), MetaValue::U32(0)));
   return md;
@@ -342,6 +359,11 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
       MEGA_RETURN_IF_ERROR(Append(file, base + off, bytes));
     }
   }
+  if (!crcs.empty()) {
+    const std::string table = EncodeBlockTable(crcs);
+    const uint64_t at = header_length_ + table_offsets_[i];
+    MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, AsBytes(table)) : Append(file, at, AsBytes(table)));
+  }
   MegaChecksum sum{};
   if (type == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
   if (sha) sum = mega_internal::Sha256Field(sha->Finish());
@@ -427,20 +449,14 @@ bool MegaEncoder::all_written() const {
   return true;
 }
 
-std::string MegaEncoder::EncodeBlockTable() const {
-  std::lock_guard<std::mutex> lock(mu_);
+std::string MegaEncoder::EncodeBlockTable(const std::vector<uint32_t>& crcs) {
   mega_internal::ByteWriter w;
-  for (const auto& crcs : block_crcs_) {
-    for (uint32_t c : crcs) w.U32(c);
-  }
+  for (uint32_t c : crcs) w.U32(c);
   return std::move(w.data());
 }
 
 Status MegaEncoder::FinishPositioned(WritableFile& file) {
   if (!all_written()) return FailedPreconditionError(file_name_ + ": not every tensor was written");
-  if (table_bytes_ > 0) {
-    MEGA_RETURN_IF_ERROR(WriteAt(file, header_length_ + table_offset_, AsBytes(EncodeBlockTable())));
-  }
   MEGA_ASSIGN_OR_RETURN(std::string header, EncodeHeader());
   if (header.size() != header_length_) {
     return InternalError(file_name_ + ": header size changed from " + std::to_string(header_length_) +
@@ -475,9 +491,6 @@ Status MegaEncoder::AppendHeader(WritableFile& file) {
 }
 
 Status MegaEncoder::FinishAppend(WritableFile& file) {
-  if (table_bytes_ > 0) {
-    MEGA_RETURN_IF_ERROR(Append(file, header_length_ + table_offset_, AsBytes(EncodeBlockTable())));
-  }
   if (appended_ < file_end_) MEGA_RETURN_IF_ERROR(Append(file, file_end_, {}));
   if (tail_guard_needed()) {
     const std::string zeros(kMegaFooterTrailerSize, '\0');
@@ -528,6 +541,10 @@ Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> 
         bytes = std::span<const std::byte>(scratch, len);
       }
       MEGA_RETURN_IF_ERROR(Append(file, tensor_file_offset(i) + off, bytes));
+    }
+    if (!block_crcs_[i].empty()) {
+      MEGA_RETURN_IF_ERROR(
+          Append(file, header_length_ + table_offsets_[i], AsBytes(EncodeBlockTable(block_crcs_[i]))));
     }
   }
   return FinishAppend(file);

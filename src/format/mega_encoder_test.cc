@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "megackpt/core/checksum.h"
@@ -182,6 +184,104 @@ TEST(MegaEncoderTest, RejectsDuplicateNames) {
   TempDir dir;
   auto w = MegaEncoder::Plan("x.mega", {{"a", DType::kF32, {4}}, {"a", DType::kF32, {4}}}, {}, {});
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(MegaEncoderTest, BlockSizeKnownAnswers) {
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {1024, 1024}), 128u);  // 4 KiB rows / 32
+  EXPECT_EQ(MegaBlockSizeFor(DType::kBF16, {4096, 4096}), 256u);
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {8, 3}), 64u);  // clamped up
+  EXPECT_EQ(MegaBlockSizeFor(DType::kU8, {2, 1 << 22}), 64u << 10);  // clamped down
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {100000}), 64u << 10);  // 1-d
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {}), 64u << 10);  // 0-d
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {0, 5}), 0u);  // empty
+}
+
+// The owned keys as bytes: the block table of each tensor follows its bytes,
+// holds the CRC-32 of each block; the header CRC covers [0, header_length).
+TEST(MegaEncoderTest, BlockTableAndHeaderCrcKnownAnswers) {
+  TempDir dir;
+  const std::string path = dir.path("b.mega");
+  Tensor a = Filled(DType::kF32, {4, 64}, 1);  // 256-byte rows: block 64, 16 blocks
+  Tensor b = Filled(DType::kU8, {3}, 2);       // 1-d: block 64 KiB, 1 block
+  MegaEncoderOptions o;
+  o.tensor_alignment = 64;
+  o.block_checksums = true;
+  o.header_checksum = true;
+  auto enc = MegaEncoder::Plan(path, {{"a", DType::kF32, {4, 64}}, {"b", DType::kU8, {3}}}, {}, o);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  EXPECT_EQ((*enc)->block_size(0), 64u);
+  EXPECT_EQ((*enc)->block_size(1), 64u << 10);
+  auto file = CreateLocalFile(path);
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*enc)->WriteTensor(**file, 1, b).ok());
+  ASSERT_TRUE((*enc)->WriteTensor(**file, 0, a).ok());
+  ASSERT_TRUE((*enc)->FinishPositioned(**file).ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  const std::string bytes = ReadAll(path);
+  auto r = MegaReader::OpenFile(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->header_checksummed());
+  const MegaTensorInfo& ta = (*r)->tensors()[0];
+  EXPECT_EQ(ta.block_size, 64u);
+  EXPECT_EQ(ta.block_table_offset, ta.file_offset + 1024);  // right after its bytes
+  for (int k = 0; k < 16; ++k) {
+    uint32_t want = Crc32(a.Bytes().subspan(64 * k, 64)), got;
+    std::memcpy(&got, bytes.data() + ta.block_table_offset + 4 * k, 4);
+    EXPECT_EQ(got, want) << k;
+  }
+  const MegaTensorInfo& tb = (*r)->tensors()[1];
+  EXPECT_EQ(tb.file_offset, (ta.block_table_offset + 64 + 63) / 64 * 64);
+  uint32_t got;
+  std::memcpy(&got, bytes.data() + tb.block_table_offset, 4);
+  EXPECT_EQ(got, Crc32(b.Bytes()));
+  EXPECT_EQ(bytes.size(), tb.block_table_offset + 4);
+  // Header CRC: the last header entry's u32, over the header with it zeroed.
+  const uint64_t h = (*r)->header_length();
+  const MegaMetadata& md = (*r)->header_metadata();
+  EXPECT_EQ(md.entries().back().key, kMegaHeaderCrcKey);
+  std::string header = bytes.substr(0, h);
+  const uint32_t stored = static_cast<uint32_t>(*md.entries().back().value.AsUint64());
+  const size_t at = header.find("megackpt.header_crc32") + std::string("megackpt.header_crc32").size() + 4;
+  std::memset(header.data() + at, 0, 4);
+  EXPECT_EQ(Crc32(AsBytes(header)), stored);
+  EXPECT_TRUE((*r)->VerifyAll().ok());
+  // Partial reads verify and return the right bytes.
+  std::vector<std::byte> part(100);
+  ASSERT_TRUE((*r)->ReadRange(0, 30, part).ok());
+  EXPECT_EQ(0, std::memcmp(part.data(), a.Bytes().data() + 30, 100));
+}
+
+// Names, keys and strings must be valid UTF-8 without NUL: refused by the
+// writers, and by the reader (escaped in the message) when a file has them.
+TEST(MegaEncoderTest, NulAndInvalidUtf8AreRefused) {
+  TempDir dir;
+  MegaWriter w;
+  EXPECT_EQ(w.AddTensor(std::string("a\0b", 3), Filled(DType::kU8, {2}, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddMetadata("k", MetaValue::String("x\xffy")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddMetadata(std::string("k\0", 2), MetaValue::U8(1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MegaEncoder::Plan("x", {{std::string("a\0b", 3), DType::kU8, {2}}}, {}, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  // Files holding them: written clean, then patched.
+  MegaWriterOptions o;
+  o.profile = MegaProfile::kBare;
+  MegaWriter clean(o);
+  ASSERT_TRUE(clean.AddMetadata("note", MetaValue::String("xAy")).ok());
+  ASSERT_TRUE(clean.AddTensor("aXb", Filled(DType::kU8, {2}, 1)).ok());
+  ASSERT_TRUE(clean.WriteFile(dir.path("c.mega"), false).ok());
+  const std::string good = ReadAll(dir.path("c.mega"));
+  auto patched = [&](std::string_view from, char to) {
+    std::string b = good;
+    b[b.find(from) + 1] = to;
+    const std::string p = dir.path("p.mega");
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << b;
+    return MegaReader::OpenFile(p).status();
+  };
+  Status nul = patched("aXb", '\0');
+  EXPECT_EQ(nul.code(), StatusCode::kDataLoss);
+  EXPECT_NE(nul.message().find("'a\\x00b'"), std::string::npos) << nul.ToString();
+  Status bad = patched("xAy", '\xff');
+  EXPECT_EQ(bad.code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.message().find("'x\\xffy'"), std::string::npos) << bad.ToString();
 }
 
 }  // namespace

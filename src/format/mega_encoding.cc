@@ -49,8 +49,10 @@ Status ByteSource::Need(uint64_t n, std::string_view what) {
   if (file_ == nullptr) return Status::OK();
   uint64_t have_end = begin_ + buffer_.size();
   if (pos_ + n <= have_end) return Status::OK();
-  // Grow geometrically so a header of H bytes costs O(log H) reads, never past limit_.
-  uint64_t want = std::max<uint64_t>({pos_ + n - begin_, 2 * buffer_.size(), 64u << 10});
+  // Grow geometrically so a header of H bytes costs O(log H) reads, never past
+  // limit_. The first read (16 KiB) holds a typical shard header whole without
+  // reading much payload (a partial load reads one header per shard it touches).
+  uint64_t want = std::max<uint64_t>({pos_ + n - begin_, 2 * buffer_.size(), 16u << 10});
   want = std::min<uint64_t>(want, limit_ - begin_);
   size_t old = buffer_.size();
   buffer_.resize(want);
@@ -63,6 +65,21 @@ Status ByteSource::Need(uint64_t n, std::string_view what) {
     return s;
   }
   return Status::OK();
+}
+
+Result<std::span<const std::byte>> ByteSource::Window(uint64_t begin, uint64_t end) {
+  if (begin < begin_ || end > limit_ || begin > end) {
+    return ErrorAt(begin, "window [" + std::to_string(begin) + ", " + std::to_string(end) +
+                              ") is outside the header");
+  }
+  if (file_ == nullptr) return span_.subspan(begin - begin_, end - begin);
+  const uint64_t saved = pos_;
+  pos_ = begin;
+  Status s = Need(end - begin, "header window");
+  pos_ = saved;
+  MEGA_RETURN_IF_ERROR(s);
+  return std::span<const std::byte>(reinterpret_cast<const std::byte*>(buffer_.data()) + (begin - begin_),
+                                    end - begin);
 }
 
 const std::byte* ByteSource::At() const {

@@ -101,6 +101,9 @@ class ByteSource {
   Result<std::string> CompactString(std::string_view what);
   // A view valid until the next read.
   Result<std::span<const std::byte>> Bytes(uint64_t n, std::string_view what);
+  // The bytes [begin, end) of the window (fetched if needed); the position is
+  // unchanged. A view valid until the next read.
+  Result<std::span<const std::byte>> Window(uint64_t begin, uint64_t end);
 
   // DataLoss "<file>: <message> (at offset <pos>)".
   Status Error(std::string_view message) const;

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "format/mega_internal.h"
+#include "format/quote.h"
+#include "megackpt/core/text.h"
 #include "megackpt/format/mega.h"
 
 namespace megackpt::format {
@@ -406,7 +408,12 @@ Result<MetaValue> MetaCodec::DecodeValue(ByteSource& src, MetaType type, int dep
     return m;
   }
   if (type == MetaType::kString) {
+    const uint64_t at = src.position();
     MEGA_ASSIGN_OR_RETURN(m.bytes_, src.String("metadata string value"));
+    if (!IsCleanText(m.bytes_)) {
+      return src.ErrorAt(at, "metadata string " + format_internal::Quote(m.bytes_) +
+                                 " is not valid UTF-8 without NUL");
+    }
     return m;
   }
   // ARRAY
@@ -435,7 +442,12 @@ Result<MetaValue> MetaCodec::DecodeValue(ByteSource& src, MetaType type, int dep
   } else if (m.elem_type_ == MetaType::kString) {
     m.strings_.reserve(m.count_);
     for (uint64_t i = 0; i < m.count_; ++i) {
+      const uint64_t sat = src.position();
       MEGA_ASSIGN_OR_RETURN(std::string s, src.String("metadata array string"));
+      if (!IsCleanText(s)) {
+        return src.ErrorAt(sat, "metadata array string " + format_internal::Quote(s) +
+                                    " is not valid UTF-8 without NUL");
+      }
       m.strings_.push_back(std::move(s));
     }
   } else {
@@ -464,18 +476,21 @@ Status MetaCodec::DecodeEntries(ByteSource& src, uint64_t count, std::string_vie
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t at = src.position();
     MEGA_ASSIGN_OR_RETURN(std::string key, src.String("metadata key"));
+    const std::string quoted = format_internal::Quote(key);
+    if (!IsCleanText(key)) {
+      return src.ErrorAt(at, std::string(section) + " key " + quoted + " is not valid UTF-8 without NUL");
+    }
     MEGA_ASSIGN_OR_RETURN(uint32_t type, src.U32("metadata value type"));
     if (!mega_internal::IsKnownMetaType(type)) {
-      return src.ErrorAt(at, std::string(section) + " key '" + key + "' has unknown value type " +
+      return src.ErrorAt(at, std::string(section) + " key " + quoted + " has unknown value type " +
                                  std::to_string(type));
     }
     auto value = DecodeValue(src, static_cast<MetaType>(type), 0);
     if (!value.ok()) {
-      return DataLossError(value.status().message() + " (" + std::string(section) + " key '" +
-                           key + "')");
+      return DataLossError(value.status().message() + " (" + std::string(section) + " key " + quoted + ")");
     }
     if (out->Contains(key)) {
-      return src.ErrorAt(at, std::string(section) + " has duplicate key '" + key + "'");
+      return src.ErrorAt(at, std::string(section) + " has duplicate key " + quoted);
     }
     MEGA_RETURN_IF_ERROR(out->Add(std::move(key), std::move(*value)));
   }

@@ -13,6 +13,8 @@
 #include "format/mega_internal.h"
 #include "format/quote.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
+#include "megackpt/format/mega_encoder.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/core/thread_pool.h"
 
@@ -136,12 +138,44 @@ Result<std::shared_ptr<std::byte>> Scratch(uint64_t n) {
 
 // ---- parsing -------------------------------------------------------------------
 
+namespace {
+
+// What the steps of MegaParser::Parse share.
+struct ParseState {
+  MegaReader* r;
+  const std::string& name;
+  ByteSource src;  // the header window [0, payload_end)
+  uint64_t payload_end = 0;
+  uint64_t tensor_count = 0, kv_count = 0;
+  uint64_t metadata_end = 0;  // file offset where the tensor directory starts
+  uint64_t chunk_count = 0, segment_count = 0, moe_count = 0;
+  std::optional<uint64_t> n_experts;
+  std::unordered_set<uint32_t> segment_ids;
+};
+
+}  // namespace
+
+// Parse runs one step per section of docs/format/mega-v1.md, in file order:
+// footer overlay (§7, first: it fixes payload_end), preamble, metadata,
+// structural keys, directory, chunk / segment / MoE records, stored ranges,
+// then the owned keys (§11: header checksum, block CRC tables).
 class MegaParser {
  public:
   static Status Parse(MegaReader* r);
 
  private:
   static Status ParseFooter(MegaReader* r, uint64_t* payload_end);
+  static Status ParsePreamble(ParseState& p);
+  static Status ParseMetadata(ParseState& p);
+  static Status CheckStructuralKeys(ParseState& p);
+  static Status ParseDirectory(ParseState& p);
+  static Status ParseChunkRecords(ParseState& p);
+  static Status CheckChunkTiling(ParseState& p);
+  static Status ParseSegmentRecords(ParseState& p);
+  static Status ParseMoeRecords(ParseState& p);
+  static Status CheckStoredRanges(ParseState& p);
+  static Status CheckHeaderChecksum(ParseState& p);
+  static Status ParseBlockTables(ParseState& p);
   static Status CheckCountKey(const MegaMetadata& md, const std::string& name,
                               std::string_view count_key, std::string_view format_key,
                               uint64_t* count);
@@ -236,14 +270,13 @@ Status MegaParser::CheckCountKey(const MegaMetadata& md, const std::string& name
   return Status::OK();
 }
 
-Status MegaParser::Parse(MegaReader* r) {
-  const RandomAccessFile& f = *r->file_;
-  const std::string& name = f.name();
-  uint64_t payload_end = 0;
-  MEGA_RETURN_IF_ERROR(ParseFooter(r, &payload_end));
-  r->payload_end_ = payload_end;
-
-  ByteSource src(f, 0, payload_end);
+// §1: magic, version, tensor_count, metadata_kv_count.
+Status MegaParser::ParsePreamble(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   MEGA_ASSIGN_OR_RETURN(uint32_t magic, src.U32("magic"));
   if (magic != kMegaMagic) {
     char buf[16];
@@ -254,12 +287,28 @@ Status MegaParser::Parse(MegaReader* r) {
   if (version != kMegaVersion) {
     return src.ErrorAt(4, "unsupported version " + std::to_string(version) + " (expected 1)");
   }
-  MEGA_ASSIGN_OR_RETURN(uint64_t tensor_count, src.U64("tensor_count"));
-  MEGA_ASSIGN_OR_RETURN(uint64_t kv_count, src.U64("metadata_kv_count"));
-  MEGA_RETURN_IF_ERROR(MetaCodec::DecodeEntries(src, kv_count, "header metadata", &r->header_metadata_));
-  const MegaMetadata& md = r->header_metadata_;
-
-  // Structural keys.
+  MEGA_ASSIGN_OR_RETURN(p.tensor_count, src.U64("tensor_count"));
+  MEGA_ASSIGN_OR_RETURN(p.kv_count, src.U64("metadata_kv_count"));
+  return Status::OK();
+}
+// §2: the header metadata entries (types, unique keys, clean text).
+Status MegaParser::ParseMetadata(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MEGA_RETURN_IF_ERROR(MetaCodec::DecodeEntries(src, p.kv_count, "header metadata", &r->header_metadata_));
+  p.metadata_end = src.position();
+  return Status::OK();
+}
+// §2 / §8.13: general.alignment, mega.tensor_info.format, the *.count keys.
+Status MegaParser::CheckStructuralKeys(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   if (const MetaValue* a = md.Find("general.alignment")) {
     auto v = a->AsUint64();
     if (!v.ok()) {
@@ -276,39 +325,44 @@ Status MegaParser::Parse(MegaReader* r) {
                            " (expected \"self_describing\")");
     }
   }
-  uint64_t chunk_count, segment_count, moe_count;
   MEGA_RETURN_IF_ERROR(CheckCountKey(md, name, "mega.chunk_directory.count",
-                                     "mega.chunk_directory.format", &chunk_count));
+                                     "mega.chunk_directory.format", &p.chunk_count));
   MEGA_RETURN_IF_ERROR(CheckCountKey(md, name, "mega.segment_directory.count",
-                                     "mega.segment_directory.format", &segment_count));
+                                     "mega.segment_directory.format", &p.segment_count));
   MEGA_RETURN_IF_ERROR(CheckCountKey(md, name, "mega.moe.expert_table.count",
-                                     "mega.moe.expert_table.format", &moe_count));
-  std::optional<uint64_t> n_experts;
+                                     "mega.moe.expert_table.format", &p.moe_count));
   if (const MetaValue* ne = md.Find("mega.moe.n_experts")) {
     auto v = ne->AsUint64();
     if (!v.ok()) {
       return DataLossError(name + ": mega.moe.n_experts must be a non-negative integer, got " +
                            ne->ToJson());
     }
-    n_experts = *v;
+    p.n_experts = *v;
   }
-
-  // Tensor directory.
+  return Status::OK();
+}
+// §3: tensor directory entries and their field consistency.
+Status MegaParser::ParseDirectory(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   uint64_t min_dir;
-  if (tensor_count > (1ull << 32) ||
-      MulOverflows(tensor_count, mega_internal::kMinTensorEntryBytes, &min_dir) ||
+  if (p.tensor_count > (1ull << 32) ||
+      MulOverflows(p.tensor_count, mega_internal::kMinTensorEntryBytes, &min_dir) ||
       min_dir > src.remaining()) {
-    return src.Error("tensor_count " + std::to_string(tensor_count) + " cannot fit in the " +
+    return src.Error("tensor_count " + std::to_string(p.tensor_count) + " cannot fit in the " +
                      std::to_string(src.remaining()) + " header bytes that remain");
   }
-  auto& tensors = r->tensors_;
-  tensors.reserve(tensor_count);
-  for (uint64_t i = 0; i < tensor_count; ++i) {
+  tensors.reserve(p.tensor_count);
+  for (uint64_t i = 0; i < p.tensor_count; ++i) {
     const uint64_t at = src.position();
     MegaTensorInfo t;
     t.tensor_id = static_cast<uint32_t>(i);
     MEGA_ASSIGN_OR_RETURN(t.name, src.CompactString("tensor name"));
     auto who = [&t] { return "tensor " + Quote(t.name); };  // built only on error
+    if (!IsCleanText(t.name)) return src.ErrorAt(at, who() + ": name is not valid UTF-8 without NUL");
     if (r->by_name_.count(t.name)) return src.ErrorAt(at, "duplicate tensor name " + Quote(t.name));
     MEGA_ASSIGN_OR_RETURN(t.dir_flags, src.U32("dir_flags"));
     if (t.dir_flags & ~kMegaDirKnownFlags) {
@@ -406,27 +460,34 @@ Status MegaParser::Parse(MegaReader* r) {
     r->by_name_.emplace(t.name, tensors.size());
     tensors.push_back(std::move(t));
   }
-
-  // Chunk records.
+  return Status::OK();
+}
+// §4: chunk records (88 bytes each).
+Status MegaParser::ParseChunkRecords(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count"));
+      RecordsFit(src, p.chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count"));
   std::unordered_set<uint64_t> chunk_ids;
-  for (uint64_t i = 0; i < chunk_count; ++i) {
+  for (uint64_t i = 0; i < p.chunk_count; ++i) {
     const uint64_t at = src.position();
     MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaChunkRecordSize, "chunk record"));
-    const std::byte* p = rec.data();
+    const std::byte* q = rec.data();
     MegaChunkInfo c;
-    c.tensor_id = Load32(p);
-    c.chunk_id = Load32(p + 4);
-    c.logical_offset = Load64(p + 8);
-    c.logical_size = Load64(p + 16);
-    c.payload_offset = Load64(p + 24);
-    c.stored_size = Load64(p + 32);
-    uint32_t codec = Load32(p + 40);
-    c.flags = Load32(p + 44);
-    uint32_t ct = Load32(p + 48);
-    uint32_t reserved = Load32(p + 52);
-    std::memcpy(c.checksum.data(), p + 56, 32);
+    c.tensor_id = Load32(q);
+    c.chunk_id = Load32(q + 4);
+    c.logical_offset = Load64(q + 8);
+    c.logical_size = Load64(q + 16);
+    c.payload_offset = Load64(q + 24);
+    c.stored_size = Load64(q + 32);
+    uint32_t codec = Load32(q + 40);
+    c.flags = Load32(q + 44);
+    uint32_t ct = Load32(q + 48);
+    uint32_t reserved = Load32(q + 52);
+    std::memcpy(c.checksum.data(), q + 56, 32);
     std::string who = "chunk record " + std::to_string(i);
     if (c.tensor_id >= tensors.size()) {
       return src.ErrorAt(at, who + ": tensor_id " + std::to_string(c.tensor_id) + " out of range (" +
@@ -479,6 +540,15 @@ Status MegaParser::Parse(MegaReader* r) {
     if (reserved != 0) return src.ErrorAt(at, who + ": reserved field is " + std::to_string(reserved));
     t.chunks.push_back(c);
   }
+  return Status::OK();
+}
+// §4: the chunks of each chunked tensor tile its logical bytes exactly.
+Status MegaParser::CheckChunkTiling(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   for (MegaTensorInfo& t : tensors) {
     if (!t.chunked()) continue;
     std::sort(t.chunks.begin(), t.chunks.end(),
@@ -502,26 +572,32 @@ Status MegaParser::Parse(MegaReader* r) {
                            std::to_string(t.logical_nbytes));
     }
   }
-
-  // Segment records.
+  return Status::OK();
+}
+// §5: segment records (72 bytes each).
+Status MegaParser::ParseSegmentRecords(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count"));
-  std::unordered_set<uint32_t> segment_ids;
-  for (uint64_t i = 0; i < segment_count; ++i) {
+      RecordsFit(src, p.segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count"));
+  for (uint64_t i = 0; i < p.segment_count; ++i) {
     const uint64_t at = src.position();
     MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaSegmentRecordSize, "segment record"));
-    const std::byte* p = rec.data();
+    const std::byte* q = rec.data();
     MegaSegment s;
     uint32_t* head[] = {&s.segment_id, &s.kind, &s.priority, &s.flags,
                         &s.layer_start, &s.layer_end, &s.expert_start, &s.expert_end};
-    for (int k = 0; k < 8; ++k) *head[k] = Load32(p + 4 * k);
-    s.payload_offset = Load64(p + 32);
-    s.payload_size = Load64(p + 40);
+    for (int k = 0; k < 8; ++k) *head[k] = Load32(q + 4 * k);
+    s.payload_offset = Load64(q + 32);
+    s.payload_size = Load64(q + 40);
     uint32_t* tail[] = {&s.first_tensor_id, &s.tensor_count, &s.prefetch_group,
                         &s.device_hint,     &s.cache_policy, &s.reserved};
-    for (int k = 0; k < 6; ++k) *tail[k] = Load32(p + 48 + 4 * k);
+    for (int k = 0; k < 6; ++k) *tail[k] = Load32(q + 48 + 4 * k);
     const std::string who = "segment " + std::to_string(s.segment_id);
-    if (!segment_ids.insert(s.segment_id).second) return src.ErrorAt(at, "duplicate " + who);
+    if (!p.segment_ids.insert(s.segment_id).second) return src.ErrorAt(at, "duplicate " + who);
     if (s.layer_start > s.layer_end) {
       return src.ErrorAt(at, who + ": layer range " + std::to_string(s.layer_start) + ".." +
                                  std::to_string(s.layer_end) + " is reversed");
@@ -538,12 +614,19 @@ Status MegaParser::Parse(MegaReader* r) {
     if (s.reserved != 0) return src.ErrorAt(at, who + ": reserved field is non-zero");
     r->segments_.push_back(s);
   }
-
-  // MoE expert records.
+  return Status::OK();
+}
+// §6: MoE expert records (32 bytes each).
+Status MegaParser::ParseMoeRecords(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count"));
+      RecordsFit(src, p.moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count"));
   std::unordered_set<uint32_t> moe_tensors;
-  for (uint64_t i = 0; i < moe_count; ++i) {
+  for (uint64_t i = 0; i < p.moe_count; ++i) {
     const uint64_t at = src.position();
     MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaMoeRecordSize, "MoE expert record"));
     MegaMoeExpert m;
@@ -558,29 +641,36 @@ Status MegaParser::Parse(MegaReader* r) {
       return src.ErrorAt(at, who + ": duplicate tensor_id " + std::to_string(m.tensor_id) + " (" +
                                  Quote(tensors[m.tensor_id].name) + ")");
     }
-    if (n_experts && m.expert_id >= *n_experts) {
+    if (p.n_experts && m.expert_id >= *p.n_experts) {
       return src.ErrorAt(at, who + ": expert_id " + std::to_string(m.expert_id) +
-                                 " >= mega.moe.n_experts " + std::to_string(*n_experts));
+                                 " >= mega.moe.n_experts " + std::to_string(*p.n_experts));
     }
-    if (m.segment_id != kMegaNoSegment && !r->segments_.empty() && !segment_ids.count(m.segment_id)) {
+    if (m.segment_id != kMegaNoSegment && !r->segments_.empty() && !p.segment_ids.count(m.segment_id)) {
       return src.ErrorAt(at, who + ": unknown segment_id " + std::to_string(m.segment_id));
     }
     if (m.reserved != 0) return src.ErrorAt(at, who + ": reserved field is non-zero");
     r->moe_experts_.push_back(m);
   }
-
-  // Header length and stored ranges.
+  return Status::OK();
+}
+// §1 / §9: header_length, and every stored range inside the payload, pairwise disjoint.
+Status MegaParser::CheckStoredRanges(ParseState& p) {
+  [[maybe_unused]] MegaReader* r = p.r;
+  [[maybe_unused]] const std::string& name = p.name;
+  [[maybe_unused]] ByteSource& src = p.src;
+  [[maybe_unused]] auto& tensors = r->tensors_;
+  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
   const uint64_t records_end = src.position();
   uint64_t header_length;
   if (mega_internal::AlignUp(records_end, r->alignment_, &header_length) ||
-      header_length > payload_end) {
+      header_length > p.payload_end) {
     return DataLossError(name + ": header records end at " + std::to_string(records_end) +
                          "; aligned to " + std::to_string(r->alignment_) +
-                         " the header does not fit in the " + std::to_string(payload_end) +
+                         " the header does not fit in the " + std::to_string(p.payload_end) +
                          "-byte " + (r->overlay_.present ? "base" : "file"));
   }
   r->header_length_ = header_length;
-  const uint64_t payload_size = payload_end - header_length;
+  const uint64_t payload_size = p.payload_end - header_length;
 
   struct StoredRange {
     uint64_t begin, end;
@@ -640,7 +730,127 @@ Status MegaParser::Parse(MegaReader* r) {
                            std::to_string(payload_size));
     }
   }
+  return Status::OK();
+}
 
+// §11: megackpt.header_crc32, when present, is the last header entry; its
+// value is the CRC-32 of [0, header_length) with those 4 value bytes zeroed.
+Status MegaParser::CheckHeaderChecksum(ParseState& p) {
+  MegaReader* r = p.r;
+  const MegaMetadata& md = r->header_metadata_;
+  const MetaValue* v = md.Find(kMegaHeaderCrcKey);
+  if (v == nullptr) return Status::OK();
+  if (v->type() != MetaType::kUint32 || md.entries().back().key != kMegaHeaderCrcKey) {
+    return DataLossError(p.name + ": " + std::string(kMegaHeaderCrcKey) +
+                         " must be the last header entry, of type UINT32 (got " +
+                         std::string(MetaTypeName(v->type())) + ")");
+  }
+  const uint32_t want = static_cast<uint32_t>(*v->AsUint64());
+  const uint64_t value_at = p.metadata_end - 4;
+  MEGA_ASSIGN_OR_RETURN(auto header, p.src.Window(0, r->header_length_));
+  const std::byte zeros[4] = {};
+  uint32_t got = Crc32(header.subspan(0, value_at));
+  got = Crc32Extend(got, zeros);
+  got = Crc32Extend(got, header.subspan(value_at + 4));
+  if (got != want) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "0x%08x, the header bytes [0, %llu) hash to 0x%08x", want,
+                  static_cast<unsigned long long>(r->header_length_), got);
+    return DataLossError(p.name + ": header checksum mismatch: " + std::string(kMegaHeaderCrcKey) +
+                         " says " + buf + " (a header byte is corrupt)");
+  }
+  r->header_checksummed_ = true;
+  return Status::OK();
+}
+
+// §11: megackpt.block_crc32.block_sizes and .table_offsets (one per tensor).
+Status MegaParser::ParseBlockTables(ParseState& p) {
+  MegaReader* r = p.r;
+  const MegaMetadata& md = r->header_metadata_;
+  const MetaValue* sizes = md.Find(kMegaBlockSizesKey);
+  const MetaValue* tables = md.Find(kMegaBlockTableKey);
+  if (sizes == nullptr && tables == nullptr) return Status::OK();
+  const std::string sk(kMegaBlockSizesKey), tk(kMegaBlockTableKey);
+  if (sizes == nullptr || tables == nullptr) {
+    return DataLossError(p.name + ": " + (sizes ? sk : tk) + " present without " + (sizes ? tk : sk));
+  }
+  auto& tensors = r->tensors_;
+  const std::string count = std::to_string(tensors.size());
+  if (!sizes->is_array() || sizes->element_type() != MetaType::kUint32 || sizes->size() != tensors.size()) {
+    return DataLossError(p.name + ": " + sk + " must be an array of " + count + " UINT32 (one per tensor)");
+  }
+  if (!tables->is_array() || tables->element_type() != MetaType::kUint64 || tables->size() != tensors.size()) {
+    return DataLossError(p.name + ": " + tk + " must be an array of " + count + " UINT64 (one per tensor)");
+  }
+  const uint64_t payload_size = p.payload_end - r->header_length_;
+  // Every stored range and every table, to check that none overlaps another.
+  struct Span {
+    uint64_t begin, end;
+    size_t tensor;
+    bool table;
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    MegaTensorInfo& t = tensors[i];
+    if (t.chunked()) {
+      for (const MegaChunkInfo& c : t.chunks) spans.push_back({c.payload_offset, c.payload_offset + c.stored_size, i, false});
+    } else if (t.stored_nbytes > 0) {
+      spans.push_back({t.payload_offset, t.payload_offset + t.stored_nbytes, i, false});
+    }
+    const uint64_t b = *(*sizes->element(i)).AsUint64();
+    if (b == 0) continue;
+    if ((b & (b - 1)) != 0 || b < kMegaMinBlockSize || b > kMegaMaxBlockSize) {
+      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block size " + std::to_string(b) +
+                           " is not a power of two in [64, 2^20]");
+    }
+    if (!t.is_plain()) {
+      return DataLossError(p.name + ": tensor " + Quote(t.name) +
+                           " has a block size but is compressed, shuffled or chunked");
+    }
+    const uint64_t off = *(*tables->element(i)).AsUint64();
+    const uint64_t entries = (t.logical_nbytes + b - 1) / b;
+    uint64_t end;
+    if (AddOverflows(off, 4 * entries, &end) || end > payload_size) {
+      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block CRC table at payload offset " +
+                           std::to_string(off) + " (" + std::to_string(entries) +
+                           " entries) exceeds the payload size " + std::to_string(payload_size));
+    }
+    t.block_size = b;
+    t.block_table_offset = r->header_length_ + off;
+    if (entries > 0) spans.push_back({off, end, i, true});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  auto what = [&](const Span& s) {
+    return std::string(s.table ? "the block CRC table of tensor " : "tensor ") + Quote(tensors[s.tensor].name) +
+           " " + Range(s.begin, s.end);
+  };
+  for (size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].begin < spans[k - 1].end && (spans[k].table || spans[k - 1].table)) {
+      return DataLossError(p.name + ": " + what(spans[k]) + " overlaps " + what(spans[k - 1]));
+    }
+  }
+  return Status::OK();
+}
+
+Status MegaParser::Parse(MegaReader* r) {
+  const RandomAccessFile& f = *r->file_;
+  uint64_t payload_end = 0;
+  MEGA_RETURN_IF_ERROR(ParseFooter(r, &payload_end));
+  r->payload_end_ = payload_end;
+  ParseState p{r, f.name(), ByteSource(f, 0, payload_end), payload_end};
+  MEGA_RETURN_IF_ERROR(ParsePreamble(p));
+  MEGA_RETURN_IF_ERROR(ParseMetadata(p));
+  MEGA_RETURN_IF_ERROR(CheckStructuralKeys(p));
+  MEGA_RETURN_IF_ERROR(ParseDirectory(p));
+  MEGA_RETURN_IF_ERROR(ParseChunkRecords(p));
+  MEGA_RETURN_IF_ERROR(CheckChunkTiling(p));
+  MEGA_RETURN_IF_ERROR(ParseSegmentRecords(p));
+  MEGA_RETURN_IF_ERROR(ParseMoeRecords(p));
+  MEGA_RETURN_IF_ERROR(CheckStoredRanges(p));
+  MEGA_RETURN_IF_ERROR(CheckHeaderChecksum(p));
+  MEGA_RETURN_IF_ERROR(ParseBlockTables(p));
   // Effective metadata: overlay values replace header values.
   r->metadata_ = r->header_metadata_;
   for (const MetaEntry& e : r->overlay_.metadata.entries()) r->metadata_.Set(e.key, e.value);
@@ -659,6 +869,7 @@ Result<std::unique_ptr<MegaReader>> MegaReader::Open(std::unique_ptr<RandomAcces
   r->options_ = options;
   if (r->options_.read_block_size == 0) r->options_.read_block_size = mega_internal::kDefaultIoBlock;
   MEGA_RETURN_IF_ERROR(MegaParser::Parse(r.get()));
+  r->verified_ = std::make_unique<std::atomic<uint8_t>[]>(r->tensors_.size());
   return r;
 }
 
@@ -833,6 +1044,42 @@ Status VerifyUnit(const ReadContext& ctx, const Unit& u) {
   return Status::OK();
 }
 
+// A plain tensor with block CRCs: one pass over its bytes checks the tensor
+// checksum and every block against the table (so verify covers the table too).
+Status VerifyWithBlocks(const ReadContext& ctx, const MegaTensorInfo& t) {
+  const uint64_t b = t.block_size, n = t.logical_nbytes;
+  const uint64_t blocks = (n + b - 1) / b;
+  std::vector<uint32_t> table(blocks);
+  MEGA_RETURN_IF_ERROR(ctx.file.ReadExactlyAt(t.block_table_offset,
+                                              std::as_writable_bytes(std::span<uint32_t>(table))));
+  const uint64_t piece_max = std::max<uint64_t>(ctx.block / b * b, b);
+  MEGA_ASSIGN_OR_RETURN(auto buf, Scratch(std::min(piece_max, n)));
+  const Unit u = TensorUnit(t);
+  Checker ck(t.checksum_type);
+  for (uint64_t off = 0; off < n; off += piece_max) {
+    std::span<std::byte> piece(buf.get(), std::min(piece_max, n - off));
+    MEGA_RETURN_IF_ERROR(ctx.file.ReadExactlyAt(t.file_offset + off, piece));
+    ck.Update(piece);
+    for (uint64_t o = 0; o < piece.size(); o += b) {
+      const uint64_t k = (off + o) / b;
+      const uint64_t len = std::min<uint64_t>(b, piece.size() - o);
+      const uint32_t got = Crc32(piece.subspan(o, len));
+      if (got != table[k]) {
+        char text[64];
+        std::snprintf(text, sizeof text, "stored 0x%08x, computed 0x%08x", table[k], got);
+        return DataLossError(ctx.file.name() + ": " + u.what + ": block " + std::to_string(k) + " (bytes " +
+                             Range(k * b, k * b + len) + " of the tensor, at offset " +
+                             std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + text +
+                             " (the tensor's bytes or its block CRC table at offset " +
+                             std::to_string(t.block_table_offset + 4 * k) + " are corrupt)");
+      }
+    }
+  }
+  const MegaChecksum got = ck.Finish();
+  if (got != t.checksum) return ChecksumMismatch(ctx, u, got);
+  return Status::OK();
+}
+
 // Decoded bytes [0, logical) of tensor t into out.
 Status DecodeTensor(const ReadContext& ctx, const MegaTensorInfo& t, std::span<std::byte> out) {
   if (!t.chunked()) return DecodeUnit(ctx, TensorUnit(t), out);
@@ -965,6 +1212,153 @@ Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, Thread
   return Status::OK();
 }
 
+namespace {
+
+// One thread's staging buffer for partial reads (reused across calls).
+Result<std::byte*> RunStaging(uint64_t n) {
+  thread_local std::shared_ptr<std::byte> buf;
+  thread_local uint64_t size = 0;
+  if (size < n) {
+    MEGA_ASSIGN_OR_RETURN(buf, Scratch(n));
+    size = n;
+  }
+  return buf.get();
+}
+
+uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
+
+// Reads byte runs of plain tensor t (sorted by src, src relative to the
+// tensor) into out, widened to t's checksum blocks: every block a run touches
+// is read once and its CRC-32 checked against the block table right after it
+// lands; then the runs' bytes are handed over. Pieces inside one run go
+// straight into out (verified there); edges and gaps through staging.
+Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, std::span<const BoxRun> runs,
+                        std::span<std::byte> out, uint64_t max_piece) {
+  const uint64_t b = t.block_size;
+  const uint64_t stored = t.logical_nbytes;
+  const uint64_t piece_max = std::max<uint64_t>(AlignDown(max_piece, b), b);
+  // Consecutive touched blocks form groups; each gets its slice of the table.
+  struct Group {
+    uint64_t b0, b1;  // block indices [b0, b1)
+    size_t crc_at;    // index of block b0's CRC in `crcs`
+  };
+  std::vector<Group> groups;
+  size_t total = 0;
+  for (const BoxRun& r : runs) {
+    if (r.n == 0) continue;
+    const uint64_t rb0 = r.src / b, rb1 = (r.src + r.n + b - 1) / b;
+    if (!groups.empty() && rb0 <= groups.back().b1) {
+      if (rb1 > groups.back().b1) {
+        total += rb1 - groups.back().b1;
+        groups.back().b1 = rb1;
+      }
+    } else {
+      groups.push_back({rb0, rb1, total});
+      total += rb1 - rb0;
+    }
+  }
+  if (groups.empty()) return Status::OK();
+  // The table entries: neighbouring groups' entries in one read while the gap
+  // between them is at most 16 entries or the read stays within 5% more than
+  // the entries needed.
+  std::vector<uint32_t> crcs(total);
+  for (size_t g = 0; g < groups.size();) {
+    size_t h = g + 1;
+    uint64_t needed = groups[g].b1 - groups[g].b0;
+    while (h < groups.size()) {
+      const uint64_t span = groups[h].b1 - groups[g].b0;
+      const uint64_t want = needed + (groups[h].b1 - groups[h].b0);
+      if (groups[h].b0 - groups[h - 1].b1 > 16 && span * 100 > want * 105) break;
+      needed = want;
+      ++h;
+    }
+    const uint64_t span = groups[h - 1].b1 - groups[g].b0;
+    std::vector<uint32_t> raw(span);
+    MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(t.block_table_offset + 4 * groups[g].b0,
+                                            std::as_writable_bytes(std::span<uint32_t>(raw))));
+    for (size_t k = g; k < h; ++k) {
+      std::memcpy(crcs.data() + groups[k].crc_at, raw.data() + (groups[k].b0 - groups[g].b0),
+                  4 * (groups[k].b1 - groups[k].b0));
+    }
+    g = h;
+  }
+  auto check = [&](const Group& g, uint64_t at, std::span<const std::byte> bytes) -> Status {
+    for (uint64_t o = 0; o < bytes.size(); o += b) {
+      const uint64_t k = (at + o) / b;
+      const uint64_t len = std::min<uint64_t>(b, bytes.size() - o);
+      const uint32_t got = Crc32(bytes.subspan(o, len));
+      const uint32_t want = crcs[g.crc_at + (k - g.b0)];
+      if (got != want) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "stored 0x%08x, computed 0x%08x", want, got);
+        return DataLossError(file.name() + ": tensor " + Quote(t.name) + ": block " + std::to_string(k) +
+                             " (bytes " + Range(k * b, k * b + len) + " of the tensor, at offset " +
+                             std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + buf);
+      }
+    }
+    return Status::OK();
+  };
+  size_t ri = 0;
+  for (const Group& g : groups) {
+    uint64_t p = g.b0 * b;
+    const uint64_t end = std::min(g.b1 * b, stored);
+    while (p < end) {
+      while (ri < runs.size() && runs[ri].src + runs[ri].n <= p) ++ri;
+      // End of the part of run r that is whole blocks (the tensor's short last
+      // block counts as whole).
+      auto whole_end = [&](const BoxRun& r) {
+        return r.src + r.n == stored ? stored : AlignDown(r.src + r.n, b);
+      };
+      if (ri < runs.size() && runs[ri].src <= p && whole_end(runs[ri]) > p) {
+        const BoxRun& r = runs[ri];
+        const uint64_t q = std::min(p + piece_max, whole_end(r));
+        auto dst = out.subspan(r.dst + (p - r.src), q - p);
+        MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(t.file_offset + p, dst));
+        MEGA_RETURN_IF_ERROR(check(g, p, dst));
+        p = q;
+        continue;
+      }
+      uint64_t q = std::min(p + piece_max, end);
+      for (size_t k = ri; k < runs.size() && runs[k].src < q; ++k) {
+        const uint64_t d = (runs[k].src + b - 1) / b * b;  // first whole block of run k
+        if (d > p && d < q && whole_end(runs[k]) > d) {
+          q = d;
+          break;
+        }
+      }
+      MEGA_ASSIGN_OR_RETURN(std::byte * staging, RunStaging(piece_max));
+      std::span<std::byte> bytes(staging, q - p);
+      MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(t.file_offset + p, bytes));
+      MEGA_RETURN_IF_ERROR(check(g, p, bytes));
+      for (size_t k = ri; k < runs.size() && runs[k].src < q; ++k) {
+        const uint64_t a = std::max(runs[k].src, p), e = std::min(runs[k].src + runs[k].n, q);
+        if (a < e) std::memcpy(out.data() + runs[k].dst + (a - runs[k].src), staging + (a - p), e - a);
+      }
+      p = q;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MegaReader::VerifyOnce(size_t index) const {
+  if (verified_[index].load(std::memory_order_acquire)) return Status::OK();
+  MEGA_RETURN_IF_ERROR(VerifyTensor(index));
+  verified_[index].store(1, std::memory_order_release);
+  return Status::OK();
+}
+
+Status MegaReader::ReadPlainRuns(size_t index, std::span<const BoxRun> runs, std::span<std::byte> out) const {
+  const MegaTensorInfo& t = tensors_[index];
+  const uint64_t piece = std::max<uint64_t>(options_.read_block_size, 1u << 20);
+  if (options_.verify_checksums && t.checksum_type != MegaChecksumType::kNone) {
+    if (t.block_size > 0) return ReadRunsVerified(*file_, t, runs, out, piece);
+    MEGA_RETURN_IF_ERROR(VerifyOnce(index));
+  }
+  return ReadBoxRuns(*file_, t.file_offset, runs, out);
+}
+
 Status MegaReader::ReadRange(size_t index, uint64_t logical_offset, std::span<std::byte> dst) const {
   if (index >= tensors_.size()) {
     return NotFoundError(file_name() + ": tensor index " + std::to_string(index) + " out of range");
@@ -979,7 +1373,10 @@ Status MegaReader::ReadRange(size_t index, uint64_t logical_offset, std::span<st
   if (dst.empty()) return Status::OK();
   ReadContext ctx{*file_, options_.read_block_size, options_.verify_checksums};
   if (logical_offset == 0 && dst.size() == t.logical_nbytes) return DecodeTensor(ctx, t, dst);
-  if (t.is_plain()) return file_->ReadExactlyAt(t.file_offset + logical_offset, dst);
+  if (t.is_plain()) {
+    const BoxRun run{logical_offset, 0, dst.size()};
+    return ReadPlainRuns(index, std::span<const BoxRun>(&run, 1), dst);
+  }
   if (!t.chunked()) {
     MEGA_ASSIGN_OR_RETURN(auto buf, Scratch(t.logical_nbytes));
     std::span<std::byte> all(buf.get(), t.logical_nbytes);
@@ -1016,100 +1413,45 @@ Status MegaReader::ReadRange(std::string_view name, uint64_t logical_offset,
 Status MegaReader::ReadSlice(std::string_view name, std::span<const int64_t> start,
                              const Tensor& dst) const {
   MEGA_ASSIGN_OR_RETURN(size_t index, IndexOf(name));
+  return ReadSlice(index, start, dst);
+}
+
+Status MegaReader::ReadSlice(size_t index, std::span<const int64_t> start, const Tensor& dst) const {
+  if (index >= tensors_.size()) {
+    return NotFoundError(file_name() + ": tensor index " + std::to_string(index) + " out of range");
+  }
   const MegaTensorInfo& t = tensors_[index];
   const std::string who = file_name() + ": tensor " + Quote(t.name);
-  const int nd = static_cast<int>(t.shape.size());
-  if (!dst.defined() || dst.dtype() != t.dtype || dst.ndim() != nd ||
-      start.size() != static_cast<size_t>(nd)) {
+  const size_t nd = t.shape.size();
+  if (!dst.defined() || dst.dtype() != t.dtype || dst.ndim() != static_cast<int>(nd) || start.size() != nd) {
     return InvalidArgumentError(who + ": slice destination/start must have dtype " +
                                 std::string(DTypeName(t.dtype)) + " and rank " + std::to_string(nd));
   }
-  for (int d = 0; d < nd; ++d) {
-    if (start[d] < 0 || dst.shape()[d] > t.shape[d] || start[d] > t.shape[d] - dst.shape()[d]) {
-      return OutOfRangeError(who + ": slice start " + ShapeToString(start) + " size " +
-                             ShapeToString(dst.shape()) + " exceeds shape " +
-                             ShapeToString(t.shape));
-    }
-  }
+  Status box = CheckBox(t.shape, {}, start, dst.shape());
+  if (!box.ok()) return Status(box.code(), who + ": slice " + box.message());
   if (dst.numel() == 0) return Status::OK();
   if (!dst.is_contiguous()) {
     MEGA_ASSIGN_OR_RETURN(Tensor tmp, Tensor::Empty(dst.dtype(), dst.shape()));
-    MEGA_RETURN_IF_ERROR(ReadSlice(name, start, tmp));
+    MEGA_RETURN_IF_ERROR(ReadSlice(index, start, tmp));
     return CopyTensor(tmp, dst);
   }
-  // The box is a sequence of runs: dims [k, nd) are whole, dim k-1 is partial.
-  int k = nd;
-  while (k > 0 && dst.shape()[k - 1] == t.shape[k - 1]) --k;
-  if (k == 0) return ReadRange(index, 0, dst.Bytes());
-  const int r = k - 1;
-  uint64_t inner = 1;
-  for (int d = r + 1; d < nd; ++d) inner *= static_cast<uint64_t>(t.shape[d]);
-  const uint64_t run_elems = static_cast<uint64_t>(dst.shape()[r]) * inner;
-  const bool f4 = t.dtype == DType::kF4;
-  const uint64_t es = f4 ? 1 : DTypeSize(t.dtype);
-  auto elem_bytes = [&](uint64_t elems) { return f4 ? elems / 2 : elems * es; };
-  // Row-major element strides of the stored tensor.
-  std::vector<uint64_t> stride(nd, 1);
-  for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * static_cast<uint64_t>(t.shape[d + 1]);
-  struct Run {
-    uint64_t src, len, dst;
-  };
-  std::vector<Run> runs;
-  uint64_t n_runs = 1;
-  for (int d = 0; d < r; ++d) n_runs *= static_cast<uint64_t>(dst.shape()[d]);
-  runs.reserve(n_runs);
-  std::vector<int64_t> idx(r, 0);
-  uint64_t dst_off = 0;
-  const uint64_t run_bytes = elem_bytes(run_elems);
-  for (uint64_t i = 0; i < n_runs; ++i) {
-    uint64_t e = static_cast<uint64_t>(start[r]) * stride[r];
-    for (int d = 0; d < r; ++d) e += static_cast<uint64_t>(start[d] + idx[d]) * stride[d];
-    if (f4 && (e % 2 != 0 || run_elems % 2 != 0)) {
-      return InvalidArgumentError(who + ": F4 slice runs must start and end on whole bytes");
-    }
-    runs.push_back({elem_bytes(e), run_bytes, dst_off});
-    dst_off += run_bytes;
-    for (int d = r - 1; d >= 0; --d) {
-      if (++idx[d] < dst.shape()[d]) break;
-      idx[d] = 0;
-    }
-  }
-  std::span<std::byte> out = dst.Bytes();
-  ReadContext ctx{*file_, options_.read_block_size, options_.verify_checksums};
-  if (t.is_plain()) {
-    // Large runs: one pread each, straight into dst. Small runs: read the span
-    // of several runs into a staging block and copy them out.
-    constexpr uint64_t kDirectRun = 256u << 10;
-    if (run_bytes >= kDirectRun) {
-      for (const Run& run : runs) {
-        MEGA_RETURN_IF_ERROR(
-            file_->ReadExactlyAt(t.file_offset + run.src, out.subspan(run.dst, run.len)));
-      }
-      return Status::OK();
-    }
-    const uint64_t block = std::max<uint64_t>(ctx.block, run_bytes);
-    MEGA_ASSIGN_OR_RETURN(auto buf, Scratch(block));
-    size_t i = 0;
-    while (i < runs.size()) {
-      size_t j = i + 1;
-      while (j < runs.size() && runs[j].src + runs[j].len - runs[i].src <= block) ++j;
-      const uint64_t span_begin = runs[i].src;
-      const uint64_t span_len = runs[j - 1].src + runs[j - 1].len - span_begin;
-      MEGA_RETURN_IF_ERROR(
-          file_->ReadExactlyAt(t.file_offset + span_begin, std::span<std::byte>(buf.get(), span_len)));
-      for (size_t q = i; q < j; ++q) {
-        std::memcpy(out.data() + runs[q].dst, buf.get() + (runs[q].src - span_begin), runs[q].len);
-      }
-      i = j;
-    }
+  // The box as byte runs of the stored (row-major) tensor, merged where adjacent.
+  std::vector<BoxRun> runs;
+  Status planned = ForEachBoxByteRun(t.dtype, t.shape, start, dst.shape(), [&](const BoxRun& r) {
+    runs.push_back(r);
     return Status::OK();
-  }
+  });
+  if (!planned.ok()) return Status(planned.code(), who + ": " + planned.message());
+  std::span<std::byte> out = dst.Bytes();
+  if (t.is_plain()) return ReadPlainRuns(index, runs, out);
+  // Decoded units (verified as they are decoded); each run's part copied out.
+  ReadContext ctx{*file_, options_.read_block_size, options_.verify_checksums};
   auto copy_runs = [&](uint64_t piece_begin, std::span<const std::byte> piece, size_t* first) {
     const uint64_t piece_end = piece_begin + piece.size();
-    while (*first < runs.size() && runs[*first].src + runs[*first].len <= piece_begin) ++*first;
+    while (*first < runs.size() && runs[*first].src + runs[*first].n <= piece_begin) ++*first;
     for (size_t q = *first; q < runs.size() && runs[q].src < piece_end; ++q) {
       const uint64_t b = std::max(runs[q].src, piece_begin);
-      const uint64_t e = std::min(runs[q].src + runs[q].len, piece_end);
+      const uint64_t e = std::min(runs[q].src + runs[q].n, piece_end);
       std::memcpy(out.data() + runs[q].dst + (b - runs[q].src), piece.data() + (b - piece_begin), e - b);
     }
   };
@@ -1121,12 +1463,12 @@ Status MegaReader::ReadSlice(std::string_view name, std::span<const int64_t> sta
     copy_runs(0, all, &first);
     return Status::OK();
   }
-  const uint64_t lo = runs.front().src, hi = runs.back().src + runs.back().len;
+  const uint64_t lo = runs.front().src, hi = runs.back().src + runs.back().n;
   for (const MegaChunkInfo& c : t.chunks) {
     const uint64_t cb = c.logical_offset, ce = cb + c.logical_size;
     if (ce <= lo || cb >= hi) continue;
     // Skip chunks no run touches.
-    while (first < runs.size() && runs[first].src + runs[first].len <= cb) ++first;
+    while (first < runs.size() && runs[first].src + runs[first].n <= cb) ++first;
     if (first >= runs.size() || runs[first].src >= ce) continue;
     MEGA_ASSIGN_OR_RETURN(auto buf, Scratch(c.logical_size));
     std::span<std::byte> whole(buf.get(), c.logical_size);
@@ -1166,6 +1508,7 @@ Status MegaReader::VerifyTensor(size_t index) const {
   }
   const MegaTensorInfo& t = tensors_[index];
   ReadContext ctx{*file_, options_.read_block_size, true};
+  if (t.block_size > 0 && t.logical_nbytes > 0) return VerifyWithBlocks(ctx, t);
   if (!t.chunked()) return VerifyUnit(ctx, TensorUnit(t));
   for (const MegaChunkInfo& c : t.chunks) MEGA_RETURN_IF_ERROR(VerifyUnit(ctx, ChunkUnit(t, c)));
   return Status::OK();

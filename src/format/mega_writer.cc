@@ -34,6 +34,7 @@
 
 #include "format/mega_internal.h"
 #include "format/quote.h"
+#include "megackpt/core/text.h"
 #include "megackpt/format/mega_encoder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/format/mega.h"
@@ -253,8 +254,12 @@ MegaWriter::~MegaWriter() = default;
 
 Status MegaWriter::AddMetadata(std::string key, MetaValue value) {
   if (finished_) return FailedPreconditionError("MegaWriter: AddMetadata after Finish");
-  if (!mega_internal::IsValidUtf8(key)) {
-    return InvalidArgumentError("MegaWriter: metadata key is not valid UTF-8");
+  if (!IsCleanText(key)) {
+    return InvalidArgumentError("MegaWriter: metadata key " + Quote(key) + " is not valid UTF-8 without NUL");
+  }
+  if (!IsCleanMetaValue(value)) {
+    return InvalidArgumentError("MegaWriter: metadata value of " + Quote(key) +
+                                " holds a string that is not valid UTF-8 without NUL");
   }
   if (options_.profile == MegaProfile::kTensorPlay && IsProfileKey(key)) {
     return InvalidArgumentError("MegaWriter: metadata key " + Quote(key) +
@@ -290,8 +295,8 @@ Status MegaWriter::AddTensor(std::string name, const Tensor& tensor,
   if (finished_) return FailedPreconditionError("MegaWriter: AddTensor after Finish");
   if (name.empty()) return InvalidArgumentError("MegaWriter: empty tensor name");
   if (name.size() > UINT32_MAX) return InvalidArgumentError("MegaWriter: tensor name too long");
-  if (!mega_internal::IsValidUtf8(name)) {
-    return InvalidArgumentError("MegaWriter: tensor name is not valid UTF-8");
+  if (!IsCleanText(name)) {
+    return InvalidArgumentError("MegaWriter: tensor name " + Quote(name) + " is not valid UTF-8 without NUL");
   }
   if (!tensor.defined()) return InvalidArgumentError("MegaWriter: tensor " + Quote(name) + " is undefined");
   if (tensor.dtype() == DType::kF4 && !tensor.is_contiguous()) {
@@ -746,8 +751,9 @@ Result<MegaFooterOverlayInfo> AppendFooterOverlay(const std::string& path,
     if (IsMegaStructuralKey(e.key)) {
       return InvalidArgumentError(path + ": footer overlay may not set structural key " + Quote(e.key));
     }
-    if (!mega_internal::IsValidUtf8(e.key)) {
-      return InvalidArgumentError(path + ": footer overlay key is not valid UTF-8");
+    if (!IsCleanText(e.key) || !IsCleanMetaValue(e.value)) {
+      return InvalidArgumentError(path + ": footer overlay entry " + Quote(e.key) +
+                                  " is not valid UTF-8 without NUL");
     }
   }
   MegaReaderOptions ro;

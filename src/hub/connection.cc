@@ -141,6 +141,7 @@ CommitInfo CommitFromJson(const json& j) {
   c.description = StrOr(j, "description");
   c.author = StrOr(j, "author");
   c.created_ms = ParseTimestamp(StrOr(j, "created_at"));
+  c.no_change = j.contains("no_change") && j["no_change"].is_boolean() && j["no_change"].get<bool>();
   if (j.contains("files") && j["files"].is_array()) {
     for (const auto& f : j["files"]) {
       FileChange ch;
@@ -178,13 +179,11 @@ BucketEntry BucketEntryFromJson(const json& j) {
 }
 
 // Random access through HTTP Range requests on a resolve URL. Each ReadAt is
-// one GET for exactly the bytes asked for; the hub reads only the xorb ranges
-// covering them. The answer's X-Xet-Hash must still be the opened content
+// one GET for exactly the bytes asked for, received straight into `dst`; the
+// hub reads only the xorb ranges covering them. The answer's X-Xet-Hash must still be the opened content
 // (buckets are mutable: a replaced file fails the read instead of mixing).
 class RemoteRangeFile final : public RandomAccessFile {
  public:
-  static constexpr size_t kFastRangeBytes = 1u << 20;
-
   RemoteRangeFile(std::shared_ptr<HttpClient> http, std::string target, std::string name,
                   FileEntry entry)
       : http_(std::move(http)), target_(std::move(target)), name_(std::move(name)),
@@ -196,18 +195,6 @@ class RemoteRangeFile final : public RandomAccessFile {
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset >= entry_.size || dst.empty()) return size_t{0};
     size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), entry_.size - offset));
-    // Large reads: the body goes straight into dst (no 4 KiB pieces, no copy);
-    // anything unusual falls back to the retrying cpp-httplib path below.
-    if (n >= kFastRangeBytes) {
-      std::string xet;
-      if (http_->FastRangeGet(target_, offset, dst.first(n), &xet)) {
-        if (!xet.empty() && ToLower(xet) != ToLower(entry_.xet_hash)) {
-          return AbortedError(name_ + ": the file changed while it was being read (content " + xet +
-                              ", opened " + entry_.xet_hash + ")");
-        }
-        return n;
-      }
-    }
     HttpRequest req;
     req.target = target_;
     req.headers.push_back({"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});

@@ -1,17 +1,9 @@
 #include "hub/http_client.h"
 
-#include <httplib.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
-#include <cctype>
-#include <cerrno>
+#include <curl/curl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -74,108 +66,163 @@ Status ErrorFromHttp(const HttpResponse& r, std::string_view what) {
   }
 }
 
+namespace {
+
+// libcurl's global state, set up once per process before the first handle.
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+bool NotSent(CURLcode c) {
+  return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ||
+         c == CURLE_COULDNT_RESOLVE_PROXY;
+}
+
+// Per-attempt state shared with libcurl's callbacks.
+struct Exchange {
+  CURL* curl = nullptr;
+  const HttpRequest* request = nullptr;
+  HttpResponse* out = nullptr;
+  std::atomic<uint64_t>* received = nullptr;
+  bool sink_refused = false;
+};
+
+size_t OnBody(char* data, size_t size, size_t nmemb, void* cls) {
+  auto* x = static_cast<Exchange*>(cls);
+  size_t n = size * nmemb;
+  *x->received += n;
+  long code = 0;
+  curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
+  if (x->request->sink && code >= 200 && code < 300) {
+    if (!x->request->sink(data, n)) {
+      x->sink_refused = true;
+      return 0;  // CURLE_WRITE_ERROR
+    }
+    return n;
+  }
+  if (!x->request->sink || x->out->body.size() < (1u << 16)) x->out->body.append(data, n);
+  return n;
+}
+
+size_t OnHeader(char* data, size_t size, size_t nmemb, void* cls) {
+  auto* x = static_cast<Exchange*>(cls);
+  size_t n = size * nmemb;
+  std::string_view line(data, n);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.starts_with("HTTP/")) {
+    x->out->headers.clear();  // a new status line (after 100 Continue, a redirect)
+    return n;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return n;
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  x->out->headers.emplace(std::string(line.substr(0, colon)), std::string(value));
+  return n;
+}
+
+}  // namespace
+
+struct HttpClient::Handle {
+  CURL* curl = nullptr;
+  Handle() : curl(curl_easy_init()) {}
+  ~Handle() {
+    if (curl) curl_easy_cleanup(curl);
+  }
+};
+
 HttpClient::HttpClient(std::string endpoint, std::string token, RemoteOptions options)
     : endpoint_(std::move(endpoint)), token_(std::move(token)), options_(options) {
   while (!endpoint_.empty() && endpoint_.back() == '/') endpoint_.pop_back();
+  InitCurlOnce();
 }
 
 HttpClient::~HttpClient() = default;
 
-std::unique_ptr<httplib::Client> HttpClient::Acquire() {
+std::unique_ptr<HttpClient::Handle> HttpClient::Acquire() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
-      auto c = std::move(idle_.back());
+      auto h = std::move(idle_.back());
       idle_.pop_back();
-      return c;
+      return h;
     }
   }
-  auto c = std::make_unique<httplib::Client>(endpoint_);
-  c->set_keep_alive(true);
-  c->set_connection_timeout(options_.connect_timeout_seconds, 0);
-  c->set_read_timeout(options_.io_timeout_seconds, 0);
-  c->set_write_timeout(options_.io_timeout_seconds, 0);
-  c->set_tcp_nodelay(true);
-  return c;
+  return std::make_unique<Handle>();
 }
 
-void HttpClient::Release(std::unique_ptr<httplib::Client> c) {
+void HttpClient::Release(std::unique_ptr<Handle> h) {
   std::lock_guard<std::mutex> lock(mu_);
   if (idle_.size() < static_cast<size_t>(std::max(1, options_.max_connections))) {
-    idle_.push_back(std::move(c));
+    idle_.push_back(std::move(h));
   }
 }
 
 Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   std::string what = request.method + " " + endpoint_ + request.target;
   thread_local std::mt19937 rng(std::random_device{}());
+  const std::string_view body =
+      request.body_ref.empty() ? std::string_view(request.body) : request.body_ref;
+  const bool sends_body = !body.empty() || request.method == "POST" || request.method == "PUT";
+  std::string url = endpoint_ + request.target;
   for (int attempt = 0;; ++attempt) {
-    httplib::Request req;
-    req.method = request.method;
-    req.path = request.target;
-    for (const auto& [k, v] : request.headers) req.headers.emplace(k, v);
-    if (!token_.empty()) req.headers.emplace("Authorization", "Bearer " + token_);
-    req.headers.emplace("Accept-Encoding", "identity");
-    const std::string_view body =
-        request.body_ref.empty() ? std::string_view(request.body) : request.body_ref;
-    // POST/PUT bodies go through a content provider below (no copy here).
-    const bool with_body = !body.empty() && (request.method == "POST" || request.method == "PUT");
-    if (!body.empty() || request.method == "POST" || request.method == "PUT") {
-      if (!with_body) req.body = std::string(body);
-      req.headers.emplace("Content-Type",
-                          request.content_type.empty() ? "application/octet-stream" : request.content_type);
-    }
+    auto handle = Acquire();
+    if (!handle->curl) return InternalError(what + ": curl_easy_init failed");
+    CURL* c = handle->curl;
+    // Options are set afresh for every request; the handle keeps its connection.
+    curl_easy_reset(c);
     HttpResponse out;
-    if (request.reset) request.reset();
-    if (request.sink) {
-      req.response_handler = [&out](const httplib::Response& r) {
-        out.status = r.status;
-        return true;
-      };
-      req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-        bytes_received_ += len;
-        if (out.status >= 200 && out.status < 300) return request.sink(data, len);
-        out.body.append(data, std::min<size_t>(len, 1 << 16));
-        return true;
-      };
+    Exchange x{c, &request, &out, &bytes_received_};
+    curl_slist* headers = nullptr;
+    for (const auto& [k, v] : request.headers) headers = curl_slist_append(headers, (k + ": " + v).c_str());
+    if (!token_.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token_).c_str());
+    if (sends_body) {
+      std::string type = request.content_type.empty() ? "application/octet-stream" : request.content_type;
+      headers = curl_slist_append(headers, ("Content-Type: " + type).c_str());
     }
-    auto client = Acquire();
-    // Bodies go through a content provider: httplib 0.11's string-body path
-    // sends a 1 MiB body ~5x slower than handing it over in one piece.
-    httplib::Headers headers = req.headers;
-    headers.erase("Content-Type");
-    auto provider = [&body](size_t offset, size_t length, httplib::DataSink& sink) {
-      return sink.write(body.data() + offset, std::min(length, body.size() - offset));
-    };
-    std::string type = request.content_type.empty() ? "application/octet-stream" : request.content_type;
-    httplib::Result res =
-        !with_body ? client->send(req)
-        : request.method == "POST" ? client->Post(req.path, headers, body.size(), provider, type)
-                                   : client->Put(req.path, headers, body.size(), provider, type);
-    bytes_sent_ += body.size();
-    if (!res) {
-      httplib::Error err = res.error();
-      bool not_sent = err == httplib::Error::Connection || err == httplib::Error::ConnectionTimeout;
-      bool canceled = err == httplib::Error::Canceled;
-      // A broken connection is dropped (not returned to the pool).
-      if (canceled) {
-        return AbortedError(what + ": canceled by the receiver");
-      }
-      if ((request.idempotent || not_sent) && attempt < options_.max_retries) {
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 1L << 20);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(std::max(1, options_.connect_timeout_seconds)));
+    // An I/O timeout: less than 1 byte/s for io_timeout_seconds aborts.
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1, options_.io_timeout_seconds)));
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &OnBody);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &OnHeader);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
+    if (request.method == "HEAD") {
+      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    } else if (request.method != "GET") {
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    }
+    if (sends_body) {
+      // Sent from the caller's memory (no copy).
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    if (request.reset) request.reset();
+    CURLcode rc = curl_easy_perform(c);
+    curl_slist_free_all(headers);
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    Release(std::move(handle));
+    if (rc == CURLE_OK) bytes_sent_ += sends_body ? body.size() : 0;
+    if (rc != CURLE_OK) {
+      if (x.sink_refused) return AbortedError(what + ": canceled by the receiver");
+      if ((request.idempotent || NotSent(rc)) && attempt < options_.max_retries) {
         int ms = std::min(8000, options_.initial_backoff_ms << attempt);
         std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)));
         continue;
       }
-      return UnavailableError(what + ": " + httplib::to_string(err) + " after " +
+      return UnavailableError(what + ": " + curl_easy_strerror(rc) + " after " +
                               std::to_string(attempt + 1) + " attempt(s)");
     }
-    Release(std::move(client));
-    if (!request.sink) {
-      out.status = res->status;
-      out.body = std::move(res->body);
-      bytes_received_ += out.body.size();
-    }
-    for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
+    out.status = static_cast<int>(code);
     bool server_refused = out.status == 429 || out.status == 503;
     if (RetryableStatus(out.status) && (request.idempotent || server_refused) &&
         attempt < options_.max_retries) {
@@ -185,134 +232,6 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
     }
     return out;
   }
-}
-
-namespace {
-
-// host and port of "http://host[:port][/]" (no https, userinfo, path or IPv6
-// literal: those take the cpp-httplib path).
-bool SplitHttpEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
-  if (!endpoint.starts_with("http://")) return false;
-  std::string rest = endpoint.substr(7);
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.empty() || rest.find_first_of("/@[]?#") != std::string::npos) return false;
-  size_t colon = rest.rfind(':');
-  *host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  *port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-  return !host->empty() && !port->empty();
-}
-
-class SocketFd {
- public:
-  explicit SocketFd(int fd) : fd_(fd) {}
-  ~SocketFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-std::string LowerAscii(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-}  // namespace
-
-bool HttpClient::FastRangeGet(const std::string& target, uint64_t offset,
-                              std::span<std::byte> dst, std::string* xet_hash) {
-  if (dst.empty()) return false;
-  std::string host, port;
-  if (!SplitHttpEndpoint(endpoint_, &host, &port)) return false;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
-  int raw = -1;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    raw = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (raw < 0) continue;
-    timeval tv{};
-    tv.tv_sec = std::max(1, options_.io_timeout_seconds);
-    ::setsockopt(raw, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(raw, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (::connect(raw, a->ai_addr, a->ai_addrlen) == 0) break;
-    ::close(raw);
-    raw = -1;
-  }
-  ::freeaddrinfo(found);
-  if (raw < 0) return false;
-  SocketFd fd(raw);
-  int one = 1;
-  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-
-  const uint64_t last = offset + dst.size() - 1;
-  std::string req = "GET " + target + " HTTP/1.1\r\nHost: " + host + ":" + port +
-                    "\r\nRange: bytes=" + std::to_string(offset) + "-" + std::to_string(last) +
-                    "\r\nAccept-Encoding: identity\r\nConnection: close\r\n";
-  if (!token_.empty()) req += "Authorization: Bearer " + token_ + "\r\n";
-  req += "\r\n";
-  for (size_t sent = 0; sent < req.size();) {
-    ssize_t w = ::send(fd.get(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    sent += static_cast<size_t>(w);
-  }
-
-  // Status line and headers.
-  std::string head;
-  size_t head_end = std::string::npos;
-  char buf[16384];
-  while (head_end == std::string::npos) {
-    ssize_t r = ::recv(fd.get(), buf, sizeof(buf), 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0 || head.size() > (64u << 10)) return false;
-    head.append(buf, static_cast<size_t>(r));
-    head_end = head.find("\r\n\r\n");
-  }
-  if (head.compare(0, 9, "HTTP/1.1 ") != 0 || head.compare(9, 4, "206 ") != 0) return false;
-  bool have_length = false;
-  std::string range;
-  xet_hash->clear();
-  for (size_t pos = head.find("\r\n") + 2; pos < head_end;) {
-    size_t eol = head.find("\r\n", pos);
-    std::string line = head.substr(pos, eol - pos);
-    pos = eol + 2;
-    size_t colon = line.find(':');
-    if (colon == std::string::npos) return false;
-    std::string key = LowerAscii(line.substr(0, colon));
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
-    if (key == "content-length") {
-      if (value != std::to_string(dst.size())) return false;
-      have_length = true;
-    } else if (key == "transfer-encoding" || key == "content-encoding") {
-      if (LowerAscii(value) != "identity") return false;
-    } else if (key == "content-range") {
-      range = value;
-    } else if (key == "x-xet-hash") {
-      *xet_hash = value;
-    }
-  }
-  const std::string want_range = "bytes " + std::to_string(offset) + "-" + std::to_string(last) + "/";
-  if (!have_length || !range.starts_with(want_range)) return false;
-
-  // The body, straight into dst.
-  size_t got = head.size() - (head_end + 4);
-  if (got > dst.size()) return false;
-  std::memcpy(dst.data(), head.data() + head_end + 4, got);
-  while (got < dst.size()) {
-    ssize_t r = ::recv(fd.get(), dst.data() + got, dst.size() - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    got += static_cast<size_t>(r);
-  }
-  bytes_received_ += dst.size();
-  return true;
 }
 
 Result<HttpResponse> HttpClient::Call(const HttpRequest& request) {

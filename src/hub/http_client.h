@@ -1,6 +1,9 @@
-// A small HTTP/1.1 client for the hub: a pool of keep-alive connections
-// (cpp-httplib), bearer auth, retries with exponential backoff on transient
-// failures, and HTTP status -> Status mapping.
+// A small HTTP/1.1 client for the hub over libcurl: a pool of easy handles,
+// each keeping its keep-alive connection; bearer auth; retries with
+// exponential backoff on transient failures; HTTP status -> Status mapping.
+// Response bodies arrive in large reads (1 MiB receive buffer) and go
+// straight to the caller's sink; request bodies are sent from the caller's
+// memory without a copy. (docs/hub.md, "HTTP stack".)
 #ifndef MEGACKPT_HUB_HTTP_CLIENT_H_
 #define MEGACKPT_HUB_HTTP_CLIENT_H_
 
@@ -17,10 +20,6 @@
 
 #include "megackpt/hub/client.h"
 #include "megackpt/core/status.h"
-
-namespace httplib {
-class Client;
-}
 
 namespace megackpt::hub {
 
@@ -42,7 +41,8 @@ struct HttpRequest {
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> headers;
   // When set, 2xx response bodies are streamed here instead of into
-  // HttpResponse::body (returning false aborts).
+  // HttpResponse::body, in the pieces libcurl receives (returning false
+  // aborts: Send returns Aborted).
   std::function<bool(const char*, size_t)> sink;
   // Called before every attempt (so a sink can restart after a retry).
   std::function<void()> reset;
@@ -67,29 +67,19 @@ class HttpClient {
   // Send + status check: statuses >= 400 become errors (see ErrorFromHttp).
   Result<HttpResponse> Call(const HttpRequest& request);
 
-  // Bytes of the counters of this client.
+  // Body bytes sent and received by this client (headers excluded).
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
 
-  // A large `Range` GET without cpp-httplib (which reads bodies in 4 KiB
-  // pieces, each a poll + recv): one plain-HTTP connection, the body recv()ed
-  // straight into `dst` in large pieces. Returns true when `dst` holds bytes
-  // [offset, offset + dst.size()) from a 206 answer with exactly that
-  // Content-Range/Content-Length (X-Xet-Hash, when sent, in *xet_hash).
-  // Returns false — dst contents unspecified — whenever anything else
-  // happens (https endpoint, connection or timeout error, another status,
-  // chunked body...): the caller then uses Send(), which retries and maps errors.
-  bool FastRangeGet(const std::string& target, uint64_t offset, std::span<std::byte> dst,
-                    std::string* xet_hash);
-
  private:
-  std::unique_ptr<httplib::Client> Acquire();
-  void Release(std::unique_ptr<httplib::Client> c);
+  struct Handle;  // a libcurl easy handle (and its connection)
+  std::unique_ptr<Handle> Acquire();
+  void Release(std::unique_ptr<Handle> h);
 
   std::string endpoint_, token_;
   RemoteOptions options_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<httplib::Client>> idle_;
+  std::vector<std::unique_ptr<Handle>> idle_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 };
 

@@ -9,6 +9,7 @@ namespace {
 constexpr std::string_view kScheme = "mega://";
 constexpr size_t kMaxNamePart = 96;
 constexpr size_t kMaxPath = 1024;
+constexpr size_t kMaxPathSegment = 255;
 constexpr size_t kMaxRevision = 255;
 
 // Quotes a user-supplied fragment for an error message.
@@ -195,6 +196,13 @@ Status ValidateRepoPath(std::string_view path) {
     if (seg == "." || seg == "..") {
       return InvalidArgumentError("path " + Quote(path) + " has a " + Quote(seg) +
                                   " segment (path traversal is not allowed)");
+    }
+    // A longer name cannot be a file name on common filesystems (NAME_MAX),
+    // so such a file could never be pulled.
+    if (seg.size() > kMaxPathSegment) {
+      return InvalidArgumentError("path " + Quote(path.substr(0, 64)) + "...: segment " +
+                                  Quote(seg.substr(0, 32)) + "... is " + std::to_string(seg.size()) +
+                                  " bytes long (at most " + std::to_string(kMaxPathSegment) + ")");
     }
     if (slash == std::string_view::npos) break;
     start = slash + 1;

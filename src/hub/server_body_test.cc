@@ -1,13 +1,7 @@
-// megahub's large request bodies (POST /v1/xorbs): the rest of a plain
-// Content-Length body is received from the socket directly (not through
-// cpp-httplib's 4 KiB reads). These tests speak raw HTTP/1.1 over one
+// megahub's large request bodies (POST /v1/xorbs) arrive through the HTTP
+// layer's large per-connection buffer. These tests speak raw HTTP/1.1 over one
 // keep-alive connection and pipeline the next request behind the body, so a
 // receiver that read one byte too many or too few breaks the next answer.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -25,6 +19,7 @@ namespace megackpt::hub {
 namespace {
 
 using testing::RandomText;
+using testing::RawConnection;
 
 // A serialized xorb of `chunks` random chunks of 64 KiB and its hash.
 std::pair<std::string, std::string> MakeXorb(int chunks, uint32_t seed) {
@@ -39,72 +34,6 @@ std::pair<std::string, std::string> MakeXorb(int chunks, uint32_t seed) {
   return {std::string(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size()),
           fin.layout.xorb_hash.ToHex()};
 }
-
-struct Answer {
-  int status = 0;
-  std::string body;
-};
-
-class RawConnection {
- public:
-  explicit RawConnection(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    timeval tv{20, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool ok() const { return ok_; }
-  bool Send(std::string_view s) {
-    while (!s.empty()) {
-      ssize_t n = send(fd_, s.data(), s.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      s.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  // Reads one response with a Content-Length body.
-  std::optional<Answer> Read() {
-    size_t end;
-    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
-      if (!Fill()) return std::nullopt;
-    }
-    std::string head = buf_.substr(0, end);
-    Answer a;
-    if (head.size() < 12) return std::nullopt;
-    a.status = std::atoi(head.c_str() + 9);
-    size_t len = 0;
-    for (const char* key : {"Content-Length: ", "content-length: "}) {
-      size_t p = head.find(key);
-      if (p != std::string::npos) len = std::strtoull(head.c_str() + p + 16, nullptr, 10);
-    }
-    buf_.erase(0, end + 4);
-    while (buf_.size() < len) {
-      if (!Fill()) return std::nullopt;
-    }
-    a.body = buf_.substr(0, len);
-    buf_.erase(0, len);
-    return a;
-  }
-
- private:
-  bool Fill() {
-    char tmp[65536];
-    ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
-    if (n <= 0) return false;
-    buf_.append(tmp, static_cast<size_t>(n));
-    return true;
-  }
-  int fd_ = -1;
-  bool ok_ = false;
-  std::string buf_;
-};
 
 class HubServerBodyTest : public testing::InProcessHubTest {
  protected:
@@ -180,9 +109,7 @@ TEST_F(HubServerBodyTest, SlowBodyAndCorruptBodyKeepTheConnectionUsable) {
 TEST_F(HubServerBodyTest, TinyBodiesAndManyUploadsOnOneConnection) {
   RawConnection c(port_);
   ASSERT_TRUE(c.ok());
-  // A xorb smaller than cpp-httplib's 4 KiB buffer (the whole body arrives
-  // with the headers; not pipelined: cpp-httplib 0.11.4 makes a new stream
-  // per request and drops bytes it read ahead past a request), then several
+  // A tiny xorb (the whole body arrives with the headers), then several
   // large ones pipelined in a row.
   cas::XorbBuilder b;
   std::string small = RandomText(1000, 3), rec;

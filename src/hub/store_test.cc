@@ -295,6 +295,75 @@ TEST_F(HubStoreTest, BucketsAreMutable) {
   EXPECT_EQ(store_->BucketBatch("org/scratch", {bogus}).code(), StatusCode::kFailedPrecondition);
 }
 
+// hub.db holds token hashes and the key that signs CAS tokens: only the owner
+// may read it (and -wal/-shm), or enter the store's folders.
+TEST_F(HubStoreTest, StoreFilesArePrivate) {
+  ASSERT_TRUE(store_->CreateToken(TokenScope::kWrite, std::nullopt).ok());  // writes the WAL
+  const std::string root = root_.path() + "/fresh";
+  HubStoreOptions opts;
+  opts.sync = false;
+  auto fresh = HubStore::Open(root, opts);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ASSERT_TRUE((*fresh)->CreateToken(TokenScope::kRead, std::nullopt).ok());
+  auto mode = [](const std::string& p) {
+    return std::filesystem::status(p).permissions() & std::filesystem::perms::all;
+  };
+  using std::filesystem::perms;
+  EXPECT_EQ(mode(root), perms::owner_all);
+  EXPECT_EQ(mode(root + "/cas"), perms::owner_all);
+  EXPECT_EQ(mode(root + "/uploads"), perms::owner_all);
+  for (const char* f : {"/hub.db", "/hub.db-wal", "/hub.db-shm"}) {
+    if (f != std::string("/hub.db") && !std::filesystem::exists(root + f)) continue;
+    EXPECT_EQ(mode(root + f), perms::owner_read | perms::owner_write) << f;
+  }
+  fresh->reset();
+  // A database made readable by others is tightened on the next open.
+  std::filesystem::permissions(root + "/hub.db", perms::owner_read | perms::owner_write | perms::group_read |
+                                                     perms::others_read);
+  ASSERT_TRUE(HubStore::Open(root, opts).ok());
+  EXPECT_EQ(mode(root + "/hub.db"), perms::owner_read | perms::owner_write);
+}
+
+// A commit that leaves an existing branch's tree as it is makes no commit.
+TEST_F(HubStoreTest, CommitWithNothingToChangeIsNoCommit) {
+  ASSERT_TRUE(store_->CreateRepo({RepoType::kModel, "org", "m"}).ok());
+  auto up = store_->BeginUpload("a");
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(AsBytes("aaa")).ok());
+  ASSERT_TRUE((*up)->Close().ok());
+  CommitRequest req;
+  req.repo = "org/m";
+  req.ops = {Add("a.txt", (*up)->entry())};
+  auto first = store_->Commit(req);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->no_change);
+  for (int i = 0; i < 2; ++i) {
+    req.parent = first->id;
+    auto again = store_->Commit(req);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_TRUE(again->no_change);
+    EXPECT_EQ(again->id, first->id);
+    EXPECT_EQ(*store_->ResolveRevision("org/m", "main"), first->id);
+    req.ops.push_back(req.ops.front());  // the same add twice: still nothing
+  }
+  // Delete + re-add of the same content: nothing either; an empty request too.
+  CommitOperation del;
+  del.kind = CommitOperation::Kind::kDelete;
+  del.path = "a.txt";
+  req.ops = {del, Add("a.txt", (*up)->entry())};
+  EXPECT_TRUE(store_->Commit(req)->no_change);
+  req.ops.clear();
+  EXPECT_TRUE(store_->Commit(req)->no_change);
+  EXPECT_EQ(store_->ListCommits("org/m", "main", 0, 100)->size(), 2u);
+  // A new branch is always created by a commit.
+  req.branch = "dev";
+  req.create_branch = true;
+  auto branch = store_->Commit(req);
+  ASSERT_TRUE(branch.ok());
+  EXPECT_FALSE(branch->no_change);
+  EXPECT_EQ(*store_->ResolveRevision("org/m", "dev"), branch->id);
+}
+
 TEST_F(HubStoreTest, Tokens) {
   auto w = store_->CreateToken(TokenScope::kWrite, std::string("org"));
   ASSERT_TRUE(w.ok());
@@ -342,9 +411,12 @@ TEST_F(HubStoreTest, MultipartUpload) {
   std::vector<std::pair<int, std::string>> parts;
   for (int n = 1; n <= 3; ++n) {
     std::string part = data.substr((n - 1) * 1000, 1000);
-    ASSERT_TRUE(WriteLocalFileAtomically(store_->UploadPartPath(u->id, n), part, false).ok());
-    ASSERT_TRUE(store_->RecordUploadPart(u->id, n, "e" + std::to_string(n), part.size()).ok());
-    parts.emplace_back(n, "e" + std::to_string(n));
+    auto w = store_->BeginUploadPart(u->id, n, part.size());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Append(AsBytes(part)).ok());
+    auto etag = (*w)->Finish();
+    ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+    parts.emplace_back(n, *etag);
   }
   auto entry = store_->CompleteMultipartUpload(u->id, parts);
   ASSERT_TRUE(entry.ok()) << entry.status().ToString();

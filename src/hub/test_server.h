@@ -1,11 +1,18 @@
-// Test helper: a megahub HubServer served in-process on a loopback port, over
-// a fresh store in a temp folder, with one write token. For the hub layer's
+// Test helpers: a megahub HubServer served in-process on a loopback port, over
+// a fresh store in a temp folder, with one write token; a raw HTTP connection. For the hub layer's
 // unit tests (the integration tests run the megahub binary: tests/hub_test_server.h).
 #ifndef MEGACKPT_SRC_HUB_TEST_SERVER_H_
 #define MEGACKPT_SRC_HUB_TEST_SERVER_H_
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
 
 #include <cstdint>
 #include <filesystem>
@@ -26,6 +33,83 @@ inline std::string RandomText(size_t n, uint32_t seed) {
   for (char& c : s) c = static_cast<char>(rng());
   return s;
 }
+
+struct Answer {
+  int status = 0;
+  std::string body;
+};
+
+// One client TCP connection to 127.0.0.1:port speaking raw HTTP/1.1 (for
+// tests of pipelining, early answers and connection limits).
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    timeval tv{20, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return ok_; }
+  bool Send(std::string_view s) {
+    while (!s.empty()) {
+      ssize_t n = send(fd_, s.data(), s.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      s.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // True when the server closed the connection (or reset it) within
+  // `timeout_ms` without sending anything more.
+  bool ClosedWithin(int timeout_ms) {
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char tmp[4096];
+    ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+  // Reads one response with a Content-Length body.
+  std::optional<Answer> Read() {
+    size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return std::nullopt;
+    }
+    std::string head = buf_.substr(0, end);
+    Answer a;
+    if (head.size() < 12) return std::nullopt;
+    a.status = std::atoi(head.c_str() + 9);
+    size_t len = 0;
+    for (const char* key : {"Content-Length: ", "content-length: "}) {
+      size_t p = head.find(key);
+      if (p != std::string::npos) len = std::strtoull(head.c_str() + p + 16, nullptr, 10);
+    }
+    buf_.erase(0, end + 4);
+    while (buf_.size() < len) {
+      if (!Fill()) return std::nullopt;
+    }
+    a.body = buf_.substr(0, len);
+    buf_.erase(0, len);
+    return a;
+  }
+
+ private:
+  bool Fill() {
+    char tmp[65536];
+    ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string buf_;
+};
 
 // A fixture base: SetUp opens a store under /tmp/<prefix>-XXXXXX/hub (no
 // fsync), creates a write token and serves it on 127.0.0.1; TearDown stops the

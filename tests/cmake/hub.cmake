@@ -2,7 +2,7 @@
 # executables are built before the test binaries that launch them.
 # (the route and remote-CAS tests, docs/hub.md route table, start megahub too)
 foreach(t fs_conformance_test hub_server_test hub_transaction_test hub_cli_test
-          hub_routes_test hub_remote_cas_test)
+          hub_routes_test hub_remote_cas_test hub_security_test)
   if(TARGET ${t} AND TARGET megahub)
     add_dependencies(${t} megahub)
   endif()

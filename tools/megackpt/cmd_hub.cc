@@ -132,7 +132,12 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
                 {"uploaded_bytes", st.new_bytes},
                 {"total_bytes", total},
                 {"files", files.size()}};
+    if (commit->no_change) out["no_change"] = true;
     std::printf("%s\n", out.dump().c_str());
+  } else if (commit->no_change) {
+    // The hub made no commit: every file was already there, unchanged.
+    std::printf("nothing to change: %s is already at commit %s (%zu files, %s)\n",
+                uri->Root().ToString().c_str(), commit->id.c_str(), files.size(), HumanBytes(total).c_str());
   } else {
     std::printf("%s %s: %zu files, %s, %s uploaded (new content)\n",
                 commit->id.empty() ? "updated" : ("commit " + commit->id).c_str(),

@@ -2,6 +2,8 @@
 // commands (tokens, garbage collection). A thin shell over megackpt::hub.
 #include <signal.h>
 
+#include <microhttpd.h>
+
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
       "  megahub gc --root /data/hub --grace-seconds 3600",
       "megahub"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("megahub 0.1.0 (libmicrohttpd ") + MHD_get_version() + ")");
   int exit_code = 0;
 
   HubServerOptions options;
@@ -88,7 +91,24 @@ int main(int argc, char** argv) {
   serve->add_option("--root", root, "Hub root folder (created when missing)")->required();
   serve->add_option("--port", options.port, "TCP port; 0 picks a free one")->default_val(8080);
   serve->add_option("--host", options.host, "Address to listen on")->default_val("127.0.0.1");
-  serve->add_option("--threads", options.threads, "Connection worker threads")->default_val(64);
+  serve->add_option("--threads", options.threads,
+                    "Event threads serving the connections (an idle connection holds none)")
+      ->default_val(64);
+  serve->add_option("--listen-backlog", options.listen_backlog,
+                    "Backlog of the listening socket (clamped by net.core.somaxconn)")
+      ->default_val(1024);
+  serve->add_option("--max-connections", options.max_connections,
+                    "Connections open at once; more are closed at once")
+      ->default_val(1024);
+  serve->add_option("--max-connections-per-client", options.max_connections_per_client,
+                    "Connections open at once from one client IP address")
+      ->default_val(256);
+  serve->add_option("--header-timeout", options.header_timeout_seconds,
+                    "Seconds a connection may stay silent while sending request headers or idle")
+      ->default_val(30);
+  serve->add_option("--read-timeout", options.read_timeout_seconds,
+                    "Seconds a connection may stay silent while sending a body or being answered")
+      ->default_val(60);
   serve->add_option("--max-object-bytes", options.max_object_bytes,
                     "Largest xorb / blob / upload-part / shard body (413 beyond)");
   serve->add_option("--max-json-bytes", options.max_json_bytes,

@@ -57,7 +57,8 @@ inline constexpr std::string_view kMegaStorageIndexName = "model.mega.index.json
 inline constexpr std::string_view kSafetensorsStorageIndexName = "model.safetensors.index.json";
 
 // Shard header keys (MEGA metadata, or safetensors `__metadata__` entries).
-//  tensorplay.dcp.version      UINT32 1
+//  tensorplay.dcp.version      UINT32 2 (2: the shard also carries the header
+//                                      CRC and block CRCs, format/mega_encoder.h)
 //  tensorplay.dcp.save_id      STRING  id of the save that wrote the file
 //  tensorplay.dcp.entries      STRING  JSON {fqn: {"kind": "tensor"|"bytes",
 //                                      "dtype": "F32", "global_shape": [..],
@@ -68,7 +69,7 @@ inline constexpr std::string_view kDcpVersionKey = "tensorplay.dcp.version";
 inline constexpr std::string_view kDcpSaveIdKey = "tensorplay.dcp.save_id";
 inline constexpr std::string_view kDcpEntriesKey = "tensorplay.dcp.entries";
 inline constexpr std::string_view kDcpObjectPathsKey = "tensorplay.dcp.object_paths";
-inline constexpr uint32_t kDcpShardVersion = 1;
+inline constexpr uint32_t kDcpShardVersion = 2;
 // Top-level member of model.mega.index.json listing sharded entries:
 // {fqn: {"dtype", "shape", "chunks": [{"file", "offsets", "sizes"}]}}.
 inline constexpr std::string_view kDcpIndexShardedKey = "tensorplay.dcp.sharded";
@@ -149,10 +150,17 @@ class MegaStorageWriter final : public StorageWriter {
 
 struct MegaStorageReaderOptions {
   int thread_count = 2;
-  // Verify the stored checksum whenever a read covers a whole stored tensor.
+  // Verify every byte a load hands over (default): a read of a whole stored
+  // piece against its checksum, a partial read block by block against the
+  // shard's block CRCs (widened to whole blocks; shards without them, e.g.
+  // TensorPlay's, get the whole stored tensor verified once first). False
+  // turns all of it off — never silently: ReadMetadata prints a warning
+  // naming the checkpoint to stderr, and verification() says so.
+  // Safetensors shards carry no checksums and cannot be verified.
   bool verify_checksums = true;
-  // Also verify every stored tensor of which only a slice is read (reads the
-  // whole stored tensor once more).
+  // Additionally verify the whole stored tensor a partial read comes from
+  // (reads it once more; with block CRCs this only adds the bytes outside the
+  // slice).
   bool verify_partial_reads = false;
   // Which metadata file to read: -1 ".metadata"; r >= 1 ".metadata.rank<r>"
   // (saves with use_collectives = false).
@@ -190,6 +198,8 @@ class MegaStorageReader final : public StorageReader {
 
   // Valid after ReadMetadata.
   CheckpointSource source() const;
+  // "verified" or "off" (options.verify_checksums), as logged by ReadMetadata.
+  std::string_view verification() const;
 
  private:
   struct Impl;

@@ -21,6 +21,7 @@
 #define MEGACKPT_FORMAT_MEGA_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "megackpt/core/box_runs.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/dtype.h"
 #include "megackpt/core/file.h"
@@ -247,6 +249,11 @@ struct MegaTensorInfo {
   // chunked_raw_dense only: the chunks sorted by logical_offset (they tile
   // [0, logical_nbytes) exactly).
   std::vector<MegaChunkInfo> chunks;
+  // Block CRC-32s (megackpt.block_crc32.*, docs/format/mega-v1.md §11): plain
+  // tensors only; 0 = none. The CRC of bytes [k * block_size, ...) of the
+  // tensor is the u32 at file offset block_table_offset + 4 * k.
+  uint64_t block_size = 0;
+  uint64_t block_table_offset = 0;
 
   bool compressed() const { return tensor_flags & kMegaTensorCompressed; }
   bool byte_shuffled() const { return tensor_flags & kMegaTensorByteShuffled; }
@@ -344,6 +351,9 @@ class MegaReader {
   const std::vector<MegaSegment>& segments() const { return segments_; }
   const std::vector<MegaMoeExpert>& moe_experts() const { return moe_experts_; }
   const MegaFooterOverlayInfo& footer_overlay() const { return overlay_; }
+  // True when the header carries megackpt.header_crc32 (checked at Open: a
+  // corrupt header byte fails Open with DataLoss).
+  bool header_checksummed() const { return header_checksummed_; }
 
   // Reads tensor `index`'s decoded bytes into dst (caller memory, any strides).
   // A contiguous dst receives the bytes straight from pread; compressed,
@@ -372,11 +382,21 @@ class MegaReader {
   Status ReadRange(size_t index, uint64_t logical_offset, std::span<std::byte> dst) const;
 
   // Reads the box [start, start + dst.shape()) of a tensor into dst (any
-  // strides), reading only the byte runs the box covers (plain tensors) or
-  // the overlapping chunks (chunked). REQUIRES: dst.ndim() == tensor rank,
-  // start.size() == rank; InvalidArgument/OutOfRange otherwise. F4 boxes must
-  // be whole rows of bytes (InvalidArgument otherwise).
+  // strides), reading only the byte runs the box covers (plain tensors; the
+  // runs come from core/box_runs.h) or the overlapping chunks (chunked).
+  // REQUIRES: dst.ndim() == tensor rank, start.size() == rank;
+  // InvalidArgument/OutOfRange otherwise. F4 boxes must be whole rows of bytes
+  // (InvalidArgument otherwise).
+  //
+  // Verification of partial reads (ReadRange and ReadSlice of plain tensors)
+  // when options.verify_checksums and the tensor has a checksum: with block
+  // CRCs (files written with MegaEncoderOptions::block_checksums) the runs are
+  // widened to whole blocks and every block is checked once, on the bytes as
+  // they land (DataLoss naming file, tensor, block and offset); without them
+  // the whole stored tensor is verified once per reader (VerifyTensor) before
+  // the first partial read of it.
   Status ReadSlice(std::string_view name, std::span<const int64_t> start, const Tensor& dst) const;
+  Status ReadSlice(size_t index, std::span<const int64_t> start, const Tensor& dst) const;
 
   // A zero-copy, read-only view into the mapping for a plain tensor (writing
   // through it faults: the mapping is PROT_READ). The view's owner keeps the
@@ -399,6 +419,9 @@ class MegaReader {
  private:
   friend class MegaParser;  // src/format/mega_reader.cc
   MegaReader() = default;
+  // Plain tensor `index`: bytes runs (src relative to the tensor) into out.
+  Status ReadPlainRuns(size_t index, std::span<const BoxRun> runs, std::span<std::byte> out) const;
+  Status VerifyOnce(size_t index) const;
 
   std::shared_ptr<RandomAccessFile> file_;
   MegaReaderOptions options_;
@@ -412,6 +435,9 @@ class MegaReader {
   std::vector<MegaSegment> segments_;
   std::vector<MegaMoeExpert> moe_experts_;
   MegaFooterOverlayInfo overlay_;
+  bool header_checksummed_ = false;
+  // Tensors VerifyOnce has checked (partial reads of tensors without blocks).
+  std::unique_ptr<std::atomic<uint8_t>[]> verified_;
 };
 
 // ---- writer ------------------------------------------------------------------

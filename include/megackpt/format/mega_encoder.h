@@ -16,7 +16,7 @@
 //      cache. Callers that produce stored bytes themselves (zstd, byte
 //      shuffle) write them with WriteAt / Append and hand in the checksums
 //      (SetUnitChecksum).
-//   3. Finish: the block table, the header (at offset 0, positioned sinks) and
+//   3. Finish: the header (at offset 0, positioned sinks) and
 //      the tail guard (docs/format/mega-v1.md §8.11).
 //
 // Sequential sinks (no WriteAt, e.g. an upload stream) need the header first:
@@ -25,12 +25,13 @@
 // pass over memory, then one write pass). Both sink kinds give identical bytes.
 //
 // Owned metadata keys (docs/format/mega-v1.md §11), written only when asked:
-//   megackpt.block_crc32.block_sizes  ARRAY<UINT32> per tensor (0 = none)
-//   megackpt.block_crc32.table_offset UINT64, payload-relative offset of the table
+//   megackpt.block_crc32.block_sizes   ARRAY<UINT32> per tensor (0 = none)
+//   megackpt.block_crc32.table_offsets ARRAY<UINT64> per tensor: payload-relative
+//                                      offset of its CRC table (right after its bytes)
 //   megackpt.header_crc32             UINT32, last header entry: CRC-32 of the
 //                                     header bytes with these 4 bytes zeroed
 // Readers that do not know them ignore them (the tensors stay raw_dense,
-// zero-copy readable; the table sits in payload bytes no tensor uses).
+// zero-copy readable; the tables sit in payload bytes no tensor uses).
 #ifndef MEGACKPT_FORMAT_MEGA_ENCODER_H_
 #define MEGACKPT_FORMAT_MEGA_ENCODER_H_
 
@@ -52,18 +53,22 @@
 namespace megackpt::format {
 
 inline constexpr std::string_view kMegaBlockSizesKey = "megackpt.block_crc32.block_sizes";
-inline constexpr std::string_view kMegaBlockTableKey = "megackpt.block_crc32.table_offset";
+inline constexpr std::string_view kMegaBlockTableKey = "megackpt.block_crc32.table_offsets";
 inline constexpr std::string_view kMegaHeaderCrcKey = "megackpt.header_crc32";
 // Block sizes are powers of two in [kMegaMinBlockSize, kMegaMaxBlockSize].
 inline constexpr uint64_t kMegaMinBlockSize = 64;
 inline constexpr uint64_t kMegaMaxBlockSize = 1ull << 20;
 
 // The block size the encoder picks for a raw tensor (0 = no blocks: empty
-// tensors): a power of two near 1/16 of the innermost dimension's bytes,
-// clamped to [256, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a box
-// is widened to whole blocks, so a box cutting the innermost dimension in k
-// parts reads about k/16 more than it needs (docs/mega-storage.md §5).
+// tensors): the power of two at or below 1/32 of the innermost dimension's
+// bytes, clamped to [64, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a
+// box is widened to whole blocks, so a box cutting the innermost dimension in
+// k parts reads about k/32 more than it needs (docs/mega-storage.md §5).
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape);
+
+// True when every string in v (STRING, arrays of strings, nested arrays) is
+// valid UTF-8 without NUL: what writers accept and readers require.
+bool IsCleanMetaValue(const MetaValue& v);
 
 // One independently stored byte range of a tensor: the whole tensor, or one
 // chunk of a chunked_raw_dense tensor.
@@ -95,7 +100,7 @@ struct MegaEncoderOptions {
   // tensorplay.checksum (the writer-wide default; TensorPlay profile).
   MegaChecksumType checksum = MegaChecksumType::kCrc32;
   // Block CRC-32s of every raw, checksummed tensor (MegaBlockSizeFor) in a
-  // table after the last tensor, so a partial read can be verified.
+  // table right after the tensor's bytes, so a partial read can be verified.
   bool block_checksums = false;
   // megackpt.header_crc32 as the last header entry.
   bool header_checksum = false;
@@ -177,7 +182,7 @@ class MegaEncoder {
   Status WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                   const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
                   bool positioned, uint64_t max_piece);
-  std::string EncodeBlockTable() const;
+  static std::string EncodeBlockTable(const std::vector<uint32_t>& crcs);
 
   std::string file_name_;
   MegaEncoderOptions options_;
@@ -189,8 +194,7 @@ class MegaEncoder {
   std::vector<std::vector<uint8_t>> unit_done_;
   std::vector<uint64_t> block_size_;                   // per tensor, 0 = none
   std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor
-  uint64_t table_offset_ = 0;                          // payload-relative
-  uint64_t table_bytes_ = 0;
+  std::vector<uint64_t> table_offsets_;                // per tensor, payload-relative
   uint32_t payload_crc_ = 0;
   Sha256Digest payload_sha_{};
   uint64_t header_length_ = 0;

@@ -66,7 +66,8 @@ bool IsMegaUri(std::string_view s);
 Result<MegaUri> ParseMegaUri(std::string_view uri);
 
 // Checks a repository-relative file path: non-empty, no leading '/', no empty,
-// "." or ".." segment, no backslash, no control characters, at most 1024 bytes.
+// "." or ".." segment, no backslash, no control characters, at most 1024 bytes,
+// each segment at most 255 bytes.
 // `what` names the path in the error ("path 'a/../b': segment '..' ...").
 Status ValidateRepoPath(std::string_view path);
 

@@ -1,10 +1,16 @@
 // HubServer: the `megahub` HTTP/1.1 service over a HubStore. Serves the routes
 // the existing MEGA client uses (spec/mega-hub-protocol.md) plus the Xet CAS
-// `/v1/...` routes; the full list and deviations are in docs/hub.md.
+// `/v1/...` routes; the full list, the server's layout and its HTTP stack
+// (libmicrohttpd) are in docs/hub.md.
 //
-// Threading: a fixed pool of `threads` connection workers (keep-alive
-// connections each hold one while open). Stop() stops accepting, lets
-// in-flight requests finish, then Serve() returns.
+// Requests are authenticated and authorised from their headers before any
+// body byte is read. Handler errors map to 4xx; an unexpected exception is a
+// 500 and is logged on stderr.
+//
+// Threading: `threads` event threads (epoll) serve all connections; an idle
+// or slow connection holds no thread, a request being handled holds its
+// connection's thread. Stop() stops accepting, lets in-flight requests
+// finish, then Serve() returns.
 #ifndef MEGACKPT_HUB_SERVER_H_
 #define MEGACKPT_HUB_SERVER_H_
 
@@ -21,13 +27,21 @@ struct HubServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = any free port (see HubServer::port())
   int threads = 64;
+  // The listening socket's backlog (clamped by net.core.somaxconn).
+  int listen_backlog = 1024;
+  // Connections open at once, in all and per client IP address; beyond, a
+  // new connection is closed at once.
+  int max_connections = 1024;
+  int max_connections_per_client = 256;
   // Bodies of objects (xorbs, blobs, upload parts, shards): 413 beyond this.
   uint64_t max_object_bytes = 80ull << 20;
   // Bodies of JSON / NDJSON requests: 413 beyond this.
   uint64_t max_json_bytes = 48ull << 20;
+  // A connection that sends nothing for this long while its request headers
+  // are incomplete, or while idle between requests, is closed.
+  int header_timeout_seconds = 30;
+  // The same while a request body is received or a request is handled.
   int read_timeout_seconds = 60;
-  int write_timeout_seconds = 60;
-  int keep_alive_seconds = 30;
   // Part size handed out by POST /api/uploads.
   uint64_t upload_part_size = 8ull << 20;
   // Lifetime of the Xet CAS access tokens from the xet-*-token routes.

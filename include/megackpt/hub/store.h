@@ -1,9 +1,11 @@
 // HubStore: the hub's storage engine, used in-process by `mega://` in embedded
 // mode and by the `megahub` server. Metadata in SQLite (WAL, one transaction
 // per change, writers take the lock up front with BEGIN IMMEDIATE), file
-// content in the CAS engine (local backend). Layout under the root folder:
+// content in the CAS engine (local backend). Layout under the root folder
+// (created 0700, hub.db and its -wal/-shm 0600: they hold token hashes and
+// the key that signs CAS tokens):
 //
-//   ROOT/hub.db (+ -wal, -shm)   SQLite metadata (schema in docs/hub.md)
+//   ROOT/hub.db (+ -wal, -shm)   SQLite metadata (schema: src/hub/store_schema.h)
 //   ROOT/cas/                    CAS local store (xorbs, reconstructions, index)
 //   ROOT/uploads/<id>/           parts of resumable multipart uploads
 //
@@ -140,20 +142,30 @@ class HubStore {
   //    either !rebase or a touched path changed in between;
   //  NotFound for a missing repo/branch/deleted path/copy source;
   //  FailedPrecondition when an added entry's content is not in the CAS;
-  //  InvalidArgument for a bad path (.., absolute, empty segment).
-  // An empty operation list still makes a commit.
+  //  InvalidArgument for a bad path (.., absolute, empty segment, a segment
+  //    longer than 255 bytes).
+  // A content hash the request's `access` may not read fails exactly like an
+  // unknown one. When the branch exists and the operations leave its tree
+  // unchanged, no commit is made: the answer is the head with no_change set.
   Result<CommitInfo> Commit(const CommitRequest& request);
 
   // ---- content ----
-  // Starts a streaming upload into the CAS. After Close, call RecordContent
-  // (RecordContent keeps it from GC until committed or the grace period ends).
-  Result<std::unique_ptr<ContentUpload>> BeginUpload(std::string name = "upload");
+  // Starts a streaming upload into the CAS. Close() records the content
+  // (RecordContent with a verified SHA-256 and `grant_ns`), which keeps it
+  // from GC until committed or the grace period ends.
+  Result<std::unique_ptr<ContentUpload>> BeginUpload(std::string name = "upload",
+                                                     std::optional<std::string> grant_ns = std::nullopt);
   // Remembers uploaded content (size, xet hash, sha256). `sha256_verified`:
   // the hub computed the SHA-256 itself, so FindBySha256 may return it.
+  // `grant_ns`: the uploader is limited to that namespace, which may then name
+  // this content (ContentAccess) for the GC grace period.
   // FailedPrecondition when the CAS does not hold entry.xet_hash.
-  Status RecordContent(const FileEntry& entry, bool sha256_verified);
-  // Content previously recorded with a verified SHA-256 (blob staging), or nullopt.
-  Result<std::optional<FileEntry>> FindBySha256(std::string_view sha256);
+  Status RecordContent(const FileEntry& entry, bool sha256_verified,
+                       std::optional<std::string> grant_ns = std::nullopt);
+  // Content previously recorded with a verified SHA-256 (blob staging) that
+  // `access` may read, or nullopt (unknown and unreadable alike).
+  Result<std::optional<FileEntry>> FindBySha256(std::string_view sha256,
+                                                const ContentAccess& access = {});
   // Whether the CAS holds the content (always true for empty files).
   Result<bool> HasContent(std::string_view xet_hash);
   Result<std::unique_ptr<RandomAccessFile>> OpenContent(const FileEntry& entry, std::string name);
@@ -165,9 +177,10 @@ class HubStore {
   Result<BucketInfo> GetBucket(std::string_view bucket);
   Status DeleteBucket(std::string_view bucket);
   // Applies adds/deletes in one transaction (last writer wins per path).
-  // FailedPrecondition when an added xet hash is not in the CAS; a delete of a
-  // missing path is ignored.
-  Status BucketBatch(std::string_view bucket, const std::vector<BucketOperation>& ops);
+  // FailedPrecondition when an added xet hash is not in the CAS (or `access`
+  // may not read it: the same error); a delete of a missing path is ignored.
+  Status BucketBatch(std::string_view bucket, const std::vector<BucketOperation>& ops,
+                     const ContentAccess& access = {});
   // Entries sorted by path, with `prefix`, after `after`, at most `limit`.
   Result<std::vector<BucketEntry>> ListBucket(std::string_view bucket, std::string_view prefix,
                                               std::string_view after, size_t limit);
@@ -185,16 +198,26 @@ class HubStore {
   Result<MultipartUpload> GetMultipartUpload(std::string_view id);
   // (part_number, etag) of the stored parts, ascending.
   Result<std::vector<std::pair<int, std::string>>> ListUploadParts(std::string_view id);
-  // Folder holding the parts of an upload (part files "<n>").
-  std::string UploadPartPath(std::string_view id, int part_number) const;
-  Status RecordUploadPart(std::string_view id, int part_number, std::string_view etag,
-                          uint64_t size);
+  // Receives one part: Append the bytes, then Finish, which stores the part
+  // (replacing an earlier one of the same number) and returns its etag.
+  // InvalidArgument from Finish when the part has not exactly
+  // `expected_size` bytes (nothing is stored then).
+  class PartWriter {
+   public:
+    virtual ~PartWriter() = default;
+    virtual Status Append(std::span<const std::byte> data) = 0;
+    virtual Result<std::string> Finish() = 0;
+  };
+  Result<std::unique_ptr<PartWriter>> BeginUploadPart(std::string_view id, int part_number,
+                                                      uint64_t expected_size);
   // Streams the parts (which must be exactly `parts`, in order, with those
   // etags) into the CAS, checks size and SHA-256 against the upload's
-  // declaration (DataLoss on a mismatch), records the content and deletes the
-  // parts. Returns the content entry (path = the upload's path).
+  // declaration (DataLoss on a mismatch), records the content (with
+  // `grant_ns`, see RecordContent) and deletes the parts. Returns the
+  // content entry (path = the upload's path).
   Result<FileEntry> CompleteMultipartUpload(std::string_view id,
-                                            const std::vector<std::pair<int, std::string>>& parts);
+                                            const std::vector<std::pair<int, std::string>>& parts,
+                                            std::optional<std::string> grant_ns = std::nullopt);
   Status DeleteMultipartUpload(std::string_view id);
 
   // ---- tokens ----

@@ -54,6 +54,9 @@ struct FileChange {
 };
 
 struct CommitInfo {
+  // HubStore::Commit only: true when the request changed nothing on an
+  // existing branch, so no commit was made and `id` is the unchanged head.
+  bool no_change = false;
   std::string id;                     // 40 lowercase hex
   std::optional<std::string> parent;  // none for a repo's first commit
   std::string message, description, author;
@@ -84,6 +87,17 @@ struct CommitOperation {
   std::string source_revision;  // kCopy: "" = the parent commit
 };
 
+// Which content a caller may name by hash (sha256 or Xet hash) in a commit
+// or bucket batch. A hash the caller may not read is treated exactly like an
+// unknown one (same error), so hashes cannot be probed.
+struct ContentAccess {
+  // nullopt: any stored content (in-process callers, unrestricted tokens).
+  // A namespace: only content that a public repo or bucket, or a repo or
+  // bucket of that namespace, references (in any commit), or that was
+  // uploaded with a grant to that namespace (HubStore::RecordContent).
+  std::optional<std::string> ns;
+};
+
 struct CommitRequest {
   std::string repo;             // "ns/name"
   std::string branch = "main";  // must exist unless create_branch
@@ -99,6 +113,9 @@ struct CommitRequest {
   bool create_branch = false;
   // Deleting a missing path is an error (NotFound) unless this is set.
   bool ignore_missing_deletes = false;
+  // Content the added entries may name (kAdd; copies are checked by the
+  // caller against the source repo).
+  ContentAccess access;
   std::vector<CommitOperation> ops;
 };
 
