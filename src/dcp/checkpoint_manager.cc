@@ -392,7 +392,7 @@ Status CheckpointManager::CheckCanStart(int64_t step, const StepSaveOptions& opt
 bool CheckpointManager::incremental_possible() const {
   // Hard links keep every referenced file inside the step folder; the local
   // filesystem has them, a hub path does not (it deduplicates by content).
-  return options_.incremental.enabled && storage_ == "fs" && fs_->scheme() == "local";
+  return options_.incremental.enabled && storage_ == "fs" && fs_->capabilities().hard_links;
 }
 
 // Rank 0: makes the step folder ready for the writer, picks the base of an
