@@ -6,7 +6,7 @@
 #   cas     LZ4, BLAKE3 (C sources from librust-blake3-dev, compiled in)
 #   hub     SQLite3, libmicrohttpd, libcurl, OpenSSL::Crypto, nlohmann_json
 #   dist    MPI (only with MEGACKPT_WITH_MPI)
-#   dcp     zlib (crc32_combine), nlohmann_json
+#   dcp     zlib (crc32_combine), nlohmann_json, xxhash (XXH3-128 block hashes of incremental saves)
 #   tools   CLI11
 # Imported targets from pkg-config are prefixed MEGACKPT_ so they never clash
 # with a parent project's.
@@ -17,6 +17,7 @@ find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(MEGACKPT_ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(MEGACKPT_ISAL REQUIRED IMPORTED_TARGET libisal)
+pkg_check_modules(MEGACKPT_XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_path(DLPACK_INCLUDE_DIR dlpack/dlpack.h REQUIRED)
 
 if(MEGACKPT_WITH_CAS)

@@ -35,7 +35,7 @@ install(FILES ${PROJECT_BINARY_DIR}/megackptConfig.cmake ${PROJECT_BINARY_DIR}/m
         DESTINATION ${MEGACKPT_INSTALL_CMAKEDIR})
 
 # pkg-config: static libraries, so every dependency goes in Requires/Libs.
-set(MEGACKPT_PC_REQUIRES "libcrypto libisal libzstd zlib nlohmann_json")
+set(MEGACKPT_PC_REQUIRES "libcrypto libisal libzstd zlib nlohmann_json libxxhash")
 set(MEGACKPT_PC_LIBS "-lmegackpt_dcp -lmegackpt_dist")
 set(MEGACKPT_PC_LINK_FLAGS "")
 set(MEGACKPT_PC_CFLAGS "")

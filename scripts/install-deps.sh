@@ -12,6 +12,7 @@ pkgs=(
   nlohmann-json3-dev libcli11-dev
   libmicrohttpd-dev libcurl4-openssl-dev   # megahub server, hub client (docs/hub.md)
   libzstd-dev liblz4-dev zlib1g-dev libisal-dev libssl-dev
+  libxxhash-dev                      # XXH3-128 block hashes of incremental checkpoint saves
   libsqlite3-dev
   libopenmpi-dev openmpi-bin
   librust-blake3-dev libdlpack-dev

@@ -10,6 +10,8 @@ The C++ engine behind a Python API::
 - :func:`save`, :func:`load`, :func:`async_save` over numpy arrays and CPU
   torch/TensorPlay tensors (zero-copy), :class:`ShardedTensor` pieces, bytes and
   pickled objects; local folders or ``mega://`` hub paths; MPI under mpirun.
+- :class:`CheckpointManager`: a run's checkpoints in ``step-<N>`` folders with
+  retention, a ``latest`` record and resume from the newest good step.
 - :func:`inspect`, :func:`verify`, :func:`convert`, :func:`consolidate`.
 - ``megackpt.torch``: storage for ``torch.distributed.checkpoint``;
   ``megackpt.tensorplay``: the same for TensorPlay's DCP.
@@ -29,6 +31,7 @@ from ._api import (
     verify,
 )
 from ._core import ProcessGroup
+from ._manager import CheckpointManager, StepSaveHandle
 from ._state import ShardedTensor
 from .errors import (
     AbortedError,
@@ -58,6 +61,8 @@ __all__ = [
     "async_save",
     "AsyncSaveHandle",
     "ShardedTensor",
+    "CheckpointManager",
+    "StepSaveHandle",
     "ProcessGroup",
     "process_group",
     "inspect",

@@ -115,6 +115,7 @@ Result<format::MegaChecksumType> ChecksumFromName(const std::string& name);
 void RegisterCheckpoint(nb::module_& m);  // checkpoint.cc: save, load, async_save
 void RegisterTools(nb::module_& m);       // tools.cc: inspect, verify, convert, consolidate
 void RegisterDcpStorage(nb::module_& m);  // dcp_storage.cc: writers/readers for torch/TensorPlay
+void RegisterManager(nb::module_& m);     // manager.cc: CheckpointManager
 
 }  // namespace megackpt::python
 

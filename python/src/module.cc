@@ -12,4 +12,5 @@ NB_MODULE(_core, m) {
   py::RegisterCheckpoint(m);
   py::RegisterTools(m);
   py::RegisterDcpStorage(m);
+  py::RegisterManager(m);
 }

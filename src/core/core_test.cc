@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -61,6 +62,31 @@ TEST(DTypeTest, NamesAndSizes) {
   EXPECT_EQ(*LogicalNbytes(DType::kF32, Shape{0, 7}), 0u);
   EXPECT_FALSE(LogicalNbytes(DType::kF64, Shape{1LL << 40, 1LL << 30}).ok());
   EXPECT_FALSE(LogicalNbytes(DType::kF64, Shape{-1}).ok());
+}
+
+TEST(DTypeTest, FloatElementsKnownAnswers) {
+  auto at = [](DType d, uint32_t bits) { return FloatElementAt(d, &bits); };
+  EXPECT_EQ(at(DType::kF16, 0x3C00), 1.0);
+  EXPECT_EQ(at(DType::kF16, 0xC000), -2.0);
+  EXPECT_EQ(at(DType::kF16, 0x0001), std::ldexp(1.0, -24));  // smallest subnormal
+  EXPECT_EQ(at(DType::kF16, 0x7BFF), 65504.0);
+  EXPECT_TRUE(std::isinf(at(DType::kF16, 0x7C00)));
+  EXPECT_TRUE(std::isnan(at(DType::kF16, 0x7E00)));
+  EXPECT_EQ(at(DType::kBF16, 0x3F80), 1.0);
+  EXPECT_EQ(at(DType::kBF16, 0xC0A0), -5.0);
+  EXPECT_EQ(at(DType::kF8_E5M2, 0x3C), 1.0);
+  EXPECT_EQ(at(DType::kF8_E5M2, 0x7B), 57344.0);
+  EXPECT_EQ(at(DType::kF8_E4M3, 0x38), 1.0);
+  EXPECT_EQ(at(DType::kF8_E4M3, 0x7E), 448.0);  // largest E4M3fn
+  EXPECT_TRUE(std::isnan(at(DType::kF8_E4M3, 0x7F)));
+  EXPECT_EQ(at(DType::kF8_E4M3, 0x01), std::ldexp(1.0, -9));
+  float f = -3.25f;
+  EXPECT_EQ(FloatElementAt(DType::kF32, &f), -3.25);
+  double d = 1e300;
+  EXPECT_EQ(FloatElementAt(DType::kF64, &d), 1e300);
+  EXPECT_TRUE(IsFloatDType(DType::kBF16));
+  EXPECT_FALSE(IsFloatDType(DType::kI32));
+  EXPECT_FALSE(IsFloatDType(DType::kF4));
 }
 
 Tensor Iota(DType dtype, Shape shape) {

@@ -1,6 +1,9 @@
 #include "megackpt/core/dtype.h"
 
 #include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 
 namespace megackpt::inline core {
@@ -70,6 +73,80 @@ Result<uint64_t> LogicalNbytes(DType dtype, std::span<const int64_t> shape) {
     return InvalidArgumentError("tensor byte size overflows");
   }
   return out;
+}
+
+bool IsFloatDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF8_E5M2:
+    case DType::kF8_E4M3:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+// A binary floating-point number with `exp_bits` exponent and `man_bits`
+// mantissa bits in the low bits of `bits` (IEEE-style: subnormals, and
+// infinities/NaN at the all-ones exponent when `ieee_special`).
+double DecodeMinifloat(uint32_t bits, int exp_bits, int man_bits, bool ieee_special) {
+  const uint32_t man = bits & ((1u << man_bits) - 1);
+  const uint32_t exp = (bits >> man_bits) & ((1u << exp_bits) - 1);
+  const bool neg = (bits >> (man_bits + exp_bits)) & 1;
+  const int bias = (1 << (exp_bits - 1)) - 1;
+  const uint32_t all_ones = (1u << exp_bits) - 1;
+  double v;
+  if (ieee_special && exp == all_ones) {
+    v = man == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  } else if (!ieee_special && exp == all_ones && man == (1u << man_bits) - 1) {
+    v = std::numeric_limits<double>::quiet_NaN();  // E4M3fn: S.1111.111
+  } else if (exp == 0) {
+    v = std::ldexp(static_cast<double>(man), 1 - bias - man_bits);
+  } else {
+    v = std::ldexp(static_cast<double>(man | (1u << man_bits)), static_cast<int>(exp) - bias - man_bits);
+  }
+  return neg ? -v : v;
+}
+
+}  // namespace
+
+double FloatElementAt(DType dtype, const void* p) {
+  switch (dtype) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      uint32_t w = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &w, 4);
+      return f;
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return DecodeMinifloat(h, 5, 10, true);
+    }
+    case DType::kF8_E5M2:
+      return DecodeMinifloat(*static_cast<const uint8_t*>(p), 5, 2, true);
+    case DType::kF8_E4M3:
+      return DecodeMinifloat(*static_cast<const uint8_t*>(p), 4, 3, false);
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 }  // namespace megackpt::core

@@ -22,7 +22,10 @@ uint64_t HashString(const std::string& s) {
   return h;
 }
 
-uint64_t EntryKey(const Spec& spec, const EntrySpec& e) { return Mix(spec.seed ^ HashString(e.fqn)); }
+uint64_t EntryKey(const Spec& spec, const EntrySpec& e) {
+  const uint64_t key = Mix(spec.seed ^ HashString(e.fqn));
+  return e.generation == 0 ? key : Mix(key ^ Mix(e.generation));
+}
 
 // Global content bytes [pos, pos + n) of the entry with `key`.
 void Generate(uint64_t key, uint64_t pos, size_t n, std::byte* out) {

@@ -32,6 +32,9 @@ struct EntrySpec {
   Shape shape;
   uint64_t bytes_len = 0;  // bytes entries
   Layout layout = Layout::kReplicated;  // layout when saving
+  // Version of the content (0: the seed's). A simulated training step that
+  // changes the entry bumps it: every byte then differs from other versions'.
+  uint64_t generation = 0;
 };
 
 struct Spec {

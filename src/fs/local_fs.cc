@@ -15,6 +15,19 @@ Result<std::string> FileSystem::ReadWhole(const std::string& path, uint64_t max_
   return ReadAll(*file, max_size);
 }
 
+Status FileSystem::RemoveDirectory(const std::string& dir) {
+  MEGA_ASSIGN_OR_RETURN(auto children, List(dir));
+  if (!children.empty()) {
+    return FailedPreconditionError(dir + ": remove folder: it still holds " + children.front().path);
+  }
+  return Status::OK();
+}
+
+Status FileSystem::Link(const std::string& existing, const std::string& new_path) {
+  return UnimplementedError("link " + existing + " -> " + new_path + ": the " + std::string(scheme()) +
+                            " filesystem has no hard links");
+}
+
 std::string JoinPath(std::string_view base, std::string_view name) {
   std::string out(base);
   while (!out.empty() && out.back() == '/' && !out.ends_with("://")) out.pop_back();
@@ -37,6 +50,7 @@ class PosixFileSystem final : public FileSystem {
     c.positioned_writes = true;
     c.isolated_transactions = false;  // the in-place protocol (transaction.cc)
     c.atomic_rename = true;
+    c.hard_links = true;
     return c;
   }
 
@@ -91,6 +105,23 @@ class PosixFileSystem final : public FileSystem {
 
   Status Remove(const std::string& path) override {
     if (unlink(path.c_str()) != 0) return ErrnoToStatus(path + ": remove", errno);
+    return Status::OK();
+  }
+
+  Status RemoveDirectory(const std::string& dir) override {
+    if (rmdir(dir.c_str()) != 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST) {
+        return FailedPreconditionError(dir + ": remove folder: not empty");
+      }
+      return ErrnoToStatus(dir + ": remove folder", errno);
+    }
+    return Status::OK();
+  }
+
+  Status Link(const std::string& existing, const std::string& new_path) override {
+    if (link(existing.c_str(), new_path.c_str()) != 0) {
+      return ErrnoToStatus("link " + existing + " -> " + new_path, errno);
+    }
     return Status::OK();
   }
 

@@ -1,6 +1,7 @@
 // Helpers shared by the command groups (declared in commands.h).
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -37,6 +38,20 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
                                 "' is not a byte size like 2GiB, 500MB or 1000000");
   }
   return static_cast<uint64_t>(v * scale);
+}
+
+std::string HumanBytes(uint64_t n) {
+  char buf[64];
+  if (n >= 1000000000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f GB", n / 1e9);
+  } else if (n >= 1000000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f MB", n / 1e6);
+  } else if (n >= 1000ull) {
+    std::snprintf(buf, sizeof buf, "%.2f kB", n / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  }
+  return buf;
 }
 
 }  // namespace megackpt::cli

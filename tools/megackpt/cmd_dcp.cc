@@ -280,10 +280,43 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
     cmd->add_flag("--consolidate", o->consolidate,
                   "With --storage mega: consolidate into whole tensors after saving (in place)");
+    auto steps = std::make_shared<StepsDemoOptions>();
+    cmd->add_option("--steps", steps->steps,
+                    "Run a simulated training loop of N steps through the checkpoint manager: --out\n"
+                    "is the run's root, each step saves step-<N> (docs/checkpoint-manager.md)")
+        ->check(CLI::Range(1, 1000000));
+    cmd->add_option("--change-fraction", steps->change_fraction,
+                    "With --steps: fraction of the entries each step changes (default 0.1)")
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--keep-last", steps->keep_last, "With --steps: steps to keep (default 3)")
+        ->check(CLI::Range(1, 1000000));
+    auto full_saves = std::make_shared<bool>(false);
+    cmd->add_flag("--full-saves", *full_saves,
+                  "With --steps: rewrite every entry at every step (default: incremental saves that\n"
+                  "reference the entries a step did not change)");
     cmd->add_option("--mapping", o->mapping,
                     "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
         ->check(CLI::Range(1, 100000));
-    cmd->callback([o, size, ws, storage, exit_code] {
+    cmd->callback([o, size, ws, storage, steps, full_saves, exit_code] {
+      if (steps->steps > 0) {  // the training loop (cmd_ckpt.cc)
+        auto bytes = ParseByteSize(*size);
+        if (!bytes.ok()) {
+          std::fprintf(stderr, "megackpt demo: --size: %s\n", bytes.status().message().c_str());
+          *exit_code = kExitUsage;
+          return;
+        }
+        steps->out = o->out;
+        steps->storage = storage->count() > 0 ? o->storage : "";
+        steps->backend = o->backend;
+        steps->world_size = o->world_size;
+        steps->load_world_size = o->load_world_size;
+        steps->threads = o->threads;
+        steps->seed = o->seed;
+        steps->size = *bytes;
+        steps->incremental = !*full_saves;
+        *exit_code = RunStepsDemo(*steps);
+        return;
+      }
       if (o->out.rfind("mega://", 0) == 0 && o->storage != "mega") {
         // The FileSystemWriter commits file by file; on a hub that would be
         // many commits. MegaStorageWriter makes each save one commit.

@@ -75,20 +75,6 @@ std::string Lower(std::string s) {
   return s;
 }
 
-std::string HumanBytes(uint64_t n) {
-  char buf[64];
-  if (n >= 1000000000ull) {
-    std::snprintf(buf, sizeof buf, "%.2f GB", n / 1e9);
-  } else if (n >= 1000000ull) {
-    std::snprintf(buf, sizeof buf, "%.2f MB", n / 1e6);
-  } else if (n >= 1000ull) {
-    std::snprintf(buf, sizeof buf, "%.2f kB", n / 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
-  }
-  return buf;
-}
-
 // ---- inspect ------------------------------------------------------------------------
 
 std::string Truncate(std::string s, size_t n) {

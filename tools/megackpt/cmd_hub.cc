@@ -50,20 +50,6 @@ Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
   return hub::ConnectHub(f.endpoint, token);
 }
 
-std::string HumanBytes(uint64_t n) {
-  char buf[64];
-  if (n >= (1ull << 30)) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", n / double(1ull << 30));
-  } else if (n >= (1ull << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", n / double(1ull << 20));
-  } else if (n >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
-  }
-  return buf;
-}
-
 // Progress lines on stderr: "[k/n] path (size)".
 class Progress {
  public:

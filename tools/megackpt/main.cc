@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   megackpt::cli::RegisterMegaStorageCommands(app, *bench, &exit_code);
   megackpt::cli::RegisterCasCommands(app, *bench, &exit_code);
   megackpt::cli::RegisterHubCommands(app, *bench, &exit_code);
+  megackpt::cli::RegisterCkptCommands(app, *bench, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

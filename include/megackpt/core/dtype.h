@@ -60,6 +60,15 @@ Result<uint64_t> LogicalNbytes(DType dtype, std::span<const int64_t> shape);
 // (callers validated the shape with LogicalNbytes first).
 uint64_t NbytesForElements(DType dtype, uint64_t elements);
 
+// True for dtypes whose elements FloatElementAt converts: F16, BF16, F32, F64,
+// F8_E5M2, F8_E4M3 (the "fn" variant: no infinities, S.1111.111 is NaN).
+bool IsFloatDType(DType dtype);
+
+// The element of floating dtype `dtype` stored (little-endian) at `p`, as a
+// double (exact: every value of these types is a double). REQUIRES:
+// IsFloatDType(dtype).
+double FloatElementAt(DType dtype, const void* p);
+
 }  // namespace megackpt::core
 
 #endif  // MEGACKPT_CORE_DTYPE_H_

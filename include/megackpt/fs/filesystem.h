@@ -63,6 +63,8 @@ struct FileSystemCapabilities {
   bool isolated_transactions = false;
   // Rename replaces its target atomically.
   bool atomic_rename = false;
+  // Link makes hard links (a second name of the same file).
+  bool hard_links = false;
 };
 
 struct TransactionOptions {
@@ -219,6 +221,15 @@ class FileSystem {
   virtual Result<std::vector<FileInfo>> List(const std::string& dir) = 0;
   // Removes a file. NotFound when missing.
   virtual Status Remove(const std::string& path) = 0;
+  // Removes an empty folder. NotFound when missing; FailedPrecondition when it
+  // still has children. The default, for stores whose folders exist only
+  // through the files below them (mega://), checks that nothing is left.
+  virtual Status RemoveDirectory(const std::string& dir);
+  // Makes `new_path` a second name of the existing file `existing` (a hard
+  // link: the file's data lives until its last name is removed). AlreadyExists
+  // when `new_path` exists. Unimplemented (the default) where the store has no
+  // links (mega://; see capabilities().hard_links).
+  virtual Status Link(const std::string& existing, const std::string& new_path);
   virtual Status CreateDirectories(const std::string& dir) = 0;
   // Renames (replacing `to`; atomically when capabilities().atomic_rename).
   // Unimplemented where the store has no rename between these paths.

@@ -1,0 +1,312 @@
+// Incremental saves through the CheckpointManager: 0%, 10% and 100% of the
+// tensors changed; references survive the deletion of older steps and gc; a
+// flipped byte in a referenced file is caught by every step using it; forced
+// full saves; strided tensors; async saves; two thread ranks loaded at four.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dcp/incremental.h"
+#include "dcp/test_util.h"
+#include "megackpt/dcp/checkpoint_manager.h"
+
+namespace megackpt::dcp {
+namespace {
+
+using testing::TempDir;
+namespace stdfs = std::filesystem;
+
+constexpr int kTensors = 20;
+constexpr int64_t kElems = 16384;  // 64 KiB of F32 per tensor
+constexpr uint64_t kTensorBytes = kElems * 4;
+
+// A training state of kTensors tensors; tensor i holds version gen[i]. With
+// world > 1, each tensor is row-sharded over the ranks.
+struct State {
+  std::vector<std::shared_ptr<std::vector<float>>> buffers;
+  StateDict sd;
+};
+
+State MakeState(const std::vector<int>& gen, int world = 1, int rank = 0, bool fill = true) {
+  State st;
+  const int64_t rows = 16, cols = kElems / rows, my_rows = rows / world;
+  for (int i = 0; i < kTensors; ++i) {
+    auto buf = std::make_shared<std::vector<float>>(my_rows * cols, -1.0f);
+    for (int64_t k = 0; fill && k < my_rows * cols; ++k) {
+      (*buf)[k] = static_cast<float>(gen[i] * 1000003 + i * 7919 + (rank * my_rows * cols + k));
+    }
+    st.buffers.push_back(buf);
+    Tensor t = Tensor::FromBlob(buf->data(), DType::kF32, {my_rows, cols}).value();
+    const std::string name = "layer" + std::to_string(i);
+    if (world == 1) {
+      st.sd.Set(name, StateValue(t));
+    } else {
+      ShardedTensor s;
+      s.dtype = DType::kF32;
+      s.global_shape = {rows, cols};
+      s.shards.push_back({{rank * my_rows, 0}, t});
+      st.sd.Set(name, StateValue(std::move(s)));
+    }
+  }
+  st.sd.Set("meta", StateValue::Bytes(fill ? "gen0=" + std::to_string(gen[0]) : std::string(8, '?')));
+  return st;
+}
+
+::testing::AssertionResult Same(const State& got, const std::vector<int>& gen, int world = 1, int rank = 0) {
+  State want = MakeState(gen, world, rank);
+  for (int i = 0; i < kTensors; ++i) {
+    if (*got.buffers[i] != *want.buffers[i]) return ::testing::AssertionFailure() << "layer" << i << " differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+CheckpointManagerOptions IncrementalOptions(int keep_last = 0) {
+  CheckpointManagerOptions o;
+  o.storage_options.sync = false;
+  o.incremental.enabled = true;
+  o.incremental.block_size = 16 << 10;
+  o.retention.keep_last = keep_last;
+  return o;
+}
+
+StepInfo Info(CheckpointManager& m, int64_t step) {
+  const std::vector<StepInfo> steps = m.Steps().value();
+  for (const StepInfo& s : steps) {
+    if (s.step == step) return s;
+  }
+  ADD_FAILURE() << "no step " << step;
+  return {};
+}
+
+// Bytes of the data files a step's own save wrote (named by its save id).
+uint64_t OwnFileBytes(const std::string& dir) {
+  std::string md;
+  std::getline(std::ifstream(dir + "/.metadata"), md, '\0');
+  const size_t at = md.find("\"save_id\":\"");
+  const std::string id = md.substr(at + 11, 16);
+  uint64_t total = 0;
+  for (const auto& e : stdfs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("__" + id, 0) == 0) total += e.file_size();
+  }
+  return total;
+}
+
+void FlipByte(const std::string& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x04;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+TEST(BlockHashesTest, RecordRoundTripsAndRejectsJunk) {
+  std::string data(100000, 'x');
+  data[70000] = 'y';
+  BlockHashes h = HashBlocks(AsBytes(data), 32768);
+  ASSERT_EQ(h.digests.size(), 4u);
+  EXPECT_EQ(h.digests[0], h.digests[1]);
+  EXPECT_NE(h.digests[1], h.digests[2]);
+  auto back = DecodeBlockHashes(EncodeBlockHashes(h));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, h);
+  EXPECT_EQ(HashBlocks({}, 64).digests.size(), 1u);
+  for (std::string bad : {"", "crc32:00", "xxh3-128/", "xxh3-128/0/00000000000000000000000000000000",
+                          "xxh3-128/64/0123", "xxh3-128/64/0000000000000000000000000000000g"}) {
+    EXPECT_FALSE(DecodeBlockHashes(bad).has_value()) << bad;
+  }
+}
+
+class ChangedFractionTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ChangedFractionTest, WritesOnlyTheChangedTensors) {
+  const int changed = GetParam();  // of kTensors
+  TempDir tmp("incr-frac");
+  auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
+  std::vector<int> gen(kTensors, 1);
+  State s1 = MakeState(gen);
+  ASSERT_TRUE(m->Save(1, s1.sd).ok());
+  EXPECT_EQ(Info(*m, 1).bytes_referenced, 0u);
+  for (int i = 0; i < changed; ++i) gen[(i * 7) % kTensors] = 2;
+  State s2 = MakeState(gen);
+  ASSERT_TRUE(m->Save(2, s2.sd).ok());
+  StepInfo info = Info(*m, 2);
+  const uint64_t changed_bytes = changed * kTensorBytes;
+  const uint64_t meta_bytes = 5 + std::to_string(gen[0]).size();
+  EXPECT_EQ(info.base_step, 1);
+  // The bytes value "meta" changes with gen[0] only.
+  const bool meta_changed = gen[0] != 1;
+  EXPECT_EQ(info.bytes_written, changed_bytes + (meta_changed ? meta_bytes : 0));
+  EXPECT_EQ(info.bytes_referenced, info.stored_bytes - info.bytes_written);
+  // What hit the disk: the changed bytes plus item alignment, nothing more.
+  const uint64_t own = OwnFileBytes(m->StepPath(2));
+  EXPECT_LE(own, changed_bytes * 12 / 10 + 4096) << own;
+  if (changed == 0) EXPECT_LT(own, kTensors * kTensorBytes / 100);
+  // Loads on its own, bit-exact, through the normal reader.
+  State into = MakeState(gen, 1, 0, false);
+  auto loaded = m->Load(into.sd, 2);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(Same(into, gen));
+  EXPECT_TRUE(m->VerifyStep(2).ok());
+  // The referenced files are the same inodes (hard links), inside the folder.
+  for (const auto& e : stdfs::directory_iterator(m->StepPath(2))) {
+    if (e.path().extension() != ".distcp") continue;
+    EXPECT_EQ(e.path().parent_path(), stdfs::path(m->StepPath(2)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroTenHundredPercent, ChangedFractionTest, ::testing::Values(0, 2, 20));
+
+TEST(IncrementalTest, ReferencesSurviveDeletionOfOlderStepsAndGc) {
+  TempDir tmp("incr-del");
+  auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions(/*keep_last=*/1)).value();
+  std::vector<int> gen(kTensors, 1);
+  for (int step = 1; step <= 4; ++step) {
+    gen[step % kTensors] = step;  // one tensor per step
+    State s = MakeState(gen);
+    ASSERT_TRUE(m->Save(step, s.sd).ok());
+  }
+  std::vector<int64_t> complete;
+  const std::vector<StepInfo> steps = m->Steps().value();
+  for (const StepInfo& s : steps) complete.push_back(s.step);
+  EXPECT_EQ(complete, (std::vector<int64_t>{4}));
+  EXPECT_FALSE(stdfs::exists(m->StepPath(1)));
+  StepInfo info = Info(*m, 4);
+  EXPECT_GT(info.bytes_referenced, info.bytes_written);  // mostly step 1's data, step 1 gone
+  State into = MakeState(gen, 1, 0, false);
+  ASSERT_TRUE(m->Load(into.sd).ok());
+  EXPECT_TRUE(Same(into, gen));
+  EXPECT_TRUE(m->LatestValid().ok());
+  // Another incremental step, then the older one removed by gc.
+  gen[0] = 9;
+  State s5 = MakeState(gen);
+  ASSERT_TRUE(m->Save(5, s5.sd).ok());
+  ASSERT_TRUE(m->GarbageCollect().ok());
+  State into5 = MakeState(gen, 1, 0, false);
+  ASSERT_TRUE(m->Load(into5.sd, 5).ok());
+  EXPECT_TRUE(Same(into5, gen));
+}
+
+TEST(IncrementalTest, FlippedByteInAReferencedFileIsCaughtByEveryStepUsingIt) {
+  TempDir tmp("incr-flip");
+  auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
+  std::vector<int> gen(kTensors, 1);
+  State s = MakeState(gen);
+  ASSERT_TRUE(m->Save(1, s.sd).ok());
+  ASSERT_TRUE(m->Save(2, s.sd).ok());  // nothing changed: every item referenced
+  EXPECT_EQ(Info(*m, 2).bytes_written, 0u);
+  std::string file;
+  for (const auto& e : stdfs::directory_iterator(m->StepPath(1))) {
+    if (e.path().extension() == ".distcp" && e.file_size() > kTensorBytes) file = e.path().string();
+  }
+  ASSERT_FALSE(file.empty());
+  FlipByte(file, 1000);
+  for (int64_t step : {1, 2}) {
+    State into = MakeState(gen, 1, 0, false);
+    Status st = m->Load(into.sd, step).status();
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << "step " << step << ": " << st.ToString();
+    EXPECT_NE(st.message().find(stdfs::path(file).filename().string()), std::string::npos) << st.ToString();
+    EXPECT_EQ(m->VerifyStep(step).code(), StatusCode::kDataLoss);
+  }
+  EXPECT_EQ(m->LatestValid().status().code(), StatusCode::kNotFound);
+}
+
+TEST(IncrementalTest, FullSavesForcedEveryNthAndOnRequest) {
+  TempDir tmp("incr-full");
+  CheckpointManagerOptions o = IncrementalOptions();
+  o.incremental.full_every = 2;
+  auto m = CheckpointManager::Open(tmp.path("run"), o).value();
+  std::vector<int> gen(kTensors, 1);
+  State s = MakeState(gen);
+  for (int step = 1; step <= 5; ++step) ASSERT_TRUE(m->Save(step, s.sd).ok());
+  std::vector<std::optional<int64_t>> bases;
+  const std::vector<StepInfo> steps = m->Steps().value();
+  for (const StepInfo& i : steps) bases.push_back(i.base_step);
+  EXPECT_EQ(bases, (std::vector<std::optional<int64_t>>{std::nullopt, 1, std::nullopt, 3, std::nullopt}));
+  EXPECT_EQ(Info(*m, 3).bytes_referenced, 0u);
+  StepSaveOptions full;
+  full.force_full = true;
+  ASSERT_TRUE(m->Save(6, s.sd, full).ok());
+  EXPECT_EQ(Info(*m, 6).base_step, std::nullopt);
+  EXPECT_EQ(Info(*m, 6).bytes_referenced, 0u);
+  // Without incremental saves nothing is referenced.
+  auto plain = CheckpointManager::Open(tmp.path("plain"), {}).value();
+  ASSERT_TRUE(plain->Save(1, s.sd).ok());
+  ASSERT_TRUE(plain->Save(2, s.sd).ok());
+  EXPECT_EQ(Info(*plain, 2).bytes_referenced, 0u);
+}
+
+TEST(IncrementalTest, StridedTensorsAndAsyncSaves) {
+  TempDir tmp("incr-strided");
+  auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
+  std::vector<float> big(256 * 512);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  Tensor whole = Tensor::FromBlob(big.data(), DType::kF32, {256, 512}).value();
+  auto state = [&] {
+    StateDict sd;
+    sd.Set("cols", StateValue(whole.Narrow(1, 128, 256).value()));  // non-contiguous view
+    sd.Set("rows", StateValue(whole.Narrow(0, 0, 64).value()));
+    return sd;
+  };
+  ASSERT_TRUE(m->Save(1, state()).ok());
+  ASSERT_TRUE(m->Save(2, state()).ok());
+  EXPECT_EQ(Info(*m, 2).bytes_written, 0u);
+  big[100 * 512 + 200] = -1;  // inside "cols" only (rows 0-63 are "rows")
+  auto h = m->AsyncSave(3, state());
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->done.get().ok());
+  EXPECT_EQ(Info(*m, 3).bytes_written, 256u * 256 * 4);
+  std::vector<float> cols(256 * 256, 0);
+  StateDict into;
+  into.Set("cols", StateValue(Tensor::FromBlob(cols.data(), DType::kF32, {256, 256}).value()));
+  std::vector<float> rows(64 * 512, 0);
+  into.Set("rows", StateValue(Tensor::FromBlob(rows.data(), DType::kF32, {64, 512}).value()));
+  ASSERT_TRUE(m->Load(into, 3).ok());
+  EXPECT_EQ(cols[100 * 256 + 72], -1.0f);
+  EXPECT_EQ(cols[0], 128.0f);
+  EXPECT_EQ(rows[513], 513.0f);
+}
+
+TEST(IncrementalTest, TwoThreadRanksLoadedAtFour) {
+  TempDir tmp("incr-threads");
+  const std::string root = tmp.path("run");
+  std::vector<int> gen(kTensors, 1);
+  std::vector<int> last;
+  Status s = testing::RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    CheckpointManagerOptions o = IncrementalOptions(2);
+    o.group = &g;
+    MEGA_ASSIGN_OR_RETURN(auto m, CheckpointManager::Open(root, o));
+    std::vector<int> mine = gen;
+    for (int step = 1; step <= 3; ++step) {
+      mine[(step * 3) % kTensors] = step + 10;
+      mine[(step * 3 + 1) % kTensors] = step + 10;
+      State st = MakeState(mine, 2, g.rank());
+      MEGA_RETURN_IF_ERROR(m->Save(step, st.sd));
+    }
+    if (g.rank() == 0) last = mine;
+    return Status::OK();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto m = CheckpointManager::Open(root, IncrementalOptions()).value();
+  StepInfo info = Info(*m, 3);
+  EXPECT_EQ(info.bytes_written, 2 * kTensorBytes);  // the two tensors step 3 changed
+  EXPECT_GT(info.bytes_referenced, 0u);
+  s = testing::RunThreadRanksForTest(4, [&](dist::ProcessGroup& g) -> Status {
+    CheckpointManagerOptions o = IncrementalOptions();
+    o.group = &g;
+    MEGA_ASSIGN_OR_RETURN(auto rm, CheckpointManager::Open(root, o));
+    State into = MakeState(last, 4, g.rank(), false);
+    MEGA_ASSIGN_OR_RETURN(ValidStep v, rm->Load(into.sd));
+    if (v.step != 3) return InternalError("loaded step " + std::to_string(v.step));
+    auto same = Same(into, last, 4, g.rank());
+    return same ? Status::OK() : DataLossError(same.message());
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace megackpt::dcp
