@@ -133,7 +133,8 @@ Status HubStore::RecordContent(const FileEntry& entry, bool sha256_verified,
 }
 
 Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
-                                                        const ContentAccess& access) {
+                                                        const ContentAccess& access,
+                                                        std::optional<std::string> claimed_in_ns) {
   std::string lower = ToLower(sha256);
   if (lower == Sha256Hex("")) {
     FileEntry e;
@@ -142,9 +143,15 @@ Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
     return std::optional<FileEntry>(e);
   }
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
+  // Verified rows first; then (with claimed_in_ns) rows whose uploader holds
+  // a grant to that namespace, newest first.
   MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT xet_hash, size FROM content WHERE sha256 = ? AND sha256_verified = 1"));
+      "SELECT c.xet_hash, c.size FROM content c WHERE c.sha256 = ?1 AND (c.sha256_verified = 1 "
+      "  OR (?2 IS NOT NULL AND EXISTS(SELECT 1 FROM content_grants g "
+      "                                WHERE g.xet_hash = c.xet_hash AND g.ns = ?2))) "
+      "ORDER BY c.sha256_verified DESC, c.recorded_ms DESC"));
   st.Bind(1, lower);
+  st.Bind(2, claimed_in_ns);
   while (true) {
     MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
     if (!has) return std::optional<FileEntry>();
