@@ -427,6 +427,41 @@ TEST_F(HubStoreTest, MultipartUpload) {
   EXPECT_EQ(store_->GetMultipartUpload(u->id).status().code(), StatusCode::kNotFound);
 }
 
+// A SHA-256 only claimed by its uploader (a Xet shard's metadata, recorded
+// unverified) answers FindBySha256 only for the namespace the upload was
+// granted to; a verified SHA-256 answers everyone.
+TEST_F(HubStoreTest, ClaimedSha256AnswersOnlyTheUploadersNamespace) {
+  std::string data = Bytes(5000, 3);
+  auto up = store_->cas().Upload(AsBytes(data));
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  FileEntry claimed;
+  claimed.size = data.size();
+  claimed.xet_hash = up->file_hash.ToHex();
+  claimed.sha256 = std::string(64, 'c');  // a claim the hub never checked
+  ASSERT_TRUE(store_->RecordContent(claimed, /*sha256_verified=*/false, "org").ok());
+  auto none = store_->FindBySha256(claimed.sha256);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto other = store_->FindBySha256(claimed.sha256, {}, "evil");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value());
+  auto mine = store_->FindBySha256(claimed.sha256, {}, "org");
+  ASSERT_TRUE(mine.ok());
+  ASSERT_TRUE(mine->has_value());
+  EXPECT_EQ((*mine)->xet_hash, claimed.xet_hash);
+  EXPECT_EQ((*mine)->size, data.size());
+  // Verified content answers without a namespace, and wins over a claim.
+  FileEntry verified = Upload(data + "x");
+  FileEntry claim2 = verified;
+  auto up2 = store_->cas().Upload(AsBytes(data + "y"));
+  ASSERT_TRUE(up2.ok());
+  claim2.xet_hash = up2->file_hash.ToHex();
+  ASSERT_TRUE(store_->RecordContent(claim2, /*sha256_verified=*/false, "org").ok());
+  auto best = store_->FindBySha256(verified.sha256, {}, "org");
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->xet_hash, verified.xet_hash);
+}
+
 // Several writers (separate HubStore instances = separate SQLite connections,
 // as separate processes would have) race on one branch with parent checks.
 // Exactly the winners' commits are in the history; nothing is lost or torn.
