@@ -17,6 +17,10 @@
 namespace megackpt::hub {
 namespace {
 
+// At most this many xorbs in a global dedup answer besides the queried one
+// (~48 KiB of shard per full xorb: 12 MiB at most, 16 GiB of file content).
+constexpr size_t kMaxDedupXorbs = 256;
+
 // The chunk ranges of a file (or of a byte range of it) grouped by xorb, as
 // Xet's reconstruction answers need them.
 struct ReconPlan {
@@ -241,6 +245,16 @@ Routed GetChunkRoute(Call& c) {
   MEGA_ASSIGN_OR_RETURN(auto layout, backend.GetXorbLayout(loc[0]->xorb_hash));
   cas::Shard shard;
   shard.xorbs.push_back(cas::ShardXorbInfoFromLayout(layout));
+  // Xet clients query only ~1 chunk in 1024 (and a file's first chunk), so the
+  // answer names the other xorbs of the files using this one, as Xet's shard
+  // answers do; without them a new version re-sends every xorb none of whose
+  // chunks was queried. Only files the caller may read contribute.
+  MEGA_ASSIGN_OR_RETURN(auto companions,
+                        c.store().DedupCompanionXorbs(loc[0]->xorb_hash, AccessOf(c.who), kMaxDedupXorbs));
+  for (const auto& x : companions) {
+    auto other = backend.GetXorbLayout(x);
+    if (other.ok()) shard.xorbs.push_back(cas::ShardXorbInfoFromLayout(*other));
+  }
   return (BytesResponse(cas::SerializeShard(shard)));
 }
 

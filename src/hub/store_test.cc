@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -460,6 +462,42 @@ TEST_F(HubStoreTest, ClaimedSha256AnswersOnlyTheUploadersNamespace) {
   auto best = store_->FindBySha256(verified.sha256, {}, "org");
   ASSERT_TRUE(best.ok() && best->has_value());
   EXPECT_EQ((*best)->xet_hash, verified.xet_hash);
+}
+
+// Global dedup answers name the other xorbs of the files that use the
+// queried chunk's xorb, only of files the caller may read, and GC drops the
+// index rows of collected files.
+TEST_F(HubStoreTest, DedupCompanionXorbsAreTheOtherXorbsOfReadableFiles) {
+  HubStoreOptions opts;
+  opts.sync = false;
+  opts.cas.max_xorb_bytes = 256 << 10;  // a 2 MB file spans several xorbs
+  auto s = HubStore::Open(root_.path() + "/small", opts);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  HubStore& store = **s;
+  auto up = store.BeginUpload("f", "org");
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(AsBytes(Bytes(2'000'000, 4))).ok());
+  ASSERT_TRUE((*up)->Close().ok());
+  FileEntry e = (*up)->entry();
+  auto recon = store.cas().GetReconstruction(*cas::MerkleHash::FromHex(e.xet_hash));
+  ASSERT_TRUE(recon.ok());
+  std::set<cas::MerkleHash> xorbs;
+  for (const auto& t : recon->terms) xorbs.insert(t.xorb_hash);
+  ASSERT_GE(xorbs.size(), 4u);
+  const cas::MerkleHash first = recon->terms.front().xorb_hash;
+  auto all = store.DedupCompanionXorbs(first, {}, 1000);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  std::set<cas::MerkleHash> got(all->begin(), all->end());
+  std::set<cas::MerkleHash> want = xorbs;
+  want.erase(first);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(store.DedupCompanionXorbs(first, {}, 2)->size(), 2u);
+  // Uploaded under a grant to "org": readable by org, not by another namespace.
+  EXPECT_EQ(store.DedupCompanionXorbs(first, {std::string("org")}, 1000)->size(), want.size());
+  EXPECT_TRUE(store.DedupCompanionXorbs(first, {std::string("evil")}, 1000)->empty());
+  // Uncommitted and past the grace period: collected, and the index forgets it.
+  ASSERT_TRUE(store.CollectGarbage(0).ok());
+  EXPECT_TRUE(store.DedupCompanionXorbs(first, {}, 1000)->empty());
 }
 
 // Several writers (separate HubStore instances = separate SQLite connections,

@@ -172,6 +172,14 @@ class HubStore {
   Result<std::optional<FileEntry>> FindBySha256(std::string_view sha256,
                                                 const ContentAccess& access = {},
                                                 std::optional<std::string> claimed_in_ns = std::nullopt);
+  // Global dedup: the other xorbs of the (at most 16 newest) recorded files
+  // that use `xorb` and that `access` may read, at most `max_xorbs`, not
+  // `xorb` itself. A client that learns one chunk of a file this way can
+  // deduplicate against the rest of it (Xet's dedup answers name a shard's
+  // xorbs, not only the chunk's). Unreadable files contribute nothing.
+  Result<std::vector<cas::MerkleHash>> DedupCompanionXorbs(const cas::MerkleHash& xorb,
+                                                           const ContentAccess& access,
+                                                           size_t max_xorbs);
   // Whether the CAS holds the content (always true for empty files).
   Result<bool> HasContent(std::string_view xet_hash);
   Result<std::unique_ptr<RandomAccessFile>> OpenContent(const FileEntry& entry, std::string name);
