@@ -11,6 +11,7 @@
 #include <string>
 
 #include "megackpt/core/file.h"
+#include "megackpt/dcp/index_io.h"
 #include "megackpt/fs/filesystem.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
@@ -420,8 +421,8 @@ TEST_F(CliFormatTest, IndexThroughLocalFileSystem) {
   index.total_size = 7;
   index.weight_map = {{"w", "model.mega"}};
   const std::string path = Path("x.mega.index.json");
-  ASSERT_TRUE(format::WriteShardIndex(*local, path, index).ok());
-  auto back = format::ReadShardIndex(*local, path);
+  ASSERT_TRUE(dcp::WriteShardIndex(*local, path, index).ok());
+  auto back = dcp::ReadShardIndex(*local, path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->weight_map, index.weight_map);
   EXPECT_EQ(back->total_size, 7u);

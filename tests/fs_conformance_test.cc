@@ -1,6 +1,8 @@
 // One FileSystem contract, run against every implementation: local paths,
 // mega:// on an embedded hub (repo and bucket), and mega:// on a real
-// `megahub` on loopback (repo and bucket).
+// `megahub` on loopback (repo and bucket) -- the file operations and the
+// transaction suite (fs::Transaction: commit, abort, crash, export/import
+// between participants, removals, closed transactions, capabilities).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -226,6 +228,189 @@ TEST_P(FsConformanceTest, ManySmallFiles) {
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 12u);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(Read(P("many/f" + std::to_string(i))), "content " + std::to_string(i));
+}
+
+
+// ---- transactions ---------------------------------------------------------------
+
+std::unique_ptr<fs::Transaction> Begin(fs::FileSystem& fs, const std::string& root,
+                                       fs::TransactionOptions o = {}) {
+  auto t = fs.BeginTransaction(root, o);
+  EXPECT_TRUE(t.ok()) << root << ": " << t.status().ToString();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+Status WriteIn(fs::Transaction& txn, const std::string& rel, const std::string& data) {
+  MEGA_ASSIGN_OR_RETURN(auto f, txn.OpenForWrite(rel));
+  for (size_t off = 0; off < data.size(); off += 4096) {
+    MEGA_RETURN_IF_ERROR(f->Append(AsBytes(std::string_view(data).substr(off, 4096))));
+  }
+  return f->Close();
+}
+
+TEST_P(FsConformanceTest, TransactionCommitPublishesEverything) {
+  Write(P("t/meta"), "old meta");
+  const std::string big = RandomData(200000, 3);
+  auto txn = Begin(*fs_, P("t"));
+  ASSERT_NE(txn, nullptr);
+  EXPECT_EQ(txn->root(), P("t"));
+  EXPECT_TRUE(txn->is_open());
+  ASSERT_TRUE(WriteIn(*txn, "data/shard-1.bin", big).ok());
+  ASSERT_TRUE(txn->Put("index.json", "{\"v\":2}").ok());
+  ASSERT_TRUE(txn->Put("meta", "new meta").ok());
+  EXPECT_THAT(txn->staged_files(), ::testing::ElementsAre("data/shard-1.bin", "index.json", "meta"));
+  // Nothing counts as committed yet: the Puts are not visible, and on an
+  // isolated store nothing is.
+  EXPECT_EQ(Read(P("t/meta")), "old meta");
+  EXPECT_FALSE(*fs_->Exists(P("t/index.json")));
+  if (fs_->capabilities().isolated_transactions) EXPECT_FALSE(*fs_->Exists(P("t/data/shard-1.bin")));
+  // The previous state stays readable at base_root().
+  EXPECT_EQ(*fs_->ReadWhole(fs::JoinPath(txn->base_root(), "meta")), "old meta");
+  auto id = txn->Commit();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(txn->is_open());
+  EXPECT_EQ(Read(P("t/meta")), "new meta");
+  EXPECT_EQ(Read(P("t/index.json")), "{\"v\":2}");
+  EXPECT_EQ(Read(P("t/data/shard-1.bin")), big);
+  // Closed: no more writes, no second commit.
+  EXPECT_EQ(txn->OpenForWrite("late").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(txn->Put("late", "x").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(txn->Commit().status().code(), StatusCode::kFailedPrecondition);
+  txn->Abort();  // idempotent, and never undoes a commit
+  EXPECT_EQ(Read(P("t/meta")), "new meta");
+}
+
+TEST_P(FsConformanceTest, TransactionAbortAndCrashLeaveThePreviousState) {
+  Write(P("a/meta"), "old");
+  Write(P("a/old.bin"), "old data");
+  for (bool crash : {false, true}) {
+    SCOPED_TRACE(crash ? "crash" : "abort");
+    auto txn = Begin(*fs_, P("a"));
+    ASSERT_NE(txn, nullptr);
+    ASSERT_TRUE(WriteIn(*txn, "new.bin", "new data").ok());
+    ASSERT_TRUE(txn->Put("meta", "new").ok());
+    ASSERT_TRUE(txn->Remove("old.bin").ok());
+    if (crash) {
+      txn.reset();  // dropped without Commit or Abort
+    } else {
+      txn->Abort();
+      EXPECT_FALSE(txn->is_open());
+      EXPECT_EQ(txn->Commit().status().code(), StatusCode::kFailedPrecondition);
+      // Abort removes what this participant wrote in place.
+      EXPECT_FALSE(*fs_->Exists(P("a/new.bin")));
+    }
+    EXPECT_EQ(Read(P("a/meta")), "old");
+    EXPECT_EQ(Read(P("a/old.bin")), "old data");
+    if (fs_->capabilities().isolated_transactions) EXPECT_FALSE(*fs_->Exists(P("a/new.bin")));
+  }
+}
+
+TEST_P(FsConformanceTest, TransactionRemovalsApplyAtCommit) {
+  Write(P("r/keep"), "k");
+  Write(P("r/gone"), "g");
+  Write(P("r/sub/gone too"), "g2");
+  auto txn = Begin(*fs_, P("r"));
+  ASSERT_NE(txn, nullptr);
+  ASSERT_TRUE(txn->Remove("gone").ok());
+  ASSERT_TRUE(txn->Remove("sub/gone too").ok());
+  ASSERT_TRUE(txn->Remove("never-existed").ok());  // ignored at commit
+  ASSERT_TRUE(txn->Put("marker", "m").ok());
+  EXPECT_TRUE(*fs_->Exists(P("r/gone")));
+  auto id = txn->Commit();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(*fs_->Exists(P("r/gone")));
+  EXPECT_FALSE(*fs_->Exists(P("r/sub/gone too")));
+  EXPECT_EQ(Read(P("r/keep")), "k");
+  EXPECT_EQ(Read(P("r/marker")), "m");
+}
+
+TEST_P(FsConformanceTest, TransactionParticipantsExportAndTheCoordinatorCommitsOnce) {
+  Write(P("m/meta"), "before");
+  auto coord = Begin(*fs_, P("m"));
+  ASSERT_NE(coord, nullptr);
+  fs::TransactionOptions join;
+  join.base = coord->token();
+  std::vector<std::string> exports(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      auto txn = Begin(*fs_, P("m"), join);
+      ASSERT_NE(txn, nullptr);
+      ASSERT_TRUE(WriteIn(*txn, "rank" + std::to_string(r) + ".bin", RandomData(50000 + r, 10 + r)).ok());
+      auto e = txn->Export();
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      exports[r] = *e;
+      // The participant just drops its transaction.
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_TRUE(WriteIn(*coord, "rank-coord.bin", "coordinator's").ok());
+  for (const std::string& e : exports) {
+    Status s = coord->Import(e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_TRUE(coord->Import(exports[0]).ok());  // importing twice is harmless
+  EXPECT_THAT(coord->staged_files(), ::testing::IsSupersetOf({"rank0.bin", "rank1.bin", "rank2.bin",
+                                                             "rank-coord.bin"}));
+  EXPECT_EQ(coord->Import("not an export").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(coord->Put("meta", "after").ok());
+  EXPECT_EQ(Read(P("m/meta")), "before");
+  auto id = coord->Commit();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(Read(P("m/meta")), "after");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(Read(P("m/rank" + std::to_string(r) + ".bin")), RandomData(50000 + r, 10 + r));
+  }
+  EXPECT_EQ(Read(P("m/rank-coord.bin")), "coordinator's");
+  // A follow-up transaction based on that commit.
+  fs::TransactionOptions next;
+  next.base = *id;
+  auto txn = Begin(*fs_, P("m"), next);
+  ASSERT_NE(txn, nullptr);
+  ASSERT_TRUE(txn->Put("meta", "third").ok());
+  ASSERT_TRUE(txn->Commit().ok());
+  EXPECT_EQ(Read(P("m/meta")), "third");
+}
+
+TEST_P(FsConformanceTest, TransactionRejectsBadPaths) {
+  auto txn = Begin(*fs_, P("bad"));
+  ASSERT_NE(txn, nullptr);
+  EXPECT_EQ(txn->OpenForWrite("a/../b").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(txn->Put("", "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(txn->Remove("x//y").code(), StatusCode::kInvalidArgument);
+  txn->Abort();
+}
+
+TEST_P(FsConformanceTest, CapabilitiesMatchTheFiles) {
+  const fs::FileSystemCapabilities caps = fs_->capabilities();
+  auto f = fs_->OpenForWrite(P("cap.bin"));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->supports_write_at(), caps.positioned_writes);
+  ASSERT_TRUE((*f)->Close().ok());
+  auto txn = Begin(*fs_, P("cap"));
+  ASSERT_NE(txn, nullptr);
+  auto g = txn->OpenForWrite("x.bin");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ((*g)->supports_write_at(), caps.positioned_writes);
+  if (caps.positioned_writes) {
+    ASSERT_TRUE((*g)->WriteAt(4, AsBytes(std::string_view("tail"))).ok());
+    ASSERT_TRUE((*g)->WriteAt(0, AsBytes(std::string_view("head"))).ok());
+  } else {
+    ASSERT_TRUE((*g)->Append(AsBytes(std::string_view("headtail"))).ok());
+  }
+  ASSERT_TRUE((*g)->Close().ok());
+  ASSERT_TRUE(txn->Commit().ok());
+  EXPECT_EQ(Read(P("cap/x.bin")), "headtail");
+}
+
+TEST_P(FsConformanceTest, PinPathKeepsReadingOneState) {
+  Write(P("pin/f"), "one");
+  auto pinned = fs_->PinPath(P("pin/f"));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  Write(P("pin/f"), "two");
+  const bool history = GetParam() == Backend::kEmbeddedRepo || GetParam() == Backend::kRemoteRepo;
+  EXPECT_EQ(Read(*pinned), history ? "one" : "two");
+  EXPECT_EQ(Read(P("pin/f")), "two");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, FsConformanceTest,

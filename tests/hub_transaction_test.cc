@@ -63,7 +63,7 @@ class HubTransactionTest : public ::testing::TestWithParam<bool /*remote*/> {
 };
 
 TEST_P(HubTransactionTest, ManyFilesOneCommit) {
-  auto txn = fs_->BeginTransaction(repo_ + "@main/ckpt/step-100");
+  auto txn = fs_->BeginHubTransaction(repo_ + "@main/ckpt/step-100");
   ASSERT_TRUE(txn.ok()) << txn.status().ToString();
   size_t before = CommitCount();
   std::string base = (*txn)->base_commit();
@@ -99,7 +99,7 @@ TEST_P(HubTransactionTest, AbortAndCrashLeaveBranchUntouched) {
   ASSERT_TRUE(setup.ok()) << setup.ToString();
   std::string head = Head();
   {
-    auto txn = fs_->BeginTransaction(repo_);
+    auto txn = fs_->BeginHubTransaction(repo_);
     ASSERT_TRUE(txn.ok());
     ASSERT_TRUE((*txn)->Put("keep.txt", "new").ok());
     ASSERT_TRUE(fs_->Remove(repo_ + "/keep.txt").ok());  // staged delete
@@ -198,7 +198,7 @@ TEST_P(HubTransactionTest, BucketTransactionIsOneBatch) {
   std::string bucket = "mega://buckets/org/b" + repo_.substr(repo_.rfind('/') + 4);
   ASSERT_TRUE(fs_->WriteAtomically(bucket + "/now.bin", "visible at once").ok());
   EXPECT_EQ(*fs_->ReadWhole(bucket + "/now.bin"), "visible at once");
-  auto txn = fs_->BeginTransaction(bucket + "/run");
+  auto txn = fs_->BeginHubTransaction(bucket + "/run");
   ASSERT_TRUE(txn.ok()) << txn.status().ToString();
   ASSERT_TRUE(fs_->WriteAtomically(bucket + "/run/a", "A").ok());
   ASSERT_TRUE(fs_->WriteAtomically(bucket + "/run/b", "B").ok());

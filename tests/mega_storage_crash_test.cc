@@ -39,6 +39,7 @@ class KillingFs : public fs::FileSystem {
   int steps() const { return steps_.load(); }
 
   std::string_view scheme() const override { return base_->scheme(); }
+  fs::FileSystemCapabilities capabilities() const override { return base_->capabilities(); }
   Result<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
     return base_->OpenForRead(p);
   }

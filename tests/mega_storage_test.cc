@@ -210,6 +210,11 @@ TEST(MegaStorage, AsyncSaveInWavesSplitsShardsAcrossWriteDataCalls) {
 // A filesystem whose files only append (like an upload stream).
 class SequentialOnlyFs : public testing::InstrumentedFileSystem {
  public:
+  fs::FileSystemCapabilities capabilities() const override {
+    fs::FileSystemCapabilities c = InstrumentedFileSystem::capabilities();
+    c.positioned_writes = false;
+    return c;
+  }
   Result<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override {
     MEGA_ASSIGN_OR_RETURN(auto f, InstrumentedFileSystem::OpenForWrite(path));
     return std::unique_ptr<WritableFile>(new Sequential(std::move(f)));

@@ -625,9 +625,11 @@ std::string EncodeWriteResults(const std::vector<WriteResult>& results) {
   json root{{"format", kWriteResultsFormat}, {"version", kWireVersion}};
   json arr = json::array();
   for (const auto& r : results) {
-    arr.push_back(json{{"index", IndexJson(r.index)},
-                       {"size_in_bytes", r.size_in_bytes},
-                       {"storage_data", StorageInfoJson(r.storage_data)}});
+    json e{{"index", IndexJson(r.index)},
+           {"size_in_bytes", r.size_in_bytes},
+           {"storage_data", StorageInfoJson(r.storage_data)}};
+    if (!r.commit_token.empty()) e["commit_token"] = r.commit_token;
+    arr.push_back(std::move(e));
   }
   root["results"] = std::move(arr);
   return Dump(root);
@@ -651,6 +653,7 @@ Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded) {
           MEGA_ASSIGN_OR_RETURN(r.size_in_bytes, e.OptUint("size_in_bytes"));
           MEGA_ASSIGN_OR_RETURN(Node sd, e.Member("storage_data"));
           MEGA_ASSIGN_OR_RETURN(r.storage_data, ParseStorageInfo(sd));
+          MEGA_ASSIGN_OR_RETURN(r.commit_token, e.OptString("commit_token"));
           out.push_back(std::move(r));
         }
         return out;

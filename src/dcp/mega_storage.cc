@@ -6,7 +6,12 @@
 // format::MegaEncoder per file on first use, writes items in parallel straight
 // from the planner's tensors (CRC and block CRCs computed per 1 MiB piece while
 // hot), and finishes a file (block table, header, fsync) as soon as all of its
-// items are in. Finish commits.
+// items are in. Every file is written inside this rank's fs::Transaction on the
+// checkpoint folder (the coordinator begins it in PrepareGlobalPlan and ships
+// its token in the layout; the other ranks join with it and export what they
+// staged with their write results); Finish commits the coordinator's
+// transaction (mega_storage_commit.h): one path for local folders (in place,
+// .metadata rename) and mega:// (one hub commit).
 //
 // Load: Metadata comes from .metadata or is rebuilt from the shard headers;
 // ReadData reads each item's box with MegaReader::ReadTensor (whole pieces,
@@ -25,7 +30,6 @@
 
 #include "dcp/mega_storage_commit.h"
 #include "dcp/mega_storage_files.h"
-#include "dcp/mega_storage_hub.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/text.h"
@@ -78,20 +82,16 @@ struct LayoutFile {
 struct RankLayout {
   std::string save_id;
   std::vector<LayoutFile> files;
-  // mega:// saves: every rank writes into its own transaction on the
-  // checkpoint folder, based on the coordinator's base commit ("" = bucket).
-  bool hub = false;
-  std::string hub_base;
+  // Every rank writes into its own transaction on the checkpoint folder, joined
+  // to the coordinator's with this token (fs::Transaction::token()).
+  std::string txn_token;
 };
 
 std::string EncodeLayout(const RankLayout& l) {
   json j;
   j["format"] = kLayoutFormat;
   j["save_id"] = l.save_id;
-  if (l.hub) {
-    j["hub"] = true;
-    j["hub_base"] = l.hub_base;
-  }
+  j["txn_token"] = l.txn_token;
   json files = json::array();
   for (const LayoutFile& f : l.files) {
     json items = json::array();
@@ -121,8 +121,7 @@ Result<RankLayout> DecodeLayout(std::string_view text) {
   try {
     RankLayout l;
     l.save_id = j.at("save_id").get<std::string>();
-    l.hub = j.value("hub", false);
-    l.hub_base = j.value("hub_base", "");
+    l.txn_token = j.at("txn_token").get<std::string>();
     for (const json& f : j.at("files")) {
       LayoutFile lf;
       lf.name = f.at("name").get<std::string>();
@@ -188,21 +187,19 @@ struct MegaStorageWriter::Impl {
     }
   };
   std::vector<Slot> slots;
-  std::vector<std::string> created;  // full paths of files this rank created
+  std::vector<std::string> created;  // names of the files this rank created
   std::unique_ptr<ThreadPool> pool;
   std::map<std::string, ObjectPath> object_paths;  // from this rank's local plan
-  // mega:// (docs/mega-storage.md "mega://"): the hub target of `path`, and
-  // this rank's transaction of the current save.
-  std::optional<mega_storage::HubTarget> hub_target;
-  std::unique_ptr<hub::HubTransaction> txn;
-  std::string last_commit;  // id of the last commit this writer made
-  hub::TransactionStats hub_stats;  // this rank's uploads of the current save
+  fs::FileSystemCapabilities caps;  // of `fs`
+  // This rank's transaction of the current save (see the top of this file).
+  std::unique_ptr<fs::Transaction> txn;
+  std::string last_commit;  // id of the last commit this writer made ("" = none / no history)
+  fs::TransactionStats txn_stats;  // this rank's writes in its last save
 
   void ForgetSave() {
-    if (txn) {
-      if (txn->is_open()) txn->Abort();
-      txn.reset();
-    }
+    // Dropped, not aborted: like a crash, nothing becomes committed (files
+    // written in place are a later commit's leftovers to clean up).
+    txn.reset();
     for (Slot& s : slots) s.Abandon();
     slots.clear();
     created.clear();
@@ -273,15 +270,35 @@ struct MegaStorageWriter::Impl {
     return co;
   }
 
-  // mega://: consolidation in place as a second commit on top of the save's
-  // (the MegaFileSystem routes every write/remove below `path` into one
-  // transaction based on `commit_id`).
-  Status ConsolidateOnHub(const std::string& commit_id) {
-    hub::MegaFileSystem* mfs = hub::AsMegaFileSystem(fs.get());
-    if (!mfs) return InternalError(path + ": not a mega:// filesystem");
-    hub::TransactionOptions o;
-    o.message = "megackpt: consolidate checkpoint " + hub_target->root.path;
-    auto ctxn = mfs->BeginTransaction(path, o, hub_target->root.is_bucket ? "" : commit_id);
+  // This rank's transaction of a save; `base` = the coordinator's token ("" on
+  // the coordinator).
+  Status BeginSave(const std::string& base) {
+    fs::TransactionOptions o;
+    o.message = "megackpt: save checkpoint " + path;
+    o.description = "save id " + save_id;
+    o.base = base;
+    // Saves without collectives: every rank commits alone to disjoint
+    // (rank-tagged) names, so a concurrent commit of another rank is no conflict.
+    o.rebase = RankTagFor(setup) >= 0;
+    o.sync = options.sync;
+    auto t = fs->BeginTransaction(path, o);
+    if (!t.ok()) return t.status().WithContext("beginning the save to " + path);
+    txn = std::move(*t);
+    txn_stats = fs::TransactionStats();
+    return Status::OK();
+  }
+
+  // Consolidation in place after the save's commit (`commit_id`), inside a
+  // transaction that captures consolidation's writes through `fs`: on mega:// a
+  // second commit on top of the save's; local folders need no capture
+  // (consolidation's own commit protocol keeps them safe).
+  Status ConsolidateInPlace(const std::string& commit_id) {
+    fs::TransactionOptions o;
+    o.message = "megackpt: consolidate checkpoint " + path;
+    o.base = commit_id;
+    o.sync = options.sync;
+    o.capture_filesystem_writes = true;
+    auto ctxn = fs->BeginTransaction(path, o);
     if (!ctxn.ok()) {
       return ctxn.status().WithContext(path + ": saved (sharded) and committed, but consolidation failed");
     }
@@ -295,20 +312,18 @@ struct MegaStorageWriter::Impl {
       return c.status().WithContext(path + ": saved (sharded) and committed, but the consolidation "
                                            "commit failed");
     }
-    last_commit = c->id;
+    if (!c->empty()) last_commit = *c;
     return Status::OK();
   }
 
   Status OpenSlot(size_t f, const PlannerData& planner_data) {
     if (slots[f].writer) return Status::OK();
-    // Hub uploads stream sequentially (WriteSequentialFile).
-    if (txn) return UnimplementedError(fs::JoinPath(path, layout.files[f].name) + ": sequential sink");
     const LayoutFile& lf = layout.files[f];
     const std::string full = fs::JoinPath(path, lf.name);
-    MEGA_ASSIGN_OR_RETURN(auto file, fs->OpenForWrite(full));
-    created.push_back(full);
+    created.push_back(lf.name);
+    MEGA_ASSIGN_OR_RETURN(auto file, txn->OpenForWrite(lf.name));
     if (!file->supports_write_at()) {
-      return UnimplementedError(full + ": sequential sink");  // handled by the caller
+      return InternalError(full + ": the filesystem promises positioned writes, but this file has none");
     }
     MEGA_ASSIGN_OR_RETURN(slots[f].writer, PlanShard(full, lf, planner_data));
     slots[f].file = std::move(file);
@@ -336,13 +351,9 @@ struct MegaStorageWriter::Impl {
                                        "(no positioned writes); give async_save a staging pool "
                                        "larger than one rank's state");
     }
-    std::unique_ptr<WritableFile> file;
-    if (txn) {
-      // Streams into the hub's CAS; staged in this rank's transaction on Close.
-      MEGA_ASSIGN_OR_RETURN(file, txn->OpenForWrite(lf.name));
-    } else {
-      MEGA_ASSIGN_OR_RETURN(file, fs->OpenForWrite(full));
-    }
+    created.push_back(lf.name);
+    // E.g. streams into the hub's CAS, staged in this rank's transaction on Close.
+    MEGA_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, txn->OpenForWrite(lf.name));
     MEGA_ASSIGN_OR_RETURN(auto writer, PlanShard(full, lf, plan.planner_data));
     std::vector<ResolvedData> held(lf.items.size());
     for (size_t i : items) {
@@ -375,17 +386,6 @@ struct MegaStorageWriter::Impl {
       r.storage_data.length = t.logical_nbytes;
       r.storage_data.checksum = mega_storage::MegaChecksumString(t);
     }
-    if (txn) {
-      // The staged upload travels to the coordinator with this file's first
-      // result (the coordinator commits it with everyone else's).
-      const std::string repo_path = txn->root().path + "/" + lf.name;
-      auto staged = txn->FindStaged(repo_path);
-      if (!staged || staged->deleted) {
-        return InternalError(full + ": upload closed but not staged in the transaction");
-      }
-      (*results)[items.front()].storage_data.extra = mega_storage::EncodeStagedExtra(*staged);
-      hub_stats = txn->stats();
-    }
     slots[f].done = true;
     return Status::OK();
   }
@@ -416,8 +416,8 @@ bool MegaStorageWriter::ValidateCheckpointId(std::string_view checkpoint_id) con
 }
 
 std::string MegaStorageWriter::last_hub_commit() const { return impl_->last_commit; }
-uint64_t MegaStorageWriter::hub_bytes_written() const { return impl_->hub_stats.bytes_written; }
-uint64_t MegaStorageWriter::hub_new_bytes() const { return impl_->hub_stats.new_bytes; }
+uint64_t MegaStorageWriter::hub_bytes_written() const { return impl_->txn_stats.bytes_written; }
+uint64_t MegaStorageWriter::hub_new_bytes() const { return impl_->txn_stats.new_bytes; }
 
 std::optional<StorageMeta> MegaStorageWriter::GetStorageMeta() const {
   StorageMeta m;
@@ -434,11 +434,13 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
   } else {
     MEGA_ASSIGN_OR_RETURN(s.fs, fs::FileSystemForPath(s.path));
   }
-  MEGA_ASSIGN_OR_RETURN(s.hub_target, mega_storage::HubTargetFor(s.path, s.fs.get()));
-  if (s.hub_target && s.options.consolidate && s.options.consolidate_format == ConsolidateFormat::kMega) {
+  s.caps = s.fs->capabilities();
+  if (!s.caps.positioned_writes && s.options.consolidate &&
+      s.options.consolidate_format == ConsolidateFormat::kMega) {
     return UnimplementedError(s.path + ": consolidating into .mega files needs positioned writes, "
-                                       "which mega:// uploads do not have; consolidate to safetensors, "
-                                       "or consolidate a local copy and push it");
+                                       "which this filesystem's files do not have (mega:// uploads "
+                                       "stream); consolidate to safetensors, or consolidate a local "
+                                       "copy and push it");
   }
   if (setup.is_coordinator) {
     MEGA_RETURN_IF_ERROR(s.fs->CreateDirectories(s.path));
@@ -490,30 +492,24 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
   const size_t count = groups.size();
   std::vector<std::string> plain;
   for (size_t n = 1; n <= count; ++n) plain.push_back(mega_storage::ShardFileName(".mega", n, count, "", -1));
+  // The coordinator's transaction; its token goes to every rank.
+  s.txn.reset();
+  MEGA_RETURN_IF_ERROR(s.BeginSave(""));
   std::string id_in_name;
-  std::string hub_base;
-  if (s.hub_target) {
-    // One commit replaces the folder atomically: plain names, overwritten in
-    // place; the transaction's base commit goes to every rank.
-    if (s.txn && s.txn->is_open()) s.txn->Abort();
-    MEGA_ASSIGN_OR_RETURN(s.txn, mega_storage::BeginHubSave(*s.hub_target, "", s.save_id,
-                                                            /*rebase=*/rank_tag >= 0));
-    s.hub_stats = hub::TransactionStats();
-    hub_base = s.txn->base_commit();
-    if (rank_tag >= 0) id_in_name = s.save_id;
-  } else if (rank_tag >= 0) {
+  if (rank_tag >= 0) {
     id_in_name = s.save_id;
-  } else {
-    // Plain names unless one is taken (by the committed checkpoint or leftovers):
-    // never overwrite a file the current .metadata may reference.
+  } else if (!s.caps.isolated_transactions) {
+    // Files land in place under their final names: plain names unless one is
+    // taken (by the committed checkpoint or leftovers), so a file the current
+    // .metadata may reference is never overwritten. (Isolated transactions
+    // replace the folder in one commit: plain names, overwritten.)
     MEGA_ASSIGN_OR_RETURN(bool taken, mega_storage::AnyExists(*s.fs, s.path, plain));
     if (taken) id_in_name = s.save_id;
   }
   std::vector<RankLayout> layouts(plans.size());
   for (auto& l : layouts) {
     l.save_id = s.save_id;
-    l.hub = s.hub_target.has_value();
-    l.hub_base = hub_base;
+    l.txn_token = s.txn->token();
   }
   size_t n = 0;
   for (const auto& [key, members] : groups) {
@@ -535,15 +531,7 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   Impl& s = *impl_;
   if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
   MEGA_RETURN_IF_ERROR(s.EnsureLayout(plan.storage_data));
-  if (s.layout.hub && !s.txn) {
-    if (!s.hub_target) {
-      return FailedPreconditionError(s.path + ": the global plan is a mega:// save but this rank's "
-                                     "path is not on a hub");
-    }
-    MEGA_ASSIGN_OR_RETURN(s.txn, mega_storage::BeginHubSave(*s.hub_target, s.layout.hub_base, s.save_id,
-                                                            RankTagFor(s.setup) >= 0));
-    s.hub_stats = hub::TransactionStats();
-  }
+  if (!s.txn) MEGA_RETURN_IF_ERROR(s.BeginSave(s.layout.txn_token));  // joins the coordinator's
   // Which file and position each item goes to.
   std::vector<std::pair<size_t, size_t>> target(plan.items.size());
   std::map<size_t, std::vector<size_t>> by_file;
@@ -576,12 +564,12 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
     if (s.slots[f].done) {
       return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
     }
-    Status st = s.OpenSlot(f, plan.planner_data);
-    if (st.code() == StatusCode::kUnimplemented && !s.slots[f].writer) {
+    if (!s.caps.positioned_writes) {
+      // Sequential sinks (e.g. hub uploads): the whole file in this call.
       MEGA_RETURN_IF_ERROR(s.WriteSequentialFile(f, plan, items, planner, &results));
       continue;
     }
-    MEGA_RETURN_IF_ERROR(st);
+    MEGA_RETURN_IF_ERROR(s.OpenSlot(f, plan.planner_data));
     positioned.insert(positioned.end(), items.begin(), items.end());
   }
   // Largest first, so the threads finish together.
@@ -638,6 +626,11 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
         return slot.file->Close();
       },
       par));
+  // What this rank staged so far travels to the coordinator's Finish.
+  if (!results.empty()) {
+    MEGA_ASSIGN_OR_RETURN(results.front().commit_token, s.txn->Export());
+  }
+  s.txn_stats = s.txn->stats();
   return results;
 }
 
@@ -645,7 +638,7 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
                                  const std::vector<std::vector<WriteResult>>& results) {
   Impl& s = *impl_;
   if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
-  if (s.hub_target && !s.txn) {
+  if (!s.txn || !s.txn->is_open()) {
     return FailedPreconditionError(s.path + ": no save in progress to commit (aborted, or "
                                             "PrepareGlobalPlan did not run on this writer)");
   }
@@ -666,59 +659,40 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
   req.other_index_name = RankTagFor(s.setup) >= 0 ? "" : std::string(kSafetensorsStorageIndexName);
   req.sync = s.options.sync;
   req.rank_tag = RankTagFor(s.setup);
-  if (s.txn) mega_storage::StripStagedExtras(&md);
   MEGA_ASSIGN_OR_RETURN(req.index, mega_storage::BuildIndex(md, /*mega_fields=*/true));
   req.metadata = std::move(md);
-  if (s.txn) {
-    // mega://: every rank's shards + index + .metadata + deletions = one commit.
-    auto commit = mega_storage::CommitHubSave(*s.txn, *s.fs, req, results);
-    s.txn.reset();
-    MEGA_RETURN_IF_ERROR(commit.status());
-    s.committed = true;
-    s.last_commit = commit->id;
-    if (s.options.consolidate) return s.ConsolidateOnHub(commit->id);
-    return Status::OK();
-  }
-  mega_storage::PreviousState prev =
-      mega_storage::ReadPreviousState(*s.fs, s.path, req.metadata_name, req.index_name);
-  MEGA_RETURN_IF_ERROR(mega_storage::Commit(*s.fs, req, prev));
+  // Every rank's shards + removals + index + .metadata: one commit.
+  auto commit = mega_storage::CommitSave(*s.txn, *s.fs, req, results);
+  s.txn.reset();
+  if (!commit.ok()) return commit.status().WithContext("the checkpoint at " + s.path + " was not saved");
   s.committed = true;
-  if (s.options.consolidate) {
-    auto r = Consolidate(s.path, s.path, s.ConsolidateOpts());
-    if (!r.ok()) {
-      return r.status().WithContext(s.path + ": saved (sharded) and committed, but consolidation failed");
-    }
-  }
+  s.last_commit = *commit;
+  if (s.options.consolidate) return s.ConsolidateInPlace(*commit);
   return Status::OK();
 }
 
 void MegaStorageWriter::Abort() {
   Impl& s = *impl_;
-  if (s.hub_target) {
-    // Nothing is visible before the one commit: dropping the transaction is
-    // the whole abort (uploaded content is garbage-collected by the hub).
-    if (s.txn) {
-      if (s.txn->is_open()) s.txn->Abort();
-      s.txn.reset();
-    }
-    return;
-  }
-  if (s.committed || !s.fs) return;
+  if (!s.fs) return;
   for (auto& slot : s.slots) slot.Abandon();
-  // Only the coordinator knows whether the commit happened (e.g. the save was
-  // committed and a later step such as consolidation failed). Never remove a
-  // file the committed .metadata references.
-  std::set<std::string> committed;
-  auto text = s.fs->ReadWhole(fs::JoinPath(s.path, MetadataNameFor(s.setup)), kMaxMetadataBytes);
-  if (text.ok()) {
-    auto md = DecodeMetadata(*text);
-    if (md.ok()) committed = mega_storage::ReferencedFiles(*md);
+  if (s.txn && s.txn->is_open()) {
+    // Only the coordinator knows whether the commit happened (e.g. the save was
+    // committed and a later step such as consolidation failed): when the
+    // committed .metadata references a file of ours, the save is committed and
+    // our transaction is dropped, not aborted (an in-place Abort would remove
+    // the files).
+    bool committed = false;
+    auto text = s.fs->ReadWhole(fs::JoinPath(s.path, MetadataNameFor(s.setup)), kMaxMetadataBytes);
+    if (text.ok()) {
+      auto md = DecodeMetadata(*text);
+      if (md.ok()) {
+        const std::set<std::string> referenced = mega_storage::ReferencedFiles(*md);
+        for (const std::string& f : s.created) committed = committed || referenced.count(f) > 0;
+      }
+    }
+    if (!committed) s.txn->Abort();
   }
-  for (const std::string& f : s.created) {
-    const size_t slash = f.find_last_of('/');
-    if (committed.count(slash == std::string::npos ? f : f.substr(slash + 1))) continue;
-    s.fs->Remove(f).IgnoreError();
-  }
+  s.txn.reset();
   s.created.clear();
 }
 
@@ -766,9 +740,9 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
   if (!fs) {
     MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(s.path));
   }
-  // mega://: resolve the revision once; every file of this load comes from
+  // Resolve the revision once (mega://); every file of this load comes from
   // that commit even if the branch moves meanwhile.
-  MEGA_ASSIGN_OR_RETURN(std::string pinned, mega_storage::PinnedHubPath(s.path, fs.get()));
+  MEGA_ASSIGN_OR_RETURN(std::string pinned, fs->PinPath(s.path));
   MEGA_ASSIGN_OR_RETURN(s.paths, mega_storage::ResolveCheckpointPath(pinned, fs));
   std::optional<Metadata> md;
   Status metadata_error;
@@ -915,7 +889,7 @@ Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shar
   }
   o.fs = std::move(fs);
   // mega://: metadata and shards from one commit.
-  MEGA_ASSIGN_OR_RETURN(std::string pinned, mega_storage::PinnedHubPath(path, o.fs.get()));
+  MEGA_ASSIGN_OR_RETURN(std::string pinned, o.fs->PinPath(path));
   MegaStorageReader reader(pinned, o);
   MEGA_ASSIGN_OR_RETURN(Metadata md, reader.ReadMetadata());
   MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(pinned, o.fs));

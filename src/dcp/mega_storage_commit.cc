@@ -5,6 +5,7 @@
 
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/dcp/index_io.h"
 #include "megackpt/dcp/mega_storage.h"
 
 namespace megackpt::dcp::mega_storage {
@@ -92,7 +93,7 @@ CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::v
     if (previous.files.count(name) || ours || temp) plan.remove.insert(name);
   }
   if (!req.other_index_name.empty() && present.count(req.other_index_name)) {
-    auto other = format::ReadShardIndex(fs, fs::JoinPath(dir, req.other_index_name));
+    auto other = ReadShardIndex(fs, fs::JoinPath(dir, req.other_index_name));
     bool stale = true;
     if (other.ok()) {
       for (const auto& f : IndexFiles(*other)) {
@@ -104,37 +105,73 @@ CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::v
   return plan;
 }
 
-Status Commit(fs::FileSystem& fs, const CommitRequest& req, const PreviousState& previous) {
-  const std::string index_path = fs::JoinPath(req.dir, req.index_name);
+Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs, const CommitRequest& req,
+                                        const PreviousState& previous) {
+  auto fail = [&](Status s) {
+    txn.Abort();
+    return s;
+  };
   MEGA_ASSIGN_OR_RETURN(std::string index_text, SerializeShardIndex(req.index));
-  // 2. The shards' directory entries must be durable before anything refers to them.
-  if (req.sync) MEGA_RETURN_IF_ERROR(fs.SyncDirectory(req.dir).WithContext("commit"));
-  // 3. Index (an index-only consumer now sees the new checkpoint; all its files
-  //    are complete).
-  MEGA_RETURN_IF_ERROR(fs.WriteAtomically(index_path, index_text, req.sync)
-                           .WithContext(req.dir + ": writing " + req.index_name));
-  // 4. The commit point.
-  Status committed = fs.WriteAtomically(fs::JoinPath(req.dir, req.metadata_name),
-                                        EncodeMetadata(req.metadata), req.sync);
-  if (!committed.ok()) {
-    // Put the previous index back so index-only consumers keep a consistent view
-    // once this save's files are removed by Abort.
-    if (previous.index_text) {
-      fs.WriteAtomically(index_path, *previous.index_text, req.sync).IgnoreError();
-    } else {
-      fs.Remove(index_path).IgnoreError();
+  // 2. What to remove once the new checkpoint is committed.
+  const std::string& base = txn.base_root();
+  auto listing = fs.List(base);
+  if (listing.ok()) {
+    const CleanupPlan cleanup = PlanCleanup(fs, base, *listing, req, previous);
+    // The other format's index goes first when it described files we remove.
+    if (cleanup.remove_other_index) {
+      if (Status s = txn.Remove(req.other_index_name); !s.ok()) return fail(s);
     }
-    return committed.WithContext(req.dir + ": commit of " + req.metadata_name);
+    for (const std::string& name : cleanup.remove) {
+      if (Status s = txn.Remove(name); !s.ok()) return fail(s);
+    }
+  } else if (listing.status().code() != StatusCode::kNotFound) {
+    return fail(listing.status().WithContext("listing the previous checkpoint at " + base));
   }
-  // 5. Cleanup: files the previous checkpoint used, shard-named files of
-  //    crashed saves, temp files of interrupted atomic writes.
-  auto listing = fs.List(req.dir);
-  if (!listing.ok()) return Status::OK();
-  const CleanupPlan cleanup = PlanCleanup(fs, req.dir, *listing, req, previous);
-  // The other format's index goes first when it described files we remove.
-  if (cleanup.remove_other_index) fs.Remove(fs::JoinPath(req.dir, req.other_index_name)).IgnoreError();
-  for (const auto& name : cleanup.remove) fs.Remove(fs::JoinPath(req.dir, name)).IgnoreError();
-  return Status::OK();
+  // 3. Index (an index-only consumer then sees the new checkpoint; all its files
+  //    are complete), then .metadata: the commit point of in-place stores.
+  if (Status s = txn.Put(req.index_name, index_text); !s.ok()) {
+    return fail(s.WithContext(req.dir + ": writing " + req.index_name));
+  }
+  if (Status s = txn.Put(req.metadata_name, EncodeMetadata(req.metadata)); !s.ok()) {
+    return fail(s.WithContext(req.dir + ": writing " + req.metadata_name));
+  }
+  // 4.
+  return txn.Commit();
+}
+
+Status Commit(fs::FileSystem& fs, const CommitRequest& req, const PreviousState& previous) {
+  fs::TransactionOptions o;
+  o.sync = req.sync;
+  // Qualified: the in-place protocol over `fs`'s own methods, also for an
+  // isolated store (whose capturing transaction then holds it all).
+  MEGA_ASSIGN_OR_RETURN(auto txn, fs.::megackpt::fs::FileSystem::BeginTransaction(req.dir, o));
+  return CommitInTransaction(*txn, fs, req, previous).status();
+}
+
+Result<std::string> CommitSave(fs::Transaction& txn, fs::FileSystem& fs, const CommitRequest& req,
+                               const std::vector<std::vector<WriteResult>>& results) {
+  // 1. Every rank's staged shards (each export holds all of that rank's so far).
+  for (size_t r = 0; r < results.size(); ++r) {
+    std::set<std::string> imported;
+    for (const WriteResult& wr : results[r]) {
+      if (wr.commit_token.empty() || !imported.insert(wr.commit_token).second) continue;
+      Status s = txn.Import(wr.commit_token);
+      if (!s.ok()) {
+        txn.Abort();
+        return s.WithContext("write results of rank " + std::to_string(r));
+      }
+    }
+  }
+  const std::vector<std::string> staged = txn.staged_files();
+  const std::set<std::string> have(staged.begin(), staged.end());
+  for (const std::string& f : ReferencedFiles(req.metadata)) {
+    if (!have.count(f)) {
+      txn.Abort();
+      return InternalError(req.dir + ": shard " + f + " was written by no rank of this save");
+    }
+  }
+  const PreviousState prev = ReadPreviousState(fs, txn.base_root(), req.metadata_name, req.index_name);
+  return CommitInTransaction(txn, fs, req, prev);
 }
 
 Result<format::ShardIndex> BuildIndex(const Metadata& md, bool mega_fields) {

@@ -1,12 +1,19 @@
 // The commit protocol of the MEGA storage backend (docs/mega-storage.md,
-// "Commit protocol"), shared by MegaStorageWriter::Finish and consolidation:
-//   1. every shard is complete and fsynced (the writers did that);
-//   2. fsync the folder (the shards' directory entries are durable);
-//   3. write the index atomically (temp + fsync + rename + folder fsync);
-//   4. write .metadata atomically: its rename is THE commit point;
-//   5. remove what the previous checkpoint and crashed saves left behind.
-// Before step 4 the folder still loads as the previous checkpoint (the reader
-// trusts .metadata; no file it references was touched); after it, as the new one.
+// "Commit protocol"): ONE path for local folders and mega://, expressed over an
+// fs::Transaction whose root is the checkpoint folder. MegaStorageWriter::Finish
+// (CommitSave) and consolidation (Commit) share it:
+//   1. every shard is complete (and fsynced) and staged in the transaction: the
+//      coordinator imports every rank's export (WriteResult::commit_token);
+//   2. the removals: files of the previous checkpoint (read at the transaction's
+//      base) and leftovers of crashed saves that the new one does not reference;
+//   3. Put the index, then .metadata;
+//   4. Transaction::Commit. In place (local): the folder is fsynced, the index
+//      written atomically, then .metadata -- its rename is THE commit point --
+//      then the removals run. Isolated (mega://): all of it is one hub commit,
+//      parent-checked.
+// Before the commit point the folder still loads as the previous checkpoint (the
+// reader trusts .metadata; no file it references was touched); after it, as the
+// new one.
 #ifndef MEGACKPT_SRC_DCP_MEGA_STORAGE_COMMIT_H_
 #define MEGACKPT_SRC_DCP_MEGA_STORAGE_COMMIT_H_
 
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "megackpt/dcp/metadata.h"
+#include "megackpt/dcp/planner.h"
 #include "megackpt/fs/filesystem.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/core/status.h"
@@ -26,7 +34,7 @@ namespace megackpt::dcp::mega_storage {
 struct PreviousState {
   // Files the committed checkpoint references (from .metadata, else its index).
   std::set<std::string> files;
-  // Text of the index we are about to replace (to restore it if the commit fails).
+  // Text of the index we are about to replace.
   std::optional<std::string> index_text;
 };
 
@@ -63,9 +71,27 @@ struct CleanupPlan {
 CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::vector<fs::FileInfo>& listing,
                         const CommitRequest& request, const PreviousState& previous);
 
-// Steps 2-5. On a failure before the commit point the previous index is put
-// back. Cleanup failures after the commit are ignored (the next save retries).
+// Steps 2-4 inside `txn` (root = the checkpoint folder): stages the removals
+// PlanCleanup picks from a listing of txn.base_root(), Puts the index and
+// .metadata, and commits. Returns Transaction::Commit's id. On a failure before
+// the commit point the transaction is discarded and the previous checkpoint
+// stays (in place: the previous index is put back). Removal failures after the
+// commit point are ignored (the next save retries).
+Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs,
+                                        const CommitRequest& request, const PreviousState& previous);
+
+// Steps 2-4 for files written in place through `fs` itself (consolidation): the
+// in-place protocol (fs::FileSystem::BeginTransaction's default) over `fs`'s
+// own methods at request.dir. Under a capturing transaction of an isolated store
+// everything lands in that one.
 Status Commit(fs::FileSystem& fs, const CommitRequest& request, const PreviousState& previous);
+
+// The coordinator's commit of a save (Finish): step 1 -- imports every
+// rank's commit_token from `results` into `txn` and checks that each file the
+// metadata references was staged (Internal naming the file otherwise) -- then
+// reads the previous checkpoint at txn.base_root() and CommitInTransaction.
+Result<std::string> CommitSave(fs::Transaction& txn, fs::FileSystem& fs, const CommitRequest& request,
+                               const std::vector<std::vector<WriteResult>>& results);
 
 // The index describing `metadata`: weight_map of whole entries (one chunk covering
 // the tensor, or bytes), sharded tensors under tensorplay.dcp.sharded, total_size

@@ -11,6 +11,7 @@
 #include "dcp/f4_box.h"
 #include "megackpt/core/box_runs.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/dcp/index_io.h"
 #include "megackpt/format/index_file.h"
 
 namespace megackpt::dcp::mega_storage {
@@ -332,7 +333,7 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
     auto kind = format::IndexKindFromPath(index_name);
     if (!kind) return InvalidArgumentError(index_name + ": not a .mega or .safetensors index");
     safetensors = *kind == format::IndexKind::kSafetensors;
-    auto read = format::ReadShardIndex(*p.fs, fs::JoinPath(p.dir, index_name));
+    auto read = ReadShardIndex(*p.fs, fs::JoinPath(p.dir, index_name));
     if (!read.ok()) {
       if (read.status().code() == StatusCode::kNotFound) {
         return NotFoundError("no checkpoint at " + p.path + ": " + index_name + " not found");

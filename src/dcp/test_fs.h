@@ -28,6 +28,13 @@ class InstrumentedFileSystem : public fs::FileSystem {
   std::function<bool(const std::string& path)> fail_write_atomically;
 
   std::string_view scheme() const override { return base_->scheme(); }
+  // Transactions run the in-place protocol over this wrapper (BeginTransaction
+  // is not forwarded), so the injected faults reach the commit.
+  fs::FileSystemCapabilities capabilities() const override {
+    fs::FileSystemCapabilities c = base_->capabilities();
+    c.isolated_transactions = false;
+    return c;
+  }
 
   Result<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override {
     MEGA_ASSIGN_OR_RETURN(auto f, base_->OpenForRead(path));

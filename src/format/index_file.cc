@@ -6,7 +6,6 @@
 
 #include "format/index_file_json.h"
 #include "megackpt/core/file.h"
-#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::format {
 namespace {
@@ -175,17 +174,6 @@ Result<ShardIndex> ReadShardIndexFile(const std::string& path) {
 Status WriteShardIndexFile(const std::string& path, const ShardIndex& index, bool sync) {
   MEGA_ASSIGN_OR_RETURN(std::string text, SerializeShardIndex(index));
   return WriteLocalFileAtomically(path, text, sync);
-}
-
-Result<ShardIndex> ReadShardIndex(fs::FileSystem& fs, const std::string& path) {
-  MEGA_ASSIGN_OR_RETURN(std::string text, fs.ReadWhole(path, kMaxIndexFileBytes));
-  return ParseShardIndex(path, text);
-}
-
-Status WriteShardIndex(fs::FileSystem& fs, const std::string& path, const ShardIndex& index,
-                       bool sync) {
-  MEGA_ASSIGN_OR_RETURN(std::string text, SerializeShardIndex(index));
-  return fs.WriteAtomically(path, text, sync);
 }
 
 }  // namespace megackpt::format

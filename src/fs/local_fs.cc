@@ -32,6 +32,14 @@ class PosixFileSystem final : public FileSystem {
  public:
   std::string_view scheme() const override { return "local"; }
 
+  FileSystemCapabilities capabilities() const override {
+    FileSystemCapabilities c;
+    c.positioned_writes = true;
+    c.isolated_transactions = false;  // the in-place protocol (transaction.cc)
+    c.atomic_rename = true;
+    return c;
+  }
+
   Result<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override {
     return OpenLocalFile(path, false);
   }

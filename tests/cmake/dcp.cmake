@@ -1,5 +1,8 @@
 # DCP tests launched by mpirun: save from 2 and 4 MPI ranks, resharded loads
 # (MPI and threads), faults that must reach every rank.
+if(NOT MEGACKPT_WITH_MPI)
+  return()
+endif()
 include(${CMAKE_CURRENT_LIST_DIR}/mpi.cmake)
 
 megackpt_add_mpi_executable(dcp_mpi_checkpoint

@@ -1,5 +1,8 @@
 # MegaStorageWriter/Reader under mpirun: save from 2 MPI ranks with and without an
 # fqn_to_index_mapping, resharded loads, collective consolidation.
+if(NOT MEGACKPT_WITH_MPI)
+  return()
+endif()
 include(${CMAKE_CURRENT_LIST_DIR}/mpi.cmake)
 
 megackpt_add_mpi_executable(mega_storage_mpi

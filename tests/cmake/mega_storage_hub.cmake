@@ -1,5 +1,8 @@
 # MegaStorageWriter/Reader over mega:// under mpirun: rank 0 starts a real megahub
 # on loopback; a 2-process save is one commit; resharded loads.
+if(NOT MEGACKPT_WITH_MPI)
+  return()
+endif()
 include(${CMAKE_CURRENT_LIST_DIR}/mpi.cmake)
 
 megackpt_add_mpi_executable(mega_storage_hub_mpi

@@ -2,7 +2,8 @@
 #
 #   megackpt_add_mpi_executable(<target> SOURCES <file.cc>... [DEPS <lib>...] [PLAIN_MAIN])
 #     Builds an MPI test program linked against DEPS (default: the whole library,
-#     `megackpt`; e.g. DEPS megackpt_dist to depend on one layer only).
+#     `megackpt`, and the test fixtures, `megackpt_testing`; e.g. DEPS megackpt_dist
+#     to depend on one layer only).
 #     Default: a gtest program; main() comes from tests/dist_mpi_gtest_main.cc, which
 #     initializes MPI (NewMpiProcessGroup), lets only rank 0 print the normal gtest
 #     output (other ranks print their failures only, tagged "[rank R]"), combines every
@@ -26,23 +27,11 @@
 #   include(${CMAKE_CURRENT_LIST_DIR}/mpi.cmake)
 # (this file is include-guarded, so including it twice is fine).
 include_guard(GLOBAL)
+if(NOT MEGACKPT_WITH_MPI)
+  return()  # built without MPI: no mpirun tests
+endif()
 
-# Why each flag (all verified in the Debian 12 container, root, loopback only, 2 cores):
-#  --oversubscribe            more ranks than cores (np 4 on 2 cores).
-#  --bind-to none             do not pin ranks to cores on a shared machine.
-#  --mca pml ob1 / btl self,vader
-#                             shared-memory transport only, no UCX/verbs/TCP probing.
-#  btl_vader_single_copy_mechanism none
-#                             CMA (process_vm_readv) needs ptrace rights that
-#                             containers often deny; plain copy-in/copy-out always works.
-#  oob_tcp_if_include lo      the runtime's out-of-band channel uses loopback only.
-set(MEGACKPT_MPIEXEC_FLAGS
-    --oversubscribe --bind-to none
-    --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none
-    --mca oob_tcp_if_include lo
-    CACHE STRING "Flags passed to mpirun before -np by megackpt_add_mpi_test")
-
-set(MEGACKPT_MPI_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+# MEGACKPT_MPIEXEC_FLAGS and MEGACKPT_MPI_TEST_ENV: cmake/megackpt_mpi.cmake (shared with examples/).
 
 if(NOT TARGET megackpt_mpi_gtest_main)
   add_library(megackpt_mpi_gtest_main STATIC ${CMAKE_CURRENT_LIST_DIR}/../dist_mpi_gtest_main.cc)
@@ -58,7 +47,7 @@ function(megackpt_add_mpi_executable target)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src
                              ${CMAKE_CURRENT_LIST_DIR}/..)
   if(NOT M_DEPS)
-    set(M_DEPS megackpt)
+    set(M_DEPS megackpt megackpt_testing)
   endif()
   if(M_PLAIN_MAIN)
     target_link_libraries(${target} PRIVATE ${M_DEPS} MPI::MPI_C)

@@ -74,6 +74,39 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
 Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* group = nullptr,
             const LoadOptions& options = {});
 
+// ---- single-process conveniences ------------------------------------------
+// Save / Load of a whole state dict at a path in one call, for one process:
+//   dcp::Save(state_dict, "/ckpt/step-100");       // or "mega://org/model@main/ckpt/step-100"
+//   dcp::Load("/ckpt/step-100", state_dict);       // fills the tensors in place
+// The filesystem comes from the path (fs::FileSystemForPath: a local folder, or
+// mega:// when the hub layer is linked); the storage format from the options.
+struct PathSaveOptions {
+  // "mega" (MegaStorageWriter: .mega shards + index, the default) or "fs"
+  // (FileSystemWriter: .distcp files).
+  std::string storage = "mega";
+  int thread_count = 2;
+  // fsync before the commit (see MegaStorageWriterOptions::sync).
+  bool sync = true;
+  // False: AlreadyExists when a checkpoint is already committed at the path.
+  bool overwrite = true;
+};
+
+struct PathLoadOptions {
+  // As PathSaveOptions::storage; must match how the checkpoint was saved
+  // ("mega" also reads Hugging Face safetensors layouts and single files).
+  std::string storage = "mega";
+  int thread_count = 2;
+};
+
+// Save(state_dict, writer) with the writer for `path` (MakeStorageWriter).
+// Errors: InvalidArgument for an unknown storage; FailedPrecondition for a
+// scheme no linked layer serves; otherwise as Save.
+Status Save(const StateDict& state_dict, const std::string& path, const PathSaveOptions& options = {});
+
+// Load(state_dict, reader) with the reader for `path` (MakeStorageReader).
+// Errors as Save above and Load.
+Status Load(const std::string& path, StateDict& state_dict, const PathLoadOptions& options = {});
+
 // Reusable staging memory for AsyncSave: one pre-faulted (huge-page) arena that
 // grows on demand up to `capacity_bytes` and is kept for later saves. One async
 // save uses a pool at a time (a second one waits). Thread-safe. Pools come from

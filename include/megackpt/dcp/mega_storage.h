@@ -23,16 +23,19 @@
 // missing or unreadable (e.g. TensorPlay's pickle: Metadata is rebuilt from the
 // index and shard headers) and Hugging Face layouts (`model.safetensors.index.json`
 // + shards, or one `.safetensors` file), resharding into any destination layout.
-// Paths may be local folders or mega:// URIs (through FileSystemForPath, or
-// options.fs = a hub::MegaFileSystem). On mega:// (docs/mega-storage.md §8) a
-// whole save from any number of ranks is ONE hub commit: every rank streams its
-// shards straight into the hub's CAS inside its own transaction, and the
-// coordinator commits all of them with the index, .metadata and the deletion of
-// the previous checkpoint's stale files, parent-checked (a concurrent commit on
-// the branch -> Aborted "conflict: branch '<b>' ..."); abort, any error or a
-// crash before the commit leaves the branch untouched. Buckets: the same batch
-// applied at commit. The reader pins the revision (one commit per load) and
-// reads only the byte ranges each request needs.
+// Paths may be local folders or mega:// URIs (through fs::FileSystemForPath, or
+// any options.fs). Every save goes through ONE commit path over the
+// filesystem's fs::Transaction (docs/mega-storage.md §4): every rank writes its
+// shards inside its own transaction joined to the coordinator's, and the
+// coordinator commits all of them with the index, .metadata and the removal of
+// the previous checkpoint's stale files. Locally that is the in-place protocol
+// (.metadata's rename is the commit point). On mega:// (§8) it is ONE hub
+// commit: shards stream straight into the hub's CAS, the commit is
+// parent-checked (a concurrent commit on the branch -> Aborted "conflict: branch
+// '<b>' ..."), and abort, any error or a crash before the commit leaves the
+// branch untouched; buckets: one batch. The reader pins the state
+// (FileSystem::PinPath: one commit per load) and reads only the byte ranges each
+// request needs.
 #ifndef MEGACKPT_DCP_MEGA_STORAGE_H_
 #define MEGACKPT_DCP_MEGA_STORAGE_H_
 
@@ -124,22 +127,28 @@ class MegaStorageWriter final : public StorageWriter {
   // (and the file fsynced) once all its items are in, so several calls with
   // disjoint subsets of the plan (async_save waves) are fine.
   Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override;
-  // Syncs the folder, writes the index, then renames the new .metadata into
-  // place (the commit point), then removes files of the previous checkpoint and
-  // of crashed saves. With options.consolidate, consolidates in place after.
+  // Commits the coordinator's transaction: imports every rank's export
+  // (WriteResult::commit_token), stages the removal of the previous
+  // checkpoint's files and of crashed saves' leftovers, Puts the index and
+  // .metadata, commits (local: folder fsync, index, .metadata rename = the
+  // commit point, removals). With options.consolidate, consolidates in place
+  // after. FailedPrecondition when no save is in progress (aborted, or
+  // PrepareGlobalPlan did not run on this writer).
   Status Finish(const Metadata& metadata,
                 const std::vector<std::vector<WriteResult>>& results) override;
-  // Removes the files this rank created in the current save unless committed.
+  // Aborts this rank's transaction (local: removes the files this rank created
+  // in the current save) unless the committed .metadata references them.
   void Abort() override;
   std::optional<StorageMeta> GetStorageMeta() const override;
 
-  // mega:// repos: the id of the commit the last successful Finish made (the
-  // consolidation commit when consolidating); "" otherwise (local paths,
-  // buckets, other ranks).
+  // Stores with history (mega:// repos): the id of the commit the last
+  // successful Finish made (the consolidation commit when consolidating); ""
+  // otherwise (local paths, buckets, other ranks).
   std::string last_hub_commit() const;
-  // mega://: this rank's uploads in its last save: bytes of the shards it
-  // wrote, and the bytes that were new to the hub's CAS (what travelled to a
-  // remote hub after deduplication). 0 for local paths.
+  // This rank's uploads in its last save, as its transaction counts them
+  // (fs::TransactionStats; mega://): bytes of the shards it wrote, and the bytes
+  // that were new to the hub's CAS (what travelled to a remote hub after
+  // deduplication). 0 for local paths (not counted).
   uint64_t hub_bytes_written() const;
   uint64_t hub_new_bytes() const;
 

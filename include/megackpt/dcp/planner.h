@@ -95,6 +95,11 @@ struct WriteResult {
   MetadataIndex index;
   uint64_t size_in_bytes = 0;
   StorageInfo storage_data;
+  // Storage-defined data the coordinator's StorageWriter::Finish needs besides
+  // the metadata, e.g. what this rank staged in its storage transaction
+  // (MegaStorageWriter: fs::Transaction::Export()). Travels with the results
+  // to the coordinator; never stored in the checkpoint. Usually empty.
+  std::string commit_token;
   friend bool operator==(const WriteResult&, const WriteResult&) = default;
 };
 

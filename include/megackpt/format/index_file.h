@@ -21,10 +21,6 @@
 
 #include "megackpt/core/status.h"
 
-namespace megackpt::fs {
-class FileSystem;
-}  // namespace megackpt::fs
-
 namespace megackpt::format {
 
 inline constexpr std::string_view kMegaIndexSuffix = ".mega.index.json";
@@ -82,11 +78,7 @@ void AddMegatensorsFields(ShardIndex* index);
 Result<ShardIndex> ReadShardIndexFile(const std::string& path);
 Status WriteShardIndexFile(const std::string& path, const ShardIndex& index, bool sync = true);
 
-// Same through a FileSystem (local or mega://); writing uses
-// FileSystem::WriteAtomically.
-Result<ShardIndex> ReadShardIndex(fs::FileSystem& fs, const std::string& path);
-Status WriteShardIndex(fs::FileSystem& fs, const std::string& path, const ShardIndex& index,
-                       bool sync = true);
+// Through the filesystem seam (local or mega://): megackpt/dcp/index_io.h.
 
 }  // namespace megackpt::format
 

@@ -1,4 +1,5 @@
-// The mega:// filesystem (contract in include/megackpt/hub/mega_fs.h).
+// The mega:// filesystem (contract in include/megackpt/hub/mega_fs.h) and the
+// "mega" scheme's registration.
 #include "megackpt/hub/mega_fs.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <mutex>
 #include <set>
 
+#include "hub/util.h"
 #include "megackpt/core/checksum.h"
 
 namespace megackpt::hub {
@@ -50,15 +52,146 @@ class CommitOnCloseWriter final : public WritableFile {
   std::unique_ptr<WritableFile> inner_;
 };
 
+
+std::string StripTrailingSlashes(std::string_view s) {
+  std::string out(s);
+  while (!out.empty() && out.back() == '/' && !out.ends_with("://")) out.pop_back();
+  return out;
+}
+
+// fs::Transaction over one HubTransaction (the contract is in mega_fs.h and
+// fs/filesystem.h). Relative paths are relative to the root folder; exports
+// carry full repo paths (SerializeStaged).
+class MegaTransaction final : public fs::Transaction {
+ public:
+  MegaTransaction(std::shared_ptr<HubTransaction> txn, std::string root)
+      : txn_(std::move(txn)), root_(std::move(root)) {
+    MegaUri base = txn_->root();
+    if (!base.is_bucket) {
+      base.revision = txn_->base_commit();
+      base.has_revision = true;
+    }
+    base_root_ = base.ToString();
+  }
+
+  const std::string& root() const override { return root_; }
+  const std::string& base_root() const override { return base_root_; }
+  std::string token() const override { return txn_->base_commit(); }
+
+  Result<std::unique_ptr<WritableFile>> OpenForWrite(std::string_view relative_path) override {
+    return txn_->OpenForWrite(relative_path);
+  }
+  Status Put(std::string_view relative_path, std::string_view data) override {
+    return txn_->Put(relative_path, data);
+  }
+  Status Remove(std::string_view relative_path) override { return txn_->Delete(relative_path); }
+
+  Result<std::string> Export() override { return SerializeStaged(txn_->staged()); }
+
+  Status Import(std::string_view token) override {
+    MEGA_ASSIGN_OR_RETURN(std::vector<StagedEntry> entries, ParseStaged(token));
+    const std::string& folder = txn_->root().path;
+    for (const StagedEntry& e : entries) {
+      if (!folder.empty() && !e.entry.path.starts_with(folder + "/")) {
+        return InvalidArgumentError("transaction export stages " + e.entry.path + ", outside " + root_);
+      }
+    }
+    return txn_->Stage(entries);
+  }
+
+  std::vector<std::string> staged_files() const override {
+    const std::string& folder = txn_->root().path;
+    std::vector<std::string> out;
+    for (const StagedEntry& e : txn_->staged()) {
+      if (e.deleted) continue;
+      out.push_back(folder.empty() ? e.entry.path : e.entry.path.substr(folder.size() + 1));
+    }
+    return out;
+  }
+
+  fs::TransactionStats stats() const override {
+    const TransactionStats s = txn_->stats();
+    fs::TransactionStats out;
+    out.files_written = s.files_written;
+    out.bytes_written = s.bytes_written;
+    out.new_bytes = s.new_bytes;
+    return out;
+  }
+
+  Result<std::string> Commit() override {
+    auto c = txn_->Commit();
+    if (c.ok()) return c->id;
+    const MegaUri& r = txn_->root();
+    if (c.status().code() == StatusCode::kAborted && !r.is_bucket) {
+      return AbortedError("conflict: branch '" + r.revision + "' of " + r.repo_id() +
+                          " moved since this transaction began at " + txn_->base_commit() +
+                          " (a concurrent commit); nothing under " + root_ +
+                          " changed: " + std::string(c.status().message()));
+    }
+    return c.status();
+  }
+  void Abort() override { txn_->Abort(); }
+  bool is_open() const override { return txn_->is_open(); }
+
+ private:
+  std::shared_ptr<HubTransaction> txn_;
+  std::string root_, base_root_;
+};
+
 class MegaFs final : public MegaFileSystem {
  public:
   explicit MegaFs(std::shared_ptr<HubConnection> hub) : MegaFileSystem(std::move(hub)) {}
 
   std::string_view scheme() const override { return "mega"; }
 
-  Result<std::shared_ptr<HubTransaction>> BeginTransaction(std::string_view root_uri,
-                                                           TransactionOptions options,
-                                                           std::string base_commit) override {
+  fs::FileSystemCapabilities capabilities() const override {
+    fs::FileSystemCapabilities c;
+    c.positioned_writes = false;     // uploads stream
+    c.isolated_transactions = true;  // one commit
+    c.atomic_rename = true;          // one commit / one batch
+    return c;
+  }
+
+  Result<std::string> PinPath(const std::string& path) override {
+    MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(path));
+    if (u.is_bucket || IsCommitId(u.revision)) return path;
+    auto commit = hub_->ResolveRevision(u.repo_id(), u.revision);
+    if (!commit.ok()) return commit.status().WithContext(path);
+    u.revision = *commit;
+    u.has_revision = true;
+    std::string pinned = u.ToString();
+    if (path.size() > 1 && path.back() == '/' && !pinned.ends_with("/")) pinned += "/";
+    return pinned;
+  }
+
+  Result<std::unique_ptr<fs::Transaction>> BeginTransaction(const std::string& root,
+                                                            const fs::TransactionOptions& options) override {
+    const std::string clean = StripTrailingSlashes(root);
+    MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(clean));
+    if (u.path.empty()) {
+      return InvalidArgumentError(root + ": a transaction needs a folder inside the repository or bucket "
+                                         "(e.g. " + clean + "/ckpt/step-100)");
+    }
+    TransactionOptions o;
+    o.message = options.message;
+    o.description = options.description;
+    o.rebase = options.rebase;
+    o.create = true;
+    std::shared_ptr<HubTransaction> txn;
+    if (options.capture_filesystem_writes) {
+      MEGA_ASSIGN_OR_RETURN(txn, BeginHubTransaction(clean, std::move(o), options.base));
+    } else {
+      // Not registered for routing: thread ranks of one process sharing this
+      // FileSystem each stage into their own transaction.
+      MEGA_ASSIGN_OR_RETURN(auto t, HubTransaction::Begin(hub_, u, std::move(o), options.base));
+      txn = std::move(t);
+    }
+    return std::unique_ptr<fs::Transaction>(new MegaTransaction(std::move(txn), clean));
+  }
+
+  Result<std::shared_ptr<HubTransaction>> BeginHubTransaction(std::string_view root_uri,
+                                                              TransactionOptions options,
+                                                              std::string base_commit) override {
     MEGA_ASSIGN_OR_RETURN(MegaUri root, ParseMegaUri(root_uri));
     MEGA_ASSIGN_OR_RETURN(auto txn, HubTransaction::Begin(hub_, root, std::move(options),
                                                           std::move(base_commit)));
@@ -365,4 +498,25 @@ Result<std::shared_ptr<MegaFileSystem>> MegaFileSystemFor(std::string_view endpo
   return fs;
 }
 
+void RegisterMegaScheme() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    fs::RegisterFileSystemScheme("mega", [](std::string_view path) -> Result<std::shared_ptr<fs::FileSystem>> {
+      MEGA_RETURN_IF_ERROR(ParseMegaUri(path).status());
+      MEGA_ASSIGN_OR_RETURN(auto fs, MegaFileSystemFor());
+      return std::shared_ptr<fs::FileSystem>(std::move(fs));
+    });
+  });
+}
+
 }  // namespace megackpt::hub
+
+// Registers the scheme before main(). A static archive member is linked only
+// when something references it, so megackpt::hub's link flags (CMake
+// INTERFACE_LINK_OPTIONS, megackpt.pc) name this symbol as undefined
+// (-Wl,--undefined=...), which keeps this object, and so its initializer, in
+// every program that links the hub.
+extern "C" {
+extern const int megackpt_hub_mega_scheme_registered;
+const int megackpt_hub_mega_scheme_registered = (megackpt::hub::RegisterMegaScheme(), 1);
+}
