@@ -48,3 +48,10 @@ step "bench cas --size $size"
 "$cli" bench cas --size "$size" --reps "$reps"
 step "bench hub --size $size"
 "$cli" bench hub --size "$size" --reps "$reps"
+py=${PYTHON:-python3}
+if "$py" -c 'import huggingface_hub, hf_xet' 2>/dev/null; then
+  step "hub clients (hf_xet vs megackpt push/pull), 1GiB"
+  PATH="$(dirname "$cli"):$PATH" "$py" bench/python/bench_hub_clients.py --size 1GiB --reps "$reps"
+else
+  step "hub clients skipped: $py cannot import huggingface_hub and hf_xet (pip install -r tests/python/requirements.txt)"
+fi

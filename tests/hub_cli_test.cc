@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "hub_test_server.h"
@@ -175,6 +177,86 @@ TEST_F(HubCliTest, PushWithNothingToChangeMakesNoCommit) {
     CommandResult log = Cli("log mega://org/same --json", token, endpoint);
     EXPECT_EQ(json::parse(log.out, nullptr, false).size(), 2u) << endpoint;  // initial + the first push
   }
+}
+
+// A second pull into the same folder downloads nothing: files whose local
+// copy has the same size and SHA-256 are skipped; a local file that differs
+// (same size, other bytes) is downloaded again.
+TEST_F(HubCliTest, PullSkipsFilesThatAlreadyMatch) {
+  std::string src = work_.path() + "/skip-src", dst = work_.path() + "/skip-dst";
+  for (int i = 0; i < 4; ++i) WriteFileCreatingDirs(src + "/f" + std::to_string(i) + ".bin", RandomData(150000, 40 + i));
+  ASSERT_EQ(Cli("push -q " + src + " mega://org/skip").code, 0);
+  CommandResult first = Cli("pull -q mega://org/skip " + dst + " --json");
+  ASSERT_EQ(first.code, 0) << first.err;
+  json j1 = json::parse(first.out, nullptr, false);
+  EXPECT_EQ(j1["skipped_files"], 0);
+  EXPECT_EQ(j1["downloaded_bytes"], 4 * 150000);
+  CommandResult again = Cli("pull -q mega://org/skip " + dst + " --json");
+  ASSERT_EQ(again.code, 0) << again.err;
+  json j2 = json::parse(again.out, nullptr, false);
+  EXPECT_EQ(j2["skipped_files"], 4);
+  EXPECT_EQ(j2["downloaded_bytes"], 0);
+  std::string changed = RandomData(150000, 99);
+  WriteFileCreatingDirs(dst + "/f2.bin", changed);
+  CommandResult third = Cli("pull mega://org/skip " + dst + " --json");
+  ASSERT_EQ(third.code, 0) << third.err;
+  json j3 = json::parse(third.out, nullptr, false);
+  EXPECT_EQ(j3["skipped_files"], 3);
+  EXPECT_EQ(j3["downloaded_bytes"], 150000);
+  EXPECT_EQ(ReadFileOrEmpty(dst + "/f2.bin"), RandomData(150000, 42));
+  // --json progress: NDJSON events on stderr (start, file, done), stdout the result.
+  std::vector<std::string> events;
+  std::istringstream lines(third.err);
+  for (std::string line; std::getline(lines, line);) {
+    json ev = json::parse(line, nullptr, false);
+    ASSERT_TRUE(ev.is_object()) << line;
+    events.push_back(ev["event"]);
+    if (ev["event"] == "start") {
+      EXPECT_EQ(ev["endpoint"], server_.endpoint());
+      EXPECT_EQ(ev["endpoint_source"], "MEGA_ENDPOINT");
+      EXPECT_EQ(ev["files_total"], 4);
+    }
+    if (ev["event"] == "done") {
+      EXPECT_EQ(ev["bytes_done"], 4 * 150000);
+      EXPECT_EQ(ev["files_skipped"], 3);
+    }
+  }
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front(), "start");
+  EXPECT_EQ(events.back(), "done");
+  EXPECT_EQ(std::count(events.begin(), events.end(), "file"), 4);
+}
+
+// push/pull/ls say which hub they talk to, and errors say what to do.
+TEST_F(HubCliTest, CommandsNameTheEndpointAndErrorsSayWhatToDo) {
+  std::string src = work_.path() + "/named";
+  WriteFileCreatingDirs(src + "/a.bin", RandomData(5000, 5));
+  CommandResult r = Cli("push " + src + " mega://org/named");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("megahub at " + server_.endpoint() + " (MEGA_ENDPOINT)"));
+  r = Cli("ls mega://org/named");
+  EXPECT_THAT(r.err, HasSubstr("megahub at " + server_.endpoint()));
+  r = Cli("pull mega://org/named " + work_.path() + "/named-out --endpoint " + server_.endpoint());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(--endpoint)"));
+  // No MEGA_ENDPOINT: the default embedded hub under MEGA_HOME, and it says so.
+  const std::string home = work_.path() + "/mega-home";
+  r = test_util::RunMegackpt("push " + src + " mega://org/named",
+                             {.stderr_to = test_util::StderrTo::kErr,
+                              .env = {{"MEGA_ENDPOINT", ""}, {"MEGA_TOKEN", ""}, {"MEGA_HOME", home}}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the embedded hub at " + home + "/hub (default: MEGA_ENDPOINT is not set"));
+  // No token: how to give one. A refused connection: is megahub running there?
+  r = Cli("push " + src + " mega://org/named2", "");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("set MEGA_TOKEN="));
+  EXPECT_THAT(r.err, HasSubstr("megahub token create"));
+  r = Cli("push " + src + " mega://org/named2", "mega_0000000000000000000000000000000000000000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("did not accept the token"));
+  r = Cli("ls mega://org/named", "use-default", "http://127.0.0.1:1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("is megahub running at http://127.0.0.1:1?"));
 }
 
 TEST_F(HubCliTest, ConcurrentPushProcessesRemote) { ConcurrentPushes("", write_); }

@@ -506,6 +506,7 @@ class HubReconstructionTest : public HubRoutesTest {
           uint64_t skip = 0;
           {
             auto path = e["url"].get<std::string>().substr(server_.endpoint().size());
+            path = path.substr(0, path.find('?'));  // the URL is presigned
             auto layout = Get(path + "/layout", read_);
             auto parsed = cas::ParseXorbFooter(std::as_bytes(std::span(layout->body)),
                                                *cas::MerkleHash::FromHex(t["hash"].get<std::string>()));
@@ -574,6 +575,42 @@ TEST_F(HubReconstructionTest, V2AuthAndErrors) {
   EXPECT_EQ(malformed->status, 200);
   EXPECT_EQ(Body(malformed)["terms"], Body(Get("/v2/reconstructions/" + xa_, read_))["terms"]);
   EXPECT_EQ(http_->Post(("/v2/reconstructions/" + xa_).c_str(), Auth(write_), "", "text/plain")->status, 404);
+}
+
+// hf_xet fetches `fetch_info` / V2 xorb URLs without an Authorization header
+// (as presigned object-store URLs): the URLs carry a signature and an expiry.
+// A tampered or missing signature, or another xorb's, is a 401 without a token.
+TEST_F(HubReconstructionTest, XorbUrlsArePresigned) {
+  json v1 = Body(Get("/v1/reconstructions/" + xa_, read_));
+  ASSERT_FALSE(v1["fetch_info"].empty());
+  auto [xorb, entries] = *v1["fetch_info"].items().begin();
+  std::string url = entries[0]["url"];
+  ASSERT_NE(url.find("X-Xet-Signature="), std::string::npos) << url;
+  std::string path = url.substr(server_.endpoint().size());
+  std::string range = "bytes=" + std::to_string(entries[0]["url_range"]["start"].get<uint64_t>()) + "-" +
+                      std::to_string(entries[0]["url_range"]["end"].get<uint64_t>());
+  auto r = Get(path, "", range);
+  EXPECT_EQ(r->status, 206) << r->body;
+  // No signature, a wrong one, an invalid token next to it: 401.
+  std::string bare = path.substr(0, path.find('?'));
+  EXPECT_EQ(Get(bare, "", range)->status, 401);
+  std::string tampered = path;
+  tampered.back() = tampered.back() == '0' ? '1' : '0';
+  EXPECT_EQ(Get(tampered, "", range)->status, 401);
+  EXPECT_EQ(Get(path, "mega_bogus", range)->status, 401);
+  // The signature names the xorb: it does not open another one.
+  json vb = Body(Get("/v1/reconstructions/" + xb_, read_));
+  for (const auto& [other, e] : vb["fetch_info"].items()) {
+    if (other == xorb) continue;
+    EXPECT_EQ(Get("/v1/xorbs/default/" + other + path.substr(path.find('?')), "")->status, 401);
+  }
+  // An expired signature (the expiry is part of what is signed).
+  std::string expired = path;
+  size_t at = expired.find("X-Xet-Expires=") + 14;
+  expired.replace(at, expired.find('&', at) - at, "1000");
+  EXPECT_EQ(Get(expired, "", range)->status, 401);
+  // Presigned URLs are for reads only.
+  EXPECT_EQ(http_->Post(path.c_str(), {}, "x", "application/octet-stream")->status, 401);
 }
 
 TEST_F(HubReconstructionTest, BatchReconstructions) {

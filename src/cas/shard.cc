@@ -26,6 +26,19 @@ void AppendHash(std::string* out, const MerkleHash& h) {
   out->append(reinterpret_cast<const char*>(h.bytes.data()), 32);
 }
 void AppendZeros(std::string* out, size_t n) { out->append(n, '\0'); }
+
+// FileMetadataExt holds the SHA-256 as Xet holds every hash: a MerkleHash
+// parsed from the SHA-256's hex digits with Xet's hash-hex convention (four
+// little-endian u64 groups), so each 8-byte group of the digest is stored
+// byte-reversed (hf_xet's shards; `MerkleHash::ToHex()` of the stored bytes is
+// the SHA-256 hex). The same swap converts in both directions.
+std::array<uint8_t, 32> SwapSha256Groups(const uint8_t* in) {
+  std::array<uint8_t, 32> out;
+  for (size_t g = 0; g < 4; ++g) {
+    for (size_t i = 0; i < 8; ++i) out[8 * g + i] = in[8 * g + 7 - i];
+  }
+  return out;
+}
 void AppendBookend(std::string* out) {
   out->append(32, '\xff');
   AppendZeros(out, 16);
@@ -110,7 +123,8 @@ std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options)
       }
     }
     if (f.sha256) {
-      out.append(reinterpret_cast<const char*>(f.sha256->data()), 32);
+      std::array<uint8_t, 32> stored = SwapSha256Groups(f.sha256->data());
+      out.append(reinterpret_cast<const char*>(stored.data()), 32);
       AppendZeros(&out, 16);
     }
     materialized += r.size;
@@ -270,9 +284,7 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
       for (uint32_t i = 0; i < n; ++i) rec.terms[i].verification_hash = HashAt(r.Take(kShardEntrySize));
     }
     if (flags & kShardFileFlagWithMetadataExt) {
-      std::array<uint8_t, 32> sha;
-      std::memcpy(sha.data(), r.Take(kShardEntrySize), 32);
-      info.sha256 = sha;
+      info.sha256 = SwapSha256Groups(r.Take(kShardEntrySize));
     }
     shard.files.push_back(std::move(info));
   }

@@ -85,6 +85,39 @@ TEST(ShardTest, LayoutFacts) {
   EXPECT_EQ(footer_off, bytes.size() - 200);
 }
 
+// hf_xet stores the SHA-256 of FileMetadataExt as a Xet hash parsed from the
+// digest's hex (each 8-byte group byte-reversed): known answer for SHA-256("abc"),
+// ba7816bf 8f01cfea 414140de 5dae2223 b00361a3 96177a9c b410ff61 f20015ad.
+TEST(ShardTest, MetadataExtSha256IsStoredAsAXetHash) {
+  const uint8_t digest[32] = {0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40,
+                              0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
+                              0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+  const uint8_t stored[32] = {0xea, 0xcf, 0x01, 0x8f, 0xbf, 0x16, 0x78, 0xba, 0x23, 0x22, 0xae,
+                              0x5d, 0xde, 0x40, 0x41, 0x41, 0x9c, 0x7a, 0x17, 0x96, 0xa3, 0x61,
+                              0x03, 0xb0, 0xad, 0x15, 0x00, 0xf2, 0x61, 0xff, 0x10, 0xb4};
+  Shard s;
+  ShardFileInfo f;
+  f.reconstruction.file_hash = H(1);
+  f.reconstruction.terms = {{H(2), 0, 1, 10, H(3)}};
+  f.reconstruction.size = 10;
+  f.sha256.emplace();
+  std::memcpy(f.sha256->data(), digest, 32);
+  s.files.push_back(f);
+  std::string bytes = SerializeShard(s, {.with_verification = false, .with_footer = false});
+  // header, file header, one term, then the FileMetadataExt.
+  ASSERT_GE(bytes.size(), 48u + 3 * 48u + 32u);
+  EXPECT_EQ(std::memcmp(bytes.data() + 48 + 2 * 48, stored, 32), 0);
+  MerkleHash as_xet;
+  std::memcpy(as_xet.bytes.data(), stored, 32);
+  EXPECT_EQ(as_xet.ToHex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  auto parsed = ParseShard(std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
+                                                      bytes.size()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->files.size(), 1u);
+  ASSERT_TRUE(parsed->files[0].sha256.has_value());
+  EXPECT_EQ(std::memcmp(parsed->files[0].sha256->data(), digest, 32), 0);
+}
+
 TEST(ShardTest, RoundTrip) {
   Shard s = SampleShard();
   for (bool footer : {true, false}) {

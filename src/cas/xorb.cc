@@ -397,9 +397,9 @@ Result<size_t> DecodeChunkRecord(std::span<const std::byte> buf, size_t offset, 
 }
 
 Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized) {
-  if (serialized.size() > kMaxXorbBytes) {
+  if (serialized.size() > kMaxSerializedXorbBytes) {
     return DataLossError("xorb: " + std::to_string(serialized.size()) +
-                         " bytes exceeds the xorb limit of " + std::to_string(kMaxXorbBytes));
+                         " bytes exceeds the xorb limit of " + std::to_string(kMaxSerializedXorbBytes));
   }
   thread_local std::vector<std::byte> scratch;
   XorbLayout layout;
@@ -431,9 +431,9 @@ Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized) {
 Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized, const XorbLayout* expected) {
   const std::string name =
       expected ? "xorb " + expected->xorb_hash.ToHex() : std::string("xorb");
-  if (serialized.size() > kMaxXorbBytes) {
+  if (serialized.size() > kMaxSerializedXorbBytes) {
     return DataLossError(name + ": " + std::to_string(serialized.size()) +
-                         " bytes exceeds the xorb limit of " + std::to_string(kMaxXorbBytes));
+                         " bytes exceeds the xorb limit of " + std::to_string(kMaxSerializedXorbBytes));
   }
   if (expected && expected->serialized_bytes != serialized.size()) {
     return DataLossError(name + ": " + std::to_string(serialized.size()) +
@@ -559,7 +559,7 @@ Result<std::pair<uint32_t, uint32_t>> ParseXorbFooterTrailer(std::span<const std
     return DataLossError("xorb footer: unknown version " + std::to_string(LoadU32(t + 12)));
   }
   uint32_t n = LoadU32(t), bytes = LoadU32(t + 4);
-  if (n == 0 || n > kMaxXorbChunks || bytes > kMaxXorbBytes) {
+  if (n == 0 || n > kMaxXorbChunks || bytes > kMaxSerializedXorbBytes) {
     return DataLossError("xorb footer: " + std::to_string(n) + " chunks / " +
                          std::to_string(bytes) + " bytes is outside the xorb limits");
   }

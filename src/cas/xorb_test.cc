@@ -226,6 +226,31 @@ TEST(XorbTest, BuilderLimits) {
   EXPECT_FALSE(c.Fits(rec.size()));  // bytes
 }
 
+// hf_xet packs up to 64 MiB of chunk data and adds the record headers on
+// top: a 64 MiB file of random bytes is one xorb of 64 MiB + 1024 x 8 bytes.
+// Readers accept it; one record more than the header allowance is refused.
+TEST(XorbTest, ReadersAcceptXetsFullXorbs) {
+  std::string chunk = RandomBytes(7, 64 << 10);
+  std::string rec;
+  AppendChunkRecord(Bytes(chunk), CompressionPolicy::kNone, &rec);
+  std::string xorb;
+  xorb.reserve(kMaxSerializedXorbBytes + rec.size());
+  while (xorb.size() + rec.size() <= kMaxXorbBytes + 1024 * kChunkRecordHeaderSize) xorb += rec;
+  ASSERT_GT(xorb.size(), kMaxXorbBytes);
+  auto span = std::as_bytes(std::span<const char>(xorb.data(), xorb.size()));
+  auto layout = VerifyXorb(span);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->chunks.size(), 1024u);
+  EXPECT_TRUE(DecodeXorb(span).ok());
+  // Past the allowance: DataLoss naming the limit.
+  std::string tail(kMaxSerializedXorbBytes + 1 - xorb.size(), '\0');
+  xorb += tail;
+  auto too_big = VerifyXorb(std::as_bytes(std::span<const char>(xorb.data(), xorb.size())));
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(too_big.status().message().find("exceeds the xorb limit"), std::string::npos);
+}
+
 TEST(XorbLayoutTest, ValidateRejectsInconsistentLayouts) {
   XorbBuilder b;
   std::vector<std::string> datas;

@@ -442,7 +442,7 @@ class RemoteHub final : public HubConnection {
     req.idempotent = false;
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Send(req));
     if (res.status == 409 && exist_ok) return GetBucket(id);
-    if (res.status >= 400) return ErrorFromHttp(res, "create bucket " + id);
+    if (res.status >= 400) return http_->ErrorFor(res, "create bucket " + id);
     return GetBucket(id);
   }
 

@@ -219,8 +219,16 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)));
         continue;
       }
+      if (NotSent(rc) || rc == CURLE_OPERATION_TIMEDOUT) {
+        return UnavailableError("cannot reach the hub at " + endpoint_ + " (" + what + ": " +
+                                curl_easy_strerror(rc) + ", " + std::to_string(attempt + 1) +
+                                " attempts): is megahub running at " + endpoint_ +
+                                "? Start one with `megahub serve --root DIR --port N`, or point "
+                                "MEGA_ENDPOINT (or --endpoint) at a running hub");
+      }
       return UnavailableError(what + ": " + curl_easy_strerror(rc) + " after " +
-                              std::to_string(attempt + 1) + " attempt(s)");
+                              std::to_string(attempt + 1) + " attempt(s) (the connection to " + endpoint_ +
+                              " failed; retry, or check that megahub is still running)");
     }
     out.status = static_cast<int>(code);
     bool server_refused = out.status == 429 || out.status == 503;
@@ -234,9 +242,28 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   }
 }
 
+Status HttpClient::ErrorFor(const HttpResponse& r, std::string_view what) const {
+  Status s = ErrorFromHttp(r, what);
+  if (r.status == 401) {
+    std::string hint = token_.empty()
+        ? "; no token was sent: set MEGA_TOKEN=<token> (or pass --token); `megahub token create --root "
+          "DIR --scope write` prints one"
+        : "; the hub did not accept the token in MEGA_TOKEN / --token (a token of another hub root, "
+          "or an expired CAS token): create one with `megahub token create --root DIR --scope write`";
+    return UnauthenticatedError(std::string(s.message()) + hint);
+  }
+  if (r.status == 403) {
+    return PermissionDeniedError(std::string(s.message()) +
+                                 "; the token may not do this: writes need a write token "
+                                 "(`megahub token create --scope write`, with --namespace NS for "
+                                 "a namespace-limited one)");
+  }
+  return s;
+}
+
 Result<HttpResponse> HttpClient::Call(const HttpRequest& request) {
   MEGA_ASSIGN_OR_RETURN(HttpResponse r, Send(request));
-  if (r.status >= 400) return ErrorFromHttp(r, request.method + " " + endpoint_ + request.target);
+  if (r.status >= 400) return ErrorFor(r, request.method + " " + endpoint_ + request.target);
   return r;
 }
 

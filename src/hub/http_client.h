@@ -61,11 +61,17 @@ class HttpClient {
   bool has_token() const { return !token_.empty(); }
 
   // Sends with retries. Returns the final response (any status) or
-  // Unavailable after transport failures. Never fails for an HTTP status.
+  // Unavailable after transport failures (a refused or failed connection:
+  // "is megahub running at <endpoint>?"). Never fails for an HTTP status.
   Result<HttpResponse> Send(const HttpRequest& request);
 
-  // Send + status check: statuses >= 400 become errors (see ErrorFromHttp).
+  // Send + status check: statuses >= 400 become errors (see ErrorFor).
   Result<HttpResponse> Call(const HttpRequest& request);
+
+  // ErrorFromHttp plus what to do about it: a 401 says whether a token was
+  // sent and how to give one (MEGA_TOKEN / --token, `megahub token create`),
+  // a 403 that the token lacks the right (write scope, namespace).
+  Status ErrorFor(const HttpResponse& response, std::string_view what) const;
 
   // Body bytes sent and received by this client (headers excluded).
   uint64_t bytes_sent() const { return bytes_sent_; }

@@ -177,6 +177,18 @@ struct HttpServer::Impl {
   std::condition_variable cv;
   bool stop_requested = false;
   int in_flight = 0;  // requests between their first callback and completion
+  // When a request last made progress (a callback ran: headers, body bytes,
+  // a response block). At shutdown, requests that made none for a while are
+  // not waited for: a client that died mid-body is not always noticed by
+  // libmicrohttpd before its connection's timeout (seen after SIGKILLed
+  // pushes: the request's completion never came until the 60 s timeout).
+  std::atomic<int64_t> last_progress_ms{0};
+  std::atomic<int> in_handler{0};  // threads running a route callback now
+  void Progressed() { last_progress_ms = NowMs(); }
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
 
   // Per HTTP request (MHD's req_cls).
   struct State {
@@ -265,6 +277,10 @@ struct HttpServer::Impl {
     } else if (r.stream) {
       uint64_t len = r.stream_length;
       auto* owned = new Response(std::move(r));
+      owned->stream = [this, inner = std::move(owned->stream)](uint64_t pos, std::span<std::byte> dst) {
+        Progressed();
+        return inner(pos, dst);
+      };
       resp = MHD_create_response_from_callback(len, 1u << 20, &ReadStream, owned, &FreeResponse);
     } else {
       auto* owned = new std::string(std::move(r.body));
@@ -346,6 +362,15 @@ struct HttpServer::Impl {
     auto* self = static_cast<Impl*>(cls);
     auto* st = static_cast<State*>(*req_cls);
     if (!st) return MHD_NO;
+    self->Progressed();
+    ++self->in_handler;
+    struct Leave {
+      Impl* self;
+      ~Leave() {
+        self->Progressed();
+        --self->in_handler;
+      }
+    } leave{self};
     if (!st->begun) return self->Begin(connection, method, st);
     if (!st->reader) return MHD_NO;  // answered already
     if (*upload_data_size > 0) {
@@ -463,9 +488,15 @@ Status HttpServer::Serve() {
   // Stop accepting (the listening socket stays ours), let the requests being
   // handled finish, then close every connection.
   MHD_quiesce_daemon(impl->daemon);
+  // Wait while requests are in flight and a route runs or some request made
+  // progress in the last second (bounded by the read timeout); a request
+  // stalled that long (its client gone or silent) is cut by MHD_stop_daemon.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(1, o.read_timeout_seconds));
   lock.lock();
-  impl->cv.wait_for(lock, std::chrono::seconds(std::max(1, o.read_timeout_seconds)),
-                    [impl] { return impl->in_flight == 0; });
+  while (impl->in_flight > 0 && std::chrono::steady_clock::now() < deadline &&
+         (impl->in_handler > 0 || Impl::NowMs() - impl->last_progress_ms < 1000)) {
+    impl->cv.wait_for(lock, std::chrono::milliseconds(100));
+  }
   lock.unlock();
   MHD_stop_daemon(impl->daemon);
   impl->daemon = nullptr;

@@ -214,7 +214,7 @@ class RemoteCasBackend final : public cas::CasBackend {
     req.target = target;
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Send(req));
     if (res.status == 404) return false;
-    if (res.status >= 400) return ErrorFromHttp(res, "HEAD " + target);
+    if (res.status >= 400) return http_->ErrorFor(res, "HEAD " + target);
     return true;
   }
 

@@ -198,9 +198,7 @@ Routed XetTokenRoute(Call& c) {
   Response error;
   bool write = c.p(2) == "xet-write-token";
   if (!LoadBucket(c, write, &error)) return error;
-  return (JsonResponse({{"accessToken", MakeXetToken(c.ctx, write, "bucket:" + BucketId(c))},
-                                {"exp", NowMs() / 1000 + c.ctx.options.xet_token_seconds},
-                                {"casUrl", c.ctx.Endpoint(c.req)}}));
+  return XetTokenResponse(c.ctx, c.req, write, "bucket:" + BucketId(c));
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 namespace megackpt::hub {
 namespace {
 
+// At most this many xorbs in a global dedup answer besides the queried one
+// (~48 KiB of shard per full xorb: 12 MiB at most, 16 GiB of file content).
+constexpr size_t kMaxDedupXorbs = 256;
+
 // The chunk ranges of a file (or of a byte range of it) grouped by xorb, as
 // Xet's reconstruction answers need them.
 struct ReconPlan {
@@ -100,15 +104,16 @@ Status PlanReconstruction(cas::CasBackend& backend, const cas::FileReconstructio
 }
 
 // V1 fetch_info: xorb -> [{range, url, url_range (inclusive)}].
-json FetchInfoV1(const ReconPlan& plan, const std::string& endpoint) {
+json FetchInfoV1(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
   json fetch = json::object();
   for (const auto& [xorb, list] : plan.ranges) {
     const cas::XorbLayout& layout = plan.layouts.at(xorb);
     std::string xh = xorb.ToHex();
+    std::string url = SignedXorbUrl(ctx, endpoint, xh);
     json arr = json::array();
     for (const auto& [cs, ce] : list) {
       arr.push_back({{"range", {{"start", cs}, {"end", ce}}},
-                     {"url", endpoint + "/v1/xorbs/default/" + xh},
+                     {"url", url},
                      {"url_range", {{"start", layout.chunks[cs].byte_offset},
                                     {"end", layout.RecordEnd(ce - 1) - 1}}}});
     }
@@ -119,14 +124,15 @@ json FetchInfoV1(const ReconPlan& plan, const std::string& endpoint) {
 
 // V2 xorbs: xorb -> [{url, ranges: [{chunks, bytes (inclusive)}]}], one
 // single-range entry per merged range (so every fetch is a plain 206).
-json XorbsV2(const ReconPlan& plan, const std::string& endpoint) {
+json XorbsV2(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
   json xorbs = json::object();
   for (const auto& [xorb, list] : plan.ranges) {
     const cas::XorbLayout& layout = plan.layouts.at(xorb);
     std::string xh = xorb.ToHex();
+    std::string url = SignedXorbUrl(ctx, endpoint, xh);
     json arr = json::array();
     for (const auto& [cs, ce] : list) {
-      arr.push_back({{"url", endpoint + "/v1/xorbs/default/" + xh},
+      arr.push_back({{"url", url},
                      {"ranges", json::array({{{"chunks", {{"start", cs}, {"end", ce}}},
                                               {"bytes", {{"start", layout.chunks[cs].byte_offset},
                                                          {"end", layout.RecordEnd(ce - 1) - 1}}}}})}});
@@ -239,6 +245,16 @@ Routed GetChunkRoute(Call& c) {
   MEGA_ASSIGN_OR_RETURN(auto layout, backend.GetXorbLayout(loc[0]->xorb_hash));
   cas::Shard shard;
   shard.xorbs.push_back(cas::ShardXorbInfoFromLayout(layout));
+  // Xet clients query only ~1 chunk in 1024 (and a file's first chunk), so the
+  // answer names the other xorbs of the files using this one, as Xet's shard
+  // answers do; without them a new version re-sends every xorb none of whose
+  // chunks was queried. Only files the caller may read contribute.
+  MEGA_ASSIGN_OR_RETURN(auto companions,
+                        c.store().DedupCompanionXorbs(loc[0]->xorb_hash, AccessOf(c.who), kMaxDedupXorbs));
+  for (const auto& x : companions) {
+    auto other = backend.GetXorbLayout(x);
+    if (other.ok()) shard.xorbs.push_back(cas::ShardXorbInfoFromLayout(*other));
+  }
   return (BytesResponse(cas::SerializeShard(shard)));
 }
 
@@ -294,9 +310,9 @@ Routed ReconstructionRoute(Call& c, bool v2) {
   MEGA_RETURN_IF_ERROR(PlanReconstruction(backend, recon, want_first, want_last, &plan));
   json out = {{"offset_into_first_range", plan.offset_into_first_range}, {"terms", plan.terms}};
   if (v2) {
-    out["xorbs"] = XorbsV2(plan, c.ctx.Endpoint(c.req));
+    out["xorbs"] = XorbsV2(c.ctx, plan, c.ctx.Endpoint(c.req));
   } else {
-    out["fetch_info"] = FetchInfoV1(plan, c.ctx.Endpoint(c.req));
+    out["fetch_info"] = FetchInfoV1(c.ctx, plan, c.ctx.Endpoint(c.req));
   }
   return (JsonResponse(out));
 }
@@ -316,7 +332,7 @@ Result<Response> BatchReconstructions(const Call& c, const std::vector<std::stri
     MEGA_RETURN_IF_ERROR(PlanReconstruction(backend, recon, 0, recon.size ? recon.size - 1 : 0, &plan));
     files[key] = plan.terms;
   }
-  return JsonResponse({{"files", files}, {"fetch_info", FetchInfoV1(plan, c.ctx.Endpoint(c.req))}});
+  return JsonResponse({{"files", files}, {"fetch_info", FetchInfoV1(c.ctx, plan, c.ctx.Endpoint(c.req))}});
 }
 
 // Batch (V1 only): POST /v1/reconstructions {"file_ids": [...]} or
@@ -338,15 +354,21 @@ Routed BatchReconstructionRoute(Call& c) {
 
 }  // namespace
 
-std::optional<Status> CheckCasAccess(const Request& req, const Identity& who) {
+std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req, const Identity& who) {
   const auto& seg = req.segments;
   bool cas = (!seg.empty() && seg[0] == "v1") || (seg.size() >= 2 && seg[0] == "v2" && seg[1] == "reconstructions");
   if (!cas) return std::nullopt;
   bool write = req.method == "POST" || req.method == "PUT";
+  // A xorb URL from a reconstruction answer is presigned (hf_xet sends no
+  // Authorization header with it).
+  if (!write && seg.size() == 4 && seg[1] == "xorbs" && !(who.presented && !who.valid) &&
+      HasValidXorbSignature(ctx, req, seg[3])) {
+    return Status::OK();
+  }
   // Batch dedup lookups and the batch reconstruction query are reads even
-  // though they are POSTs.
+  // though they are POSTs; so is hf_xet's telemetry (not served: 404).
   if (seg.size() == 3 && seg[1] == "chunks" && seg[2] == "lookup") write = false;
-  if (seg.size() == 2 && seg[1] == "reconstructions") write = false;
+  if (seg.size() == 2 && (seg[1] == "reconstructions" || seg[1] == "telemetry")) write = false;
   if (!who.valid) {
     return UnauthenticatedError(who.presented ? "invalid token" : "a CAS token is required");
   }

@@ -1,11 +1,13 @@
 // megahub's Hugging Face style routes (spec/mega-hub-protocol.md §5):
 // /api/{models,datasets,spaces}/{ns}/{name}[/revision/{rev}] (info),
 // .../xet-{read,write}-token/{rev}, .../preupload/{rev}, .../commit/{rev}
-// (NDJSON), the "mcp" type (none here), and /api/whoami[-v2].
+// (NDJSON), .../tree/{rev}, huggingface_hub's /api/repos/{create,delete},
+// the "mcp" type (none here), and /api/whoami[-v2].
 #include "hub/ndjson.h"
 #include "hub/server_internal.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::hub {
 namespace {
@@ -64,9 +66,7 @@ Routed XetTokenRoute(Call& c) {
   if (!repo) return error;
   bool write = c.p(3) == "xet-write-token";
   if (write) MEGA_RETURN_IF_ERROR(CheckWrite(c.who, repo->ns));
-  return (JsonResponse({{"accessToken", MakeXetToken(c.ctx, write, "repo:" + repo->id())},
-                                {"exp", NowMs() / 1000 + c.ctx.options.xet_token_seconds},
-                                {"casUrl", c.ctx.Endpoint(c.req)}}));
+  return XetTokenResponse(c.ctx, c.req, write, "repo:" + repo->id());
 }
 
 Routed PreuploadRoute(Call& c) {
@@ -134,7 +134,9 @@ Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::st
       case NdjsonCommit::Op::Kind::kLfsFile: {
         co.kind = CommitOperation::Kind::kAdd;
         // Unknown and unreadable content answer alike (no existence oracle).
-        MEGA_ASSIGN_OR_RETURN(auto found, store.FindBySha256(op.oid, cr.access));
+        // hf_xet's shards claim the SHA-256 (not verified by the hub); the
+        // claim counts for the repository's namespace, whose writers made it.
+        MEGA_ASSIGN_OR_RETURN(auto found, store.FindBySha256(op.oid, cr.access, repo.ns));
         if (!found) return ErrorResponse(400, "lfsFile '" + op.path + "': no uploaded content has sha256 " + op.oid);
         if (op.size != 0 && found->size != op.size) {
           return ErrorResponse(400, "lfsFile '" + op.path + "': size " + std::to_string(op.size) +
@@ -201,6 +203,148 @@ Routed CommitRoute(Call& c) {
   });
 }
 
+// POST /api/repos/create (huggingface_hub's create_repo): {"name",
+// "organization", "type"?, "visibility"? | "private"?}. A missing
+// organization is the token's namespace. 200 {"url", "name", "id"}; 409 (with
+// "url") when the repository exists, which the client takes as exist_ok.
+Routed HfCreateRepoRoute(Call& c) {
+  MEGA_RETURN_IF_ERROR(CheckAnyWrite(c.who));
+  return WithJsonBody(c, c.ctx.options.max_json_bytes, [&c](json j) -> Result<Response> {
+    MEGA_ASSIGN_OR_RETURN(std::string name, StringField(j, "name"));
+    MEGA_ASSIGN_OR_RETURN(std::string org, StringField(j, "organization"));
+    if (org.empty()) {
+      if (!c.who.ns) {
+        return ErrorResponse(400, "\"organization\" is required (this token is not limited to a namespace; "
+                                  "create the repository as \"<namespace>/" + name + "\")");
+      }
+      org = *c.who.ns;
+    }
+    MEGA_RETURN_IF_ERROR(CheckWrite(c.who, org));
+    RepoSpec spec;
+    spec.ns = org;
+    spec.name = name;
+    MEGA_ASSIGN_OR_RETURN(std::string type_name, StringField(j, "type", "model"));
+    MEGA_ASSIGN_OR_RETURN(spec.type, RepoTypeFromName(type_name));
+    MEGA_ASSIGN_OR_RETURN(std::string visibility, StringField(j, "visibility"));
+    MEGA_ASSIGN_OR_RETURN(bool is_private, BoolField(j, "private"));
+    if (!visibility.empty() && visibility != "public" && visibility != "private") {
+      return ErrorResponse(400, "visibility must be \"public\" or \"private\", not " + Quote(visibility));
+    }
+    spec.is_private = visibility.empty() ? is_private : visibility == "private";
+    std::string prefix = spec.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(spec.type));
+    std::string url = c.ctx.Endpoint(c.req) + prefix + "/" + spec.ns + "/" + spec.name;
+    auto repo = c.store().CreateRepo(spec, /*exist_ok=*/false);
+    if (!repo.ok()) {
+      if (repo.status().code() != StatusCode::kAlreadyExists) return repo.status();
+      Response res = JsonResponse({{"error", "You already created this " + type_name + " repo"}, {"url", url}}, 409);
+      res.SetHeader("X-Error-Message", "You already created this " + type_name + " repo");
+      return res;
+    }
+    return JsonResponse({{"url", url}, {"name", repo->id()}, {"id", repo->id()}});
+  });
+}
+
+// DELETE /api/repos/delete (huggingface_hub's delete_repo): {"name",
+// "organization", "type"?} -> 200 {}; 404 RepoNotFound.
+Routed HfDeleteRepoRoute(Call& c) {
+  MEGA_RETURN_IF_ERROR(CheckAnyWrite(c.who));
+  return WithJsonBody(c, c.ctx.options.max_json_bytes, [&c](json j) -> Result<Response> {
+    MEGA_ASSIGN_OR_RETURN(std::string name, StringField(j, "name"));
+    MEGA_ASSIGN_OR_RETURN(std::string org, StringField(j, "organization"));
+    if (org.empty() && c.who.ns) org = *c.who.ns;
+    MEGA_RETURN_IF_ERROR(CheckWrite(c.who, org));
+    Status s = c.store().DeleteRepo(org + "/" + name);
+    if (!s.ok()) return ErrorFrom(s, "RepoNotFound");
+    return JsonResponse(json::object());
+  });
+}
+
+json TreeFileJson(const FileEntry& f) {
+  json j = {{"type", "file"}, {"oid", f.sha256}, {"size", f.size}, {"path", f.path}};
+  if (f.size > 0) {
+    j["lfs"] = {{"oid", f.sha256}, {"size", f.size}, {"pointerSize", 134}};
+    j["xetHash"] = f.xet_hash;
+  }
+  return j;
+}
+
+// GET /api/{type}s/{ns}/{name}/tree/{rev}[/{path}]?recursive&limit&cursor
+// (huggingface_hub's list_repo_tree / list_repo_files): a JSON array of
+// {"type":"file","oid","size","path","lfs"?,"xetHash"?} and (non-recursive)
+// {"type":"directory","oid","size":0,"path"}; more pages through
+// `Link: <url>; rel="next"`. `oid` is the SHA-256 (git blob ids are not kept).
+// 404 EntryNotFound when `path` names nothing.
+Routed TreeRoute(Call& c) {
+  Response error;
+  auto repo = LoadHfRepo(c, &error);
+  if (!repo) return error;
+  HubStore& store = c.store();
+  auto commit = store.ResolveRevision(repo->id(), c.p(3));
+  if (!commit.ok()) return ErrorFrom(commit.status(), "RevisionNotFound");
+  std::string prefix = c.tail();
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  if (!prefix.empty()) MEGA_RETURN_IF_ERROR(ValidateRepoPath(prefix));
+  std::string recursive_param = ToLower(c.req.Param("recursive"));
+  bool recursive = recursive_param == "true" || recursive_param == "1";
+  MEGA_ASSIGN_OR_RETURN(size_t limit, SizeParam(c.req, "limit", 1000, 1, 10000));
+  std::string cursor = c.req.Param("cursor");
+  std::string list_prefix = prefix.empty() ? "" : prefix + "/";
+  json arr = json::array();
+  std::string after = cursor;
+  bool more = false;
+  if (recursive) {
+    // Files, and every folder they are in (once, before its first file).
+    MEGA_ASSIGN_OR_RETURN(auto files, store.ListFiles(repo->id(), *commit, list_prefix, cursor, limit + 1));
+    std::string prev = cursor;
+    for (size_t i = 0; i < files.size() && i < limit; ++i) {
+      const std::string& path = files[i].path;
+      for (size_t slash = path.find('/', list_prefix.size()); slash != std::string::npos;
+           slash = path.find('/', slash + 1)) {
+        std::string dir = path.substr(0, slash + 1);
+        if (prev.compare(0, dir.size(), dir) != 0) {
+          arr.push_back({{"type", "directory"}, {"oid", ""}, {"size", 0}, {"path", dir.substr(0, slash)}});
+        }
+      }
+      arr.push_back(TreeFileJson(files[i]));
+      prev = after = path;
+    }
+    more = files.size() > limit;
+  } else {
+    // Direct children; a folder is one entry, then the listing jumps past it.
+    while (arr.size() < limit) {
+      MEGA_ASSIGN_OR_RETURN(auto files, store.ListFiles(repo->id(), *commit, list_prefix, after, 1));
+      if (files.empty()) break;
+      std::string rest = files[0].path.substr(list_prefix.size());
+      size_t slash = rest.find('/');
+      if (slash == std::string::npos) {
+        arr.push_back(TreeFileJson(files[0]));
+        after = files[0].path;
+      } else {
+        std::string dir = list_prefix + rest.substr(0, slash);
+        arr.push_back({{"type", "directory"}, {"oid", ""}, {"size", 0}, {"path", dir}});
+        after = dir + "/\xff";
+      }
+    }
+    if (arr.size() == limit) {
+      MEGA_ASSIGN_OR_RETURN(auto peek, store.ListFiles(repo->id(), *commit, list_prefix, after, 1));
+      more = !peek.empty();
+    }
+  }
+  if (arr.empty() && !prefix.empty() && cursor.empty()) {
+    return ErrorResponse(404, "entry " + Quote(prefix) + " not found in " + repo->id() + " at " + *commit,
+                         "EntryNotFound");
+  }
+  Response res = JsonResponse(arr);
+  if (more) {
+    std::string next = c.ctx.Endpoint(c.req) + "/api/" + c.p(0) + "/" + repo->id() + "/tree/" +
+                       PercentEncode(c.p(3)) + (prefix.empty() ? "" : "/" + PercentEncode(prefix)) +
+                       "?recursive=" + (recursive ? "true" : "false") + "&limit=" + std::to_string(limit) +
+                       "&cursor=" + PercentEncode(after);
+    res.SetHeader("Link", "<" + next + ">; rel=\"next\"");
+  }
+  return res;
+}
+
 // Any other route under an existing repo: 404 (after the repo checks).
 Routed UnknownRoute(Call& c) {
   Response error;
@@ -217,6 +361,7 @@ void AddHfRoutes(HubRouter& r) {
   r.Add("GET", std::string(kRepo) + "/(xet-read-token|xet-write-token)/*", XetTokenRoute);
   r.Add("POST", std::string(kRepo) + "/preupload/*", PreuploadRoute);
   r.Add("POST", std::string(kRepo) + "/commit/*", CommitRoute);
+  r.Add("GET", std::string(kRepo) + "/tree/{rev}/*?", TreeRoute);
   r.Add("*", std::string(kRepo) + "/*?", UnknownRoute);
   // The client also knows an "mcps" repository type (preupload/commit/
   // xet tokens); this hub has none, so every such repository is missing.
@@ -224,6 +369,15 @@ void AddHfRoutes(HubRouter& r) {
     return (ErrorResponse(404, "repository type 'mcp' is not served by this hub (repo " + c.p(0) + "/" +
                                            c.p(1) + ")",
                                   "RepoNotFound"));
+  });
+  r.Add("POST", "/api/repos/create", HfCreateRepoRoute);
+  r.Add("DELETE", "/api/repos/delete", HfDeleteRepoRoute);
+  // upload_folder checks a README.md's YAML front matter here first; this hub
+  // keeps model cards as plain files and validates nothing: no errors.
+  r.Add("POST", "/api/validate-yaml", [](Call& c) -> Routed {
+    return WithJsonBody(c, c.ctx.options.max_json_bytes, [](json) -> Result<Response> {
+      return JsonResponse({{"errors", json::array()}, {"warnings", json::array()}});
+    });
   });
   auto whoami = [](Call& c) -> Routed {
     if (!c.who.valid) return (ErrorResponse(401, "invalid or missing token"));

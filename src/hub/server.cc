@@ -67,7 +67,7 @@ struct HubServer::Impl {
     ++ctx.counters.requests;
     auto held = std::make_shared<HeldCall>();
     held->who = Authenticate(ctx, req);
-    if (auto cas = CheckCasAccess(req, held->who); cas && !cas->ok()) return *cas;
+    if (auto cas = CheckCasAccess(ctx, req, held->who); cas && !cas->ok()) return *cas;
     RouteMatch match;
     const RouteFn* route = router.Find(req.method, req.segments, &match);
     if (!route) return Action(ErrorResponse(404, "no route for " + req.method + " " + req.path));

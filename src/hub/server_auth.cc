@@ -6,6 +6,8 @@
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
 
+#include <cstdlib>
+
 namespace megackpt::hub {
 namespace {
 
@@ -73,6 +75,36 @@ std::string MakeXetToken(const ServerContext& ctx, bool write, const std::string
   std::string hex_payload = ToHex(std::span<const uint8_t>(
       reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
   return "xet_" + hex_payload + "." + HmacSha256Hex(ctx.secret, payload);
+}
+
+Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write, const std::string& resource) {
+  std::string token = MakeXetToken(ctx, write, resource);
+  int64_t exp = NowMs() / 1000 + ctx.options.xet_token_seconds;
+  std::string cas_url = ctx.Endpoint(req);
+  Response res = JsonResponse({{"accessToken", token}, {"exp", exp}, {"casUrl", cas_url}});
+  res.SetHeader("X-Xet-Access-Token", token);
+  res.SetHeader("X-Xet-Token-Expiration", std::to_string(exp));
+  res.SetHeader("X-Xet-Cas-Url", cas_url);
+  return res;
+}
+
+std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint, const std::string& xorb_hex) {
+  int64_t exp = NowMs() / 1000 + ctx.options.xet_token_seconds;
+  std::string exp_text = std::to_string(exp);
+  return endpoint + "/v1/xorbs/default/" + xorb_hex + "?X-Xet-Expires=" + exp_text +
+         "&X-Xet-Signature=" + HmacSha256Hex(ctx.secret, "xorb|" + xorb_hex + "|" + exp_text);
+}
+
+bool HasValidXorbSignature(const ServerContext& ctx, const Request& req, std::string_view xorb_hex) {
+  if (!req.HasParam("X-Xet-Signature")) return false;
+  std::string exp_text = req.Param("X-Xet-Expires");
+  if (exp_text.empty() || exp_text.size() > 20 ||
+      exp_text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  if (std::strtoll(exp_text.c_str(), nullptr, 10) < NowMs() / 1000) return false;
+  return ConstantTimeEquals(req.Param("X-Xet-Signature"),
+                            HmacSha256Hex(ctx.secret, "xorb|" + ToLower(xorb_hex) + "|" + exp_text));
 }
 
 Status CheckRead(const Identity& who, bool is_private, const std::string& ns) {

@@ -58,6 +58,17 @@ struct ServerContext {
 
 Identity Authenticate(ServerContext& ctx, const Request& req);
 std::string MakeXetToken(const ServerContext& ctx, bool write, const std::string& resource);
+// The answer of the xet-{read,write}-token routes: {"accessToken", "exp",
+// "casUrl"} (megatensors, hf_xet) and the same in X-Xet-Access-Token,
+// X-Xet-Token-Expiration and X-Xet-Cas-Url (huggingface_hub reads headers).
+Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write, const std::string& resource);
+// The URL of a xorb handed out in reconstruction answers: signed with the
+// root's secret and valid for xet_token_seconds, so it is fetched without an
+// Authorization header (hf_xet fetches `fetch_info` URLs as presigned URLs,
+// as it does S3's on the Hugging Face Hub).
+std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint, const std::string& xorb_hex);
+// Whether `req` carries a valid, unexpired signature for `xorb_hex`.
+bool HasValidXorbSignature(const ServerContext& ctx, const Request& req, std::string_view xorb_hex);
 // OK when `who` may read a repo/bucket of `ns` (private or not).
 Status CheckRead(const Identity& who, bool is_private, const std::string& ns);
 // OK when `who` holds a write token valid for `ns`.
@@ -111,7 +122,7 @@ void AddCasRoutes(HubRouter& r);      // routes_cas.cc: /v1/..., /v2/reconstruct
 void AddDownloadRoutes(HubRouter& r); // routes_repos.cc: /{ns}/{name}/resolve/... (last: catch-all shape)
 // The CAS routes' token rule, applied before routing to any /v1 or
 // /v2/reconstructions path (so unknown CAS paths answer 401 too).
-std::optional<Status> CheckCasAccess(const Request& req, const Identity& who);
+std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req, const Identity& who);
 
 // ---- answers (server_status.cc) ----
 int HttpStatusFor(const Status& s);

@@ -1,6 +1,8 @@
 // HubStore: content records, and which content a caller may name by hash.
 #include "megackpt/hub/store.h"
 
+#include <unordered_set>
+
 #include "hub/store_internal.h"
 #include "hub/util.h"
 
@@ -122,6 +124,16 @@ Status HubStore::RecordContent(const FileEntry& entry, bool sha256_verified,
         "sha256_verified = max(content.sha256_verified, excluded.sha256_verified)"));
     MEGA_RETURN_IF_ERROR(st.Bind(1, ToLower(entry.xet_hash)).Bind(2, static_cast<int64_t>(entry.size))
                              .Bind(3, entry.sha256).Bind(4, int64_t{sha256_verified}).Bind(5, now).Run());
+    // Which xorbs the file uses (global dedup answers name a file's other
+    // xorbs next to the one holding the queried chunk).
+    MEGA_ASSIGN_OR_RETURN(auto recon, cas_->GetReconstruction(hash));
+    std::unordered_set<cas::MerkleHash> xorbs;
+    for (const auto& t : recon.terms) xorbs.insert(t.xorb_hash);
+    for (const auto& x : xorbs) {
+      MEGA_ASSIGN_OR_RETURN(auto xs, db->Prepare(
+          "INSERT OR IGNORE INTO content_xorbs(xorb_hash, xet_hash) VALUES(?, ?)"));
+      MEGA_RETURN_IF_ERROR(xs.Bind(1, x.ToHex()).Bind(2, ToLower(entry.xet_hash)).Run());
+    }
     if (grant_ns) {
       MEGA_ASSIGN_OR_RETURN(auto g, db->Prepare(
           "INSERT INTO content_grants(xet_hash, ns, recorded_ms) VALUES(?, ?, ?) "
@@ -133,7 +145,8 @@ Status HubStore::RecordContent(const FileEntry& entry, bool sha256_verified,
 }
 
 Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
-                                                        const ContentAccess& access) {
+                                                        const ContentAccess& access,
+                                                        std::optional<std::string> claimed_in_ns) {
   std::string lower = ToLower(sha256);
   if (lower == Sha256Hex("")) {
     FileEntry e;
@@ -142,9 +155,15 @@ Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
     return std::optional<FileEntry>(e);
   }
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
+  // Verified rows first; then (with claimed_in_ns) rows whose uploader holds
+  // a grant to that namespace, newest first.
   MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT xet_hash, size FROM content WHERE sha256 = ? AND sha256_verified = 1"));
+      "SELECT c.xet_hash, c.size FROM content c WHERE c.sha256 = ?1 AND (c.sha256_verified = 1 "
+      "  OR (?2 IS NOT NULL AND EXISTS(SELECT 1 FROM content_grants g "
+      "                                WHERE g.xet_hash = c.xet_hash AND g.ns = ?2))) "
+      "ORDER BY c.sha256_verified DESC, c.recorded_ms DESC"));
   st.Bind(1, lower);
+  st.Bind(2, claimed_in_ns);
   while (true) {
     MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
     if (!has) return std::optional<FileEntry>();
@@ -155,6 +174,38 @@ Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
     MEGA_ASSIGN_OR_RETURN(bool readable, ContentReadable(db.db(), e.xet_hash, access));
     if (readable) return std::optional<FileEntry>(e);
   }
+}
+
+Result<std::vector<cas::MerkleHash>> HubStore::DedupCompanionXorbs(const cas::MerkleHash& xorb,
+                                                                     const ContentAccess& access,
+                                                                     size_t max_xorbs) {
+  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
+  // The newest files using the xorb (a few: a popular xorb is in many).
+  MEGA_ASSIGN_OR_RETURN(auto files, db->Prepare(
+      "SELECT x.xet_hash FROM content_xorbs x LEFT JOIN content c ON c.xet_hash = x.xet_hash "
+      "WHERE x.xorb_hash = ? ORDER BY c.recorded_ms DESC LIMIT 16"));
+  files.Bind(1, xorb.ToHex());
+  std::vector<std::string> readable;
+  while (true) {
+    MEGA_ASSIGN_OR_RETURN(bool has, files.Step());
+    if (!has) break;
+    std::string file = files.Text(0);
+    MEGA_ASSIGN_OR_RETURN(bool ok, ContentReadable(db.db(), file, access));
+    if (ok) readable.push_back(std::move(file));
+  }
+  std::vector<cas::MerkleHash> out;
+  std::unordered_set<cas::MerkleHash> seen{xorb};
+  for (const auto& file : readable) {
+    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("SELECT xorb_hash FROM content_xorbs WHERE xet_hash = ?"));
+    st.Bind(1, file);
+    while (out.size() < max_xorbs) {
+      MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
+      if (!has) break;
+      auto h = cas::MerkleHash::FromHex(st.Text(0));
+      if (h.ok() && seen.insert(*h).second) out.push_back(*h);
+    }
+  }
+  return out;
 }
 
 Result<bool> HubStore::HasContent(std::string_view xet_hash) {

@@ -70,6 +70,10 @@ Result<GcReport> HubStore::CollectGarbage(double grace_seconds) {
         "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
     MEGA_RETURN_IF_ERROR(drop.Bind(1, cutoff).Run());
     report.expired_uploads = static_cast<uint64_t>(drop.Changes());
+    // The dedup index follows the files that still exist.
+    MEGA_RETURN_IF_ERROR(d->Exec(
+        "DELETE FROM content_xorbs WHERE xet_hash NOT IN (SELECT xet_hash FROM content) AND xet_hash NOT IN "
+        "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
     // Grants only bridge an upload and its commit (then the commit's repo
     // makes the content readable): they expire with the grace period.
     MEGA_ASSIGN_OR_RETURN(auto grants, d->Prepare("DELETE FROM content_grants WHERE recorded_ms <= ?"));

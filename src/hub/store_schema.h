@@ -1,7 +1,7 @@
 // The hub store's SQLite schema (docs/hub.md §2). Every statement is
 // idempotent, so opening an existing root is the same code path as creating
 // one. Tables added later are created by the same statements on open (no
-// version bump when old code may ignore them: content_grants).
+// version bump when old code may ignore them: content_grants, content_xorbs).
 #ifndef MEGACKPT_SRC_HUB_STORE_SCHEMA_H_
 #define MEGACKPT_SRC_HUB_STORE_SCHEMA_H_
 
@@ -112,6 +112,12 @@ CREATE TABLE IF NOT EXISTS content_grants(
   ns TEXT NOT NULL,
   recorded_ms INTEGER NOT NULL,
   PRIMARY KEY(xet_hash, ns)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS content_sha256_any ON content(sha256);
+CREATE TABLE IF NOT EXISTS content_xorbs(
+  xorb_hash TEXT NOT NULL,
+  xet_hash TEXT NOT NULL,
+  PRIMARY KEY(xorb_hash, xet_hash)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS content_xorbs_file ON content_xorbs(xet_hash);
 )sql";
 
 }  // namespace megackpt::hub::store_internal

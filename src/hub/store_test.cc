@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -425,6 +427,77 @@ TEST_F(HubStoreTest, MultipartUpload) {
   ASSERT_TRUE(found.ok() && found->has_value());
   EXPECT_EQ(ReadAll(**found), data);
   EXPECT_EQ(store_->GetMultipartUpload(u->id).status().code(), StatusCode::kNotFound);
+}
+
+// A SHA-256 only claimed by its uploader (a Xet shard's metadata, recorded
+// unverified) answers FindBySha256 only for the namespace the upload was
+// granted to; a verified SHA-256 answers everyone.
+TEST_F(HubStoreTest, ClaimedSha256AnswersOnlyTheUploadersNamespace) {
+  std::string data = Bytes(5000, 3);
+  auto up = store_->cas().Upload(AsBytes(data));
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  FileEntry claimed;
+  claimed.size = data.size();
+  claimed.xet_hash = up->file_hash.ToHex();
+  claimed.sha256 = std::string(64, 'c');  // a claim the hub never checked
+  ASSERT_TRUE(store_->RecordContent(claimed, /*sha256_verified=*/false, "org").ok());
+  auto none = store_->FindBySha256(claimed.sha256);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto other = store_->FindBySha256(claimed.sha256, {}, "evil");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value());
+  auto mine = store_->FindBySha256(claimed.sha256, {}, "org");
+  ASSERT_TRUE(mine.ok());
+  ASSERT_TRUE(mine->has_value());
+  EXPECT_EQ((*mine)->xet_hash, claimed.xet_hash);
+  EXPECT_EQ((*mine)->size, data.size());
+  // Verified content answers without a namespace, and wins over a claim.
+  FileEntry verified = Upload(data + "x");
+  FileEntry claim2 = verified;
+  auto up2 = store_->cas().Upload(AsBytes(data + "y"));
+  ASSERT_TRUE(up2.ok());
+  claim2.xet_hash = up2->file_hash.ToHex();
+  ASSERT_TRUE(store_->RecordContent(claim2, /*sha256_verified=*/false, "org").ok());
+  auto best = store_->FindBySha256(verified.sha256, {}, "org");
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->xet_hash, verified.xet_hash);
+}
+
+// Global dedup answers name the other xorbs of the files that use the
+// queried chunk's xorb, only of files the caller may read, and GC drops the
+// index rows of collected files.
+TEST_F(HubStoreTest, DedupCompanionXorbsAreTheOtherXorbsOfReadableFiles) {
+  HubStoreOptions opts;
+  opts.sync = false;
+  opts.cas.max_xorb_bytes = 256 << 10;  // a 2 MB file spans several xorbs
+  auto s = HubStore::Open(root_.path() + "/small", opts);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  HubStore& store = **s;
+  auto up = store.BeginUpload("f", "org");
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(AsBytes(Bytes(2'000'000, 4))).ok());
+  ASSERT_TRUE((*up)->Close().ok());
+  FileEntry e = (*up)->entry();
+  auto recon = store.cas().GetReconstruction(*cas::MerkleHash::FromHex(e.xet_hash));
+  ASSERT_TRUE(recon.ok());
+  std::set<cas::MerkleHash> xorbs;
+  for (const auto& t : recon->terms) xorbs.insert(t.xorb_hash);
+  ASSERT_GE(xorbs.size(), 4u);
+  const cas::MerkleHash first = recon->terms.front().xorb_hash;
+  auto all = store.DedupCompanionXorbs(first, {}, 1000);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  std::set<cas::MerkleHash> got(all->begin(), all->end());
+  std::set<cas::MerkleHash> want = xorbs;
+  want.erase(first);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(store.DedupCompanionXorbs(first, {}, 2)->size(), 2u);
+  // Uploaded under a grant to "org": readable by org, not by another namespace.
+  EXPECT_EQ(store.DedupCompanionXorbs(first, {std::string("org")}, 1000)->size(), want.size());
+  EXPECT_TRUE(store.DedupCompanionXorbs(first, {std::string("evil")}, 1000)->empty());
+  // Uncommitted and past the grace period: collected, and the index forgets it.
+  ASSERT_TRUE(store.CollectGarbage(0).ok());
+  EXPECT_TRUE(store.DedupCompanionXorbs(first, {}, 1000)->empty());
 }
 
 // Several writers (separate HubStore instances = separate SQLite connections,

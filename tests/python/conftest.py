@@ -3,6 +3,7 @@ in-tree: PYTHONPATH=build/python PATH=build/tools:$PATH python3 -m pytest tests/
 
 Everything writes inside pytest's temp folders; servers listen on loopback only.
 """
+import contextlib
 import os
 import re
 import shutil
@@ -26,15 +27,15 @@ def tool(name):
     return path
 
 
-@pytest.fixture(scope="session")
-def megahub(tmp_path_factory):
-    """A `megahub serve` on a loopback port with a write token: (endpoint, token)."""
-    root = str(tmp_path_factory.mktemp("hub"))
+@contextlib.contextmanager
+def running_megahub(root, extra_args=()):
+    """Runs `megahub serve --root ROOT --port 0` (a fresh write token); yields
+    (endpoint, token, root). Stops it (SIGTERM, then waits) on exit."""
     token = subprocess.run([tool("megahub"), "token", "create", "--root", root, "--scope", "write"],
                            check=True, capture_output=True, text=True).stdout.strip().split()[-1]
     log_path = os.path.join(root, "serve.log")
     log = open(log_path, "w")
-    proc = subprocess.Popen([tool("megahub"), "serve", "--root", root, "--port", "0"],
+    proc = subprocess.Popen([tool("megahub"), "serve", "--root", root, "--port", "0", *extra_args],
                             stdout=log, stderr=subprocess.STDOUT)
     port = None
     deadline = time.time() + 30
@@ -46,14 +47,22 @@ def megahub(tmp_path_factory):
             port = int(m.group(1))
     if port is None:
         proc.kill()
+        proc.wait()
         with open(log_path) as f:
             pytest.fail("megahub did not report its port: " + f.read())
     try:
-        yield f"http://127.0.0.1:{port}", token
+        yield f"http://127.0.0.1:{port}", token, root
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def megahub(tmp_path_factory):
+    """A `megahub serve` on a loopback port with a write token: (endpoint, token)."""
+    with running_megahub(str(tmp_path_factory.mktemp("hub"))) as (endpoint, token, _):
+        yield endpoint, token
 
 
 def run_python(code_or_args, env=None, timeout=300):

@@ -10,11 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "hub_bench.h"  // bench/
+#include "hub_progress.h"
 #include "megackpt/commands.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
 #include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/thread_pool.h"
 
 namespace megackpt::cli {
@@ -50,29 +52,6 @@ Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
   return hub::ConnectHub(f.endpoint, token);
 }
 
-// Progress lines on stderr: "[k/n] path (size)".
-class Progress {
- public:
-  Progress(bool quiet, size_t total_files, uint64_t total_bytes, const char* verb)
-      : quiet_(quiet), total_files_(total_files), total_bytes_(total_bytes), verb_(verb) {}
-  void FileDone(const std::string& path, uint64_t size) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++files_;
-    bytes_ += size;
-    if (quiet_) return;
-    std::fprintf(stderr, "%s [%zu/%zu] %s (%s) — %s / %s\n", verb_, files_, total_files_,
-                 path.c_str(), HumanBytes(size).c_str(), HumanBytes(bytes_).c_str(),
-                 HumanBytes(total_bytes_).c_str());
-  }
-
- private:
-  std::mutex mu_;
-  bool quiet_;
-  size_t total_files_, files_ = 0;
-  uint64_t total_bytes_, bytes_ = 0;
-  const char* verb_;
-};
-
 // ---- push ----
 
 int Push(const std::string& dir, const std::string& target, const HubFlags& f,
@@ -94,6 +73,7 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   uint64_t total = 0;
   for (const auto& [p, s] : files) total += s;
 
+  EndpointChoice where = ChooseEndpoint(f.endpoint);
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
   hub::TransactionOptions opts;
@@ -102,7 +82,7 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   opts.create_private = is_private;
   auto txn = hub::HubTransaction::Begin(*hub, *uri, opts);
   if (!txn.ok()) return Fail(txn.status());
-  Progress progress(f.quiet || f.json, files.size(), total, "push");
+  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "push", where, files.size(), total);
   ThreadPool pool(std::max(1, f.threads));
   Status s = ParallelFor(&pool, files.size(), [&](size_t i) -> Status {
     const auto& [rel, size] = files[i];
@@ -114,24 +94,28 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
       auto dst = std::as_writable_bytes(std::span<char>(buf.data(), n));
       MEGA_RETURN_IF_ERROR(in->ReadExactlyAt(off, dst));
       MEGA_RETURN_IF_ERROR(out->Append(dst));
+      progress.AddBytes(n);
       off += n;
     }
     MEGA_RETURN_IF_ERROR(out->Close());
-    progress.FileDone(rel, size);
+    progress.FileDone(rel, size, "uploaded");
     return Status::OK();
   });
   if (!s.ok()) {
+    progress.Finish();
     (*txn)->Abort();
     return Fail(s);
   }
   auto commit = (*txn)->Commit();
+  progress.Finish();
   if (!commit.ok()) return Fail(commit.status());
   hub::TransactionStats st = (*txn)->stats();
   if (f.json) {
     json out = {{"commit", commit->id},
                 {"uploaded_bytes", st.new_bytes},
                 {"total_bytes", total},
-                {"files", files.size()}};
+                {"files", files.size()},
+                {"endpoint", where.endpoint}};
     if (commit->no_change) out["no_change"] = true;
     std::printf("%s\n", out.dump().c_str());
   } else if (commit->no_change) {
@@ -203,9 +187,31 @@ Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const hub:
   return out;
 }
 
+// Whether `path` already holds `entry`: same size and SHA-256 (read
+// locally in large blocks). Entries without a SHA-256 never match.
+Result<bool> LocalCopyMatches(const std::string& path, const hub::FileEntry& entry) {
+  std::error_code ec;
+  if (entry.sha256.empty() || !std::filesystem::is_regular_file(path, ec)) return false;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec || size != entry.size) return false;
+  MEGA_ASSIGN_OR_RETURN(auto in, OpenLocalFile(path));
+  Sha256 sha;
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(size, 8u << 20)), '\0');
+  for (uint64_t off = 0; off < size;) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+    auto dst = std::as_writable_bytes(std::span<char>(buf.data(), n));
+    MEGA_RETURN_IF_ERROR(in->ReadExactlyAt(off, dst));
+    sha.Update(dst);
+    off += n;
+  }
+  Sha256Digest d = sha.Finish();
+  return ToHex(std::span<const uint8_t>(d.data(), d.size())) == entry.sha256;
+}
+
 int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
   auto uri = hub::ParseMegaUri(source);
   if (!uri.ok()) return Fail(uri.status());
+  EndpointChoice where = ChooseEndpoint(f.endpoint);
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
   std::string commit;
@@ -214,7 +220,25 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
   if (files->empty()) return Fail(NotFoundError(source + ": no files"));
   uint64_t total = 0;
   for (const auto& rf : *files) total += rf.entry.size;
-  Progress progress(f.quiet || f.json, files->size(), total, "pull");
+  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "pull", where, files->size(), total);
+  ThreadPool pool(std::max(1, f.threads));
+  // Files whose local copy already has the same size and SHA-256 are not
+  // downloaded again (checked in parallel).
+  std::vector<char> skip(files->size(), 0);
+  for (const RemoteFile& rf : *files) {
+    Status vs = hub::ValidateRepoPath(rf.rel);
+    if (!vs.ok()) return Fail(vs);
+  }
+  Status checked = ParallelFor(&pool, files->size(), [&](size_t i) -> Status {
+    const RemoteFile& rf = (*files)[i];
+    MEGA_ASSIGN_OR_RETURN(bool same, LocalCopyMatches(dir + "/" + rf.rel, rf.entry));
+    if (same) {
+      skip[i] = 1;
+      progress.FileDone(rf.rel, rf.entry.size, "skipped");
+    }
+    return Status::OK();
+  });
+  if (!checked.ok()) return Fail(checked);
   // Files are split into pieces downloaded in parallel (one range request each).
   constexpr uint64_t kPiece = 16u << 20;
   struct Piece {
@@ -226,10 +250,15 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
   std::vector<std::unique_ptr<RandomAccessFile>> ins(files->size());
   std::vector<std::string> tmps(files->size());
   std::vector<std::atomic<int>> left(files->size());
+  uint64_t downloaded = 0;
+  size_t skipped = 0;
   for (size_t i = 0; i < files->size(); ++i) {
     const RemoteFile& rf = (*files)[i];
-    Status vs = hub::ValidateRepoPath(rf.rel);
-    if (!vs.ok()) return Fail(vs);
+    if (skip[i]) {
+      ++skipped;
+      continue;
+    }
+    downloaded += rf.entry.size;
     std::string path = dir + "/" + rf.rel;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     tmps[i] = path + ".megackpt-partial";
@@ -247,7 +276,6 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
     left[i] = n;
     if (n == 0) pieces.push_back({i, 0, 0}), left[i] = 1;
   }
-  ThreadPool pool(std::max(1, f.threads));
   Status s = ParallelFor(&pool, pieces.size(), [&](size_t k) -> Status {
     const Piece& p = pieces[k];
     std::string buf(p.length, '\0');
@@ -255,6 +283,7 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
     if (p.length) {
       MEGA_RETURN_IF_ERROR(ins[p.file]->ReadExactlyAt(p.offset, dst));
       MEGA_RETURN_IF_ERROR(outs[p.file]->WriteAt(p.offset, dst));
+      progress.AddBytes(p.length);
     }
     if (--left[p.file] == 0) {
       MEGA_RETURN_IF_ERROR(outs[p.file]->Close());
@@ -262,19 +291,32 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
       std::error_code ec;
       std::filesystem::rename(tmps[p.file], dir + "/" + rf.rel, ec);
       if (ec) return ErrnoToStatus("rename " + tmps[p.file], ec.value());
-      progress.FileDone(rf.rel, rf.entry.size);
+      progress.FileDone(rf.rel, rf.entry.size, "downloaded");
     }
     return Status::OK();
   });
+  progress.Finish();
   if (!s.ok()) {
-    for (const auto& t : tmps) std::filesystem::remove(t);
+    for (const auto& t : tmps) {
+      if (!t.empty()) std::filesystem::remove(t);
+    }
     return Fail(s);
   }
   if (f.json) {
-    std::printf("%s\n", json{{"commit", commit}, {"files", files->size()}, {"bytes", total}}.dump().c_str());
+    std::printf("%s\n", json{{"commit", commit},
+                             {"files", files->size()},
+                             {"bytes", total},
+                             {"downloaded_bytes", downloaded},
+                             {"skipped_files", skipped},
+                             {"endpoint", where.endpoint}}
+                             .dump()
+                             .c_str());
   } else {
-    std::printf("pulled %zu files (%s)%s into %s\n", files->size(), HumanBytes(total).c_str(),
-                commit.empty() ? "" : (" at " + commit).c_str(), dir.c_str());
+    std::printf("pulled %zu files (%s)%s into %s%s\n", files->size(), HumanBytes(total).c_str(),
+                commit.empty() ? "" : (" at " + commit).c_str(), dir.c_str(),
+                skipped ? (": " + std::to_string(skipped) + " already up to date, " + HumanBytes(downloaded) +
+                           " downloaded").c_str()
+                        : "");
   }
   return 0;
 }
@@ -284,6 +326,9 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
 int Ls(const std::string& target, const HubFlags& f, bool recursive) {
   auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
+  if (!f.quiet && !f.json) {
+    std::fprintf(stderr, "ls: %s\n", DescribeEndpoint(ChooseEndpoint(f.endpoint)).c_str());
+  }
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
   json out = json::array();

@@ -10,6 +10,7 @@
 //                                  u32 chunk_start | u32 chunk_end (exclusive)
 //     if flags & 1<<31: num_entries × FileVerificationEntry  range_hash[32] | 16 B reserved
 //     if flags & 1<<30: one FileMetadataExt                  sha256[32] | 16 B reserved
+//                       (sha256 as a Xet hash: each 8-byte group of the digest byte-reversed)
 //   bookend 48 B (32 × 0xFF, 16 × 0x00)
 //   CAS info section: per xorb
 //     CASChunkSequenceHeader 48 B  xorb_hash[32] | u32 flags | u32 num_entries |
@@ -18,7 +19,8 @@
 //                                  chunk_hash[32] | u32 unpacked_offset | u32 unpacked_bytes | 8 B reserved
 //   bookend 48 B
 //   footer 200 B (optional; header.footer_size = 200 or 0), see docs/cas.md.
-// All integers little-endian. Hashes are raw 32-byte values.
+// All integers little-endian. Hashes are raw 32-byte values (the SHA-256 of
+// FileMetadataExt excepted, see above; ShardFileInfo::sha256 is the digest).
 #ifndef MEGACKPT_CAS_SHARD_H_
 #define MEGACKPT_CAS_SHARD_H_
 
@@ -48,7 +50,7 @@ inline constexpr uint32_t kShardFileFlagWithMetadataExt = 1u << 30;
 
 struct ShardFileInfo {
   FileReconstruction reconstruction;  // terms' verification_hash used when present
-  std::optional<std::array<uint8_t, 32>> sha256;  // FileMetadataExt
+  std::optional<std::array<uint8_t, 32>> sha256;  // FileMetadataExt: the SHA-256 digest bytes
   friend bool operator==(const ShardFileInfo&, const ShardFileInfo&) = default;
 };
 

@@ -34,6 +34,11 @@ namespace megackpt::cas {
 inline constexpr size_t kChunkRecordHeaderSize = 8;
 inline constexpr uint32_t kMaxXorbBytes = 64u << 20;
 inline constexpr uint32_t kMaxXorbChunks = 8192;
+// What readers accept: hf_xet fills a xorb with up to kMaxXorbBytes of chunk
+// data and adds the record headers on top (a 64 MiB file of random bytes
+// arrives as one xorb of 64 MiB + 8 KiB). Our builder stays within
+// kMaxXorbBytes serialized.
+inline constexpr uint32_t kMaxSerializedXorbBytes = kMaxXorbBytes + kMaxXorbChunks * kChunkRecordHeaderSize;
 // Largest length a u24 field can hold.
 inline constexpr uint32_t kMaxRecordLength = (1u << 24) - 1;
 
@@ -94,7 +99,8 @@ struct DecodedXorb {
 // Decodes every record of a serialized xorb (no footer) and hashes each chunk.
 // With `expected` (the xorb's layout), checks the chunk count, record offsets
 // and each chunk hash: DataLoss "xorb <hex> chunk <i>: ..." on a mismatch.
-// Limits: at most kMaxXorbChunks records, kMaxXorbBytes bytes.
+// Limits: at most kMaxXorbChunks records, kMaxXorbBytes bytes (readers
+// accept up to kMaxSerializedXorbBytes).
 Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized,
                                const XorbLayout* expected = nullptr);
 

@@ -163,9 +163,23 @@ class HubStore {
   Status RecordContent(const FileEntry& entry, bool sha256_verified,
                        std::optional<std::string> grant_ns = std::nullopt);
   // Content previously recorded with a verified SHA-256 (blob staging) that
-  // `access` may read, or nullopt (unknown and unreadable alike).
+  // `access` may read, or nullopt (unknown and unreadable alike). With
+  // `claimed_in_ns`, content whose SHA-256 was only claimed by its uploader
+  // (a Xet shard's metadata) also answers when it was uploaded with a grant
+  // to that namespace within the GC grace period: the claim is trusted only
+  // by the namespace whose writers made it (NDJSON `lfsFile` lines naming what
+  // hf_xet just uploaded for that repository). Verified content wins.
   Result<std::optional<FileEntry>> FindBySha256(std::string_view sha256,
-                                                const ContentAccess& access = {});
+                                                const ContentAccess& access = {},
+                                                std::optional<std::string> claimed_in_ns = std::nullopt);
+  // Global dedup: the other xorbs of the (at most 16 newest) recorded files
+  // that use `xorb` and that `access` may read, at most `max_xorbs`, not
+  // `xorb` itself. A client that learns one chunk of a file this way can
+  // deduplicate against the rest of it (Xet's dedup answers name a shard's
+  // xorbs, not only the chunk's). Unreadable files contribute nothing.
+  Result<std::vector<cas::MerkleHash>> DedupCompanionXorbs(const cas::MerkleHash& xorb,
+                                                           const ContentAccess& access,
+                                                           size_t max_xorbs);
   // Whether the CAS holds the content (always true for empty files).
   Result<bool> HasContent(std::string_view xet_hash);
   Result<std::unique_ptr<RandomAccessFile>> OpenContent(const FileEntry& entry, std::string name);
