@@ -2,6 +2,7 @@
 // documented API is the Python package (megackpt/__init__.py); this module is its
 // implementation detail.
 #include "common.h"
+#include "megackpt/config.h"  // MEGACKPT_VERSION
 
 NB_MODULE(_core, m) {
   namespace py = megackpt::python;

@@ -17,7 +17,7 @@
 
 namespace megackpt::python {
 
-inline std::string ProducerVersion() { return std::string("megackpt ") + MEGACKPT_VERSION; }
+inline std::string ProducerVersion() { return dcp::DefaultSavePlannerOptions{}.version; }
 
 // The default save planner, plus the Python extra of every rank.
 class PySavePlanner final : public dcp::SavePlanner {

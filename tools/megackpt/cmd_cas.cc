@@ -32,20 +32,9 @@ namespace {
 using cas::MerkleHash;
 using nlohmann::ordered_json;
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string Human(uint64_t b) {
-  char buf[48];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", b);
-  return buf;
 }
 
 std::string Percent(uint64_t part, uint64_t whole) {
@@ -56,50 +45,18 @@ std::string Percent(uint64_t part, uint64_t whole) {
 
 // Prints the failure of `cmd` and sets the failure exit code.
 void Fail(const char* cmd, const Status& s, int* exit_code) {
-  std::fprintf(stderr, "megackpt cas %s: %s\n", cmd, s.ToString().c_str());
-  *exit_code = kExitFailure;
+  *exit_code = ReportError(std::string("cas ") + cmd, s);
 }
 
 std::optional<MerkleHash> ParseHashArg(const char* cmd, const std::string& text, int* exit_code) {
   auto h = MerkleHash::FromHex(text);
   if (!h.ok()) {
-    std::fprintf(stderr, "megackpt cas %s: %s (a file hash is 64 hex digits, as printed by `cas put`)\n",
-                 cmd, h.status().message().c_str());
-    *exit_code = kExitUsage;
+    *exit_code = ReportUsage(std::string("cas ") + cmd,
+                             h.status().message() + " (a file hash is 64 hex digits, as printed by `cas put`)");
     return std::nullopt;
   }
   return *h;
 }
-
-// Progress on stderr: a rewritten line on a terminal, a line per 10% otherwise.
-class Progress {
- public:
-  Progress(std::string label, uint64_t total, bool enabled)
-      : label_(std::move(label)), total_(total), enabled_(enabled), tty_(::isatty(2)), start_(Now()) {}
-  void Update(uint64_t done) {
-    if (!enabled_ || total_ == 0) return;
-    int pct = static_cast<int>(100.0 * done / total_);
-    double el = Now() - start_;
-    if (tty_) {
-      if (Now() - last_ < 0.2 && done < total_) return;
-      last_ = Now();
-      std::fprintf(stderr, "\r%s: %3d%% (%s of %s, %.2f GB/s)   ", label_.c_str(), pct, Human(done).c_str(),
-                   Human(total_).c_str(), el > 0 ? done / el / 1e9 : 0.0);
-      if (done >= total_) std::fprintf(stderr, "\n");
-    } else if (pct / 10 > last_decile_) {
-      last_decile_ = pct / 10;
-      std::fprintf(stderr, "%s: %d%% (%s of %s)\n", label_.c_str(), pct, Human(done).c_str(),
-                   Human(total_).c_str());
-    }
-  }
-
- private:
-  std::string label_;
-  uint64_t total_;
-  bool enabled_, tty_;
-  double start_, last_ = 0;
-  int last_decile_ = 0;
-};
 
 struct StoreFlags {
   std::string dir;
@@ -170,7 +127,7 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
       std::error_code ec;
       uint64_t size = std::filesystem::file_size(path, ec);
       bool show = !args->quiet && (args->progress || (size >= (256ull << 20) && ::isatty(2)));
-      Progress progress("put " + path, size, show);
+      ByteProgress progress("put " + path, size, show);
       double t0 = Now();
       auto r = (*store)->UploadFile(path, {.name = path, .progress = [&](uint64_t n) { progress.Update(n); }});
       double dt = Now() - t0;
@@ -185,15 +142,15 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
       } else {
         std::printf("%s\n  file hash  %s\n  size       %s (%" PRIu64 " bytes) in %" PRIu64 " chunks, %zu terms\n"
                     "  new        %s in %" PRIu64 " chunks (%s of the file), %s stored in %" PRIu64
-                    " new xorbs\n  time       %.3f s (%.2f GB/s)\n",
-                    path.c_str(), r->file_hash.ToHex().c_str(), Human(r->size).c_str(), r->size,
-                    r->chunks, r->reconstruction.terms.size(), Human(r->new_bytes).c_str(),
+                    " new xorbs\n  time       %.3f s (%s)\n",
+                    path.c_str(), r->file_hash.ToHex().c_str(), HumanBytes(r->size).c_str(), r->size,
+                    r->chunks, r->reconstruction.terms.size(), HumanBytes(r->new_bytes).c_str(),
                     r->new_chunks, Percent(r->new_bytes, r->size).c_str(),
-                    Human(r->stored_bytes).c_str(), r->new_xorbs, dt, dt > 0 ? r->size / dt / 1e9 : 0);
+                    HumanBytes(r->stored_bytes).c_str(), r->new_xorbs, dt, HumanRate(dt > 0 ? r->size / dt : 0).c_str());
       }
     }
     if (!args->json && args->files.size() > 1) {
-      std::printf("total: %s, new %s (%s)\n", Human(total).c_str(), Human(total_new).c_str(),
+      std::printf("total: %s, new %s (%s)\n", HumanBytes(total).c_str(), HumanBytes(total_new).c_str(),
                   Percent(total_new, total).c_str());
     }
   });
@@ -221,7 +178,13 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
                   "('START-' = to the end)");
   cmd->add_flag("--progress", args->progress, "report progress on stderr (default: over 256 MiB on a terminal)");
   cmd->add_flag("--quiet", args->quiet, "no progress output");
+  AddJsonFlag(cmd, "print {\"file_hash\", \"out\", \"bytes\", \"seconds\", \"gbps\"} (OUT must not be '-')");
   cmd->callback([args, exit_code] {
+    if (JsonOutput() && args->out == "-") {
+      *exit_code = ReportUsage("cas get", "--json prints the result on stdout; give an OUT file, not '-'");
+      return;
+    }
+    const double t0 = Now();
     auto hash = ParseHashArg("get", args->hash, exit_code);
     if (!hash) return;
     cas::ByteRange range;
@@ -240,9 +203,8 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
           range.length = end - start + 1;
         }
       } catch (...) {
-        std::fprintf(stderr, "megackpt cas get: --range '%s' is not START-END with START <= END\n",
-                     args->range.c_str());
-        *exit_code = kExitUsage;
+        *exit_code = ReportUsage("cas get", "--range '" + args->range +
+                                                "' is not START-END with START <= END");
         return;
       }
     }
@@ -252,7 +214,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
     if (!rec.ok()) return Fail("get", rec.status(), exit_code);
     const uint64_t want =
         range.offset >= rec->size ? 0 : std::min(range.length, rec->size - range.offset);
-    Progress progress("get " + args->hash.substr(0, 12), want,
+    ByteProgress progress("get " + args->hash.substr(0, 12), want,
                       !args->quiet && (args->progress || (want >= (256ull << 20) && ::isatty(2))));
     uint64_t done = 0;
     Status s;
@@ -285,7 +247,12 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
         if (!s.ok()) std::remove(part.c_str());
       }
     }
-    if (!s.ok()) Fail("get", s, exit_code);
+    if (!s.ok()) return Fail("get", s, exit_code);
+    if (JsonOutput()) {
+      const double dt = Now() - t0;
+      PrintJson({{"file_hash", args->hash}, {"out", args->out}, {"bytes", done}, {"seconds", dt},
+                 {"gbps", dt > 0 ? done / dt / 1e9 : 0.0}}, -1);
+    }
   });
 }
 
@@ -305,13 +272,13 @@ void PrintStats(const cas::StoreStats& st, bool json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("files          %" PRIu64 " holding %s\n", st.files, Human(st.logical_bytes).c_str());
+  std::printf("files          %" PRIu64 " holding %s\n", st.files, HumanBytes(st.logical_bytes).c_str());
   std::printf("unique chunks  %" PRIu64 " holding %s (dedup ratio %.2fx)\n", st.chunks,
-              Human(st.unpacked_bytes).c_str(), st.dedup_ratio());
-  std::printf("on disk        %s in %" PRIu64 " xorbs (compression %.2fx)\n", Human(st.stored_bytes).c_str(),
+              HumanBytes(st.unpacked_bytes).c_str(), st.dedup_ratio());
+  std::printf("on disk        %s in %" PRIu64 " xorbs (compression %.2fx)\n", HumanBytes(st.stored_bytes).c_str(),
               st.xorbs, st.compression_ratio());
-  std::printf("overall        %s stored for %s of files (%s saved)\n", Human(st.stored_bytes).c_str(),
-              Human(st.logical_bytes).c_str(),
+  std::printf("overall        %s stored for %s of files (%s saved)\n", HumanBytes(st.stored_bytes).c_str(),
+              HumanBytes(st.logical_bytes).c_str(),
               Percent(st.logical_bytes > st.stored_bytes ? st.logical_bytes - st.stored_bytes : 0,
                       st.logical_bytes)
                   .c_str());
@@ -389,7 +356,7 @@ void RegisterGc(CLI::App* cas_cmd, int* exit_code) {
     std::printf("%s%" PRIu64 " files deleted (%" PRIu64 " kept), %" PRIu64 " xorbs deleted (%" PRIu64
                 " kept), %s freed\n",
                 args->dry_run ? "dry run: would have " : "", r->files_deleted, r->files_kept,
-                r->xorbs_deleted, r->xorbs_kept, Human(r->bytes_deleted).c_str());
+                r->xorbs_deleted, r->xorbs_kept, HumanBytes(r->bytes_deleted).c_str());
     if (st.ok()) PrintStats(*st, false);
   });
 }
@@ -460,7 +427,7 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
       prev = ends[i];
     }
     std::printf("file hash %s (%zu chunks, %s)\n", file_hash.ToHex().c_str(), ends.size(),
-                Human(size).c_str());
+                HumanBytes(size).c_str());
   });
 }
 
@@ -471,10 +438,12 @@ void RegisterVerify(CLI::App* cas_cmd, int* exit_code) {
       "verify", "Re-read every xorb and check every chunk against its hash, and every file's\n"
                 "reconstruction against the xorbs and its file hash.");
   AddStoreFlags(cmd, store_flags.get(), false);
+  AddJsonFlag(cmd, "print {\"store\", \"ok\": true}");
   cmd->callback([store_flags, exit_code] {
     auto store = OpenStore(*store_flags, false);
     Status s = store.ok() ? (*store)->Verify() : store.status();
     if (!s.ok()) return Fail("verify", s, exit_code);
+    if (JsonOutput()) return PrintJson({{"store", store_flags->dir}, {"ok", true}});
     std::printf("ok: every chunk and file checks out\n");
   });
 }
@@ -494,6 +463,7 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
   AddStoreFlags(e, &ex->store, false);
   e->add_option("OUT", ex->out, "shard file to write")->required();
   e->add_option("FILE_HASH", ex->files, "files to include (default: every stored file)");
+  AddJsonFlag(e, "print {\"out\", \"files\", \"bytes\"}");
   e->callback([ex, exit_code] {
     auto store = OpenStore(ex->store, false);
     if (!store.ok()) return Fail("export-shard", store.status(), exit_code);
@@ -511,7 +481,8 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
     auto shard = cas::ExportShard((*store)->backend(), files);
     Status s = shard.ok() ? WriteLocalFileAtomically(ex->out, *shard) : shard.status();
     if (!s.ok()) return Fail("export-shard", s, exit_code);
-    std::printf("%s: %zu files, %s\n", ex->out.c_str(), files.size(), Human(shard->size()).c_str());
+    if (JsonOutput()) return PrintJson({{"out", ex->out}, {"files", files.size()}, {"bytes", shard->size()}});
+    std::printf("%s: %zu files, %s\n", ex->out.c_str(), files.size(), HumanBytes(shard->size()).c_str());
   });
 
   struct ImportArgs {
@@ -525,6 +496,7 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
       "be stored; every term and file hash is checked against them.");
   AddStoreFlags(i, &im->store, false);
   i->add_option("SHARD", im->shard, "shard file")->required()->check(CLI::ExistingFile);
+  AddJsonFlag(i, "print {\"files_imported\", \"files_already_present\"}");
   i->callback([im, exit_code] {
     auto store = OpenStore(im->store, false);
     auto bytes = ReadLocalFile(im->shard);
@@ -533,6 +505,9 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
         : !bytes.ok() ? Result<cas::ShardImportResult>(bytes.status())
                       : cas::ImportShard((*store)->backend(), AsBytes(*bytes));
     if (!r.ok()) return Fail("import-shard", r.status(), exit_code);
+    if (JsonOutput()) {
+      return PrintJson({{"files_imported", r->files_imported}, {"files_already_present", r->files_already_present}});
+    }
     std::printf("%" PRIu64 " files imported, %" PRIu64 " already present\n", r->files_imported,
                 r->files_already_present);
   });
@@ -565,17 +540,14 @@ void RegisterBench(CLI::App& bench, int* exit_code) {
     auto size = ParseByteSize(args->size);
     auto dedup = ParseByteSize(args->dedup);
     if (!size.ok() || !dedup.ok()) {
-      std::fprintf(stderr, "megackpt bench cas: %s\n",
-                   (!size.ok() ? size : dedup).status().message().c_str());
-      *exit_code = kExitUsage;
+      *exit_code = ReportUsage("bench cas", (!size.ok() ? size : dedup).status().message());
       return;
     }
     args->opts.size = *size;
     args->opts.dedup_size = *dedup;
     auto out = bench::RunCasBench(args->opts);
     if (!out.ok()) {
-      std::fprintf(stderr, "megackpt bench cas: %s\n", out.status().ToString().c_str());
-      *exit_code = out.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+      *exit_code = ReportError("bench cas", out.status(), ExitCodeFor(out.status()));
       return;
     }
     std::fputs(out->c_str(), stdout);

@@ -25,9 +25,6 @@ namespace {
 using namespace ::megackpt::dcp;  // NOLINT: this file is the checkpoint-manager command group
 using nlohmann::json;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -54,13 +51,11 @@ std::string TimeString(double unix_seconds) {
 int RunLs(const std::string& root, bool as_json, bool verify) {
   auto m = OpenForTool(root);
   if (!m.ok()) {
-    std::fprintf(stderr, "megackpt ckpt ls: %s\n", m.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt ls", m.status());
   }
   auto steps = (*m)->Steps();
   if (!steps.ok()) {
-    std::fprintf(stderr, "megackpt ckpt ls: %s\n", steps.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt ls", steps.status());
   }
   auto latest = (*m)->Latest();
   json out = {{"root", root}, {"steps", json::array()}};
@@ -108,48 +103,54 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
   return kExitOk;
 }
 
-int RunLatest(const std::string& root, bool valid) {
+int RunLatest(const std::string& root, bool valid, bool as_json) {
   auto m = OpenForTool(root);
   if (!m.ok()) {
-    std::fprintf(stderr, "megackpt ckpt latest: %s\n", m.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt latest", m.status());
   }
   if (!valid) {
     auto latest = (*m)->Latest();
     if (!latest.ok()) {
-      std::fprintf(stderr, "megackpt ckpt latest: %s\n", latest.status().ToString().c_str());
-      return kExitFailure;
+      return ReportError("ckpt latest", latest.status());
     }
     if (!latest->has_value()) {
-      std::fprintf(stderr, "megackpt ckpt latest: no complete step in %s\n", root.c_str());
-      return kExitFailure;
+      return ReportError("ckpt latest", NotFoundError("no complete step in " + root));
     }
-    std::printf("%lld\n", static_cast<long long>(**latest));
+    if (as_json) {
+      PrintJson({{"root", root}, {"step", **latest}});
+    } else {
+      std::printf("%lld\n", static_cast<long long>(**latest));
+    }
     return kExitOk;
   }
   auto v = (*m)->LatestValid(VerifyLevel::kFull);
   if (!v.ok()) {
-    std::fprintf(stderr, "megackpt ckpt latest: %s\n", v.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt latest", v.status());
   }
   for (const SkippedStep& s : v->skipped) {
     std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(s.step),
                  s.reason.ToString().c_str());
   }
-  std::printf("%lld\n", static_cast<long long>(v->step));
+  if (as_json) {
+    nlohmann::ordered_json j = {{"root", root}, {"step", v->step}, {"skipped", nlohmann::ordered_json::array()}};
+    for (const SkippedStep& s : v->skipped) {
+      j["skipped"].push_back({{"step", s.step}, {"reason", s.reason.ToString()}});
+    }
+    PrintJson(j);
+  } else {
+    std::printf("%lld\n", static_cast<long long>(v->step));
+  }
   return kExitOk;
 }
 
 int RunGc(const std::string& root, const RetentionPolicy& policy, bool as_json) {
   auto m = OpenForTool(root);
   if (!m.ok()) {
-    std::fprintf(stderr, "megackpt ckpt gc: %s\n", m.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt gc", m.status());
   }
   auto removed = (*m)->GarbageCollect(policy);
   if (!removed.ok()) {
-    std::fprintf(stderr, "megackpt ckpt gc: %s\n", removed.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("ckpt gc", removed.status());
   }
   if (as_json) {
     std::printf("%s\n", json({{"root", root}, {"removed", *removed}}).dump().c_str());
@@ -166,8 +167,7 @@ int RunGc(const std::string& root, const RetentionPolicy& policy, bool as_json) 
 int RunDiff(const std::string& a, const std::string& b, bool as_json) {
   auto d = DiffCheckpoints(a, b);
   if (!d.ok()) {
-    std::fprintf(stderr, "megackpt diff: %s\n", d.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("diff", d.status());
   }
   json changed = json::array();
   for (const EntryDiff& e : d->changed) {
@@ -269,8 +269,7 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   if (o.backend == "mpi") {
     auto g = dist::NewMpiProcessGroup();
     if (!g.ok()) {
-      std::fprintf(stderr, "megackpt demo: --backend mpi: %s\n", g.status().ToString().c_str());
-      return kExitFailure;
+      return ReportError("demo --backend mpi", g.status());
     }
     mpi = std::move(*g);
     world = mpi->world_size();
@@ -280,7 +279,12 @@ int RunStepsDemo(const StepsDemoOptions& o) {
                                          : (o.backend == "mpi" ? world : (world < 4 ? world + 1 : world - 1));
   if (o.backend == "mpi") load_world = world;
   synthetic::Spec spec = synthetic::MakeSpec(o.seed, o.size);
-  if (printer) {
+  // --json: one object at the end instead of the text lines.
+  const bool text = printer && !JsonOutput();
+  nlohmann::ordered_json result = {{"out", o.out},     {"steps", o.steps}, {"bytes", spec.total_bytes},
+                                   {"entries", spec.entries.size()}, {"ranks", world},
+                                   {"incremental", o.incremental},   {"saves", nlohmann::ordered_json::array()}};
+  if (text) {
     std::printf("megackpt demo: %d training steps, %.0f%% of the %zu entries change per step, %s of state, "
                 "%d rank(s), checkpoints in %s (keep last %d, %s saves)\n",
                 o.steps, o.change_fraction * 100, spec.entries.size(), HumanBytes(spec.total_bytes).c_str(),
@@ -324,10 +328,17 @@ int RunStepsDemo(const StepsDemoOptions& o) {
             if (i.step == step) written = i.bytes_written, referenced = i.bytes_referenced;
           }
         }
-        std::printf("  step %3lld: %3zu entries changed (%s), saved in %.3f s: %s written, %s referenced\n",
-                    static_cast<long long>(step), step == 1 ? mine.entries.size() : changed,
-                    HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), secs,
-                    HumanBytes(written).c_str(), HumanBytes(referenced).c_str());
+        result["saves"].push_back({{"step", step},
+                                   {"entries_changed", step == 1 ? mine.entries.size() : changed},
+                                   {"seconds", secs},
+                                   {"bytes_written", written},
+                                   {"bytes_referenced", referenced}});
+        if (text) {
+          std::printf("  step %3lld: %3zu entries changed (%s), saved in %.3f s: %s written, %s referenced\n",
+                      static_cast<long long>(step), step == 1 ? mine.entries.size() : changed,
+                      HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), secs,
+                      HumanBytes(written).c_str(), HumanBytes(referenced).c_str());
+        }
         std::fflush(stdout);
       }
     }
@@ -335,7 +346,7 @@ int RunStepsDemo(const StepsDemoOptions& o) {
     return Status::OK();
   });
   if (!run.ok()) {
-    if (printer) std::fprintf(stderr, "megackpt demo: %s\n", run.ToString().c_str());
+    if (printer) ReportError("demo", run);
     return kExitFailure;
   }
   // The last step, reloaded at another world size with every tensor in
@@ -354,7 +365,7 @@ int RunStepsDemo(const StepsDemoOptions& o) {
     return Status::OK();
   });
   if (!s.ok()) {
-    if (printer) std::fprintf(stderr, "megackpt demo: reload: %s\n", s.ToString().c_str());
+    if (printer) ReportError("demo: reload", s);
     return kExitFailure;
   }
   if (printer) {
@@ -368,10 +379,16 @@ int RunStepsDemo(const StepsDemoOptions& o) {
         }
       }
     }
-    std::printf("  reload of step %d at %d rank(s), every tensor resharded: identical\n  kept steps:", o.steps,
-                load_world);
-    for (int64_t k : kept) std::printf(" %lld", static_cast<long long>(k));
-    std::printf("\nOK\n");
+    if (JsonOutput()) {
+      result["load"] = {{"step", o.steps}, {"ranks", load_world}, {"identical", true}};
+      result["kept_steps"] = kept;
+      PrintJson(result);
+    } else {
+      std::printf("  reload of step %d at %d rank(s), every tensor resharded: identical\n  kept steps:", o.steps,
+                  load_world);
+      for (int64_t k : kept) std::printf(" %lld", static_cast<long long>(k));
+      std::printf("\nOK\n");
+    }
   }
   return kExitOk;
 }
@@ -379,34 +396,17 @@ int RunStepsDemo(const StepsDemoOptions& o) {
 void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   {
     auto o = std::make_shared<bench::IncrementalBenchOptions>();
-    auto size = std::make_shared<std::string>("2GiB");
-    auto* cmd = bench.add_subcommand(
-        "incremental",
+    auto* cmd = AddStateBench(bench, "incremental",
         "Incremental checkpoint saves through the CheckpointManager, durable: a plain full save,\n"
         "the full first save of an incremental run (hashes recorded) and the next step after\n"
         "--changed of the 64 tensors got new content, next to the write + fdatasync limit of the\n"
         "same bytes measured in the same run. Medians of --reps after a dropped warm-up.\n"
         "JSON keys: full_save_seconds, incremental_save_seconds, bytes_written, changed_bytes,\n"
         "durable_write_gbps, plain_full_save_seconds, incremental_vs_full, full_vs_plain,\n"
-        "written_vs_changed, written_vs_state, ...");
-    cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
+        "written_vs_changed, written_vs_state, ...",
+        o, &bench::RunIncrementalBench, exit_code);
     cmd->add_option("--changed", o->changed, "Fraction of the tensors changed (default 0.1)")
         ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--world-size", o->world_size, "Ranks (threads; default 1)")->check(CLI::Range(1, 64));
-    cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
-    cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
-    cmd->add_flag("--json", o->json, "Print one JSON object");
-    cmd->callback([o, size, exit_code] {
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench incremental: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
-      o->size = *bytes;
-      *exit_code = bench::RunIncrementalBench(*o);
-    });
   }
   CLI::App* ckpt = app.add_subcommand(
       "ckpt",
@@ -431,6 +431,7 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   {
     auto root = std::make_shared<std::string>();
     auto valid = std::make_shared<bool>(false);
+    auto as_json = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
         "latest",
         "Print the newest complete step of ROOT (exit 1 when there is none). --valid: the newest\n"
@@ -438,7 +439,8 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "the reason.");
     cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
     cmd->add_flag("--valid", *valid, "Verify, and fall back past damaged steps");
-    cmd->callback([=] { *exit_code = RunLatest(*root, *valid); });
+    cmd->add_flag("--json", *as_json, "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
+    cmd->callback([=] { *exit_code = RunLatest(*root, *valid, *as_json); });
   }
   {
     auto root = std::make_shared<std::string>();

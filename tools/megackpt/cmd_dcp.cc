@@ -29,10 +29,6 @@ namespace {
 
 using namespace ::megackpt::dcp;  // NOLINT: this file is the dcp command group
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -115,15 +111,15 @@ int RunDemo(const DemoOptions& o) {
     dist::ProcessGroupOptions po;
     auto g = dist::NewMpiProcessGroup(po);
     if (!g.ok()) {
-      std::fprintf(stderr, "megackpt demo: --backend mpi: %s\n(start it with mpirun -np N megackpt demo --backend mpi ...)\n",
-                   g.status().ToString().c_str());
-      return kExitFailure;
+      return ReportError("demo --backend mpi",
+                         Status(g.status().code(), g.status().message() +
+                                                       " (start it with mpirun -np N megackpt demo --backend mpi ...)"));
     }
     mpi = std::move(*g);
     if (o.world_size_given && o.world_size != mpi->world_size()) {
       if (mpi->rank() == 0) {
-        std::fprintf(stderr, "megackpt demo: --world-size %d but mpirun started %d ranks\n",
-                     o.world_size, mpi->world_size());
+        return ReportUsage("demo", "--world-size " + std::to_string(o.world_size) + " but mpirun started " +
+                                       std::to_string(mpi->world_size()) + " ranks");
       }
       return kExitUsage;
     }
@@ -135,18 +131,23 @@ int RunDemo(const DemoOptions& o) {
     load_world = o.backend == "mpi" ? world : (world < 4 ? world + 1 : world - 1);
   }
   if (o.backend == "mpi" && load_world != world) {
-    if (printer) {
-      std::fprintf(stderr, "megackpt demo: with --backend mpi the load runs on the %d MPI ranks; "
-                           "--load-world-size must be %d (the sharding still changes)\n", world, world);
-    }
-    return kExitUsage;
+    if (!printer) return kExitUsage;
+    return ReportUsage("demo", "with --backend mpi the load runs on the " + std::to_string(world) +
+                                   " MPI ranks; --load-world-size must be " + std::to_string(world) +
+                                   " (the sharding still changes)");
   }
   const synthetic::Spec spec = synthetic::MakeSpec(o.seed, o.size);
   size_t ntensors = 0, nbytes_entries = 0;
   for (const auto& e : spec.entries) (e.is_bytes ? nbytes_entries : ntensors)++;
   // A different layout for every tensor when loading.
   const int load_variant = 1;
-  if (printer) {
+  // --json: one object at the end instead of the text lines.
+  const bool text = printer && !JsonOutput();
+  nlohmann::ordered_json result = {{"out", o.out},         {"storage", o.storage},
+                                   {"backend", o.backend}, {"seed", o.seed},
+                                   {"bytes", spec.total_bytes}, {"tensors", ntensors},
+                                   {"bytes_values", nbytes_entries}};
+  if (text) {
     std::printf("megackpt demo: seed %llu, %s of state (%zu tensors, %zu bytes values, nested names)\n",
                 static_cast<unsigned long long>(o.seed), Mb(spec.total_bytes).c_str(), ntensors,
                 nbytes_entries);
@@ -182,8 +183,7 @@ int RunDemo(const DemoOptions& o) {
       return Status::OK();
     });
     if (!timings.ok()) {
-      if (printer) std::fprintf(stderr, "megackpt demo: save failed: %s\n", timings.status().ToString().c_str());
-      return kExitFailure;
+      return printer ? ReportError("demo: save", timings.status()) : kExitFailure;
     }
     if (printer) {
       double secs = MaxOf(*timings, &RankTiming::seconds);
@@ -194,9 +194,14 @@ int RunDemo(const DemoOptions& o) {
         write = std::max(write, t.save.write_seconds);
         commit = std::max(commit, t.save.commit_seconds);
       }
-      std::printf("  save   %d ranks: %8.3f s  %7.3f GB/s  (ranks hold %s incl. replicas, each "
-                  "replica written once; slowest write %.3f s, commit %.3f s)\n",
-                  world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), write, commit);
+      result["save"] = {{"ranks", world},          {"seconds", secs}, {"gbps", spec.total_bytes / secs / 1e9},
+                        {"bytes_held", held},      {"write_seconds", write},
+                        {"commit_seconds", commit}};
+      if (text) {
+        std::printf("  save   %d ranks: %8.3f s  %7.3f GB/s  (ranks hold %s incl. replicas, each "
+                    "replica written once; slowest write %.3f s, commit %.3f s)\n",
+                    world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), write, commit);
+      }
     }
   }
   if (o.mode == "load" || o.mode == "both") {
@@ -218,21 +223,26 @@ int RunDemo(const DemoOptions& o) {
       return Status::OK();
     });
     if (!timings.ok()) {
-      if (printer) std::fprintf(stderr, "megackpt demo: load failed: %s\n", timings.status().ToString().c_str());
-      return kExitFailure;
+      return printer ? ReportError("demo: load", timings.status()) : kExitFailure;
     }
     if (printer) {
       double secs = MaxOf(*timings, &RankTiming::seconds);
       uint64_t held = 0;
       for (const auto& t : *timings) held += t.bytes;
-      std::printf("  load   %d ranks: %8.3f s  %7.3f GB/s  (resharded: every tensor in another layout; "
-                  "ranks read %s incl. replicas, %.3f GB/s)\n",
-                  load_world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), held / secs / 1e9);
-      std::printf("  verify %d ranks: %8.3f s  every byte identical to the seed's state\n", load_world,
-                  MaxOf(*timings, &RankTiming::verify_seconds));
+      const double verify = MaxOf(*timings, &RankTiming::verify_seconds);
+      result["load"] = {{"ranks", load_world}, {"seconds", secs},      {"gbps", spec.total_bytes / secs / 1e9},
+                        {"bytes_read", held},  {"verify_seconds", verify}, {"identical", true}};
+      if (text) {
+        std::printf("  load   %d ranks: %8.3f s  %7.3f GB/s  (resharded: every tensor in another layout; "
+                    "ranks read %s incl. replicas, %.3f GB/s)\n",
+                    load_world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), held / secs / 1e9);
+        std::printf("  verify %d ranks: %8.3f s  every byte identical to the seed's state\n", load_world,
+                    verify);
+      }
     }
   }
-  if (printer) std::printf("OK\n");
+  if (text) std::printf("OK\n");
+  if (printer && JsonOutput()) PrintJson(result);
   return kExitOk;
 }
 
@@ -294,17 +304,15 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_flag("--full-saves", *full_saves,
                   "With --steps: rewrite every entry at every step (default: incremental saves that\n"
                   "reference the entries a step did not change)");
+    AddJsonFlag(cmd, "Print one JSON object: {\"out\", \"storage\", \"backend\", \"seed\", \"bytes\", "
+                            "\"tensors\", \"bytes_values\", \"save\": {\"ranks\", \"seconds\", \"gbps\", ...}, "
+                            "\"load\": {..., \"identical\"}}; with --steps {\"out\", \"steps\", \"kept_steps\", ...}");
     cmd->add_option("--mapping", o->mapping,
                     "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
         ->check(CLI::Range(1, 100000));
     cmd->callback([o, size, ws, storage, steps, full_saves, exit_code] {
       if (steps->steps > 0) {  // the training loop (cmd_ckpt.cc)
-        auto bytes = ParseByteSize(*size);
-        if (!bytes.ok()) {
-          std::fprintf(stderr, "megackpt demo: --size: %s\n", bytes.status().message().c_str());
-          *exit_code = kExitUsage;
-          return;
-        }
+        if (!ParseSizeFlag("demo", "--size", *size, &steps->size, exit_code)) return;
         steps->out = o->out;
         steps->storage = storage->count() > 0 ? o->storage : "";
         steps->backend = o->backend;
@@ -312,7 +320,6 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         steps->load_world_size = o->load_world_size;
         steps->threads = o->threads;
         steps->seed = o->seed;
-        steps->size = *bytes;
         steps->incremental = !*full_saves;
         *exit_code = RunStepsDemo(*steps);
         return;
@@ -320,31 +327,22 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       if (o->out.rfind("mega://", 0) == 0 && o->storage != "mega") {
         // The FileSystemWriter commits file by file; on a hub that would be
         // many commits. MegaStorageWriter makes each save one commit.
-        std::printf("megackpt demo: note: %s is a hub path; using --storage mega (one commit per save)%s\n",
-                    o->out.c_str(), storage->count() > 0 ? " instead of the requested fs" : "");
+        ReportWarning("demo", o->out + " is a hub path; using --storage mega (one commit per save)" +
+                                  (storage->count() > 0 ? " instead of the requested fs" : ""));
         o->storage = "mega";
       }
       if ((o->consolidate || o->mapping > 0) && o->storage != "mega") {
-        std::fprintf(stderr, "megackpt demo: --consolidate and --mapping need --storage mega\n");
-        *exit_code = kExitUsage;
+        *exit_code = ReportUsage("demo", "--consolidate and --mapping need --storage mega");
         return;
       }
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt demo: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
-      o->size = *bytes;
+      if (!ParseSizeFlag("demo", "--size", *size, &o->size, exit_code)) return;
       o->world_size_given = ws->count() > 0;
       *exit_code = RunDemo(*o);
     });
   }
   {
     auto o = std::make_shared<bench::DcpBenchOptions>();
-    auto size = std::make_shared<std::string>("2GiB");
-    auto* cmd = bench.add_subcommand(
-        "dcp",
+    auto* cmd = AddStateBench(bench, "dcp",
         "Save and load a state of --size bytes (16 row-sharded F32 tensors) from --world-size\n"
         "ranks with the FileSystemWriter/Reader, next to the machine's limits measured the\n"
         "same way in the same run: durable save (fsync before the commit) vs plain write +\n"
@@ -354,26 +352,10 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "runs after a dropped warm-up; decimal GB/s.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
         "pagecache_write_gbps, pagecache_read_gbps (each + _min/_max), peak_extra_rss_bytes, ...\n"
-        "With --backend mpi run it as: mpirun -np N megackpt bench dcp --backend mpi ...");
-    cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
-    cmd->add_option("--world-size", o->world_size, "Ranks (threads backend; default 1)")
-        ->check(CLI::Range(1, 64));
+        "With --backend mpi run it as: mpirun -np N megackpt bench dcp --backend mpi ...",
+        o, &bench::RunDcpBench, exit_code);
     cmd->add_option("--backend", o->backend, "threads (default) or mpi")
         ->check(CLI::IsMember({"threads", "mpi"}));
-    cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
-    cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
-    cmd->add_flag("--json", o->json, "Print one JSON object");
-    cmd->callback([o, size, exit_code] {
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench dcp: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
-      o->size = *bytes;
-      *exit_code = bench::RunDcpBench(*o);
-    });
   }
 }
 

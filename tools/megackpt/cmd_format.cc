@@ -60,15 +60,7 @@ namespace stdfs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
 // ---- small helpers -------------------------------------------------------------
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -112,9 +104,6 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
   }
 }
 
-int ExitFor(const Status& s) {
-  return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-}
 
 // The folder of a DCP checkpoint (fs or MEGA storage) when PATH is one (a folder
 // holding .metadata, or that .metadata file): inspect, verify and convert then
@@ -155,8 +144,7 @@ std::string DcpCountLine(const dcp::CheckpointSummary& s) {
 int RunInspectDcp(const std::string& dir, bool as_json) {
   auto s = dcp::DescribeDcpCheckpoint(dir);
   if (!s.ok()) {
-    std::fprintf(stderr, "megackpt inspect: %s\n", s.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("inspect", s.status());
   }
   if (as_json) {
     ordered_json doc = ordered_json::object();
@@ -220,13 +208,11 @@ int RunInspect(const std::string& path, bool as_json) {
   if (auto dir = DcpFolder(path)) return RunInspectDcp(*dir, as_json);
   auto input = format::ResolveCheckpointPath(path);
   if (!input.ok()) {
-    std::fprintf(stderr, "megackpt inspect: %s\n", input.status().ToString().c_str());
-    return ExitFor(input.status());
+    return ReportError("inspect", input.status(), ExitCodeFor(input.status()));
   }
   auto model = format::OpenCheckpoint(*input, {.mmap = false, .verify_checksums = false});
   if (!model.ok()) {
-    std::fprintf(stderr, "megackpt inspect: %s\n", model.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("inspect", model.status());
   }
   if (as_json) {
     std::printf("%s\n", format::InspectJson(*model).c_str());
@@ -243,81 +229,97 @@ int RunInspect(const std::string& path, bool as_json) {
 // checksum block of every .distcp item); MEGA folders also get the index and
 // shard checks of format::VerifyCheckpoint. Counts come from .metadata, as
 // inspect shows them.
+// The outcome of a verify, shown as text or (--json) as one object:
+// {"path", "ok", "kind", "files", "files_ok", "tensors", "bytes", "problems",
+// "warnings"} plus, when not ok, "error": {"code": "DataLoss", "message"}.
+struct VerifyOutcome {
+  std::string path;
+  std::string kind;  // CheckpointKindName, or "dcp-mega" / "dcp-fs"
+  uint64_t files = 0, files_ok = 0, tensors = 0, bytes = 0;
+  std::vector<std::string> problems, warnings;
+  std::string ok_line;  // the text line printed on success
+};
+
+int ReportVerify(const VerifyOutcome& v, bool quiet) {
+  for (const auto& w : v.warnings) ReportWarning("verify", w);
+  for (const auto& p : v.problems) std::fprintf(stderr, "megackpt: error: verify: FAILED: %s\n", p.c_str());
+  const std::string summary = v.path + ": " + std::to_string(v.problems.size()) + " problem" +
+                              (v.problems.size() == 1 ? "" : "s") +
+                              (v.files ? " (" + std::to_string(v.files_ok) + " of " + std::to_string(v.files) +
+                                             " files OK)"
+                                       : "");
+  if (!v.problems.empty()) std::fprintf(stderr, "megackpt: error: verify: %s\n", summary.c_str());
+  if (JsonOutput()) {
+    nlohmann::ordered_json j = {{"path", v.path},       {"ok", v.problems.empty()}, {"kind", v.kind},
+                                {"files", v.files},     {"files_ok", v.files_ok},   {"tensors", v.tensors},
+                                {"bytes", v.bytes},     {"problems", v.problems},   {"warnings", v.warnings}};
+    if (!v.problems.empty()) j["error"] = {{"code", "DataLoss"}, {"message", "verify: " + summary}};
+    PrintJson(j);
+  } else if (!quiet && v.problems.empty()) {
+    std::printf("%s\n", v.ok_line.c_str());
+  }
+  return v.problems.empty() ? kExitOk : kExitFailure;
+}
+
 int RunVerifyDcp(const std::string& dir, bool quiet) {
   auto report = dcp::VerifyDcpCheckpoint(dir);
-  if (!report.ok()) {
-    std::fprintf(stderr, "megackpt verify: FAILED: %s\n", report.status().ToString().c_str());
-    return kExitFailure;
-  }
-  std::vector<std::string> problems, warnings;
-  for (const Status& p : report->problems) problems.push_back(p.ToString());
+  if (!report.ok()) return ReportError("verify: FAILED", report.status());
+  VerifyOutcome v;
+  v.path = dir;
+  v.kind = dcp::StorageLayoutName(report->summary.layout);
+  v.tensors = report->summary.tensors;
+  v.bytes = report->bytes_checked;
+  for (const Status& p : report->problems) v.problems.push_back(p.ToString());
   if (report->summary.layout == dcp::StorageLayout::kMega) {
     auto shards = format::VerifyCheckpoint(dir);
     if (!shards.ok()) {
-      problems.push_back(shards.status().ToString());
+      v.problems.push_back(shards.status().ToString());
     } else {
-      problems.insert(problems.end(), shards->problems.begin(), shards->problems.end());
-      warnings = shards->warnings;
+      v.problems.insert(v.problems.end(), shards->problems.begin(), shards->problems.end());
+      v.warnings = shards->warnings;
+      v.files = shards->files;
+      v.files_ok = shards->files_ok;
     }
   }
-  for (const auto& w : warnings) std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
-  if (!problems.empty()) {
-    for (const auto& p : problems) std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
-    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s\n", dir.c_str(), problems.size(),
-                 problems.size() == 1 ? "" : "s");
-    return kExitFailure;
-  }
-  if (!quiet) {
-    std::printf("OK %s: %s checkpoint, %s; %llu pieces (%s) read and verified\n", dir.c_str(),
-                dcp::StorageLayoutName(report->summary.layout), DcpCountLine(report->summary).c_str(),
-                static_cast<unsigned long long>(report->chunks_checked),
-                HumanBytes(report->bytes_checked).c_str());
-  }
-  return kExitOk;
+  v.ok_line = "OK " + dir + ": " + dcp::StorageLayoutName(report->summary.layout) + " checkpoint, " +
+              DcpCountLine(report->summary) + "; " + std::to_string(report->chunks_checked) + " pieces (" +
+              HumanBytes(report->bytes_checked) + ") read and verified";
+  return ReportVerify(v, quiet);
 }
 
 int RunVerify(const std::string& path, bool quiet) {
   if (auto dir = DcpFolder(path)) return RunVerifyDcp(*dir, quiet);
   auto report = format::VerifyCheckpoint(path);
   if (!report.ok()) {
-    std::fprintf(stderr, "megackpt verify: %s\n", report.status().ToString().c_str());
-    return ExitFor(report.status());
+    return ReportError("verify", report.status(), ExitCodeFor(report.status()));
   }
   const format::CheckpointPath& input = report->input;
-  for (const auto& w : report->warnings) {
-    std::fprintf(stderr, "megackpt verify: warning: %s\n", w.c_str());
-  }
-  if (!report->ok()) {
-    for (const auto& p : report->problems) {
-      std::fprintf(stderr, "megackpt verify: FAILED: %s\n", p.c_str());
-    }
-    std::fprintf(stderr, "megackpt verify: %s: %zu problem%s (%llu of %llu files OK)\n",
-                 input.path.c_str(), report->problems.size(),
-                 report->problems.size() == 1 ? "" : "s",
-                 static_cast<unsigned long long>(report->files_ok),
-                 static_cast<unsigned long long>(report->files));
-    return kExitFailure;
-  }
-  if (!quiet) {
-    const bool safetensors = input.kind == format::CheckpointKind::kSafetensorsFile ||
-                             input.kind == format::CheckpointKind::kSafetensorsIndex;
-    std::printf("OK %s: %s, %llu file%s, %llu tensors, %s verified%s\n", input.path.c_str(),
-                std::string(format::CheckpointKindName(input.kind)).c_str(),
-                static_cast<unsigned long long>(report->files), report->files == 1 ? "" : "s",
-                static_cast<unsigned long long>(report->tensors), HumanBytes(report->bytes).c_str(),
-                safetensors ? " (structure only: safetensors has no checksums)" : "");
-  }
-  return kExitOk;
+  VerifyOutcome v;
+  v.path = input.path;
+  v.kind = std::string(format::CheckpointKindName(input.kind));
+  v.files = report->files;
+  v.files_ok = report->files_ok;
+  v.tensors = report->tensors;
+  v.bytes = report->bytes;
+  v.problems = report->problems;
+  v.warnings = report->warnings;
+  const bool safetensors = input.kind == format::CheckpointKind::kSafetensorsFile ||
+                           input.kind == format::CheckpointKind::kSafetensorsIndex;
+  v.ok_line = "OK " + input.path + ": " + v.kind + ", " + std::to_string(v.files) + " file" +
+              (v.files == 1 ? "" : "s") + ", " + std::to_string(v.tensors) + " tensors, " +
+              HumanBytes(v.bytes) + " verified" +
+              (safetensors ? " (structure only: safetensors has no checksums)" : "");
+  return ReportVerify(v, quiet);
 }
 
 // ---- convert ------------------------------------------------------------------------
 
-// A progress line on stderr: "convert: 1.23 / 4.56 GB (27%)  1.80 GB/s".
+// ProgressLine on stderr: "convert:  27%  1.23 GB / 4.56 GB  1.80 GB/s".
 // Updated by a ticker thread; `Watch` adds the growing size of a file being
 // written by code that reports no progress itself (the MEGA writer).
 class Progress {
  public:
-  Progress(bool enabled, uint64_t total) : enabled_(enabled), total_(total) {
+  Progress(bool enabled, uint64_t total) : enabled_(enabled && !JsonOutput()), total_(total) {
     start_ = Now();
     if (enabled_) ticker_ = std::thread([this] { Tick(); });
   }
@@ -373,9 +375,8 @@ class Progress {
     }
     shown = std::min(shown, total_);
     double secs = std::max(1e-9, Now() - start_);
-    std::fprintf(stderr, "\rconvert: %s / %s (%3.0f%%)  %.2f GB/s   %s", HumanBytes(shown).c_str(),
-                 HumanBytes(total_).c_str(), total_ ? 100.0 * shown / total_ : 100.0,
-                 shown / secs / 1e9, final ? "\n" : "");
+    std::fprintf(stderr, "\r\033[K%s%s", ProgressLine("convert", shown, total_, secs).c_str(),
+                 final ? "\n" : "");
     std::fflush(stderr);
   }
 
@@ -414,56 +415,52 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   if (auto dir = DcpFolder(src_path)) {
     auto s = dcp::DescribeDcpCheckpoint(*dir);
     if (!s.ok()) {
-      std::fprintf(stderr, "megackpt convert: %s\n", s.status().ToString().c_str());
-      return kExitFailure;
+      return ReportError("convert", s.status());
     }
     if (s->layout == dcp::StorageLayout::kFileSystem || s->sharded_tensors > 0) {
-      std::fprintf(stderr,
-                   "megackpt convert: %s is a %s checkpoint with %zu of %zu tensors stored in "
-                   "chunks%s; convert reads whole tensors from MEGA/safetensors files and would "
-                   "drop entries. Run `megackpt consolidate %s DST` (whole tensors, MEGA or "
-                   "--format safetensors) first, then convert DST\n",
-                   dir->c_str(), dcp::StorageLayoutName(s->layout), s->sharded_tensors, s->tensors,
-                   s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)"
-                                                                 : "",
-                   dir->c_str());
-      return kExitFailure;
+      return ReportError(
+          "convert",
+          FailedPreconditionError(
+              *dir + " is a " + dcp::StorageLayoutName(s->layout) + " checkpoint with " +
+              std::to_string(s->sharded_tensors) + " of " + std::to_string(s->tensors) +
+              " tensors stored in chunks" +
+              (s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)" : "") +
+              "; convert reads whole tensors from MEGA/safetensors files and would drop entries. Run "
+              "`megackpt consolidate " + *dir + " DST` (whole tensors, MEGA or --format safetensors) "
+              "first, then convert DST"));
     }
     dcp_summary = std::move(*s);
   }
   auto input = format::ResolveCheckpointPath(src_path);
   if (!input.ok()) {
-    std::fprintf(stderr, "megackpt convert: %s\n", input.status().ToString().c_str());
-    return ExitFor(input.status());
+    return ReportError("convert", input.status(), ExitCodeFor(input.status()));
   }
   auto model = format::OpenCheckpoint(*input, {.mmap = true, .verify_checksums = true});
   if (!model.ok()) {
-    std::fprintf(stderr, "megackpt convert: %s\n", model.status().ToString().c_str());
-    return kExitFailure;
+    return ReportError("convert", model.status());
   }
   if (dcp_summary && model->tensors.size() != dcp_summary->tensors + dcp_summary->bytes_values) {
-    std::fprintf(stderr,
-                 "megackpt convert: %s: its .metadata holds %zu tensors + %zu bytes values but "
-                 "its index maps %zu; convert would not carry every entry. Run `megackpt "
-                 "consolidate` first\n",
-                 src_path.c_str(), dcp_summary->tensors, dcp_summary->bytes_values,
-                 model->tensors.size());
-    return kExitFailure;
+    return ReportError(
+        "convert", FailedPreconditionError(
+                       src_path + ": its .metadata holds " + std::to_string(dcp_summary->tensors) +
+                       " tensors + " + std::to_string(dcp_summary->bytes_values) +
+                       " bytes values but its index maps " + std::to_string(model->tensors.size()) +
+                       "; convert would not carry every entry. Run `megackpt consolidate` first"));
   }
   auto dest = format::PlanDestination(dst, model->format(), o);
   if (!dest.ok()) {
-    std::fprintf(stderr, "megackpt convert: %s\n", dest.status().ToString().c_str());
-    return kExitUsage;
+    return ReportError("convert", dest.status(), kExitUsage);
   }
   if (dest->format == format::ModelFormat::kSafetensors && mega_options_given) {
-    std::fprintf(stderr,
-                 "megackpt convert: note: --alignment/--checksum/--compression/--shuffle apply to "
-                 "MEGA output only; ignored for safetensors\n");
+    ReportWarning("convert",
+                  "--alignment/--checksum/--compression/--shuffle apply to MEGA output only; ignored for "
+                  "safetensors");
   }
   auto plan = format::PlanConversion(*model, *dest, o);
   if (!plan.ok()) {  // an output would overwrite the source (2), or sharded input (1)
-    std::fprintf(stderr, "megackpt convert: %s\n", plan.status().message().c_str());
-    return plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage;
+    // an output would overwrite the source (usage), or sharded input (failure)
+    return ReportError("convert", plan.status(),
+                       plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage);
   }
   Progress progress(show_progress, model->total_bytes);
   ProgressListener listener(&progress);
@@ -472,20 +469,31 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   Status status = format::WriteConversion(*model, *plan, o, &listener);
   progress.Stop();
   if (!status.ok()) {
-    std::fprintf(stderr, "megackpt convert: %s\n", status.ToString().c_str());
-    return kExitFailure;
+    return ReportError("convert", status);
   }
   const double secs = std::max(
       1e-9,
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
           t0);
   const size_t num_files = plan->shards.size();
-  std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%.2f GB/s)\n",
+  if (JsonOutput()) {
+    PrintJson({{"src", src_path},
+               {"dst", dest->output_path()},
+               {"format", std::string(format::ModelFormatName(dest->format))},
+               {"tensors", model->tensors.size()},
+               {"files", num_files},
+               {"index", dest->folder},
+               {"bytes", model->total_bytes},
+               {"seconds", secs},
+               {"gbps", model->total_bytes / secs / 1e9}});
+    return kExitOk;
+  }
+  std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%s)\n",
               model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
               std::string(format::CheckpointKindName(input->kind)).c_str(), dest->output_path().c_str(),
               num_files, std::string(format::ModelFormatName(dest->format)).c_str(),
               num_files == 1 ? "" : "s", dest->folder ? " + index" : "", secs,
-              model->total_bytes / secs / 1e9);
+              HumanRate(model->total_bytes / secs).c_str());
   return kExitOk;
 }
 
@@ -527,6 +535,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     auto quiet = std::make_shared<bool>(false);
     cmd->add_option("PATH", *path, "File, index or folder")->required();
     cmd->add_flag("-q,--quiet", *quiet, "Print nothing on success");
+    AddJsonFlag(cmd, "Print {\"path\", \"ok\", \"kind\", \"files\", \"files_ok\", \"tensors\", "
+                            "\"bytes\", \"problems\", \"warnings\"} (+ \"error\" when not ok)");
     cmd->callback([=] { *exit_code = RunVerify(*path, *quiet); });
   }
   // convert
@@ -578,13 +588,14 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_flag("--progress", *progress,
                   "Show progress on stderr even when it is not a terminal");
     cmd->add_flag("--no-progress", *no_progress, "Never show progress");
+    AddJsonFlag(cmd, "Print {\"src\", \"dst\", \"format\", \"tensors\", \"files\", \"index\", "
+                            "\"bytes\", \"seconds\", \"gbps\"} (no progress)");
     cmd->add_flag("--no-sync", *no_sync,
                   "Skip fsync of the written files (faster, not crash-safe)");
     cmd->callback([=] {
       format::ConvertOptions o;
       auto usage = [&](const std::string& msg) {
-        std::fprintf(stderr, "megackpt convert: %s\n", msg.c_str());
-        *exit_code = kExitUsage;
+        *exit_code = ReportUsage("convert", msg);
       };
       if (o_max->count() > 0) {
         auto v = ParseByteSize(*max_shard);
@@ -665,14 +676,11 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->callback([=] {
       auto bytes = ParseByteSize(*size);
       if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench format: --size: %s\n",
-                     bytes.status().message().c_str());
-        *exit_code = kExitUsage;
+        *exit_code = ReportUsage("bench format", "--size: " + bytes.status().message());
         return;
       }
       if (*reps < 1 || *tensors < 1) {
-        std::fprintf(stderr, "megackpt bench format: --reps and --tensors must be >= 1\n");
-        *exit_code = kExitUsage;
+        *exit_code = ReportUsage("bench format", "--reps and --tensors must be >= 1");
         return;
       }
       *exit_code = bench::RunFormatBench(*bytes, *reps, *tensors, *as_json, *dir);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -41,9 +42,11 @@ void AddHubFlags(CLI::App* cmd, HubFlags* f) {
   cmd->add_flag("-q,--quiet", f->quiet, "No progress output on stderr");
 }
 
-int Fail(const Status& s) {
-  std::fprintf(stderr, "megackpt: %s\n", s.ToString().c_str());
-  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+int Fail(const Status& s) { return ReportError("", s, ExitCodeFor(s)); }
+
+// Seconds since `start` (for the "seconds" and "gbps" JSON keys).
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
@@ -56,6 +59,7 @@ Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
 
 int Push(const std::string& dir, const std::string& target, const HubFlags& f,
          const std::string& message, bool is_private, bool rebase) {
+  const auto start = std::chrono::steady_clock::now();
   auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   std::error_code ec;
@@ -111,10 +115,14 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   if (!commit.ok()) return Fail(commit.status());
   hub::TransactionStats st = (*txn)->stats();
   if (f.json) {
+    const double seconds = SecondsSince(start);
     json out = {{"commit", commit->id},
-                {"uploaded_bytes", st.new_bytes},
-                {"total_bytes", total},
                 {"files", files.size()},
+                {"bytes", total},
+                {"uploaded_bytes", st.new_bytes},
+                {"total_bytes", total},  // = "bytes"; read by tests/hub_cli_test.cc
+                {"seconds", seconds},
+                {"gbps", seconds > 0 ? total / seconds / 1e9 : 0.0},
                 {"endpoint", where.endpoint}};
     if (commit->no_change) out["no_change"] = true;
     std::printf("%s\n", out.dump().c_str());
@@ -209,6 +217,7 @@ Result<bool> LocalCopyMatches(const std::string& path, const hub::FileEntry& ent
 }
 
 int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
+  const auto start = std::chrono::steady_clock::now();
   auto uri = hub::ParseMegaUri(source);
   if (!uri.ok()) return Fail(uri.status());
   EndpointChoice where = ChooseEndpoint(f.endpoint);
@@ -303,11 +312,14 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
     return Fail(s);
   }
   if (f.json) {
+    const double seconds = SecondsSince(start);
     std::printf("%s\n", json{{"commit", commit},
                              {"files", files->size()},
                              {"bytes", total},
                              {"downloaded_bytes", downloaded},
                              {"skipped_files", skipped},
+                             {"seconds", seconds},
+                             {"gbps", seconds > 0 ? total / seconds / 1e9 : 0.0},
                              {"endpoint", where.endpoint}}
                              .dump()
                              .c_str());
@@ -526,8 +538,7 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     if (!bench_size.empty()) {
       auto bytes = ParseByteSize(bench_size);
       if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench hub: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = 2;
+        *exit_code = ReportUsage("bench hub", "--size: " + bytes.status().message());
         return;
       }
       o.bytes = *bytes;
@@ -537,8 +548,7 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     o.json = bench_json;
     auto out = bench::RunHubBench(o);
     if (!out.ok()) {
-      std::fprintf(stderr, "megackpt: %s\n", out.status().ToString().c_str());
-      *exit_code = 1;
+      *exit_code = ReportError("bench hub", out.status());
       return;
     }
     std::printf("%s", out->c_str());
@@ -558,8 +568,7 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     load.megahub = self + "/megahub";
     auto out = bench::RunHubLoad(load);
     if (!out.ok()) {
-      std::fprintf(stderr, "megackpt: %s\n", out.status().ToString().c_str());
-      *exit_code = 1;
+      *exit_code = ReportError("bench hub-load", out.status());
       return;
     }
     std::printf("%s", out->c_str());

@@ -10,12 +10,6 @@
 #include "megackpt/core/status.h"
 
 namespace megackpt::cli {
-namespace {
-
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
-}  // namespace
 
 void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   // consolidate
@@ -56,18 +50,13 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
     cmd->add_option("--checksum", a->checksum, "MEGA outputs: crc32 (default), sha256 or none")
         ->check(CLI::IsMember({"crc32", "sha256", "none"}));
     cmd->add_flag("--no-sync", a->no_sync, "Skip fsync (faster; atomic but not durable across power loss)");
+    AddJsonFlag(cmd, "Print {\"src\", \"dst\", \"format\", \"tensors\", \"bytes\", \"files\", "
+                            "\"paths\", \"index\"}");
     cmd->callback([a, exit_code] {
-      auto max_shard = ParseByteSize(a->max_shard);
-      if (!max_shard.ok()) {
-        std::fprintf(stderr, "megackpt consolidate: --max-shard-size: %s\n",
-                     max_shard.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
       dcp::ConsolidateOptions o;
+      if (!ParseSizeFlag("consolidate", "--max-shard-size", a->max_shard, &o.max_shard_size, exit_code)) return;
       o.format = a->format == "safetensors" ? dcp::ConsolidateFormat::kSafetensors
                                             : dcp::ConsolidateFormat::kMega;
-      o.max_shard_size = *max_shard;
       o.thread_count = a->threads;
       o.sync = !a->no_sync;
       o.checksum = a->checksum == "sha256" ? format::MegaChecksumType::kSha256
@@ -75,21 +64,30 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
                                            : format::MegaChecksumType::kCrc32;
       auto r = dcp::Consolidate(a->src, a->dst, o);
       if (!r.ok()) {
-        std::fprintf(stderr, "megackpt consolidate: %s\n", r.status().ToString().c_str());
-        *exit_code = r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+        *exit_code = ReportError("consolidate", r.status(), ExitCodeFor(r.status()));
+        return;
+      }
+      *exit_code = kExitOk;
+      if (JsonOutput()) {
+        PrintJson({{"src", a->src},
+                   {"dst", a->dst},
+                   {"format", a->format},
+                   {"tensors", r->entries},
+                   {"bytes", r->total_size},
+                   {"files", r->files.size()},
+                   {"paths", r->files},
+                   {"index", r->index_file}});
         return;
       }
       std::printf("consolidated %zu entries (%llu tensor bytes) into %zu file(s) + %s in %s\n",
                   r->entries, static_cast<unsigned long long>(r->total_size), r->files.size(),
                   r->index_file.c_str(), a->dst.c_str());
       for (const auto& f : r->files) std::printf("  %s\n", f.c_str());
-      *exit_code = 0;
     });
   }
   // bench mega
   {
-    auto* cmd = bench.add_subcommand(
-        "mega",
+    AddStateBench(bench, "mega",
         "Save and load a state of --size bytes (16 row-sharded F32 tensors) from --world-size\n"
         "ranks (threads) through MegaStorageWriter/Reader, next to the machine's limits\n"
         "measured the same way in the same run: durable save vs write + fsync of the same\n"
@@ -100,26 +98,8 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         "numbers for the same state.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
         "pagecache_write_gbps, pagecache_read_gbps, async_blocked_seconds, sync_save_seconds\n"
-        "(each + _min/_max) and the ratios.");
-    auto o = std::make_shared<bench::MegaBenchOptions>();
-    auto size = std::make_shared<std::string>("2GiB");
-    cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
-    cmd->add_option("--world-size", o->world_size, "Ranks (threads backend; default 1)")
-        ->check(CLI::Range(1, 64));
-    cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
-    cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
-    cmd->add_flag("--json", o->json, "Print one JSON object");
-    cmd->callback([o, size, exit_code] {
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench mega: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
-      o->size = *bytes;
-      *exit_code = bench::RunMegaBench(*o);
-    });
+        "(each + _min/_max) and the ratios.",
+        std::make_shared<bench::MegaBenchOptions>(), &bench::RunMegaBench, exit_code);
   }
 }
 

@@ -7,8 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "megackpt/core/status.h"
 
@@ -39,8 +42,97 @@ struct StepsDemoOptions {
 };
 int RunStepsDemo(const StepsDemoOptions& options);
 
-// "1.50 GB", "12.00 MB", "3.00 kB", "12 B" (decimal units).
+// Exit codes of every command (stated in `megackpt --help`).
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // failure, or damage found (corrupt data, failed check)
+constexpr int kExitUsage = 2;    // bad flags or arguments
+inline constexpr const char* kExitCodesHelp =
+    "Exit codes: 0 success; 1 failure or damage found (corrupt or malformed input, a failed "
+    "check); 2 usage error. With --json, results and errors are JSON on stdout (an error is "
+    "{\"error\": {\"code\", \"message\"}}).";
+
+// --json output mode of this process: main() sets it when the command line has
+// --json, before any command runs; errors and results then are JSON on stdout.
+void SetJsonOutput(bool on);
+bool JsonOutput();
+
+// Adds the --json flag to `cmd` (the process-wide JsonOutput() mode; a command
+// that keeps its own bool may bind it as usual). `description` names the keys.
+void AddJsonFlag(CLI::App* cmd, const std::string& description);
+
+// kExitUsage for InvalidArgument (a bad flag value or argument), else kExitFailure.
+int ExitCodeFor(const Status& s);
+
+// Reports the failure of `command` ("verify", "cas get", ...; "" for none): a
+// line "megackpt: error: COMMAND: Code: message" on stderr, and under --json
+// also {"error": {"code": "DataLoss", "message": "COMMAND: message"}} on stdout.
+// Returns `exit_code` (REQUIRES: non-zero) for `return ReportError(...)`.
+int ReportError(std::string_view command, const Status& s, int exit_code = kExitFailure);
+// The same for a usage error: code "usage", exit code kExitUsage.
+int ReportUsage(std::string_view command, std::string_view message);
+// "megackpt: warning: COMMAND: message" on stderr (never stdout).
+void ReportWarning(std::string_view command, std::string_view message);
+
+// One JSON document (or NDJSON line when indent < 0) on stdout, invalid UTF-8 replaced.
+void PrintJson(const nlohmann::ordered_json& j, int indent = 2);
+
+// The name in `names` closest to `word` by edit distance (insertions,
+// deletions, substitutions and adjacent transpositions), when
+// close enough to be a typo (at most 2 edits, and fewer than half the
+// letters); "" otherwise.
+std::string ClosestName(std::string_view word, const std::vector<std::string>& names);
+
+// Parses the byte size `text` of option `flag` (ParseByteSize) into *out. A
+// usage error of `command` naming the flag otherwise (*exit_code = kExitUsage,
+// returns false).
+bool ParseSizeFlag(std::string_view command, std::string_view flag, const std::string& text,
+                   uint64_t* out, int* exit_code);
+
+// Adds `megackpt bench NAME`, a benchmark of a state of --size bytes saved and
+// loaded from --world-size ranks (bench/*_bench.h: an Options struct with size,
+// world_size, reps, threads, dir and json, and `int run(const Options&)`
+// returning the exit code). Returns the command for its own extra options.
+template <typename Options>
+CLI::App* AddStateBench(CLI::App& bench, const std::string& name, const std::string& description,
+                        std::shared_ptr<Options> o, int (*run)(const Options&), int* exit_code) {
+  auto size = std::make_shared<std::string>("2GiB");
+  CLI::App* cmd = bench.add_subcommand(name, description);
+  cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
+  cmd->add_option("--world-size", o->world_size, "Ranks (default 1)")->check(CLI::Range(1, 64));
+  cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+  cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->callback([o, size, run, name, exit_code] {
+    if (!ParseSizeFlag("bench " + name, "--size", *size, &o->size, exit_code)) return;
+    *exit_code = run(*o);
+  });
+  return cmd;
+}
+
+// "1.50 GB", "12.00 MB", "3.00 kB", "12 B" (decimal units): every size the CLI prints.
 std::string HumanBytes(uint64_t n);
+// "1.50 GB/s", "0.02 GB/s" (decimal GB per second, as the benchmarks print
+// them): every rate the CLI prints.
+std::string HumanRate(double bytes_per_second);
+// "LABEL:  42%  1.50 GB / 3.00 GB  1.20 GB/s": the one progress line of the CLI.
+std::string ProgressLine(std::string_view label, uint64_t done, uint64_t total, double seconds);
+
+// Byte progress of one transfer on stderr: ProgressLine redrawn in place (at
+// most 5 times a second) on a terminal, one line per 10% otherwise. Silent
+// when not enabled or under --json. Not thread-safe.
+class ByteProgress {
+ public:
+  ByteProgress(std::string label, uint64_t total, bool enabled);
+  void Update(uint64_t done);  // bytes done so far
+
+ private:
+  std::string label_;
+  uint64_t total_;
+  bool enabled_, tty_;
+  double start_, last_ = 0;
+  int last_decile_ = 0;
+};
 
 // A byte count as users write it, case-insensitive, '_' and ' ' ignored:
 // "1000000", "1.5MB" / "1.5M" (decimal: k, M, G, T = 1e3, 1e6, 1e9, 1e12),

@@ -141,14 +141,14 @@ void TransferProgress::Render(bool final) {
       std::snprintf(when, sizeof(when), "ETA %s", eta_text);
     }
     std::string unchanged = skipped_ ? " (" + std::to_string(skipped_) + " unchanged)" : "";
-    std::fprintf(stderr, "\r\033[K%s %3d%%  %s / %s  %s/s  %s  %zu/%zu files%s", verb_.c_str(), pct,
+    std::fprintf(stderr, "\r\033[K%s %3d%%  %s / %s  %s  %s  %zu/%zu files%s", verb_.c_str(), pct,
                  HumanBytes(bytes_).c_str(), HumanBytes(total_bytes_).c_str(),
-                 HumanBytes(static_cast<uint64_t>(rate)).c_str(), when, files_, total_files_, unchanged.c_str());
+                 HumanRate(rate).c_str(), when, files_, total_files_, unchanged.c_str());
     if (final) std::fprintf(stderr, "\n");
   }
   if (final && mode_ == Mode::kLines) {
-    std::fprintf(stderr, "%s: %s in %.1f s (%s/s)\n", verb_.c_str(), HumanBytes(bytes_).c_str(), now,
-                 HumanBytes(static_cast<uint64_t>(rate)).c_str());
+    std::fprintf(stderr, "%s: %s in %.1f s (%s)\n", verb_.c_str(), HumanBytes(bytes_).c_str(), now,
+                 HumanRate(rate).c_str());
   }
   std::fflush(stderr);
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "megackpt/config.h"  // MEGACKPT_VERSION
 #include "megackpt/hub/server.h"
 #include "megackpt/hub/store.h"
 
@@ -17,6 +18,13 @@ namespace {
 using megackpt::hub::HubServer;
 using megackpt::hub::HubServerOptions;
 using megackpt::hub::HubStore;
+
+// The one error line of megahub: "megahub: error: Code: message" on stderr.
+// Returns the exit code: 2 for InvalidArgument (usage), else 1.
+int ReportError(const megackpt::Status& s) {
+  std::fprintf(stderr, "megahub: error: %s\n", s.ToString().c_str());
+  return s.code() == megackpt::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
 int Serve(const std::string& root, HubServerOptions options) {
   // Block the shutdown signals in every thread; one thread waits for them.
@@ -28,19 +36,16 @@ int Serve(const std::string& root, HubServerOptions options) {
 
   auto store = HubStore::Open(root);
   if (!store.ok()) {
-    std::fprintf(stderr, "megahub: %s\n", store.status().ToString().c_str());
-    return 1;
+    return ReportError(store.status());
   }
   std::shared_ptr<HubStore> shared(std::move(*store));
   auto server = HubServer::Create(shared, options);
   if (!server.ok()) {
-    std::fprintf(stderr, "megahub: %s\n", server.status().ToString().c_str());
-    return 1;
+    return ReportError(server.status());
   }
   auto port = (*server)->Bind();
   if (!port.ok()) {
-    std::fprintf(stderr, "megahub: %s\n", port.status().ToString().c_str());
-    return 1;
+    return ReportError(port.status());
   }
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -62,8 +67,7 @@ int Serve(const std::string& root, HubServerOptions options) {
   server->reset();  // finish in-flight work before the store (and its DB) closes
   shared.reset();
   if (!s.ok()) {
-    std::fprintf(stderr, "megahub: %s\n", s.ToString().c_str());
-    return 1;
+    return ReportError(s);
   }
   std::fprintf(stderr, "megahub: stopped\n");
   return 0;
@@ -82,7 +86,8 @@ int main(int argc, char** argv) {
       "  megahub gc --root /data/hub --grace-seconds 3600",
       "megahub"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("megahub 0.1.0 (libmicrohttpd ") + MHD_get_version() + ")");
+  app.footer("Exit codes: 0 success; 1 failure; 2 usage error.");
+  app.set_version_flag("--version", std::string("megahub " MEGACKPT_VERSION " (libmicrohttpd ") + MHD_get_version() + ")");
   int exit_code = 0;
 
   HubServerOptions options;
@@ -128,16 +133,14 @@ int main(int argc, char** argv) {
   create->callback([&] {
     auto store = HubStore::Open(root);
     if (!store.ok()) {
-      std::fprintf(stderr, "megahub: %s\n", store.status().ToString().c_str());
-      exit_code = 1;
+      exit_code = ReportError(store.status());
       return;
     }
     auto t = (*store)->CreateToken(
         scope == "write" ? megackpt::hub::TokenScope::kWrite : megackpt::hub::TokenScope::kRead,
         ns.empty() ? std::nullopt : std::optional<std::string>(ns), description);
     if (!t.ok()) {
-      std::fprintf(stderr, "megahub: %s\n", t.status().ToString().c_str());
-      exit_code = t.status().code() == megackpt::StatusCode::kInvalidArgument ? 2 : 1;
+      exit_code = ReportError(t.status());
       return;
     }
     std::printf("%s\n", t->c_str());
@@ -150,14 +153,12 @@ int main(int argc, char** argv) {
   gc->callback([&] {
     auto store = HubStore::Open(root);
     if (!store.ok()) {
-      std::fprintf(stderr, "megahub: %s\n", store.status().ToString().c_str());
-      exit_code = 1;
+      exit_code = ReportError(store.status());
       return;
     }
     auto r = (*store)->CollectGarbage(grace);
     if (!r.ok()) {
-      std::fprintf(stderr, "megahub: %s\n", r.status().ToString().c_str());
-      exit_code = 1;
+      exit_code = ReportError(r.status());
       return;
     }
     std::printf("live files %llu, xorbs kept %llu, xorbs deleted %llu (%llu bytes), expired uploads %llu\n",
@@ -170,9 +171,15 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    std::fprintf(stderr, "megahub: error: %s (run with --help for the options)\n", e.what());
+    return 2;  // usage error
   }
   return exit_code;
 }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "megackpt/config.h"  // MEGACKPT_VERSION (CMake's project version)
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/state_dict.h"
 #include "megackpt/core/status.h"
@@ -182,8 +183,8 @@ struct DefaultSavePlannerOptions {
   // false, nested values are an error.
   bool flatten_state_dict = true;
   DedupMode dedup = DedupMode::kLowestRank;
-  // Producer string stored in Metadata::version.
-  std::string version = "megackpt 0.1.0";
+  // Producer string stored in Metadata::version: "megackpt <project version>".
+  std::string version = "megackpt " MEGACKPT_VERSION;
 };
 
 struct DefaultLoadPlannerOptions {
