@@ -33,24 +33,8 @@ from ._api import (
 from ._core import ProcessGroup
 from ._manager import CheckpointManager, StepSaveHandle
 from ._state import ShardedTensor
-from .errors import (
-    AbortedError,
-    AlreadyExistsError,
-    DataLossError,
-    DeadlineExceededError,
-    Error,
-    FailedPreconditionError,
-    InternalError,
-    InvalidArgumentError,
-    IOFailureError,
-    NotFoundError,
-    OutOfRangeError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    UnauthenticatedError,
-    UnavailableError,
-    UnimplementedError,
-)
+from . import errors as _errors
+from .errors import *  # noqa: F401,F403  (Error and its subclasses, errors.__all__)
 
 __version__ = _core.__version__
 
@@ -69,20 +53,5 @@ __all__ = [
     "verify",
     "convert",
     "consolidate",
-    "Error",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "AlreadyExistsError",
-    "DataLossError",
-    "AbortedError",
-    "UnavailableError",
-    "FailedPreconditionError",
-    "OutOfRangeError",
-    "ResourceExhaustedError",
-    "PermissionDeniedError",
-    "UnauthenticatedError",
-    "DeadlineExceededError",
-    "UnimplementedError",
-    "InternalError",
-    "IOFailureError",
+    *_errors.__all__,
 ]

@@ -291,3 +291,76 @@ class ReaderBase:
                 target.copy_(dests[i])
             planner.commit_tensor(item, target)
         return _done_future(fw, None)
+
+
+def _writer_options(thread_count, sync_files, overwrite, **mega):
+    options = {"thread_count": int(thread_count), "sync": bool(sync_files),
+               "overwrite": bool(overwrite)}
+    options.update({k: v for k, v in mega.items() if v is not None})
+    return options
+
+
+def storage_classes(fw, module_name):
+    """The four storage classes of framework ``fw``, as its module exports them:
+    ``(MegaStorageWriter, MegaStorageReader, FileSystemWriter, FileSystemReader)``,
+    subclasses of ``fw.dcp.StorageWriter`` / ``StorageReader`` named as if defined
+    in ``module_name`` (so they pickle by reference)."""
+
+    class MegaStorageWriter(WriterBase, fw.dcp.StorageWriter):
+        """Writes a checkpoint as MEGA shards (``megackpt::dcp::MegaStorageWriter``).
+
+        ``path``: a folder or ``mega://`` URI. ``fqn_to_index_mapping``: fqn -> bucket
+        1..N; entries of bucket b go to files ``model-...-of-M.mega`` of that bucket.
+        ``thread_count`` writer threads per rank; ``sync_files`` fsyncs shards and the
+        commit (False: faster, still atomic); ``overwrite=False`` refuses to replace a
+        committed checkpoint; ``checksum``: "crc32" (default), "sha256" or "none";
+        ``consolidate``: rewrite as whole tensors after the commit.
+        """
+
+        _fw = fw
+        _kind = "mega"
+
+        def __init__(self, path, fqn_to_index_mapping=None, *, thread_count=2, sync_files=True,
+                     overwrite=True, checksum=None, consolidate=None):
+            super().__init__(path, _writer_options(
+                thread_count, sync_files, overwrite, fqn_to_index_mapping=fqn_to_index_mapping,
+                checksum=checksum, consolidate=consolidate))
+            self.fqn_to_index_mapping = fqn_to_index_mapping
+
+    class MegaStorageReader(ReaderBase, fw.dcp.StorageReader):
+        """Reads MEGA checkpoints (``megackpt::dcp::MegaStorageReader``): ours, TensorPlay's
+        (whose pickled ``.metadata`` is never unpickled: it is rebuilt from the shard
+        headers), Hugging Face safetensors layouts, locally or on ``mega://``.
+        ``verify``: check checksums of every byte read (default)."""
+
+        _fw = fw
+        _kind = "mega"
+
+        def __init__(self, path, *, thread_count=2, verify=True):
+            super().__init__(path, {"thread_count": int(thread_count), "verify": bool(verify)})
+
+    class FileSystemWriter(WriterBase, fw.dcp.StorageWriter):
+        """Writes megackpt's DCP layout (``__<save>_<rank>_<n>.distcp`` data files +
+        ``.metadata``; ``megackpt::dcp::FileSystemWriter``). Options as for
+        MegaStorageWriter (``thread_count`` is also the number of data files per rank)."""
+
+        _fw = fw
+        _kind = "fs"
+
+        def __init__(self, path, *, thread_count=2, sync_files=True, overwrite=True):
+            super().__init__(path, _writer_options(thread_count, sync_files, overwrite))
+
+    class FileSystemReader(ReaderBase, fw.dcp.StorageReader):
+        """Reads checkpoints of :class:`FileSystemWriter` (block CRCs verified)."""
+
+        _fw = fw
+        _kind = "fs"
+
+        def __init__(self, path, *, thread_count=2, verify=True):
+            super().__init__(path, {"thread_count": int(thread_count), "verify": bool(verify)})
+
+    classes = (MegaStorageWriter, MegaStorageReader, FileSystemWriter, FileSystemReader)
+    for cls in classes:
+        cls.__module__ = module_name
+        cls.__qualname__ = cls.__name__
+    return classes

@@ -8,120 +8,47 @@ exception means the same thing, the class also derives from it, so
 ``except FileNotFoundError`` or ``except ValueError`` keep working.
 """
 
-__all__ = [
-    "Error",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "AlreadyExistsError",
-    "DataLossError",
-    "AbortedError",
-    "UnavailableError",
-    "FailedPreconditionError",
-    "OutOfRangeError",
-    "ResourceExhaustedError",
-    "PermissionDeniedError",
-    "UnauthenticatedError",
-    "DeadlineExceededError",
-    "UnimplementedError",
-    "InternalError",
-    "IOFailureError",
-]
-
-
 class Error(Exception):
     """Base class of every megackpt error. ``code`` is the status code name."""
 
     code = "Unknown"
 
 
-class InvalidArgumentError(Error, ValueError):
-    """The caller passed something wrong (bad option, shape or dtype mismatch)."""
+# (class name, status code, Python built-ins it also derives from, meaning). One
+# row per code of include/megackpt/core/status.h; the classes are made from it.
+_TABLE = [
+    ("InvalidArgumentError", "InvalidArgument", (ValueError,),
+     "The caller passed something wrong (bad option, shape or dtype mismatch)."),
+    ("NotFoundError", "NotFound", (FileNotFoundError,),
+     "A file, checkpoint, tensor, repo or revision does not exist."),
+    ("AlreadyExistsError", "AlreadyExists", (FileExistsError,),
+     "Creating something that is already there (e.g. save with overwrite=False)."),
+    ("DataLossError", "DataLoss", (),
+     "Stored bytes are corrupt or malformed (checksum mismatch, truncated shard)."),
+    ("AbortedError", "Aborted", (),
+     "A conditional write lost (hub commit conflict), or a peer rank failed."),
+    ("UnavailableError", "Unavailable", (ConnectionError,),
+     "Transient: retrying may succeed (connection refused, 503)."),
+    ("FailedPreconditionError", "FailedPrecondition", (),
+     "The system is not in the state the call needs."),
+    ("OutOfRangeError", "OutOfRange", (IndexError,), "A read past the end of a file or tensor."),
+    ("ResourceExhaustedError", "ResourceExhausted", (),
+     "A size limit was hit (out of memory or disk, header too big)."),
+    ("PermissionDeniedError", "PermissionDenied", (PermissionError,), "Authenticated but not allowed."),
+    ("UnauthenticatedError", "Unauthenticated", (), "No or invalid credentials (hub token)."),
+    ("DeadlineExceededError", "DeadlineExceeded", (TimeoutError,),
+     "A timeout elapsed (e.g. a peer rank stopped answering)."),
+    ("UnimplementedError", "Unimplemented", (NotImplementedError,),
+     "The operation is not supported by this backend."),
+    ("InternalError", "Internal", (), "A bug: an invariant of megackpt itself was broken."),
+    ("IOFailureError", "IOError", (OSError,),
+     "The operating system refused an I/O call (the errno text is in the message)."),
+]
 
-    code = "InvalidArgument"
+for _name, _code, _builtins, _doc in _TABLE:
+    globals()[_name] = type(_name, (Error, *_builtins),
+                            {"code": _code, "__doc__": _doc, "__module__": __name__})
 
-
-class NotFoundError(Error, FileNotFoundError):
-    """A file, checkpoint, tensor, repo or revision does not exist."""
-
-    code = "NotFound"
-
-
-class AlreadyExistsError(Error, FileExistsError):
-    """Creating something that is already there (e.g. save with overwrite=False)."""
-
-    code = "AlreadyExists"
-
-
-class DataLossError(Error):
-    """Stored bytes are corrupt or malformed (checksum mismatch, truncated shard)."""
-
-    code = "DataLoss"
-
-
-class AbortedError(Error):
-    """A conditional write lost (hub commit conflict), or a peer rank failed."""
-
-    code = "Aborted"
-
-
-class UnavailableError(Error, ConnectionError):
-    """Transient: retrying may succeed (connection refused, 503)."""
-
-    code = "Unavailable"
-
-
-class FailedPreconditionError(Error):
-    """The system is not in the state the call needs."""
-
-    code = "FailedPrecondition"
-
-
-class OutOfRangeError(Error, IndexError):
-    """A read past the end of a file or tensor."""
-
-    code = "OutOfRange"
-
-
-class ResourceExhaustedError(Error):
-    """A size limit was hit (out of memory or disk, header too big)."""
-
-    code = "ResourceExhausted"
-
-
-class PermissionDeniedError(Error, PermissionError):
-    """Authenticated but not allowed."""
-
-    code = "PermissionDenied"
-
-
-class UnauthenticatedError(Error):
-    """No or invalid credentials (hub token)."""
-
-    code = "Unauthenticated"
-
-
-class DeadlineExceededError(Error, TimeoutError):
-    """A timeout elapsed (e.g. a peer rank stopped answering)."""
-
-    code = "DeadlineExceeded"
-
-
-class UnimplementedError(Error, NotImplementedError):
-    """The operation is not supported by this backend."""
-
-    code = "Unimplemented"
-
-
-class InternalError(Error):
-    """A bug: an invariant of megackpt itself was broken."""
-
-    code = "Internal"
-
-
-class IOFailureError(Error, OSError):
-    """The operating system refused an I/O call (the errno text is in the message)."""
-
-    code = "IOError"
-
+__all__ = ["Error", *(row[0] for row in _TABLE)]
 
 _BY_CODE = {cls.code: cls for cls in (Error, *(globals()[n] for n in __all__[1:]))}

@@ -12,52 +12,8 @@
 namespace megackpt::python {
 namespace {
 
-constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBfloat = 4, kCodeBool = 6,
-                  kCodeFloat8E4M3Fn = 10, kCodeFloat8E5M2 = 12, kCodeFloat8E8M0Fnu = 14;
-
-Result<DType> DTypeFromDLPack(nb::dlpack::dtype t, std::string_view what) {
-  if (t.lanes == 1) {
-    switch (t.code) {
-      case kCodeInt:
-        if (t.bits == 8) return DType::kI8;
-        if (t.bits == 16) return DType::kI16;
-        if (t.bits == 32) return DType::kI32;
-        if (t.bits == 64) return DType::kI64;
-        break;
-      case kCodeUInt:
-        if (t.bits == 8) return DType::kU8;
-        if (t.bits == 16) return DType::kU16;
-        if (t.bits == 32) return DType::kU32;
-        if (t.bits == 64) return DType::kU64;
-        break;
-      case kCodeFloat:
-        if (t.bits == 16) return DType::kF16;
-        if (t.bits == 32) return DType::kF32;
-        if (t.bits == 64) return DType::kF64;
-        break;
-      case kCodeBfloat:
-        if (t.bits == 16) return DType::kBF16;
-        break;
-      case kCodeBool:
-        if (t.bits == 8) return DType::kBool;
-        break;
-      case kCodeFloat8E4M3Fn:
-        if (t.bits == 8) return DType::kF8_E4M3;
-        break;
-      case kCodeFloat8E5M2:
-        if (t.bits == 8) return DType::kF8_E5M2;
-        break;
-      case kCodeFloat8E8M0Fnu:
-        if (t.bits == 8) return DType::kF8_E8M0;
-        break;
-      default:
-        break;
-    }
-  }
-  return InvalidArgumentError(std::string(what) + ": unsupported array dtype (DLPack code " +
-                              std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
-                              std::to_string(t.lanes) + " lanes)");
-}
+// DLPack codes of the arrays handed to numpy (megackpt::DTypeFromDLPack maps them back).
+constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBool = 6;
 
 // numpy's dtype for `d`: the real one, or raw unsigned integers of its width.
 nb::dlpack::dtype NumpyDType(DType d) {
@@ -83,7 +39,7 @@ Result<Tensor> WrapArray(const Array& a, std::string_view what) {
   if (a.device_type() != nb::device::cpu::value) {
     return InvalidArgumentError(std::string(what) + ": only CPU arrays can be saved or loaded");
   }
-  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(a.dtype(), what));
+  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(a.dtype().code, a.dtype().bits, a.dtype().lanes, what));
   Shape shape(a.ndim());
   std::vector<int64_t> strides(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) {

@@ -21,16 +21,6 @@
 namespace megackpt::python {
 namespace {
 
-// Waits on `f` for up to `timeout` seconds (< 0: forever) without the GIL.
-bool WaitFor(const std::shared_future<Status>& f, double timeout) {
-  nb::gil_scoped_release release;
-  if (timeout < 0) {
-    f.wait();
-    return true;
-  }
-  return f.wait_for(std::chrono::duration<double>(timeout)) == std::future_status::ready;
-}
-
 // The Python handle of an async save. Keeps the planner, writer and group the
 // background save uses; destroying it waits for the save (without the GIL).
 class PyAsyncSave {
@@ -49,20 +39,12 @@ class PyAsyncSave {
   dist::ProcessGroup* group() { return group_.get(); }
   void set_handle(dcp::AsyncSaveHandle h) { handle_ = std::move(h); }
 
-  bool staged() const { return Ready(handle_.staged); }
-  bool done() const { return Ready(handle_.done); }
+  bool staged() const { return IsReady(handle_.staged); }
+  bool done() const { return IsReady(handle_.done); }
   // Raises the save's error, if any, once `which` is ready; False on timeout.
-  bool Wait(bool for_done, double timeout) {
-    const std::shared_future<Status>& f = for_done ? handle_.done : handle_.staged;
-    if (!WaitFor(f, timeout)) return false;
-    ThrowIfError(f.get());
-    return true;
-  }
+  bool Wait(bool for_done, double timeout) { return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout); }
 
  private:
-  static bool Ready(const std::shared_future<Status>& f) {
-    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  }
   std::unique_ptr<PySavePlanner> planner_;
   std::shared_ptr<dcp::StorageWriter> writer_;
   std::shared_ptr<dist::ProcessGroup> group_;

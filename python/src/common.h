@@ -18,6 +18,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +54,28 @@ T Unwrap(Result<T> result) {
 }
 
 void RegisterErrors(nb::module_& m);
+
+// ---- the futures of async saves (AsyncSaveHandle, StepSaveHandle) ----------
+
+// True when `f` is ready now.
+inline bool IsReady(const std::shared_future<Status>& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// Waits for `f` up to `timeout` seconds (< 0: forever) without the GIL. False
+// on timeout; raises the save's error when it failed; true when it succeeded.
+inline bool WaitAndRaise(const std::shared_future<Status>& f, double timeout) {
+  {
+    nb::gil_scoped_release release;
+    if (timeout < 0) {
+      f.wait();
+    } else if (f.wait_for(std::chrono::duration<double>(timeout)) != std::future_status::ready) {
+      return false;
+    }
+  }
+  ThrowIfError(f.get());
+  return true;
+}
 
 // ---- arrays.cc: Python arrays <-> Tensors -----------------------------------
 

@@ -31,26 +31,11 @@ class PyStepSave {
   PySavePlanner* planner() { return planner_.get(); }
   void set_handle(dcp::StepSaveHandle h) { handle_ = std::move(h); }
   int64_t step() const { return handle_.step; }
-  bool staged() const { return Ready(handle_.staged); }
-  bool done() const { return Ready(handle_.done); }
-  bool Wait(bool for_done, double timeout) {
-    const std::shared_future<Status>& f = for_done ? handle_.done : handle_.staged;
-    {
-      nb::gil_scoped_release release;
-      if (timeout < 0) {
-        f.wait();
-      } else if (f.wait_for(std::chrono::duration<double>(timeout)) != std::future_status::ready) {
-        return false;
-      }
-    }
-    ThrowIfError(f.get());
-    return true;
-  }
+  bool staged() const { return IsReady(handle_.staged); }
+  bool done() const { return IsReady(handle_.done); }
+  bool Wait(bool for_done, double timeout) { return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout); }
 
  private:
-  static bool Ready(const std::shared_future<Status>& f) {
-    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  }
   std::unique_ptr<PySavePlanner> planner_;
   dcp::StepSaveHandle handle_;
 };

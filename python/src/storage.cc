@@ -31,13 +31,9 @@ T Get(nb::dict options, const char* key, T fallback) {
   return nb::cast<T>(options[key]);
 }
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // "mega" or "fs" for a checkpoint at `path` (see MakeReader).
 Result<std::string> DetectKind(const std::string& path) {
-  if (EndsWith(path, ".mega") || EndsWith(path, ".safetensors") || EndsWith(path, ".index.json")) {
+  if (std::string_view(path).ends_with(".mega") || std::string_view(path).ends_with(".safetensors") || std::string_view(path).ends_with(".index.json")) {
     return std::string("mega");
   }
   MEGA_ASSIGN_OR_RETURN(auto fs, fs::FileSystemForPath(path));

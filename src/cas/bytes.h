@@ -1,4 +1,4 @@
-// Internal helpers of the cas layer: little-endian field access and a large,
+// Internal helpers of the cas layer (little-endian fields: megackpt/core/endian.h): a large,
 // reusable byte buffer that asks for transparent huge pages (first-touch page
 // faults on 4 KiB pages are the slowest thing on this machine, DESIGN.md).
 #ifndef MEGACKPT_SRC_CAS_BYTES_H_
@@ -10,30 +10,10 @@
 #include <span>
 #include <string>
 
+#include "megackpt/core/endian.h"
+
 namespace megackpt::cas::internal {
 
-inline uint32_t LoadU24(const uint8_t* p) { return p[0] | (p[1] << 8) | (uint32_t{p[2]} << 16); }
-inline void StoreU24(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-  p[2] = static_cast<uint8_t>(v >> 16);
-}
-inline uint32_t LoadU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t LoadU64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline void AppendU32(std::string* out, uint32_t v) {
-  out->append(reinterpret_cast<const char*>(&v), 4);
-}
-inline void AppendU64(std::string* out, uint64_t v) {
-  out->append(reinterpret_cast<const char*>(&v), 8);
-}
 inline const uint8_t* U8(const std::byte* p) { return reinterpret_cast<const uint8_t*>(p); }
 inline const uint8_t* U8(const char* p) { return reinterpret_cast<const uint8_t*>(p); }
 

@@ -1,4 +1,5 @@
 #include "megackpt/cas/hash.h"
+#include "megackpt/core/text.h"
 
 #include <blake3.h>
 
@@ -79,11 +80,8 @@ Result<MerkleHash> MerkleHash::FromHex(std::string_view hex) {
     uint64_t v = 0;
     for (int i = 0; i < 16; ++i) {
       char c = hex[16 * w + i];
-      int d;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else return bad();
+      const int d = HexDigitValue(c);
+      if (d < 0) return bad();
       v = (v << 4) | static_cast<uint64_t>(d);
     }
     std::memcpy(h.bytes.data() + 8 * w, &v, 8);

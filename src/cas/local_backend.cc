@@ -29,6 +29,7 @@
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::cas {
 
@@ -197,14 +198,7 @@ std::string RandomSuffix() {
   return buf;
 }
 
-bool IsHashName(const char* name) {
-  size_t n = std::strlen(name);
-  if (n != 64) return false;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
-  }
-  return true;
-}
+bool IsHashName(const char* name) { return IsHex(name, 64); }
 
 Result<std::vector<std::string>> ListDir(const std::string& dir) {
   std::vector<std::string> names;

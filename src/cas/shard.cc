@@ -10,10 +10,6 @@
 
 namespace megackpt::cas {
 
-using internal::AppendU32;
-using internal::AppendU64;
-using internal::LoadU32;
-using internal::LoadU64;
 
 namespace {
 
@@ -97,8 +93,8 @@ std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options)
   out.reserve(kShardHeaderSize + entries * kShardEntrySize + kShardFooterSize);
 
   out.append(reinterpret_cast<const char*>(kShardTag), 32);
-  AppendU64(&out, kShardHeaderVersion);
-  AppendU64(&out, options.with_footer ? kShardFooterSize : 0);
+  AppendLE64(&out, kShardHeaderVersion);
+  AppendLE64(&out, options.with_footer ? kShardFooterSize : 0);
 
   uint64_t materialized = 0;
   for (const ShardFileInfo& f : shard.files) {
@@ -106,15 +102,15 @@ std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options)
     uint32_t flags = (options.with_verification ? kShardFileFlagWithVerification : 0) |
                      (f.sha256 ? kShardFileFlagWithMetadataExt : 0);
     AppendHash(&out, r.file_hash);
-    AppendU32(&out, flags);
-    AppendU32(&out, static_cast<uint32_t>(r.terms.size()));
+    AppendLE32(&out, flags);
+    AppendLE32(&out, static_cast<uint32_t>(r.terms.size()));
     AppendZeros(&out, 8);
     for (const ReconstructionTerm& t : r.terms) {
       AppendHash(&out, t.xorb_hash);
-      AppendU32(&out, 0);  // cas flags
-      AppendU32(&out, static_cast<uint32_t>(t.unpacked_bytes));
-      AppendU32(&out, t.chunk_start);
-      AppendU32(&out, t.chunk_end);
+      AppendLE32(&out, 0);  // cas flags
+      AppendLE32(&out, static_cast<uint32_t>(t.unpacked_bytes));
+      AppendLE32(&out, t.chunk_start);
+      AppendLE32(&out, t.chunk_end);
     }
     if (options.with_verification) {
       for (const ReconstructionTerm& t : r.terms) {
@@ -135,14 +131,14 @@ std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options)
   uint64_t stored_on_disk = 0, stored = 0;
   for (const ShardXorbInfo& x : shard.xorbs) {
     AppendHash(&out, x.xorb_hash);
-    AppendU32(&out, 0);  // cas flags
-    AppendU32(&out, static_cast<uint32_t>(x.chunks.size()));
-    AppendU32(&out, x.unpacked_bytes);
-    AppendU32(&out, x.bytes_on_disk);
+    AppendLE32(&out, 0);  // cas flags
+    AppendLE32(&out, static_cast<uint32_t>(x.chunks.size()));
+    AppendLE32(&out, x.unpacked_bytes);
+    AppendLE32(&out, x.bytes_on_disk);
     for (const ShardXorbChunk& c : x.chunks) {
       AppendHash(&out, c.hash);
-      AppendU32(&out, c.unpacked_offset);
-      AppendU32(&out, c.unpacked_bytes);
+      AppendLE32(&out, c.unpacked_offset);
+      AppendLE32(&out, c.unpacked_bytes);
       AppendZeros(&out, 8);
     }
     stored_on_disk += x.bytes_on_disk;
@@ -154,21 +150,21 @@ std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options)
     // No lookup tables are written: their offsets point at the footer with 0
     // entries.
     const uint64_t footer_offset = out.size();
-    AppendU64(&out, kShardFooterVersion);
-    AppendU64(&out, kShardHeaderSize);  // file_info_offset
-    AppendU64(&out, cas_info_offset);
+    AppendLE64(&out, kShardFooterVersion);
+    AppendLE64(&out, kShardHeaderSize);  // file_info_offset
+    AppendLE64(&out, cas_info_offset);
     for (int i = 0; i < 3; ++i) {  // file, cas and chunk lookup tables
-      AppendU64(&out, footer_offset);
-      AppendU64(&out, 0);
+      AppendLE64(&out, footer_offset);
+      AppendLE64(&out, 0);
     }
     AppendHash(&out, shard.chunk_hash_hmac_key);
-    AppendU64(&out, shard.creation_timestamp);
-    AppendU64(&out, shard.key_expiry);
+    AppendLE64(&out, shard.creation_timestamp);
+    AppendLE64(&out, shard.key_expiry);
     AppendZeros(&out, 48);
-    AppendU64(&out, stored_on_disk);
-    AppendU64(&out, materialized);
-    AppendU64(&out, stored);
-    AppendU64(&out, footer_offset);
+    AppendLE64(&out, stored_on_disk);
+    AppendLE64(&out, materialized);
+    AppendLE64(&out, stored);
+    AppendLE64(&out, footer_offset);
   }
   return out;
 }
@@ -179,11 +175,11 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     return Bad(0, "truncated header (" + std::to_string(data.size()) + " bytes, need 48)");
   }
   if (std::memcmp(base, kShardTag, 32) != 0) return Bad(0, "not an MDB shard (bad magic tag)");
-  uint64_t version = LoadU64(base + 32);
+  uint64_t version = LoadLE64(base + 32);
   if (version != kShardHeaderVersion) {
     return Bad(32, "unsupported header version " + std::to_string(version) + " (expected 2)");
   }
-  uint64_t footer_size = LoadU64(base + 40);
+  uint64_t footer_size = LoadLE64(base + 40);
   if (footer_size != 0 && footer_size != kShardFooterSize) {
     return Bad(40, "footer size " + std::to_string(footer_size) + " (expected 0 or 200)");
   }
@@ -196,30 +192,30 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
   uint64_t footer_cas_offset = 0, footer_offset = body_end;
   if (footer_size) {
     const uint8_t* f = base + body_end;
-    if (LoadU64(f) != kShardFooterVersion) {
-      return Bad(body_end, "unsupported footer version " + std::to_string(LoadU64(f)));
+    if (LoadLE64(f) != kShardFooterVersion) {
+      return Bad(body_end, "unsupported footer version " + std::to_string(LoadLE64(f)));
     }
-    if (LoadU64(f + 8) != kShardHeaderSize) {
-      return Bad(body_end + 8, "file info offset " + std::to_string(LoadU64(f + 8)) +
+    if (LoadLE64(f + 8) != kShardHeaderSize) {
+      return Bad(body_end + 8, "file info offset " + std::to_string(LoadLE64(f + 8)) +
                                    " (expected 48)");
     }
-    footer_cas_offset = LoadU64(f + 16);
-    footer_offset = LoadU64(f + 192);
+    footer_cas_offset = LoadLE64(f + 16);
+    footer_offset = LoadLE64(f + 192);
     if (footer_offset != body_end) {
       return Bad(body_end + 192, "footer offset " + std::to_string(footer_offset) +
                                      " does not point at the footer (" + std::to_string(body_end) +
                                      ")");
     }
     for (int i = 0; i < 3; ++i) {
-      uint64_t table = LoadU64(f + 24 + 16 * i);
+      uint64_t table = LoadLE64(f + 24 + 16 * i);
       if (table > body_end) {
         return Bad(body_end + 24 + 16 * i, "lookup table offset " + std::to_string(table) +
                                                " is past the footer");
       }
     }
     std::memcpy(shard.chunk_hash_hmac_key.bytes.data(), f + 72, 32);
-    shard.creation_timestamp = LoadU64(f + 104);
-    shard.key_expiry = LoadU64(f + 112);
+    shard.creation_timestamp = LoadLE64(f + 104);
+    shard.key_expiry = LoadLE64(f + 112);
   }
 
   Reader r(data, body_end);
@@ -241,8 +237,8 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     ShardFileInfo info;
     FileReconstruction& rec = info.reconstruction;
     rec.file_hash = HashAt(e);
-    uint32_t flags = LoadU32(e + 32);
-    uint32_t n = LoadU32(e + 36);
+    uint32_t flags = LoadLE32(e + 32);
+    uint32_t n = LoadLE32(e + 36);
     const std::string file = "file " + rec.file_hash.ToHex();
     if (flags & ~kKnownFileFlags) {
       return Bad(at + 32, file + ": unsupported flags 0x" + [&] {
@@ -266,9 +262,9 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
       const uint8_t* t = r.Take(kShardEntrySize);
       ReconstructionTerm& term = rec.terms[i];
       term.xorb_hash = HashAt(t);
-      term.unpacked_bytes = LoadU32(t + 36);
-      term.chunk_start = LoadU32(t + 40);
-      term.chunk_end = LoadU32(t + 44);
+      term.unpacked_bytes = LoadLE32(t + 36);
+      term.chunk_start = LoadLE32(t + 40);
+      term.chunk_end = LoadLE32(t + 44);
       if (term.chunk_end <= term.chunk_start) {
         return Bad(eat, file + " term " + std::to_string(i) + ": empty chunk range [" +
                             std::to_string(term.chunk_start) + ", " +
@@ -308,9 +304,9 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     }
     ShardXorbInfo x;
     x.xorb_hash = HashAt(e);
-    uint32_t n = LoadU32(e + 36);
-    x.unpacked_bytes = LoadU32(e + 40);
-    x.bytes_on_disk = LoadU32(e + 44);
+    uint32_t n = LoadLE32(e + 36);
+    x.unpacked_bytes = LoadLE32(e + 40);
+    x.bytes_on_disk = LoadLE32(e + 44);
     if (n > limits.max_entries_per_record || n > r.remaining() / kShardEntrySize) {
       return Bad(at + 36, "xorb " + x.xorb_hash.ToHex() + ": " + std::to_string(n) +
                               " chunk entries do not fit in the shard");
@@ -319,8 +315,8 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     for (uint32_t i = 0; i < n; ++i) {
       const uint8_t* c = r.Take(kShardEntrySize);
       x.chunks[i].hash = HashAt(c);
-      x.chunks[i].unpacked_offset = LoadU32(c + 32);
-      x.chunks[i].unpacked_bytes = LoadU32(c + 36);
+      x.chunks[i].unpacked_offset = LoadLE32(c + 32);
+      x.chunks[i].unpacked_bytes = LoadLE32(c + 36);
     }
     shard.xorbs.push_back(std::move(x));
   }
@@ -331,7 +327,7 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     // Lookup tables (not interpreted) must lie between the CAS bookend and the footer.
     const uint8_t* f = base + body_end;
     for (int i = 0; i < 3; ++i) {
-      uint64_t table = LoadU64(f + 24 + 16 * i);
+      uint64_t table = LoadLE64(f + 24 + 16 * i);
       if (table < r.offset()) {
         return Bad(body_end + 24 + 16 * i, "lookup table offset " + std::to_string(table) +
                                                " points inside the CAS info section");

@@ -13,9 +13,6 @@
 
 namespace megackpt::cas {
 
-using internal::LoadU24;
-using internal::LoadU32;
-using internal::StoreU24;
 
 namespace {
 
@@ -295,13 +292,13 @@ size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy pol
   uint8_t* h = reinterpret_cast<uint8_t*>(out);
   h[0] = 0;
   h[4] = static_cast<uint8_t>(scheme);
-  StoreU24(h + 5, static_cast<uint32_t>(n));
+  StoreLE24(h + 5, static_cast<uint32_t>(n));
   if (scheme == CompressionScheme::kNone) {
-    StoreU24(h + 1, static_cast<uint32_t>(n));
+    StoreLE24(h + 1, static_cast<uint32_t>(n));
     std::memcpy(out + kChunkRecordHeaderSize, p, n);
     clen = n;
   } else {
-    StoreU24(h + 1, static_cast<uint32_t>(clen));
+    StoreLE24(h + 1, static_cast<uint32_t>(clen));
     std::memcpy(out + kChunkRecordHeaderSize, tls_scratch.compressed.data(), clen);
   }
   if (scheme_out) *scheme_out = scheme;
@@ -328,8 +325,8 @@ Result<ChunkRecordHeader> ParseChunkRecordHeader(std::span<const std::byte> buf,
   const uint8_t* h = internal::U8(buf.data() + offset);
   ChunkRecordHeader header;
   header.version = h[0];
-  header.compressed_len = LoadU24(h + 1);
-  header.uncompressed_len = LoadU24(h + 5);
+  header.compressed_len = LoadLE24(h + 1);
+  header.uncompressed_len = LoadLE24(h + 5);
   if (header.version != 0) {
     return DataLossError(At(offset) + ": unknown version " + std::to_string(header.version));
   }
@@ -534,14 +531,14 @@ std::string EncodeXorbFooter(const XorbLayout& layout) {
   out.reserve(layout.chunks.size() * kXorbFooterEntrySize + kXorbFooterTrailerSize);
   for (const XorbChunk& c : layout.chunks) {
     out.append(reinterpret_cast<const char*>(c.hash.bytes.data()), 32);
-    internal::AppendU32(&out, c.byte_offset);
-    internal::AppendU32(&out, c.unpacked_bytes);
+    AppendLE32(&out, c.byte_offset);
+    AppendLE32(&out, c.unpacked_bytes);
   }
   uint32_t crc = Crc32(AsBytes(out));
-  internal::AppendU32(&out, static_cast<uint32_t>(layout.chunks.size()));
-  internal::AppendU32(&out, layout.serialized_bytes);
-  internal::AppendU32(&out, crc);
-  internal::AppendU32(&out, kFooterVersion);
+  AppendLE32(&out, static_cast<uint32_t>(layout.chunks.size()));
+  AppendLE32(&out, layout.serialized_bytes);
+  AppendLE32(&out, crc);
+  AppendLE32(&out, kFooterVersion);
   out.append(kFooterMagic, 8);
   return out;
 }
@@ -555,10 +552,10 @@ Result<std::pair<uint32_t, uint32_t>> ParseXorbFooterTrailer(std::span<const std
   if (std::memcmp(t + 16, kFooterMagic, 8) != 0) {
     return DataLossError("xorb footer: bad magic (not a stored xorb)");
   }
-  if (LoadU32(t + 12) != kFooterVersion) {
-    return DataLossError("xorb footer: unknown version " + std::to_string(LoadU32(t + 12)));
+  if (LoadLE32(t + 12) != kFooterVersion) {
+    return DataLossError("xorb footer: unknown version " + std::to_string(LoadLE32(t + 12)));
   }
-  uint32_t n = LoadU32(t), bytes = LoadU32(t + 4);
+  uint32_t n = LoadLE32(t), bytes = LoadLE32(t + 4);
   if (n == 0 || n > kMaxXorbChunks || bytes > kMaxSerializedXorbBytes) {
     return DataLossError("xorb footer: " + std::to_string(n) + " chunks / " +
                          std::to_string(bytes) + " bytes is outside the xorb limits");
@@ -581,7 +578,7 @@ Result<XorbLayout> ParseXorbFooter(std::span<const std::byte> footer, const Merk
                          std::to_string(table + kXorbFooterTrailerSize));
   }
   const uint8_t* p = internal::U8(footer.data());
-  uint32_t crc = LoadU32(p + table + 8);
+  uint32_t crc = LoadLE32(p + table + 8);
   if (Crc32(footer.first(table)) != crc) {
     return DataLossError(name + ": footer chunk table fails its CRC-32");
   }
@@ -592,8 +589,8 @@ Result<XorbLayout> ParseXorbFooter(std::span<const std::byte> footer, const Merk
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* e = p + size_t{i} * kXorbFooterEntrySize;
     std::memcpy(layout.chunks[i].hash.bytes.data(), e, 32);
-    layout.chunks[i].byte_offset = LoadU32(e + 32);
-    layout.chunks[i].unpacked_bytes = LoadU32(e + 36);
+    layout.chunks[i].byte_offset = LoadLE32(e + 32);
+    layout.chunks[i].unpacked_bytes = LoadLE32(e + 36);
   }
   MEGA_RETURN_IF_ERROR(layout.Validate());
   return layout;

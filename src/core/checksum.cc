@@ -1,4 +1,5 @@
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/text.h"
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
@@ -124,14 +125,8 @@ Status FromHex(std::string_view hex, std::span<uint8_t> out) {
     return InvalidArgumentError("hex string of length " + std::to_string(hex.size()) +
                                 ", expected " + std::to_string(out.size() * 2));
   }
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   for (size_t i = 0; i < out.size(); ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    int hi = HexDigitValue(hex[2 * i]), lo = HexDigitValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
       return InvalidArgumentError("invalid hex character at position " + std::to_string(2 * i));
     }

@@ -220,35 +220,10 @@ bool TensorBytesEqual(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-Result<DType> DTypeFromDL(DLDataType t) {
-  if (t.lanes != 1) return InvalidArgumentError("dlpack: vector lanes are not supported");
-  switch (t.code) {
-    case kDLInt:
-      if (t.bits == 8) return DType::kI8;
-      if (t.bits == 16) return DType::kI16;
-      if (t.bits == 32) return DType::kI32;
-      if (t.bits == 64) return DType::kI64;
-      break;
-    case kDLUInt:
-      if (t.bits == 8) return DType::kU8;
-      if (t.bits == 16) return DType::kU16;
-      if (t.bits == 32) return DType::kU32;
-      if (t.bits == 64) return DType::kU64;
-      break;
-    case kDLFloat:
-      if (t.bits == 16) return DType::kF16;
-      if (t.bits == 32) return DType::kF32;
-      if (t.bits == 64) return DType::kF64;
-      break;
-    case kDLBfloat:
-      if (t.bits == 16) return DType::kBF16;
-      break;
-    default:
-      break;
-  }
-  return InvalidArgumentError("dlpack: unsupported dtype code " + std::to_string(t.code) +
-                              " bits " + std::to_string(t.bits));
-}
+// DLPack 1.1 codes that the 0.6 header this file builds with lacks.
+constexpr uint8_t kDLBoolCode = 6, kDLFloat8E4M3FnCode = 10, kDLFloat8E5M2Code = 12,
+                  kDLFloat8E8M0FnuCode = 14;
+
 
 Result<DLDataType> DTypeToDL(DType d) {
   DLDataType t;
@@ -293,7 +268,7 @@ Result<Tensor> FromDLPack(DLManagedTensor* managed) {
     return InvalidArgumentError("dlpack: only CPU tensors are supported");
   }
   if (dl.ndim < 0) return InvalidArgumentError("dlpack: negative ndim");
-  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDL(dl.dtype));
+  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes));
   Shape shape(dl.shape, dl.shape + dl.ndim);
   std::vector<int64_t> strides =
       dl.strides ? std::vector<int64_t>(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
@@ -319,6 +294,50 @@ Result<DLManagedTensor*> ToDLPack(const Tensor& tensor) {
     delete self;
   };
   return m;
+}
+
+Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes, std::string_view what) {
+  if (lanes == 1) {
+    switch (code) {
+      case kDLInt:
+        if (bits == 8) return DType::kI8;
+        if (bits == 16) return DType::kI16;
+        if (bits == 32) return DType::kI32;
+        if (bits == 64) return DType::kI64;
+        break;
+      case kDLUInt:
+        if (bits == 8) return DType::kU8;
+        if (bits == 16) return DType::kU16;
+        if (bits == 32) return DType::kU32;
+        if (bits == 64) return DType::kU64;
+        break;
+      case kDLFloat:
+        if (bits == 16) return DType::kF16;
+        if (bits == 32) return DType::kF32;
+        if (bits == 64) return DType::kF64;
+        break;
+      case kDLBfloat:
+        if (bits == 16) return DType::kBF16;
+        break;
+      case kDLBoolCode:
+        if (bits == 8) return DType::kBool;
+        break;
+      case kDLFloat8E4M3FnCode:
+        if (bits == 8) return DType::kF8_E4M3;
+        break;
+      case kDLFloat8E5M2Code:
+        if (bits == 8) return DType::kF8_E5M2;
+        break;
+      case kDLFloat8E8M0FnuCode:
+        if (bits == 8) return DType::kF8_E8M0;
+        break;
+      default:
+        break;
+    }
+  }
+  return InvalidArgumentError(std::string(what) + ": unsupported array dtype (DLPack code " +
+                              std::to_string(code) + ", " + std::to_string(bits) + " bits, " +
+                              std::to_string(lanes) + " lanes)");
 }
 
 }  // namespace megackpt::core

@@ -116,4 +116,35 @@ std::string Quote(std::string_view s) {
   return out;
 }
 
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool IsHex(std::string_view s, size_t n) {
+  if (s.empty() || (n != 0 && s.size() != n)) return false;
+  for (char c : s) {
+    if (HexDigitValue(c) < 0) return false;
+  }
+  return true;
+}
+
+bool IsLowerHex(std::string_view s, size_t n) {
+  if (s.empty() || (n != 0 && s.size() != n)) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 }  // namespace megackpt::core

@@ -77,9 +77,7 @@ bool ParseDistcpFileName(std::string_view name, int* rank) {
   name.remove_suffix(kDistcpSuffix.size());
   size_t a = name.find('_');
   if (a != 16) return false;
-  for (size_t i = 0; i < 16; ++i) {
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
-  }
+  if (!IsHex(name.substr(0, 16))) return false;
   size_t b = name.find('_', a + 1);
   if (b == std::string_view::npos || b == a + 1 || b + 1 >= name.size()) return false;
   int r = 0;

@@ -176,11 +176,6 @@ namespace {
 bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
-bool AllHex(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
-}
 
 }  // namespace
 
@@ -205,7 +200,7 @@ bool IsShardFileName(std::string_view name, int* rank_tag) {
     rest.remove_prefix(n);
   }
   // -<12 hex> id?
-  if (rest.size() >= 13 && rest[0] == '-' && AllHex(rest.substr(1, 12)) &&
+  if (rest.size() >= 13 && rest[0] == '-' && IsLowerHex(rest.substr(1, 12)) &&
       (rest.size() == 13 || rest[13] == '-')) {
     rest.remove_prefix(13);
   }

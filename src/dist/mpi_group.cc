@@ -34,6 +34,7 @@
 
 #include "dist/mpi_internal.h"
 #include "dist/wire.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/dist/process_group.h"
 
 namespace megackpt::dist {
@@ -163,15 +164,15 @@ std::string DescribeCall(CollectiveKind kind, int root) {
 std::string EncodeHeader(const PhaseId& id, int sender, uint64_t length) {
   std::string h;
   h.reserve(kMpiHeaderBytes);
-  PutU32(&h, kMpiHeaderMagic);
+  AppendLE32(&h, kMpiHeaderMagic);
   h.push_back(static_cast<char>(kMpiHeaderVersion));
   h.push_back(static_cast<char>(id.kind));
   h.push_back(static_cast<char>(id.phase));
   h.push_back(0);
-  PutU32(&h, static_cast<uint32_t>(id.root));
-  PutU32(&h, static_cast<uint32_t>(sender));
-  PutU64(&h, id.seq);
-  PutU64(&h, length);
+  AppendLE32(&h, static_cast<uint32_t>(id.root));
+  AppendLE32(&h, static_cast<uint32_t>(sender));
+  AppendLE64(&h, id.seq);
+  AppendLE64(&h, length);
   return h;
 }
 
@@ -367,13 +368,13 @@ class Exchange {
                            std::to_string(kMpiHeaderBytes));
     }
     const char* h = r.header;
-    if (GetU32(h) != kMpiHeaderMagic || static_cast<uint8_t>(h[4]) != kMpiHeaderVersion) {
+    if (LoadLE32(h) != kMpiHeaderMagic || static_cast<uint8_t>(h[4]) != kMpiHeaderVersion) {
       return DataLossError(from + ": bad header magic/version (not a megackpt message?)");
     }
     const auto kind = static_cast<CollectiveKind>(static_cast<uint8_t>(h[5]));
     const uint8_t phase = static_cast<uint8_t>(h[6]);
-    const int root = static_cast<int>(GetU32(h + 8));
-    const uint64_t seq = GetU64(h + 16);
+    const int root = static_cast<int>(LoadLE32(h + 8));
+    const uint64_t seq = LoadLE64(h + 16);
     if (kind != id_.kind || phase != id_.phase || root != id_.root || seq != id_.seq) {
       return FailedPreconditionError(
           "collective mismatch at #" + std::to_string(id_.seq) + ": rank " + std::to_string(self_) +
@@ -381,7 +382,7 @@ class Exchange {
           " sent " + DescribeCall(kind, root) + " #" + std::to_string(seq) + " (phase " +
           std::to_string(phase) + ")");
     }
-    const uint64_t length = GetU64(h + 24);
+    const uint64_t length = LoadLE64(h + 24);
     if (length > kMpiMaxBlobBytes) {
       return DataLossError(from + ": payload length " + std::to_string(length) +
                            " exceeds the limit " + std::to_string(kMpiMaxBlobBytes));
@@ -390,7 +391,7 @@ class Exchange {
   }
 
   Status PostDataReceives(Recv* r) {
-    const uint64_t length = GetU64(r->header + 24);
+    const uint64_t length = LoadLE64(r->header + 24);
     r->data.resize(length);
     for (size_t off = 0; off < length; off += fragment_bytes_) {
       const size_t n = std::min<size_t>(fragment_bytes_, length - off);

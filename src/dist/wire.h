@@ -50,14 +50,6 @@ Result<std::vector<std::string>> UnpackBlobs(std::string_view packed);
 // prefixed "rank R: ".
 Status CombineRankStatuses(const std::vector<Status>& statuses);
 
-// Little-endian fixed-width helpers.
-void PutU16(std::string* out, uint16_t v);
-void PutU32(std::string* out, uint32_t v);
-void PutU64(std::string* out, uint64_t v);
-uint16_t GetU16(const char* p);
-uint32_t GetU32(const char* p);
-uint64_t GetU64(const char* p);
-
 }  // namespace megackpt::dist
 
 #endif  // MEGACKPT_DIST_WIRE_H_

@@ -25,10 +25,6 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // The folder of `path` for creating siblings: "." when it has none.
 std::string ParentDir(const std::string& path) {
   std::string dir = stdfs::path(path).parent_path().string();
@@ -252,8 +248,8 @@ bool IsIndexKind(CheckpointKind k) {
 // ---- inputs --------------------------------------------------------------------------
 
 Result<ModelFormat> SniffModelFormat(const std::string& path) {
-  if (EndsWith(path, ".mega")) return ModelFormat::kMega;
-  if (EndsWith(path, ".safetensors")) return ModelFormat::kSafetensors;
+  if (std::string_view(path).ends_with(".mega")) return ModelFormat::kMega;
+  if (std::string_view(path).ends_with(".safetensors")) return ModelFormat::kSafetensors;
   MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path));
   std::byte head[9] = {};
   MEGA_ASSIGN_OR_RETURN(size_t n, file->ReadAt(0, head));
@@ -273,7 +269,7 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
       std::string name = e.path().filename().string();
       if (IndexKindFromPath(name)) {
         indexes.push_back(e.path().string());
-      } else if (EndsWith(name, ".mega") || EndsWith(name, ".safetensors")) {
+      } else if (std::string_view(name).ends_with(".mega") || std::string_view(name).ends_with(".safetensors")) {
         models.push_back(e.path().string());
       }
     }
@@ -308,10 +304,10 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
                                                     : CheckpointKind::kSafetensorsIndex,
                           path};
   }
-  if (EndsWith(path, ".index.json")) {
+  if (std::string_view(path).ends_with(".index.json")) {
     // An index without the usual double extension: decide by its shard names.
     MEGA_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndexFile(path));
-    bool mega = !index.weight_map.empty() && EndsWith(index.weight_map.begin()->second, ".mega");
+    bool mega = !index.weight_map.empty() && index.weight_map.begin()->second.ends_with(".mega");
     return CheckpointPath{mega ? CheckpointKind::kMegaIndex : CheckpointKind::kSafetensorsIndex,
                           path};
   }
@@ -457,8 +453,8 @@ Result<ConvertDestination> PlanDestination(const std::string& dst, ModelFormat s
     plan.single_path = dst;
     return plan;
   };
-  if (EndsWith(dst, ".safetensors")) return single(ModelFormat::kSafetensors);
-  if (EndsWith(dst, ".mega")) return single(ModelFormat::kMega);
+  if (std::string_view(dst).ends_with(".safetensors")) return single(ModelFormat::kSafetensors);
+  if (std::string_view(dst).ends_with(".mega")) return single(ModelFormat::kMega);
   plan.folder = true;
   if (auto kind = IndexKindFromPath(dst)) {
     ModelFormat f = *kind == IndexKind::kMega ? ModelFormat::kMega : ModelFormat::kSafetensors;

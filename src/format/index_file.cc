@@ -14,10 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 Status Malformed(std::string_view file, std::string_view what) {
   return DataLossError(std::string(file) + ": index " + std::string(what));
 }
@@ -41,8 +37,8 @@ std::optional<uint64_t> AsTotalSize(const json& v) {
 }  // namespace
 
 std::optional<IndexKind> IndexKindFromPath(std::string_view path) {
-  if (EndsWith(path, kMegaIndexSuffix)) return IndexKind::kMega;
-  if (EndsWith(path, kSafetensorsIndexSuffix)) return IndexKind::kSafetensors;
+  if (std::string_view(path).ends_with(kMegaIndexSuffix)) return IndexKind::kMega;
+  if (std::string_view(path).ends_with(kSafetensorsIndexSuffix)) return IndexKind::kSafetensors;
   return std::nullopt;
 }
 

@@ -96,22 +96,21 @@ Result<uint8_t> ByteSource::U8(std::string_view what) {
 
 Result<uint16_t> ByteSource::U16(std::string_view what) {
   MEGA_RETURN_IF_ERROR(Need(2, what));
-  uint16_t v;
-  std::memcpy(&v, At(), 2);
+  uint16_t v = LoadLE16(At());
   pos_ += 2;
   return v;
 }
 
 Result<uint32_t> ByteSource::U32(std::string_view what) {
   MEGA_RETURN_IF_ERROR(Need(4, what));
-  uint32_t v = Load32(At());
+  uint32_t v = LoadLE32(At());
   pos_ += 4;
   return v;
 }
 
 Result<uint64_t> ByteSource::U64(std::string_view what) {
   MEGA_RETURN_IF_ERROR(Need(8, what));
-  uint64_t v = Load64(At());
+  uint64_t v = LoadLE64(At());
   pos_ += 8;
   return v;
 }

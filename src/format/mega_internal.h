@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/core/status.h"
@@ -29,16 +30,9 @@ inline constexpr uint64_t kMinMetaEntryBytes = 8 + 4 + 1;   // empty key, type, 
 inline constexpr uint64_t kMinTensorEntryBytes = 4 + 4 + 4 + 4 + 8;  // name, flags, ndim, dtype, offset
 inline constexpr uint64_t kDefaultIoBlock = 16ull << 20;
 
-inline uint32_t Load32(const std::byte* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;  // little-endian host (x86-64/aarch64); see static_assert in mega_meta.cc
-}
-inline uint64_t Load64(const std::byte* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
+// Little-endian fields: megackpt/core/endian.h. Load32 is kept as the name
+// mega_encoder.cc uses.
+inline uint32_t Load32(const std::byte* p) { return LoadLE32(p); }
 
 // Overflow-checked arithmetic.
 inline bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) {
@@ -54,9 +48,9 @@ bool AlignUp(uint64_t v, uint64_t a, uint64_t* out);
 class ByteWriter {
  public:
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U16(uint16_t v) { Raw(&v, 2); }
-  void U32(uint32_t v) { Raw(&v, 4); }
-  void U64(uint64_t v) { Raw(&v, 8); }
+  void U16(uint16_t v) { AppendLE16(&out_, v); }
+  void U32(uint32_t v) { AppendLE32(&out_, v); }
+  void U64(uint64_t v) { AppendLE64(&out_, v); }
   void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
   void Bytes(std::string_view s) { out_.append(s); }
   // u64 length + bytes.

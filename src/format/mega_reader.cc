@@ -22,15 +22,9 @@ namespace megackpt::format {
 
 using mega_internal::AddOverflows;
 using mega_internal::ByteSource;
-using mega_internal::Load32;
-using mega_internal::Load64;
 using mega_internal::MulOverflows;
 
-uint32_t MegaTensorInfo::crc32() const {
-  uint32_t v;
-  std::memcpy(&v, checksum.data(), 4);
-  return v;
-}
+uint32_t MegaTensorInfo::crc32() const { return LoadLE32(checksum.data()); }
 
 std::string MegaTensorInfo::checksum_hex() const {
   switch (checksum_type) {
@@ -75,8 +69,7 @@ std::string Range(uint64_t a, uint64_t b) {
 
 std::string DigestText(MegaChecksumType type, const MegaChecksum& c) {
   if (type == MegaChecksumType::kCrc32) {
-    uint32_t v;
-    std::memcpy(&v, c.data(), 4);
+    const uint32_t v = LoadLE32(c.data());
     char buf[16];
     std::snprintf(buf, sizeof(buf), "0x%08x", v);
     return buf;
@@ -189,7 +182,7 @@ Status MegaParser::ParseFooter(MegaReader* r, uint64_t* payload_end) {
   if (size < kMegaFooterTrailerSize) return Status::OK();
   std::array<std::byte, kMegaFooterTrailerSize> tr;
   MEGA_RETURN_IF_ERROR(f.ReadExactlyAt(size - kMegaFooterTrailerSize, tr));
-  if (Load32(tr.data()) != kMegaFooterMagic) return Status::OK();
+  if (LoadLE32(tr.data()) != kMegaFooterMagic) return Status::OK();
 
   const uint64_t trailer_at = size - kMegaFooterTrailerSize;
   auto bad = [&](const std::string& msg) {
@@ -198,10 +191,10 @@ Status MegaParser::ParseFooter(MegaReader* r, uint64_t* payload_end) {
   };
   MegaFooterOverlayInfo& ov = r->overlay_;
   ov.present = true;
-  ov.generation = Load64(tr.data() + 4);
-  ov.overlay_offset = Load64(tr.data() + 12);
-  ov.overlay_size = Load64(tr.data() + 20);
-  ov.base_size = Load64(tr.data() + 28);
+  ov.generation = LoadLE64(tr.data() + 4);
+  ov.overlay_offset = LoadLE64(tr.data() + 12);
+  ov.overlay_size = LoadLE64(tr.data() + 20);
+  ov.base_size = LoadLE64(tr.data() + 28);
   std::memcpy(ov.sha256.data(), tr.data() + 36, 32);
   if (ov.generation == 0) return bad("generation 0 (must be >= 1)");
   uint64_t overlay_end;
@@ -477,16 +470,16 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
     MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaChunkRecordSize, "chunk record"));
     const std::byte* q = rec.data();
     MegaChunkInfo c;
-    c.tensor_id = Load32(q);
-    c.chunk_id = Load32(q + 4);
-    c.logical_offset = Load64(q + 8);
-    c.logical_size = Load64(q + 16);
-    c.payload_offset = Load64(q + 24);
-    c.stored_size = Load64(q + 32);
-    uint32_t codec = Load32(q + 40);
-    c.flags = Load32(q + 44);
-    uint32_t ct = Load32(q + 48);
-    uint32_t reserved = Load32(q + 52);
+    c.tensor_id = LoadLE32(q);
+    c.chunk_id = LoadLE32(q + 4);
+    c.logical_offset = LoadLE64(q + 8);
+    c.logical_size = LoadLE64(q + 16);
+    c.payload_offset = LoadLE64(q + 24);
+    c.stored_size = LoadLE64(q + 32);
+    uint32_t codec = LoadLE32(q + 40);
+    c.flags = LoadLE32(q + 44);
+    uint32_t ct = LoadLE32(q + 48);
+    uint32_t reserved = LoadLE32(q + 52);
     std::memcpy(c.checksum.data(), q + 56, 32);
     std::string who = "chunk record " + std::to_string(i);
     if (c.tensor_id >= tensors.size()) {
@@ -590,12 +583,12 @@ Status MegaParser::ParseSegmentRecords(ParseState& p) {
     MegaSegment s;
     uint32_t* head[] = {&s.segment_id, &s.kind, &s.priority, &s.flags,
                         &s.layer_start, &s.layer_end, &s.expert_start, &s.expert_end};
-    for (int k = 0; k < 8; ++k) *head[k] = Load32(q + 4 * k);
-    s.payload_offset = Load64(q + 32);
-    s.payload_size = Load64(q + 40);
+    for (int k = 0; k < 8; ++k) *head[k] = LoadLE32(q + 4 * k);
+    s.payload_offset = LoadLE64(q + 32);
+    s.payload_size = LoadLE64(q + 40);
     uint32_t* tail[] = {&s.first_tensor_id, &s.tensor_count, &s.prefetch_group,
                         &s.device_hint,     &s.cache_policy, &s.reserved};
-    for (int k = 0; k < 6; ++k) *tail[k] = Load32(q + 48 + 4 * k);
+    for (int k = 0; k < 6; ++k) *tail[k] = LoadLE32(q + 48 + 4 * k);
     const std::string who = "segment " + std::to_string(s.segment_id);
     if (!p.segment_ids.insert(s.segment_id).second) return src.ErrorAt(at, "duplicate " + who);
     if (s.layer_start > s.layer_end) {
@@ -632,7 +625,7 @@ Status MegaParser::ParseMoeRecords(ParseState& p) {
     MegaMoeExpert m;
     uint32_t* fields[] = {&m.tensor_id, &m.layer_id,  &m.expert_id,     &m.expert_role,
                           &m.segment_id, &m.prefetch_group, &m.cache_policy, &m.reserved};
-    for (int k = 0; k < 8; ++k) *fields[k] = Load32(rec.data() + 4 * k);
+    for (int k = 0; k < 8; ++k) *fields[k] = LoadLE32(rec.data() + 4 * k);
     const std::string who = "MoE expert record " + std::to_string(i);
     if (m.tensor_id >= tensors.size()) {
       return src.ErrorAt(at, who + ": tensor_id " + std::to_string(m.tensor_id) + " out of range");

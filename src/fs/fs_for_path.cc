@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "megackpt/core/text.h"  // ToLower
 #include "megackpt/fs/filesystem.h"
 
 namespace megackpt::fs {
@@ -21,12 +22,6 @@ struct Registry {
 Registry& TheRegistry() {
   static Registry* r = new Registry();
   return *r;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 }  // namespace
@@ -47,13 +42,13 @@ std::string_view PathScheme(std::string_view path) {
 void RegisterFileSystemScheme(std::string_view scheme, FileSystemFactory factory) {
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.factories[Lower(scheme)] = std::move(factory);
+  r.factories[ToLower(scheme)] = std::move(factory);
 }
 
 bool IsFileSystemSchemeRegistered(std::string_view scheme) {
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  return r.factories.count(Lower(scheme)) > 0;
+  return r.factories.count(ToLower(scheme)) > 0;
 }
 
 Result<std::shared_ptr<FileSystem>> FileSystemForPath(std::string_view path) {
@@ -63,7 +58,7 @@ Result<std::shared_ptr<FileSystem>> FileSystemForPath(std::string_view path) {
   {
     Registry& r = TheRegistry();
     std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.factories.find(Lower(scheme));
+    auto it = r.factories.find(ToLower(scheme));
     if (it != r.factories.end()) factory = it->second;
   }
   if (!factory) {

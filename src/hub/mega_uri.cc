@@ -1,5 +1,6 @@
 // mega:// URI parsing (grammar in include/megackpt/hub/mega_uri.h).
 #include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/text.h"
 
 #include <cctype>
 
@@ -36,13 +37,6 @@ bool IsDigits(std::string_view s) {
     if (c < '0' || c > '9') return false;
   }
   return true;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 bool IsUnreserved(unsigned char c) {
@@ -137,8 +131,8 @@ Result<std::string> PercentDecode(std::string_view s) {
       return InvalidArgumentError("truncated percent escape at offset " + std::to_string(i) +
                                   " in " + Quote(s));
     }
-    int hi = HexValue(s[i + 1]);
-    int lo = HexValue(s[i + 2]);
+    int hi = HexDigitValue(s[i + 1]);
+    int lo = HexDigitValue(s[i + 2]);
     if (hi < 0 || lo < 0) {
       return InvalidArgumentError("bad percent escape " + Quote(s.substr(i, 3)) + " at offset " +
                                   std::to_string(i) + " in " + Quote(s));

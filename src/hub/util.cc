@@ -90,28 +90,6 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-bool IsLowerHex(std::string_view s, size_t len) {
-  if (s.size() != len) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-bool IsXetHashText(std::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
-std::string ToLower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 Result<std::pair<std::string, std::string>> SplitRepoId(std::string_view id) {
   size_t slash = id.find('/');
   if (slash == std::string_view::npos || id.find('/', slash + 1) != std::string_view::npos) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "megackpt/core/status.h"
+#include "megackpt/core/text.h"  // ToLower, IsHex
 
 namespace megackpt::hub {
 
@@ -20,12 +21,10 @@ std::string HmacSha256Hex(std::string_view key, std::string_view data);
 // Constant-time comparison of equal-length strings (false when lengths differ).
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
-bool IsLowerHex(std::string_view s, size_t len);
 inline bool IsCommitId(std::string_view s) { return IsLowerHex(s, 40); }
 inline bool IsSha256Hex(std::string_view s) { return IsLowerHex(s, 64); }
 // A Xet hash in text form (64 hex digits, either case).
-bool IsXetHashText(std::string_view s);
-std::string ToLower(std::string_view s);
+inline bool IsXetHashText(std::string_view s) { return IsHex(s, 64); }
 
 // Parses FormatTimestamp's form ("2026-11-29T17:42:46.635Z", fraction
 // optional) into Unix milliseconds; 0 when malformed.

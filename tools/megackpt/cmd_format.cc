@@ -62,11 +62,6 @@ using nlohmann::ordered_json;
 
 // ---- small helpers -------------------------------------------------------------
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // ---- inspect ------------------------------------------------------------------------
 
 std::string Truncate(std::string s, size_t n) {
@@ -605,7 +600,7 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       }
       if (*alignment == 0) return usage("--alignment must be > 0");
       o.alignment = *alignment;
-      std::string sum = Lower(*checksum);
+      std::string sum = ToLower(*checksum);
       if (sum == "none") {
         o.checksum = format::MegaChecksumType::kNone;
       } else if (sum == "crc32") {
@@ -615,7 +610,7 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       } else {
         return usage("--checksum must be none, crc32 or sha256 (got '" + *checksum + "')");
       }
-      std::string comp = Lower(*compression);
+      std::string comp = ToLower(*compression);
       if (comp == "none") {
         o.compression = format::MegaCodec::kNone;
       } else if (comp == "zstd" || comp.rfind("zstd:", 0) == 0) {
@@ -633,7 +628,7 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       }
       o.shuffle = *shuffle;
       if (!format->empty()) {
-        std::string f = Lower(*format);
+        std::string f = ToLower(*format);
         if (f == "mega") {
           o.format = format::ModelFormat::kMega;
         } else if (f == "safetensors") {

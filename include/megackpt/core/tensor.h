@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "megackpt/core/dtype.h"
@@ -106,6 +107,11 @@ bool TensorBytesEqual(const Tensor& a, const Tensor& b);
 // exported (InvalidArgument). ToDLPack keeps the tensor's owner alive until
 // the consumer calls the deleter.
 Result<Tensor> FromDLPack(DLManagedTensor* managed);
+// The dtype of a DLPack data type (code, bits, lanes) in DLPack 1.1 numbering
+// (int 0, uint 1, float 2, bfloat 4, bool 6, float8 e4m3fn 10, e5m2 12,
+// e8m0fnu 14): the one DLPack dtype map (FromDLPack, the Python arrays).
+// InvalidArgument starting with `what` for anything else (lanes != 1 too).
+Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes, std::string_view what = "dlpack");
 Result<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 
 }  // namespace megackpt::core

@@ -1,4 +1,5 @@
-// Text from files in messages: UTF-8 validation and escaping.
+// Text helpers: UTF-8 validation and escaping of bytes from files in messages,
+// ASCII case folding, hex checks.
 //
 // Every error message that quotes bytes read from a file (tensor names, keys,
 // metadata strings, paths) goes through Quote/EscapeBytes, so a name holding a
@@ -29,6 +30,18 @@ std::string EscapeBytes(std::string_view s, size_t max_bytes = kMaxEscapedBytes)
 
 // EscapeBytes(s) in single quotes: 'name'.
 std::string Quote(std::string_view s);
+
+// `s` with ASCII letters lowered (other bytes unchanged): for case-insensitive
+// names (URI schemes, hex digests, flag values).
+std::string ToLower(std::string_view s);
+
+// The hex checkers for digests, hashes and ids in text. True when `s` is `n`
+// hex digits (any length when n is 0, but not empty): IsHex either case,
+// IsLowerHex only 0-9a-f (commit ids, SHA-256 as stored).
+bool IsHex(std::string_view s, size_t n = 0);
+bool IsLowerHex(std::string_view s, size_t n = 0);
+// The value of hex digit `c` (either case), -1 when it is not one.
+int HexDigitValue(char c);
 
 }  // namespace megackpt::core
 
