@@ -9,14 +9,9 @@ if(NOT MEGACKPT_BUILD_TYPE)
 endif()
 
 # A fresh folder under the system temp dir, removed by megackpt_cleanup().
-if(DEFINED ENV{TMPDIR} AND IS_DIRECTORY "$ENV{TMPDIR}")
-  set(tmp_base "$ENV{TMPDIR}")
-else()
-  set(tmp_base "/tmp")
-endif()
-string(RANDOM LENGTH 12 ALPHABET "abcdefghijklmnopqrstuvwxyz0123456789" suffix)
-set(TMP "${tmp_base}/megackpt-packaging-${suffix}")
-file(MAKE_DIRECTORY "${TMP}")
+set(MEGACKPT_TEMP_PREFIX megackpt-packaging)
+include(${CMAKE_CURRENT_LIST_DIR}/../make_temp_dir.cmake)
+set(TMP "${MEGACKPT_TEMP_DIR}")
 message(STATUS "working in ${TMP}")
 
 # ccache shares objects with the main build (same base dir as scripts/build.sh).

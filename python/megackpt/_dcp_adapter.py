@@ -101,9 +101,9 @@ def _valid_id(checkpoint_id):
     return True
 
 
-class WriterBase:
-    """StorageWriter methods; subclasses set ``_fw`` and ``_kind`` and inherit from
-    the framework's StorageWriter too."""
+class _EngineBase:
+    """What writers and readers share: the path (the checkpoint id) and the
+    engine object bound to it; subclasses set ``_fw``, ``_kind`` and ``_engine_type``."""
 
     _fw: Framework
     _kind: str
@@ -111,8 +111,7 @@ class WriterBase:
     def __init__(self, path, options):
         super().__init__()
         self.path = os.fspath(path)
-        self._engine = _core._DcpWriter(self._kind, self.path, options)
-        self._rank = 0
+        self._engine = self._engine_type(self._kind, self.path, options)
 
     @property
     def checkpoint_id(self):
@@ -126,6 +125,17 @@ class WriterBase:
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         return _valid_id(checkpoint_id)
+
+
+class WriterBase(_EngineBase):
+    """StorageWriter methods; subclasses set ``_fw`` and ``_kind`` and inherit from
+    the framework's StorageWriter too."""
+
+    _engine_type = _core._DcpWriter
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._rank = 0
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
         self._rank = int(kwargs.get("rank", self._fw.rank()))
@@ -200,32 +210,19 @@ class WriterBase:
         self._engine.abort()
 
 
-class ReaderBase:
+class ReaderBase(_EngineBase):
     """StorageReader methods; subclasses set ``_fw`` and ``_kind``."""
 
-    _fw: Framework
-    _kind: str
+    _engine_type = _core._DcpReader
 
     def __init__(self, path, options):
-        super().__init__()
-        self.path = os.fspath(path)
-        self._engine = _core._DcpReader(self._kind, self.path, options)
+        super().__init__(path, options)
         self._entries = {}
         self.load_id = None
 
-    @property
-    def checkpoint_id(self):
-        return self.path
-
     def reset(self, checkpoint_id=None):
-        if checkpoint_id is not None:
-            self.path = os.fspath(checkpoint_id)
-        self._engine.reset(self.path)
+        super().reset(checkpoint_id)
         self._entries = {}
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
-        return _valid_id(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs):
         fw = self._fw

@@ -188,14 +188,7 @@ Status PreadAll(int fd, void* data, size_t n, uint64_t offset, const std::string
 }
 
 std::string RandomSuffix() {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                   (static_cast<uint64_t>(::getpid()) << 32));
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%d-%llx-%llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(counter.fetch_add(1)),
-                static_cast<unsigned long long>(rng()));
-  return buf;
+  return std::to_string(::getpid()) + "-" + RandomHex(8);
 }
 
 bool IsHashName(const char* name) { return IsHex(name, 64); }

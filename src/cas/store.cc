@@ -750,24 +750,11 @@ Result<std::string> CasStore::Read(const MerkleHash& file_hash, ByteRange range)
 
 Status CasStore::DownloadToFile(const MerkleHash& file_hash, const std::string& path,
                                 ByteRange range) {
-  const std::string tmp = path + ".part";
-  MEGA_ASSIGN_OR_RETURN(auto out, CreateLocalFile(tmp));
-  Status s = Download(file_hash, range, [&](std::span<const std::byte> piece) {
+  MEGA_ASSIGN_OR_RETURN(auto out, AtomicFileWriter::Create(path));
+  MEGA_RETURN_IF_ERROR(Download(file_hash, range, [&](std::span<const std::byte> piece) {
     return out->Append(piece);
-  });
-  if (s.ok()) s = out->Sync();
-  Status c = out->Close();
-  if (s.ok()) s = c;
-  if (!s.ok()) {
-    std::remove(tmp.c_str());
-    return s;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    return ErrnoToStatus("rename " + tmp + " -> " + path, err);
-  }
-  return Status::OK();
+  }));
+  return out->Commit();
 }
 
 Result<std::unique_ptr<RandomAccessFile>> CasStore::OpenFile(const MerkleHash& file_hash) {

@@ -3,6 +3,9 @@
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <random>
 
 namespace megackpt::inline core {
 
@@ -133,6 +136,17 @@ Status FromHex(std::string_view hex, std::span<uint8_t> out) {
     out[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return Status::OK();
+}
+
+std::string RandomHex(size_t n_bytes) {
+  std::string bytes(n_bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n_bytes)) != 1) {
+    // OpenSSL's generator failing is practically impossible; fall back to the
+    // OS entropy source rather than returning predictable ids.
+    std::random_device rd;
+    for (auto& c : bytes) c = static_cast<char>(rd());
+  }
+  return ToHex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), n_bytes));
 }
 
 }  // namespace megackpt::core

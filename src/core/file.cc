@@ -210,29 +210,52 @@ Status CreateDirectories(const std::string& dir) {
   return Status::OK();
 }
 
-Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync) {
-  std::filesystem::path p(path);
-  std::string dir = p.parent_path().string();
+Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path, bool sync) {
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
-                    std::to_string(counter.fetch_add(1));
-  {
-    MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp));
-    Status s = f->Append(std::as_bytes(std::span<const char>(data.data(), data.size())));
-    if (s.ok() && sync) s = f->Sync();
-    if (s.ok()) s = f->Close();
-    if (!s.ok()) {
-      unlink(tmp.c_str());
-      return s;
-    }
+  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
+  MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp));
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(tmp), std::move(f), sync));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  if (file_) (void)file_->Close();
+  unlink(tmp_.c_str());
+}
+
+Status AtomicFileWriter::Commit() {
+  Status s = sync_ ? file_->Sync() : Status::OK();
+  Status c = file_->Close();
+  file_.reset();
+  if (s.ok()) s = c;
+  MEGA_RETURN_IF_ERROR(s);
+  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return ErrnoToStatus(path_ + ": rename from temp file", errno);
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoToStatus(path + ": rename from temp file", err);
+  committed_ = true;
+  if (sync_) {
+    const std::string dir = std::filesystem::path(path_).parent_path().string();
+    MEGA_RETURN_IF_ERROR(SyncDirectory(dir.empty() ? "." : dir));
   }
-  if (sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir.empty() ? "." : dir));
   return Status::OK();
+}
+
+Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync) {
+  MEGA_ASSIGN_OR_RETURN(auto w, AtomicFileWriter::Create(path, sync));
+  MEGA_RETURN_IF_ERROR(w->Append(std::as_bytes(std::span<const char>(data.data(), data.size()))));
+  return w->Commit();
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string ParentOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
 }
 
 }  // namespace megackpt::core

@@ -3,6 +3,7 @@
 // Verification reads every stored piece through the storage's own reader (the
 // load path users take), one batch of pieces at a time into reused buffers; a
 // failing batch is re-read piece by piece so every damaged piece is reported.
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/checkpoint_folder.h"
 
 #include <algorithm>
@@ -20,11 +21,6 @@ namespace {
 
 constexpr uint64_t kVerifyBatchBytes = 64ull << 20;
 constexpr std::string_view kDistcpSuffix = ".distcp";
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 bool IsShardName(std::string_view name) {
   return name.ends_with(".mega") || name.ends_with(".safetensors");

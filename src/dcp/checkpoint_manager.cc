@@ -9,6 +9,7 @@
 // A reader only trusts .metadata, so a step is either complete (committed,
 // durable) or ignored; `latest` is only ever written to name a complete step,
 // and Latest() re-checks it anyway.
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/checkpoint_manager.h"
 
 #include <algorithm>
@@ -36,11 +37,6 @@ constexpr std::string_view kLatestFormat = "megackpt-ckpt-latest";
 constexpr std::string_view kStepFormat = "megackpt-ckpt-step";
 constexpr std::string_view kStepPrefix = "step-";
 constexpr uint64_t kMaxRecordBytes = 1 << 20;
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/thread_pool.h"
 #include "megackpt/dcp/filesystem.h"
@@ -89,11 +90,6 @@ Result<BlockHashes> HashTensor(const Tensor& t, uint64_t block_size) {
     hasher.Add(std::span<const std::byte>(buffer.data(), slab.nbytes()));
   }
   return hasher.Finish();
-}
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 class IncrementalWriter final : public StorageWriter {

@@ -5,6 +5,7 @@
 
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -13,11 +14,6 @@ namespace megackpt::dcp::mega_storage {
 namespace {
 
 using json = nlohmann::json;
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::set<std::string> IndexFiles(const format::ShardIndex& index) {
   std::set<std::string> out;

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "dcp/f4_box.h"
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/core/box_runs.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/path_safety.h"
@@ -19,18 +20,6 @@ namespace megackpt::dcp::mega_storage {
 namespace {
 
 using json = nlohmann::json;
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string ParentOf(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // One stored piece found in a shard header.
 struct FoundPiece {

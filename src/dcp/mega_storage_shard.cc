@@ -210,17 +210,7 @@ bool IsShardFileName(std::string_view name, int* rank_tag) {
   return AllDigits(rest.substr(1, 5)) && AllDigits(rest.substr(10, 5));
 }
 
-std::string NewSaveId() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-               (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%012llx",
-                static_cast<unsigned long long>(v & 0xFFFFFFFFFFFFull));
-  return buf;
-}
+std::string NewSaveId() { return RandomHex(6); }
 
 std::string CrcString(uint32_t crc) {
   char buf[16];

@@ -59,17 +59,6 @@ int64_t ParseTimestamp(std::string_view text) {
   return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
 }
 
-std::string RandomHex(size_t n) {
-  std::string bytes(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n)) != 1) {
-    // OpenSSL's generator failing is practically impossible; fall back to the
-    // OS entropy source rather than returning predictable ids.
-    std::random_device rd;
-    for (auto& c : bytes) c = static_cast<char>(rd());
-  }
-  return ToHex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), n));
-}
-
 std::string Sha256Hex(std::string_view data) {
   auto d = Sha256Of(AsBytes(data));
   return ToHex(d);

@@ -8,12 +8,11 @@
 #include <utility>
 
 #include "megackpt/core/status.h"
-#include "megackpt/core/text.h"  // ToLower, IsHex
+#include "megackpt/core/checksum.h"  // RandomHex, ToHex
+#include "megackpt/core/text.h"      // ToLower, IsHex
 
 namespace megackpt::hub {
 
-// `n` random bytes (OpenSSL RAND_bytes) as 2n lowercase hex digits.
-std::string RandomHex(size_t n);
 // Lowercase hex SHA-256 of `data`.
 std::string Sha256Hex(std::string_view data);
 // HMAC-SHA256(key, data) as lowercase hex.

@@ -228,9 +228,8 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
       });
       std::fflush(stdout);
     } else {
-      // Written to OUT.part, renamed over OUT when complete and synced.
-      const std::string part = args->out + ".part";
-      auto out = CreateLocalFile(part);
+      // Written to a temp file, renamed over OUT when complete and synced.
+      auto out = AtomicFileWriter::Create(args->out);
       s = out.status();
       if (s.ok()) {
         s = (*store)->Download(*hash, range, [&](std::span<const std::byte> piece) {
@@ -238,13 +237,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
           progress.Update(done += piece.size());
           return Status::OK();
         });
-        if (s.ok()) s = (*out)->Sync();
-        Status c = (*out)->Close();
-        if (s.ok()) s = c;
-        if (s.ok() && std::rename(part.c_str(), args->out.c_str()) != 0) {
-          s = ErrnoToStatus("rename " + part + " -> " + args->out, errno);
-        }
-        if (!s.ok()) std::remove(part.c_str());
+        if (s.ok()) s = (*out)->Commit();
       }
     }
     if (!s.ok()) return Fail("get", s, exit_code);

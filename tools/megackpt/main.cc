@@ -91,13 +91,8 @@ int main(int argc, char** argv) {
   if (int rc = CheckCommandWords(app, argc, argv); rc != 0) return rc;
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
     return ReportUsage("", std::string(e.what()) + " (run with --help for the options)");
   } catch (const std::exception& e) {
     return megackpt::cli::ReportError("", megackpt::InternalError(e.what()));

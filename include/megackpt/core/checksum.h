@@ -61,6 +61,11 @@ Sha256Digest Sha256Of(std::span<const std::byte> data);
 
 // Lowercase hex of bytes.
 std::string ToHex(std::span<const uint8_t> bytes);
+
+// `n_bytes` random bytes from the OS-seeded CSPRNG (OpenSSL RAND_bytes) as
+// 2 * n_bytes lowercase hex digits: the one maker of ids, tokens, secrets and
+// temp-file suffixes. Thread-safe.
+std::string RandomHex(size_t n_bytes);
 // Parses lowercase or uppercase hex into exactly out.size() bytes.
 Status FromHex(std::string_view hex, std::span<uint8_t> out);
 

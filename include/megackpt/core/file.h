@@ -107,11 +107,43 @@ Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size = 1
 // old or the new content, never a mix.
 Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync = true);
 
+// The streaming form of WriteLocalFileAtomically (the one temp-file + rename
+// of the project): bytes appended go to a unique temp file next to `path`
+// (PATH.tmp.<pid>.<n>); Commit() fsyncs it (when `sync`), renames it over
+// `path` and fsyncs the folder. Destroyed without a successful Commit, the
+// temp file is removed and `path` is untouched. Not thread-safe.
+class AtomicFileWriter {
+ public:
+  static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path, bool sync = true);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  Status Append(std::span<const std::byte> data) { return file_->Append(data); }
+  // REQUIRES: called at most once. Errors name the path.
+  Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, std::unique_ptr<WritableFile> file, bool sync)
+      : path_(std::move(path)), tmp_(std::move(tmp)), file_(std::move(file)), sync_(sync) {}
+  std::string path_, tmp_;
+  std::unique_ptr<WritableFile> file_;
+  bool sync_;
+  bool committed_ = false;
+};
+
 // fsync of a directory (makes renames and creations in it durable).
 Status SyncDirectory(const std::string& dir);
 
 // mkdir -p.
 Status CreateDirectories(const std::string& dir);
+
+// The last component of `path` ("ckpt/model.mega" -> "model.mega"; `path`
+// itself when it has no '/').
+std::string BaseName(const std::string& path);
+// The folder holding `path`: "ckpt" for "ckpt/model.mega", "." without a '/',
+// "/" for "/model.mega".
+std::string ParentOf(const std::string& path);
 
 }  // namespace megackpt::core
 
