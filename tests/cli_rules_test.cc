@@ -142,6 +142,7 @@ TEST(CliRules, EveryCommandPrintsValidJson) {
       "bench dcp --size 1MB --reps 1 --dir " + d + "bd",
       "bench mega --size 1MB --reps 1 --dir " + d + "bm",
       "bench incremental --size 1MB --reps 1 --dir " + d + "bi",
+      "bench reshard --size 1MB --reps 1 --dir " + d + "br",
       "bench cas --size 1MiB --reps 1 --warmup 0 --dir " + d + "bc",
   };
   std::set<std::string> ran;

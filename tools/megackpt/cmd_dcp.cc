@@ -385,13 +385,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
     cmd->add_flag("--json", o->json, "Print one JSON object");
     cmd->callback([o, size, exit_code] {
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        std::fprintf(stderr, "megackpt bench reshard: --size: %s\n", bytes.status().message().c_str());
-        *exit_code = kExitUsage;
-        return;
-      }
-      o->size = *bytes;
+      if (!ParseSizeFlag("bench reshard", "--size", *size, &o->size, exit_code)) return;
       *exit_code = bench::RunReshardBench(*o);
     });
   }
