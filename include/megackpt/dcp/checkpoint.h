@@ -139,7 +139,9 @@ struct AsyncSaveHandle {
 };
 
 // Saves in the background. The state is staged into `pool` (copies of tensors
-// and bytes); when it exceeds the pool, it is staged in pieces and each piece is
+// and bytes); when it fits, every tensor is copied first, by several threads,
+// and `staged` is ready once that copy is done and the storage is set up; when
+// it exceeds the pool, it is staged in pieces and each piece is
 // written as soon as it is full, so `staged` comes after all but the last
 // piece has been written. `writer` and `group` are used from a background thread
 // until `done`; the caller must not use `group` for other collectives meanwhile.
