@@ -18,6 +18,7 @@
 
 #include "dcp/synthetic.h"
 #include "dcp_bench.h"
+#include "reshard_bench.h"
 #include "megackpt/commands.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -375,6 +376,43 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       }
       o->size = *bytes;
       *exit_code = bench::RunDcpBench(*o);
+    });
+  }
+  {
+    auto o = std::make_shared<bench::ReshardBenchOptions>();
+    auto size = std::make_shared<std::string>("2GiB");
+    auto* cmd = bench.add_subcommand(
+        "reshard",
+        "What verification costs on loads: a state of --size bytes (16 row-sharded F32\n"
+        "tensors) saved once from --save-world ranks with fs and MEGA storage, loaded at\n"
+        "--save-world ranks and resharded at --load-world ranks, each with verification on\n"
+        "(the default) and off, into pre-faulted reused destinations from a warm page cache.\n"
+        "Also the bytes each load read (rchar of /proc/self/io) over the state's bytes.\n"
+        "Medians of --reps runs after a dropped warm-up; decimal GB/s. Every loaded byte is\n"
+        "checked against the state.\n"
+        "JSON keys: <fs|mega>_load_gbps, <fs|mega>_load_unverified_gbps,\n"
+        "<fs|mega>_reshard_load_gbps, ..._verified_vs_unverified, ..._bytes_read_ratio (each\n"
+        "GB/s key + _min/_max).");
+    cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
+    cmd->add_option("--save-world", o->save_world, "Ranks that save (threads; default 2)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--load-world", o->load_world, "Ranks of the resharded load (default 3)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--storage", o->storage, "fs, mega or both (default)")
+        ->check(CLI::IsMember({"fs", "mega", "both"}));
+    cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
+    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+    cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
+    cmd->add_flag("--json", o->json, "Print one JSON object");
+    cmd->callback([o, size, exit_code] {
+      auto bytes = ParseByteSize(*size);
+      if (!bytes.ok()) {
+        std::fprintf(stderr, "megackpt bench reshard: --size: %s\n", bytes.status().message().c_str());
+        *exit_code = kExitUsage;
+        return;
+      }
+      o->size = *bytes;
+      *exit_code = bench::RunReshardBench(*o);
     });
   }
 }

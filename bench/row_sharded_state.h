@@ -1,0 +1,45 @@
+// A benchmark state: `tensors` F32 matrices of `cols` columns whose rows are
+// split evenly over the ranks (rank r holds rows [rows*r/world, rows*(r+1)/world)),
+// each rank's piece in one pre-faulted buffer, filled with deterministic random
+// bytes; plus a same-shaped, pre-faulted destination for loads. Used by the
+// benches that save from one world size and load at another.
+#ifndef MEGACKPT_BENCH_ROW_SHARDED_STATE_H_
+#define MEGACKPT_BENCH_ROW_SHARDED_STATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "megackpt/core/status.h"
+#include "megackpt/core/tensor.h"
+#include "megackpt/dcp/state_dict.h"
+
+namespace megackpt::bench {
+
+struct RowShardedLayout {
+  int tensors = 16;
+  int64_t cols = 1024;  // F32: 4 KiB rows
+  // Rows per tensor for a state of about `size` bytes (at least 1).
+  int64_t RowsFor(uint64_t size) const;
+  // The exact state bytes for `size` (rows rounded down).
+  uint64_t BytesFor(uint64_t size) const;
+};
+
+struct RowShardedRank {
+  dcp::StateDict save;                // this rank's pieces, holding the data
+  dcp::StateDict load;                // the same pieces' destinations
+  std::vector<Tensor> save_shards, load_shards;
+  std::vector<int64_t> first_row;     // per tensor: the global row of the piece's row 0
+  RowShardedLayout layout;
+  // True when every destination holds the bytes the state has at those global
+  // rows (regenerated, not compared with a copy): the value check after a load.
+  bool LoadedMatches() const;
+};
+
+// Names "layers.<t>.weight". The bytes depend on (t, global row), not on the
+// world size, so a state built at one world size can check a load at another.
+Result<RowShardedRank> BuildRowShardedRank(const RowShardedLayout& layout, uint64_t size, int world,
+                                           int rank);
+
+}  // namespace megackpt::bench
+
+#endif  // MEGACKPT_BENCH_ROW_SHARDED_STATE_H_
