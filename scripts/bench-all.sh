@@ -57,6 +57,8 @@ for w in 1 2; do
   step "bench mega --world-size $w (threads)"
   run "mega_w$w" "$cli" bench mega --size "$size" --reps "$reps" --world-size "$w"
 done
+step "bench reshard (save at 2, load at 2 and 3; fs and MEGA)"
+run reshard "$cli" bench reshard --size "$size" --reps "$reps"
 step "bench incremental --world-size 2"
 run incremental_w2 "$cli" bench incremental --size "$size" --reps "$reps" --world-size 2
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then

@@ -5,11 +5,13 @@
 
 reads the `--json` outputs scripts/bench-all.sh saved in DIR (format.json,
 dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json,
-torch_w1.json, torch_w2.json, incremental_w2.json, cas.json, hub.json; missing
+reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
+hub.json; missing
 files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
 is divided by (and the ceiling's winning parallelism), the ratio, the goal of
 issue 15 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
 above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed.
+The reshard rows divide verified loads by the unverified ones (no ceiling).
 """
 import json
 import os
@@ -127,6 +129,15 @@ def main(argv):
                   triple(ref, "pagecache_write_gbps"), par(ref, "pagecache_write"))
             t.add(f"torch_w{w}", "torch DCP load", triple(j, "torch_dcp_load_gbps"),
                   triple(ref, "pagecache_read_gbps"), par(ref, "pagecache_read"))
+    j = load(d, "reshard.json")
+    if j:
+        # No ceiling of its own: verified vs unverified, and bytes read / state.
+        for st in ("fs", "mega"):
+            for kind in ("load", "reshard_load"):
+                k = f"{st}_{kind}_gbps"
+                if k in j:
+                    t.add("reshard", f"{st} {kind.replace('_', ' ')} (verified)", triple(j, k),
+                          triple(j, f"{st}_{kind}_unverified_gbps"), None, is_ceiling=False)
     j = load(d, "incremental_w2.json")
     if j:
         full = j["full_save_gbps"]
