@@ -34,7 +34,33 @@ class StagingPoolImpl final : public StagingPool {
   uint64_t capacity_bytes() const override { return cap_; }
   uint64_t reserved_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return arena_size_;
+    return arena_size_ + whole_bytes_;
+  }
+
+  // Whole-state staging: an arena of at least n bytes owned by one save until
+  // GiveBack, taken without waiting (a free one, else a new pre-faulted one).
+  // It must not wait: the save holds it across the ranks' plan exchange, and
+  // thread ranks of one process share a pool (a waiting rank would stall the
+  // collective of the one holding it).
+  Result<std::pair<std::shared_ptr<std::byte>, uint64_t>> TakeWhole(uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t k = 0; k < free_whole_.size(); ++k) {
+        if (free_whole_[k].second >= n) {
+          auto a = std::move(free_whole_[k]);
+          free_whole_.erase(free_whole_.begin() + k);
+          return a;
+        }
+      }
+    }
+    MEGA_ASSIGN_OR_RETURN(auto mem, AllocateBuffer(n, /*prefault=*/true));
+    std::lock_guard<std::mutex> lock(mu_);
+    whole_bytes_ += n;
+    return std::make_pair(std::move(mem), n);
+  }
+  void GiveBack(std::pair<std::shared_ptr<std::byte>, uint64_t> arena) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_whole_.push_back(std::move(arena));
   }
 
   // One save at a time.
@@ -58,6 +84,8 @@ class StagingPoolImpl final : public StagingPool {
   mutable std::mutex mu_;
   std::shared_ptr<std::byte> arena_;
   uint64_t arena_size_ = 0;
+  std::vector<std::pair<std::shared_ptr<std::byte>, uint64_t>> free_whole_;  // TakeWhole's, not in use
+  uint64_t whole_bytes_ = 0;  // every TakeWhole arena, in use or free
 };
 
 class StagingPlanner final : public SavePlanner {
@@ -234,8 +262,8 @@ class StagingWriter final : public StorageWriter {
 // When the rank's tensors fit the pool, AsyncSave copies them all before the
 // save starts planning: the caller is blocked for the copy only (not for the
 // plan exchange between ranks), and the copy is cut into byte ranges run on
-// several threads. A state larger than the pool goes through StagingWriter's
-// waves instead.
+// several threads, into an arena the save owns until it is done (TakeWhole). A
+// state larger than the pool goes through StagingWriter's waves instead.
 
 struct StageCopy {
   const std::byte* src = nullptr;  // contiguous source, or nullptr: CopyTensor(from, to)
@@ -350,19 +378,18 @@ AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> w
                   std::vector<Tensor*> tensors;
                   CollectTensors(state, &tensors);
                   const uint64_t need = StagedBytes(tensors);
-                  if (need <= impl->capacity_bytes()) {
-                    auto lock = impl->Acquire();
-                    Status staged = [&]() -> Status {
-                      if (need == 0) return Status::OK();
-                      MEGA_ASSIGN_OR_RETURN(std::byte * arena, impl->Reserve(need));
-                      return StageWholeState(tensors, arena);
-                    }();
+                  if (need > 0 && need <= impl->capacity_bytes()) {
+                    auto arena = impl->TakeWhole(need);
+                    Status staged = arena.ok() ? StageWholeState(tensors, arena->first.get()) : arena.status();
                     if (staged.ok()) {
                       StagingWriter forward(writer, impl, nullptr, notify);
                       Status s = Save(state, forward, group, options.save);
                       notify(s);  // a save that failed before setting up its storage
+                      state = StateDict();  // no views of the arena left
+                      impl->GiveBack(std::move(*arena));
                       return s;
                     }
+                    if (arena.ok()) impl->GiveBack(std::move(*arena));
                     // Not staged (the state still holds the caller's tensors):
                     // the waves below, whose errors Save reports on every rank.
                   }
