@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "megackpt/core/file.h"
 #include "megackpt/core/tensor.h"
@@ -58,17 +59,6 @@ std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes) {
   return out;
 }
 
-Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps) {
-  MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(bytes, true));
-  MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(bytes, true));
-  FillRandom(a.get(), bytes, 1);
-  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(warmup, reps, [&] {
-                          std::memcpy(b.get(), a.get(), bytes);
-                          return Status::OK();
-                        }));
-  return Summarize(ToGbps(secs, bytes));
-}
-
 namespace {
 
 Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path) {
@@ -88,43 +78,266 @@ Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path)
 
 }  // namespace
 
+// ---- Parallel ceilings ------------------------------------------------------
+
+const char* CeilingName(CeilingKind kind) {
+  switch (kind) {
+    case CeilingKind::kPageCacheWrite: return "page-cache write";
+    case CeilingKind::kDurableWrite: return "write + fdatasync";
+    case CeilingKind::kWarmRead: return "warm read";
+    case CeilingKind::kMemcpy: return "memcpy";
+  }
+  return "?";
+}
+
+std::vector<int> CeilingParallelisms(int n) {
+  std::vector<int> out = {1, 2, std::max(1, n)};
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+// Byte range [begin, end) of part i of n, 4 KiB aligned (the last takes the rest).
+std::pair<uint64_t, uint64_t> PartRange(uint64_t bytes, int i, int n) {
+  const uint64_t part = bytes / static_cast<uint64_t>(n) / 4096 * 4096;
+  const uint64_t begin = part * static_cast<uint64_t>(i);
+  return {begin, i == n - 1 ? bytes : begin + part};
+}
+
+// Runs fn(i) on n threads (the caller runs i = 0); the first error wins.
+Status RunParallel(int n, const std::function<Status(int)>& fn) {
+  std::vector<Status> status(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { status[i] = fn(i); });
+  status[0] = fn(0);
+  for (auto& t : threads) t.join();
+  for (const Status& s : status) MEGA_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
+Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path) {
+  const uint64_t kBlock = 64ull << 20;
+  uint64_t done = 0;
+  while (done < n) {
+    size_t len = static_cast<size_t>(std::min(kBlock, n - done));
+    ssize_t r = pread(fd, p + done, len, static_cast<off_t>(file_off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(path + ": pread at " + std::to_string(file_off + done), errno);
+    }
+    if (r == 0) return DataLossError(path + ": short read at " + std::to_string(file_off + done));
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PlainIo>> PlainIo::Create(std::string prefix, uint64_t bytes) {
+  MEGA_ASSIGN_OR_RETURN(auto src, AllocateBuffer(std::max<uint64_t>(bytes, 1), true));
+  MEGA_ASSIGN_OR_RETURN(auto dst, AllocateBuffer(std::max<uint64_t>(bytes, 1), true));
+  FillRandom(src.get(), bytes, 2);
+  auto io = std::make_unique<PlainIo>(std::move(prefix), bytes, src.get(), dst.get());
+  io->own_src_ = std::move(src);
+  io->own_dst_ = std::move(dst);
+  return io;
+}
+
+PlainIo::PlainIo(std::string prefix, uint64_t bytes, const std::byte* src, std::byte* dst)
+    : prefix_(std::move(prefix)), bytes_(bytes), src_(src), dst_(dst) {}
+
+PlainIo::~PlainIo() {
+  for (int i = 0; i < max_files_; ++i) unlink(WritePath(i).c_str());
+  if (read_file_) unlink((prefix_ + ".read").c_str());
+}
+
+void PlainIo::PrepareWrite(int writers) {
+  max_files_ = std::max(max_files_, writers);
+  for (int i = 0; i < max_files_; ++i) unlink(WritePath(i).c_str());
+  sync();
+}
+
+Status PlainIo::Write(int writers, bool durable) {
+  writers = std::max(1, writers);
+  max_files_ = std::max(max_files_, writers);
+  return RunParallel(writers, [&](int i) -> Status {
+    const auto [begin, end] = PartRange(bytes_, i, writers);
+    const std::string path = WritePath(i);
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoToStatus(path + ": create", errno);
+    Status s = WriteAll(fd, src_ + begin, end - begin, path);
+    if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
+    close(fd);
+    return s;
+  });
+}
+
+Status PlainIo::EnsureReadFile() {
+  if (read_file_) return Status::OK();
+  const std::string path = prefix_ + ".read";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(path + ": create", errno);
+  read_file_ = true;
+  Status s = WriteAll(fd, src_, bytes_, path);
+  close(fd);
+  return s;
+}
+
+Status PlainIo::Read(int readers) {
+  readers = std::max(1, readers);
+  const std::string path = prefix_ + ".read";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(path + ": open", errno);
+  Status s = RunParallel(readers, [&](int i) -> Status {
+    const auto [begin, end] = PartRange(bytes_, i, readers);
+    return PreadAll(fd, dst_ + begin, end - begin, begin, path);
+  });
+  close(fd);
+  return s;
+}
+
+Status PlainIo::Memcpy(int threads) {
+  threads = std::max(1, threads);
+  return RunParallel(threads, [&](int i) -> Status {
+    const auto [begin, end] = PartRange(bytes_, i, threads);
+    std::memcpy(dst_ + begin, src_ + begin, end - begin);
+    return Status::OK();
+  });
+}
+
+Result<double> PlainIo::TimeOnce(CeilingKind kind, int parallelism) {
+  const bool write = kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite;
+  if (write) PrepareWrite(parallelism);
+  if (kind == CeilingKind::kWarmRead) MEGA_RETURN_IF_ERROR(EnsureReadFile());
+  const double t0 = NowSeconds();
+  switch (kind) {
+    case CeilingKind::kPageCacheWrite: MEGA_RETURN_IF_ERROR(Write(parallelism, false)); break;
+    case CeilingKind::kDurableWrite: MEGA_RETURN_IF_ERROR(Write(parallelism, true)); break;
+    case CeilingKind::kWarmRead: MEGA_RETURN_IF_ERROR(Read(parallelism)); break;
+    case CeilingKind::kMemcpy: MEGA_RETURN_IF_ERROR(Memcpy(parallelism)); break;
+  }
+  return NowSeconds() - t0;
+}
+
+Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<int>& parallelisms,
+                           const std::vector<std::vector<double>>& secs, uint64_t bytes) {
+  Ceiling c;
+  c.kind = kind;
+  for (size_t i = 0; i < parallelisms.size() && i < secs.size(); ++i) {
+    Summary s = Summarize(ToGbps(secs[i], bytes));
+    c.by_parallelism.emplace_back(parallelisms[i], s);
+    if (c.by_parallelism.size() == 1 || s.median > c.best.median) {
+      c.best = s;
+      c.best_parallelism = parallelisms[i];
+    }
+  }
+  return c;
+}
+
+namespace {
+
+Result<Ceiling> MeasureAt(PlainIo& io, CeilingKind kind, const std::vector<int>& ps, int warmup,
+                          int reps) {
+  std::vector<std::vector<double>> secs(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    for (int r = 0; r < warmup + reps; ++r) {
+      MEGA_ASSIGN_OR_RETURN(double dt, io.TimeOnce(kind, ps[i]));
+      if (r >= warmup) secs[i].push_back(dt);
+    }
+  }
+  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite) io.PrepareWrite();
+  return CeilingFromSeconds(kind, ps, secs, io.bytes());
+}
+
+// One thread, for the single-stream paths (cas, hub).
+Result<Summary> OneThread(const std::string& path, uint64_t bytes, CeilingKind kind, int warmup,
+                          int reps) {
+  MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(path, bytes));
+  MEGA_ASSIGN_OR_RETURN(Ceiling c, MeasureAt(*io, kind, {1}, warmup, reps));
+  return c.best;
+}
+
+}  // namespace
+
+Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps) {
+  return MeasureAt(io, kind, CeilingParallelisms(n), warmup, reps);
+}
+
+Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps) {
+  TempDir unused("megackpt-bench-memcpy");
+  return OneThread(unused.path() + "/unused", bytes, CeilingKind::kMemcpy, warmup, reps);
+}
+
 Result<Summary> FileWriteGbps(const std::string& path, uint64_t bytes, bool sync, int warmup,
                               int reps) {
-  MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(bytes, true));
-  FillRandom(buf.get(), bytes, 2);
-  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(warmup, reps, [&]() -> Status {
-                          int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-                          if (fd < 0) return ErrnoToStatus(path + ": create", errno);
-                          Status s = WriteAll(fd, buf.get(), bytes, path);
-                          if (s.ok() && sync && fdatasync(fd) != 0) {
-                            s = ErrnoToStatus(path + ": fdatasync", errno);
-                          }
-                          close(fd);
-                          return s;
-                        },
-                        [&] { PrepareFreshWrite(path); }));
-  unlink(path.c_str());
-  return Summarize(ToGbps(secs, bytes));
+  return OneThread(path, bytes, sync ? CeilingKind::kDurableWrite : CeilingKind::kPageCacheWrite,
+                   warmup, reps);
 }
 
 Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup, int reps) {
-  MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(bytes, true));
-  FillRandom(buf.get(), bytes, 3);
-  {
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoToStatus(path + ": create", errno);
-    Status s = WriteAll(fd, buf.get(), bytes, path);
-    close(fd);
-    MEGA_RETURN_IF_ERROR(s);
+  return OneThread(path, bytes, CeilingKind::kWarmRead, warmup, reps);
+}
+
+void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
+  (*out)[key] = c.best.median;
+  (*out)[key + "_min"] = c.best.min;
+  (*out)[key + "_max"] = c.best.max;
+  const std::string stem = key.size() > 5 && key.ends_with("_gbps") ? key.substr(0, key.size() - 5) : key;
+  (*out)[stem + "_parallelism"] = c.best_parallelism;
+  nlohmann::json by = nlohmann::json::object();
+  for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
+  (*out)[stem + "_gbps_by_parallelism"] = by;
+}
+
+void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio) {
+  (*out)[ratio_key] = ratio;
+  if (ratio > kCeilingSlack) {
+    (*out)[ratio_key + "_ceiling_too_low"] = true;
+    if (!out->contains("ceiling_too_low")) (*out)["ceiling_too_low"] = nlohmann::json::array();
+    (*out)["ceiling_too_low"].push_back(ratio_key);
   }
-  MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path, false));
-  MEGA_ASSIGN_OR_RETURN(auto secs, TimeRuns(warmup, reps, [&]() -> Status {
-                          return file->ReadExactlyAt(
-                              0, std::span<std::byte>(buf.get(), static_cast<size_t>(bytes)));
-                        }));
-  file.reset();
-  unlink(path.c_str());
-  return Summarize(ToGbps(secs, bytes));
+}
+
+Result<SaveLoadCeilings> MeasureSaveLoadCeilings(const std::string& prefix, uint64_t bytes, int n,
+                                                 int warmup, int reps, bool memcpy) {
+  MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(prefix, bytes));
+  SaveLoadCeilings c;
+  MEGA_ASSIGN_OR_RETURN(c.durable, MeasureCeiling(*io, CeilingKind::kDurableWrite, n, warmup, reps));
+  MEGA_ASSIGN_OR_RETURN(c.pagecache_write,
+                        MeasureCeiling(*io, CeilingKind::kPageCacheWrite, n, warmup, reps));
+  MEGA_ASSIGN_OR_RETURN(c.warm_read, MeasureCeiling(*io, CeilingKind::kWarmRead, n, warmup, reps));
+  if (memcpy) {
+    MEGA_ASSIGN_OR_RETURN(c.memcpy, MeasureCeiling(*io, CeilingKind::kMemcpy, n, warmup, reps));
+  }
+  return c;
+}
+
+void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {
+  PutCeiling(out, "durable_write_gbps", c.durable);
+  PutCeiling(out, "pagecache_write_gbps", c.pagecache_write);
+  PutCeiling(out, "pagecache_read_gbps", c.warm_read);
+  if (!c.memcpy.by_parallelism.empty()) PutCeiling(out, "memcpy_gbps", c.memcpy);
+}
+
+std::string CeilingRow(const std::string& label, const Ceiling& c) {
+  return FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
+}
+
+std::string DescribeCeiling(const Ceiling& c) {
+  std::string out = std::string(CeilingName(c.kind)) + ": best of";
+  for (size_t i = 0; i < c.by_parallelism.size(); ++i) {
+    out += (i ? "/" : " ") + std::to_string(c.by_parallelism[i].first);
+  }
+  out += " threads is " + std::to_string(c.best_parallelism) + " (";
+  char buf[64];
+  for (size_t i = 0; i < c.by_parallelism.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%d: %.2f", i ? ", " : "", c.by_parallelism[i].first,
+                  c.by_parallelism[i].second.median);
+    out += buf;
+  }
+  return out + " GB/s)";
 }
 
 namespace {
@@ -184,8 +397,9 @@ TempDir::~TempDir() {
 std::string FormatRow(const std::string& name, const Summary& s, double ratio_to) {
   char buf[256];
   if (ratio_to > 0) {
-    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx", name.c_str(), s.min, s.median,
-                  s.max, s.median / ratio_to);
+    const double ratio = s.median / ratio_to;
+    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx%s", name.c_str(), s.min, s.median,
+                  s.max, ratio, ratio > kCeilingSlack ? kCeilingTooLow : "");
   } else {
     std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f", name.c_str(), s.min, s.median, s.max);
   }

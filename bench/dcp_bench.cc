@@ -5,13 +5,15 @@
 //  - state: 16 F32 tensors of --size/16 bytes, each sharded by rows over the
 //    ranks; every rank's shards live in one pre-faulted buffer per tensor.
 //  - save_gbps: Save with sync (every data file fsynced, then the metadata
-//    commit) of the whole state; limit durable_write_gbps: one plain file of the
-//    same size written with large pwrites and fdatasync.
+//    commit) of the whole state; ceiling durable_write_gbps: the best of 1, 2
+//    and ranks x threads plain writers, each writing its part of the same total
+//    to its own file with large pwrites and fdatasync (bench_util.h, ceilings).
 //  - save_nosync_gbps vs pagecache_write_gbps: the same without any fsync.
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
 //    repetitions (warm page cache, like the limit), every byte verified (the
-//    default); load_unverified_gbps: the same with VerifyMode::kOff; limit
-//    pagecache_read_gbps: a warm pread of a cached file into a reused buffer.
+//    default); load_unverified_gbps: the same with VerifyMode::kOff; ceiling
+//    pagecache_read_gbps: the best of 1, 2 and N threads preading byte ranges
+//    of a cached file into a reused, pre-faulted buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
 //    before it (the state itself is already resident).
 //  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
@@ -211,13 +213,18 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   }
   states.clear();  // free the state before measuring the limits
 
-  Summary durable, pc_write, pc_read;
+  // The ceilings, with the parallelism of the path: best of 1, 2 and
+  // world x threads plain writers/readers (rank 0 alone runs them; the other
+  // ranks wait in a sleeping barrier).
+  const int parallelism = world * std::max(1, o.threads);
+  SaveLoadCeilings ceil;
   if (my_rank == 0) {
-    const std::string file = base + "/limit.bin";
-    MEGA_ASSIGN_OR_RETURN(durable, FileWriteGbps(file, bytes, true, kWarmup, o.reps));
-    MEGA_ASSIGN_OR_RETURN(pc_write, FileWriteGbps(file, bytes, false, kWarmup, o.reps));
-    MEGA_ASSIGN_OR_RETURN(pc_read, FileReadGbps(file, bytes, kWarmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(ceil, MeasureSaveLoadCeilings(base + "/limit", bytes, parallelism, kWarmup,
+                                                        o.reps, /*memcpy=*/false));
   }
+  const Summary& durable = ceil.durable.best;
+  const Summary& pc_write = ceil.pagecache_write.best;
+  const Summary& pc_read = ceil.warm_read.best;
   if (mpi) MEGA_RETURN_IF_ERROR(mpi->Barrier());
   if (my_rank != 0) return Status::OK();
   std::error_code ec;
@@ -237,12 +244,15 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   put("save_nosync_gbps", save_nosync);
   put("load_gbps", load);
   put("load_unverified_gbps", load_unverified);
-  put("durable_write_gbps", durable);
-  put("pagecache_write_gbps", pc_write);
-  put("pagecache_read_gbps", pc_read);
-  (*out)["save_vs_durable_write"] = durable.median > 0 ? save.median / durable.median : 0;
-  (*out)["save_nosync_vs_pagecache_write"] = pc_write.median > 0 ? save_nosync.median / pc_write.median : 0;
-  (*out)["load_vs_pagecache_read"] = pc_read.median > 0 ? load.median / pc_read.median : 0;
+  PutSaveLoadCeilings(out, ceil);
+  (*out)["ceiling_parallelism"] = parallelism;
+  auto ratio = [](const Summary& ours, const Summary& limit) {
+    return limit.median > 0 ? ours.median / limit.median : 0.0;
+  };
+  PutRatio(out, "save_vs_durable_write", ratio(save, durable));
+  PutRatio(out, "save_nosync_vs_pagecache_write", ratio(save_nosync, pc_write));
+  PutRatio(out, "load_vs_pagecache_read", ratio(load, pc_read));
+  PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
   (*out)["load_verified_vs_unverified"] =
       load_unverified.median > 0 ? load.median / load_unverified.median : 0;
   (*out)["peak_extra_rss_bytes"] = reset_ok ? peak_extra : peak_extra;
@@ -255,15 +265,19 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                 bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup);
   *table += head;
   char cols[128];
-  std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max", "vs limit");
+  std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max", "vs ceiling");
   *table += cols;
-  *table += FormatRow("limit: write + fdatasync", durable) + "\n";
+  *table += CeilingRow("ceiling: write + fdatasync", ceil.durable) + "\n";
   *table += FormatRow("save (durable, default)", save, durable.median) + "\n";
-  *table += FormatRow("limit: page-cache write", pc_write) + "\n";
+  *table += CeilingRow("ceiling: page-cache write", ceil.pagecache_write) + "\n";
   *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
-  *table += FormatRow("limit: warm read, reused buffer", pc_read) + "\n";
+  *table += CeilingRow("ceiling: warm read", ceil.warm_read) + "\n";
   *table += FormatRow("load (verified, default)", load, pc_read.median) + "\n";
   *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median) + "\n";
+  *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";
+  for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
+    *table += "  " + DescribeCeiling(*c) + "\n";
+  }
   char mem[160];
   std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
                 peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");

@@ -2,10 +2,12 @@
 // the machine's limits, measured the same way in the same process.
 //
 // Method (DESIGN.md, performance model):
-//  - limits: memcpy between the two pre-faulted buffers below; page-cache write
-//    of a plain file of the same size (64 MiB writes from a pre-faulted buffer
-//    into a new file, no fsync); page-cache read of that cached file into a
-//    reused, pre-faulted buffer.
+//  - ceilings (bench_util.h), each the best of 1, 2 and N plain threads (N =
+//    the default pool's size, the parallelism of the MEGA writer and readers):
+//    memcpy between the two pre-faulted buffers below; page-cache write of the
+//    same bytes (64 MiB pwrites into new files, one per writer, no fsync);
+//    warm pread of byte ranges of a cached file into the reused, pre-faulted
+//    destination buffer.
 //  - ours: the same bytes as N tensors of caller memory (one pre-faulted
 //    buffer), written to a new file (no fsync, like the limit); read back into
 //    caller-allocated, pre-faulted, reused tensors (opening the file is part of
@@ -43,6 +45,7 @@ struct Row {
   Summary gbps;       // or milliseconds for *_ms rows
   double limit = 0;   // median of the matching limit (0 = none)
   bool ms = false;
+  bool json_only = false;  // not a table row
 };
 
 Result<Summary> TimeMs(int reps, const std::function<Status()>& fn) {
@@ -62,24 +65,12 @@ Status CheckSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
   return Status::OK();
 }
 
-// The page-cache write limit: a new plain file written with 64 MiB writes.
-Status WritePlainFile(const std::string& path, const std::byte* data, uint64_t n) {
-  constexpr uint64_t kBlock = 64ull << 20;
-  MEGA_ASSIGN_OR_RETURN(auto file, CreateLocalFile(path));
-  for (uint64_t off = 0; off < n; off += kBlock) {
-    MEGA_RETURN_IF_ERROR(file->Append(
-        std::span<const std::byte>(data + off, static_cast<size_t>(std::min(kBlock, n - off)))));
-  }
-  return file->Close();
-}
-
 Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& dir,
-           std::vector<Row>* rows, uint64_t* actual_bytes) {
+           std::vector<Row>* rows, std::vector<Ceiling>* ceilings, uint64_t* actual_bytes) {
   // Tensor layout: num_tensors F32 tensors of equal size.
   const uint64_t elems = std::max<uint64_t>(1, size_bytes / 4 / num_tensors);
   const uint64_t bytes = elems * 4 * static_cast<uint64_t>(num_tensors);
   *actual_bytes = bytes;
-  const std::string plain = dir + "/plain.bin";
   const std::string mega = dir + "/bench.mega";
   const std::string st = dir + "/bench.safetensors";
 
@@ -136,16 +127,45 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     std::function<Status()> run;
     bool reads = false;  // fills dst: checked against src in the last round
     std::string writes;  // the file a write config creates: PrepareFreshWrite'd first
+    std::function<void()> prepare = nullptr;  // or this untimed preparation
   };
-  std::vector<Config> configs = {
-      {"memcpy", "memcpy (1 thread)", "",
-       [&] {
-         std::memcpy(dst_buf.get(), src_buf.get(), bytes);
-         return Status::OK();
-       },
-       true},
-      {"pagecache_write", "page-cache write (plain file)", "",
-       [&] { return WritePlainFile(plain, src_buf.get(), bytes); }, false, plain},
+  // The ceilings, as the best of 1, 2 and N plain threads (N = the pool's
+  // size, the parallelism of the MEGA writer and the pool readers): one config
+  // per parallelism, interleaved with ours in the rounds; the best median wins.
+  PlainIo plain_io(dir + "/plain", bytes, src_buf.get(), dst_buf.get());
+  const std::vector<int> parallelisms = CeilingParallelisms(pool->size());
+  struct CeilingKey {
+    std::string key;
+    CeilingKind kind;
+  };
+  const std::vector<CeilingKey> ceiling_keys = {{"memcpy", CeilingKind::kMemcpy},
+                                                {"pagecache_write", CeilingKind::kPageCacheWrite},
+                                                {"pagecache_read", CeilingKind::kWarmRead}};
+  auto ceiling_config = [&](const CeilingKey& ck, int p) {
+    Config c;
+    c.key = ck.key + "_" + std::to_string(p) + "t";
+    c.label = std::string(CeilingName(ck.kind)) + ", " + std::to_string(p) + " thr";
+    c.reads = ck.kind == CeilingKind::kMemcpy || ck.kind == CeilingKind::kWarmRead;
+    c.run = [&, kind = ck.kind, p] {
+      switch (kind) {
+        case CeilingKind::kMemcpy: return plain_io.Memcpy(p);
+        case CeilingKind::kPageCacheWrite: return plain_io.Write(p, false);
+        case CeilingKind::kWarmRead: return plain_io.Read(p);
+        case CeilingKind::kDurableWrite: return plain_io.Write(p, true);
+      }
+      return Status::OK();
+    };
+    if (ck.kind == CeilingKind::kPageCacheWrite) {
+      c.prepare = [&, p] { plain_io.PrepareWrite(p); };
+    }
+    return c;
+  };
+  std::vector<Config> configs;
+  for (const CeilingKey& ck : ceiling_keys) {
+    if (ck.kind == CeilingKind::kWarmRead) continue;  // with the reads below
+    for (int p : parallelisms) configs.push_back(ceiling_config(ck, p));
+  }
+  std::vector<Config> ours = {
       {"mega_write_nochecksum", "MEGA write (no checksum)", "pagecache_write",
        mega_write(format::MegaChecksumType::kNone, 0), false, mega},
       {"mega_write_block1m", "MEGA write (CRC32, 1 MiB blocks)", "pagecache_write",
@@ -158,28 +178,6 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
          return format::SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
        },
        false, st},
-      {"pagecache_read", "page-cache read (reused buffer)", "",
-       [&]() -> Status {
-         MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(plain));
-         return file->ReadExactlyAt(0, std::span<std::byte>(dst_buf.get(), bytes));
-       },
-       true},
-      // Reference for the pool readers below (the default pool has one thread
-      // per core): the same pread split into two halves on two threads.
-      {"pagecache_read_2threads", "page-cache read, 2 threads (ref)", "",
-       [&]() -> Status {
-         MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(plain));
-         const uint64_t half = bytes / 2;
-         Status second;
-         std::thread t([&] {
-           second = file->ReadExactlyAt(half, std::span<std::byte>(dst_buf.get() + half, bytes - half));
-         });
-         Status first = file->ReadExactlyAt(0, std::span<std::byte>(dst_buf.get(), half));
-         t.join();
-         MEGA_RETURN_IF_ERROR(first);
-         return second;
-       },
-       true},
       {"mega_read", "MEGA read (CRC32 verified, pool)", "pagecache_read", mega_read(true, pool, 0),
        true},
       {"mega_read_1thread", "MEGA read (CRC32 verified, 1 thr)", "pagecache_read",
@@ -214,7 +212,13 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   // write of each round); the reads rotate their order every round so that no
   // reader always runs right after the same neighbour.
   size_t first_read = 0;
-  while (first_read < configs.size() && configs[first_read].key != "pagecache_read") ++first_read;
+  while (first_read < ours.size() && !ours[first_read].reads) ++first_read;
+  for (size_t i = 0; i < first_read; ++i) configs.push_back(std::move(ours[i]));
+  const size_t first_read_config = configs.size();
+  for (int p : parallelisms) configs.push_back(ceiling_config(ceiling_keys[2], p));
+  for (size_t i = first_read; i < ours.size(); ++i) configs.push_back(std::move(ours[i]));
+  MEGA_RETURN_IF_ERROR(plain_io.EnsureReadFile());
+  first_read = first_read_config;
   const size_t num_reads = configs.size() - first_read;
   std::map<std::string, std::vector<double>> secs;
   for (int round = 0; round < kWarmup + reps; ++round) {
@@ -224,6 +228,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       const Config& c = configs[i];
       if (c.reads && last) std::memset(dst_buf.get(), 0, bytes);
       if (!c.writes.empty()) PrepareFreshWrite(c.writes);
+      if (c.prepare) c.prepare();
       double t0 = NowSeconds();
       MEGA_RETURN_IF_ERROR(c.run().WithContext(c.key));
       double dt = NowSeconds() - t0;
@@ -233,11 +238,27 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   }
   std::map<std::string, Summary> gbps;
   for (const auto& c : configs) gbps[c.key] = Summarize(ToGbps(secs[c.key], bytes));
+  for (const CeilingKey& ck : ceiling_keys) {
+    std::vector<std::vector<double>> by_p;
+    for (int p : parallelisms) by_p.push_back(secs[ck.key + "_" + std::to_string(p) + "t"]);
+    Ceiling c = CeilingFromSeconds(ck.kind, parallelisms, by_p, bytes);
+    gbps[ck.key] = c.best;
+    rows->push_back({ck.key, "ceiling: " + std::string(CeilingName(ck.kind)) + " (" +
+                                 std::to_string(c.best_parallelism) + " thr)",
+                     c.best, 0});
+    ceilings->push_back(c);
+  }
+  // Kept for scripts that read it: the 2-thread read.
+  if (gbps.count("pagecache_read_2t")) gbps["pagecache_read_2threads"] = gbps["pagecache_read_2t"];
   for (const auto& c : configs) {
+    if (c.limit_key.empty()) {  // a ceiling's part: JSON only (footnotes in the table)
+      rows->push_back({c.key, c.label, gbps[c.key], 0, false, true});
+      continue;
+    }
     rows->push_back(
         {c.key, c.label, gbps[c.key], c.limit_key.empty() ? 0.0 : gbps[c.limit_key].median});
   }
-  unlink(plain.c_str());
+  rows->push_back({"pagecache_read_2threads", "", gbps["pagecache_read_2threads"], 0, false, true});
   unlink(mega.c_str());
   unlink(st.c_str());
   src_buf.reset();
@@ -284,8 +305,9 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
   if (!dir.empty()) setenv("TMPDIR", dir.c_str(), 1);
   TempDir tmp("megackpt-bench-format");
   std::vector<Row> rows;
+  std::vector<Ceiling> ceilings;
   uint64_t bytes = 0;
-  Status s = Run(size_bytes, reps, num_tensors, tmp.path(), &rows, &bytes);
+  Status s = Run(size_bytes, reps, num_tensors, tmp.path(), &rows, &ceilings, &bytes);
   if (!s.ok()) {
     std::fprintf(stderr, "megackpt bench format: %s\n", s.ToString().c_str());
     return 1;
@@ -301,7 +323,21 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
       doc[r.key + unit] = r.gbps.median;
       doc[r.key + unit + "_min"] = r.gbps.min;
       doc[r.key + unit + "_max"] = r.gbps.max;
-      if (r.limit > 0) doc[r.key + "_ratio"] = r.gbps.median / r.limit;
+      if (r.limit > 0) {
+        const double ratio = r.gbps.median / r.limit;
+        doc[r.key + "_ratio"] = ratio;
+        if (ratio > kCeilingSlack) {
+          doc[r.key + "_ratio_ceiling_too_low"] = true;
+          doc["ceiling_too_low"].push_back(r.key + "_ratio");
+        }
+      }
+    }
+    for (const Ceiling& c : ceilings) {
+      const std::string stem = c.kind == CeilingKind::kMemcpy          ? "memcpy"
+                               : c.kind == CeilingKind::kWarmRead      ? "pagecache_read"
+                                                                       : "pagecache_write";
+      doc[stem + "_parallelism"] = c.best_parallelism;
+      for (const auto& [p, sum] : c.by_parallelism) doc[stem + "_gbps_by_parallelism"][std::to_string(p)] = sum.median;
     }
     std::printf("%s\n", doc.dump(2).c_str());
     return 0;
@@ -312,9 +348,12 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
       bytes / 1e9, num_tensors, reps, kWarmup);
   std::printf("%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
   for (const auto& r : rows) {
-    if (r.ms) continue;
+    if (r.ms || r.json_only) continue;
     std::printf("%s\n", FormatRow(r.label, r.gbps, r.limit).c_str());
   }
+  std::printf("ceilings, best of 1, 2 and N (the pool's %d threads) plain threads:\n",
+              ThreadPool::Default().size());
+  for (const Ceiling& c : ceilings) std::printf("  %s\n", DescribeCeiling(c).c_str());
   std::printf("%-34s %8s %8s %8s\n", "(milliseconds)", "min", "median", "max");
   for (const auto& r : rows) {
     if (r.ms) std::printf("%s\n", FormatRow(r.label, r.gbps).c_str());

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every benchmark at the issues' sizes, one after another, and prints the
-# tables (run it on a quiet machine: nothing else should be building or testing).
-#   scripts/bench-all.sh [SIZE] [REPS]      (default 2GiB, 5)
+# Runs every benchmark at the issues' sizes, one after another, saves each one's
+# --json under $BENCH_OUT (default build/bench-results/TIMESTAMP), prints its
+# ratios, and ends with one summary table of every row against its ceiling
+# (scripts/bench_summary.py). Run it on a quiet machine: nothing else should be
+# building or testing.
+#   scripts/bench-all.sh [SIZE] [REPS]      (default 2GiB, 5; quick: 256MiB 3)
 # Needs a build (scripts/build.sh). The torch peer rows need python3-torch
 # (scripts/install-deps.sh --peers); they are skipped when torch is missing.
 # Each bench removes its temporary files; set TMPDIR to put them elsewhere.
@@ -24,30 +27,52 @@ for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
     echo "note: virtio_balloon free page reporting is on (docs/benchmarks.md): read min/max too"
   fi
 done
+# Every bench writes its --json to $out; the summary at the end is built from them.
+out=${BENCH_OUT:-${MEGACKPT_BUILD_DIR:-build}/bench-results/$(date -u +%Y%m%dT%H%M%S)}
+mkdir -p "$out"
+echo "JSON results: $out"
+# run NAME CMD...: runs one bench with --json into $out/NAME.json, prints its ratios.
+run() {
+  local name=$1; shift
+  "$@" --json > "$out/$name.json"
+  python3 - "$out/$name.json" <<'PY'
+import json, sys
+t = open(sys.argv[1]).read(); j = json.loads(t[t.find("{"):t.rfind("}") + 1])
+for k, v in sorted(j.items()):
+    if isinstance(v, (int, float)) and (k.endswith("_vs_pagecache_write") or k.endswith("_vs_pagecache_read")
+                                        or k.endswith("_vs_durable_write") or k.endswith("_ratio")
+                                        or k.endswith("_vs_memcpy")):
+        print(f"  {k:<44} {v:6.3f}{'  !! ceiling too low' if j.get(k + '_ceiling_too_low') else ''}")
+PY
+}
 step "bench format --size $size"
-"$cli" bench format --size "$size" --reps "$reps"
+run format "$cli" bench format --size "$size" --reps "$reps"
 for w in 1 2; do
   step "bench dcp --world-size $w (threads)"
-  "$cli" bench dcp --size "$size" --reps "$reps" --world-size "$w"
+  run "dcp_w$w" "$cli" bench dcp --size "$size" --reps "$reps" --world-size "$w"
 done
 step "bench dcp, mpirun -np 2"
-mpirun "${mpi_flags[@]}" -np 2 "$cli" bench dcp --backend mpi --size "$size" --reps "$reps"
+run dcp_mpi2 mpirun "${mpi_flags[@]}" -np 2 "$cli" bench dcp --backend mpi --size "$size" --reps "$reps"
 for w in 1 2; do
   step "bench mega --world-size $w (threads)"
-  "$cli" bench mega --size "$size" --reps "$reps" --world-size "$w"
+  run "mega_w$w" "$cli" bench mega --size "$size" --reps "$reps" --world-size "$w"
 done
+step "bench reshard (save at 2, load at 2 and 3; fs and MEGA)"
+run reshard "$cli" bench reshard --size "$size" --reps "$reps"
+step "bench incremental --world-size 2"
+run incremental_w2 "$cli" bench incremental --size "$size" --reps "$reps" --world-size 2
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   for w in 1 2; do
     step "torch peer --world-size $w"
-    /usr/bin/python3 bench/torch_peer.py --size "$size" --reps "$reps" --world-size "$w"
+    /usr/bin/python3 bench/torch_peer.py --size "$size" --reps "$reps" --world-size "$w" --json > "$out/torch_w$w.json"
   done
 else
   step "torch peer skipped: python3-torch is not installed (scripts/install-deps.sh --peers)"
 fi
 step "bench cas --size $size"
-"$cli" bench cas --size "$size" --reps "$reps"
+run cas "$cli" bench cas --size "$size" --reps "$reps"
 step "bench hub --size $size"
-"$cli" bench hub --size "$size" --reps "$reps"
+run hub "$cli" bench hub --size "$size" --reps "$reps"
 py=${PYTHON:-python3}
 if "$py" -c 'import huggingface_hub, hf_xet' 2>/dev/null; then
   step "hub clients (hf_xet vs megackpt push/pull), 1GiB"
@@ -55,3 +80,5 @@ if "$py" -c 'import huggingface_hub, hf_xet' 2>/dev/null; then
 else
   step "hub clients skipped: $py cannot import huggingface_hub and hf_xet (pip install -r tests/python/requirements.txt)"
 fi
+step "summary: every row against its ceiling (ratio = ours / ceiling, medians; goals: issue 15)"
+python3 scripts/bench_summary.py "$out"

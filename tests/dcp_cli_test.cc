@@ -89,6 +89,27 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
   EXPECT_GT(j["save_gbps"].get<double>(), 0);
   EXPECT_GT(j["load_gbps"].get<double>(), 0);
   EXPECT_EQ(j["world_size"].get<int>(), 2);
+  // The ceilings: the best of 1, 2 and ranks x I/O threads (2 x 2) plain threads.
+  EXPECT_EQ(j["ceiling_parallelism"].get<int>(), 4);
+  for (const char* stem : {"durable_write", "pagecache_write", "pagecache_read"}) {
+    const auto& by = j[std::string(stem) + "_gbps_by_parallelism"];
+    ASSERT_TRUE(by.is_object()) << stem;
+    double best = 0;
+    for (const char* p : {"1", "2", "4"}) {
+      ASSERT_TRUE(by.contains(p)) << stem << " " << p;
+      best = std::max(best, by[p].get<double>());
+    }
+    EXPECT_EQ(j[std::string(stem) + "_gbps"].get<double>(), best) << stem;
+    const int p = j[std::string(stem) + "_parallelism"].get<int>();
+    EXPECT_EQ(by[std::to_string(p)].get<double>(), best) << stem;
+  }
+  // Every ratio above 1.05 is flagged, and only those.
+  for (const char* ratio : {"save_vs_durable_write", "save_nosync_vs_pagecache_write",
+                            "load_vs_pagecache_read", "load_unverified_vs_pagecache_read"}) {
+    ASSERT_TRUE(j.contains(ratio)) << ratio;
+    const bool flagged = j.contains(std::string(ratio) + "_ceiling_too_low");
+    EXPECT_EQ(flagged, j[ratio].get<double>() > 1.05) << ratio;
+  }
 }
 
 

@@ -1,7 +1,10 @@
 // AsyncSave: stage the state into a reusable pool, let the caller go on, write
 // in the background.
 //
-// The save flow itself is Save() unchanged; two thin wrappers adapt it:
+// When the rank's tensors fit the pool, they are all copied first (several
+// threads, byte ranges; "staging the whole state first" below) and the save is
+// an ordinary Save of the copies. Otherwise the save flow itself is Save()
+// unchanged; two thin wrappers adapt it:
 //  - StagingWriter wraps the caller's StorageWriter. Its WriteData cuts the
 //    rank's plan into "waves" that fit the pool, copies a wave's items out of the
 //    caller's tensors into the pool, and hands the wave to the real writer. Once
@@ -31,7 +34,33 @@ class StagingPoolImpl final : public StagingPool {
   uint64_t capacity_bytes() const override { return cap_; }
   uint64_t reserved_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return arena_size_;
+    return arena_size_ + whole_bytes_;
+  }
+
+  // Whole-state staging: an arena of at least n bytes owned by one save until
+  // GiveBack, taken without waiting (a free one, else a new pre-faulted one).
+  // It must not wait: the save holds it across the ranks' plan exchange, and
+  // thread ranks of one process share a pool (a waiting rank would stall the
+  // collective of the one holding it).
+  Result<std::pair<std::shared_ptr<std::byte>, uint64_t>> TakeWhole(uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t k = 0; k < free_whole_.size(); ++k) {
+        if (free_whole_[k].second >= n) {
+          auto a = std::move(free_whole_[k]);
+          free_whole_.erase(free_whole_.begin() + k);
+          return a;
+        }
+      }
+    }
+    MEGA_ASSIGN_OR_RETURN(auto mem, AllocateBuffer(n, /*prefault=*/true));
+    std::lock_guard<std::mutex> lock(mu_);
+    whole_bytes_ += n;
+    return std::make_pair(std::move(mem), n);
+  }
+  void GiveBack(std::pair<std::shared_ptr<std::byte>, uint64_t> arena) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_whole_.push_back(std::move(arena));
   }
 
   // One save at a time.
@@ -55,6 +84,8 @@ class StagingPoolImpl final : public StagingPool {
   mutable std::mutex mu_;
   std::shared_ptr<std::byte> arena_;
   uint64_t arena_size_ = 0;
+  std::vector<std::pair<std::shared_ptr<std::byte>, uint64_t>> free_whole_;  // TakeWhole's, not in use
+  uint64_t whole_bytes_ = 0;  // every TakeWhole arena, in use or free
 };
 
 class StagingPlanner final : public SavePlanner {
@@ -91,6 +122,9 @@ class StagingPlanner final : public SavePlanner {
 
 class StagingWriter final : public StorageWriter {
  public:
+  // planner == nullptr: the state was staged whole before the save (its tensors
+  // are the copies); WriteData forwards, and `staged` is reported once the
+  // storage is set up (a save that fails before that reports its error there).
   StagingWriter(std::shared_ptr<StorageWriter> inner, std::shared_ptr<StagingPoolImpl> pool,
                 StagingPlanner* planner, std::function<void(Status)> on_staged)
       : inner_(std::move(inner)),
@@ -103,7 +137,9 @@ class StagingWriter final : public StorageWriter {
     return inner_->ValidateCheckpointId(id);
   }
   Status SetUpStorageWriter(const StorageSetUp& setup) override {
-    return inner_->SetUpStorageWriter(setup);
+    Status s = inner_->SetUpStorageWriter(setup);
+    if (!planner_) NotifyStaged(s);
+    return s;
   }
   Result<SavePlan> PrepareLocalPlan(SavePlan plan) override {
     return inner_->PrepareLocalPlan(std::move(plan));
@@ -118,7 +154,8 @@ class StagingWriter final : public StorageWriter {
   std::optional<StorageMeta> GetStorageMeta() const override { return inner_->GetStorageMeta(); }
 
   Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override {
-    (void)planner;  // always planner_, which wraps the caller's planner
+    if (!planner_) return inner_->WriteData(plan, planner);
+    // Otherwise `planner` is always planner_, which wraps the caller's planner.
     auto lock = pool_->Acquire();
     // Waves: consecutive items whose staged sizes fit the pool.
     std::vector<std::vector<size_t>> waves;
@@ -220,6 +257,88 @@ class StagingWriter final : public StorageWriter {
   std::function<void(Status)> on_staged_;
 };
 
+// ---- staging the whole state first ------------------------------------------
+//
+// When the rank's tensors fit the pool, AsyncSave copies them all before the
+// save starts planning: the caller is blocked for the copy only (not for the
+// plan exchange between ranks), and the copy is cut into byte ranges run on
+// several threads, into an arena the save owns until it is done (TakeWhole). A
+// state larger than the pool goes through StagingWriter's waves instead.
+
+struct StageCopy {
+  const std::byte* src = nullptr;  // contiguous source, or nullptr: CopyTensor(from, to)
+  std::byte* dst = nullptr;
+  uint64_t len = 0;
+  Tensor from, to;
+};
+
+// Every tensor of the state (plain, shards, nested dicts and lists), in order.
+void CollectTensors(StateDict& sd, std::vector<Tensor*>* out);
+void CollectTensors(StateValue& v, std::vector<Tensor*>* out) {
+  switch (v.kind()) {
+    case StateValue::Kind::kTensor: out->push_back(&v.tensor()); break;
+    case StateValue::Kind::kSharded:
+      for (Shard& s : v.sharded().shards) out->push_back(&s.tensor);
+      break;
+    case StateValue::Kind::kDict: CollectTensors(v.dict(), out); break;
+    case StateValue::Kind::kList:
+      for (StateValue& item : v.list()) CollectTensors(item, out);
+      break;
+    default: break;  // bytes are owned by the state dict already
+  }
+}
+void CollectTensors(StateDict& sd, std::vector<Tensor*>* out) {
+  for (auto& [key, value] : sd) CollectTensors(value, out);
+}
+
+uint64_t StagedBytes(const std::vector<Tensor*>& tensors) {
+  uint64_t n = 0;
+  for (const Tensor* t : tensors) n += AlignUp(t->nbytes());
+  return n;
+}
+
+// Copies every tensor into the arena (REQUIRES: StagedBytes fits) and points the
+// state at the copies.
+Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
+  constexpr uint64_t kMinPiece = 1ull << 20, kMaxPiece = 64ull << 20;
+  ThreadPool& pool = ThreadPool::Default();
+  const int threads = std::max(2, pool.size());
+  const uint64_t total = StagedBytes(tensors);
+  const uint64_t piece = std::clamp<uint64_t>(total / (4 * static_cast<uint64_t>(threads)), kMinPiece, kMaxPiece);
+  std::vector<StageCopy> copies;
+  std::vector<Tensor> staged;
+  uint64_t off = 0;
+  for (Tensor* t : tensors) {
+    std::byte* dst = arena + off;
+    off += AlignUp(t->nbytes());
+    MEGA_ASSIGN_OR_RETURN(Tensor copy, Tensor::FromBlob(dst, t->dtype(), t->shape()));
+    if (t->nbytes() > 0) {
+      if (t->is_contiguous()) {
+        const auto* src = static_cast<const std::byte*>(t->data());
+        for (uint64_t a = 0; a < t->nbytes(); a += piece) {
+          copies.push_back({src + a, dst + a, std::min(piece, t->nbytes() - a), {}, {}});
+        }
+      } else {
+        copies.push_back({nullptr, nullptr, 0, *t, copy});
+      }
+    }
+    staged.push_back(std::move(copy));
+  }
+  MEGA_RETURN_IF_ERROR(ParallelFor(
+      &pool, copies.size(),
+      [&](size_t k) -> Status {
+        const StageCopy& c = copies[k];
+        if (c.src) {
+          std::memcpy(c.dst, c.src, c.len);
+          return Status::OK();
+        }
+        return CopyTensor(c.from, c.to);
+      },
+      threads));
+  for (size_t i = 0; i < tensors.size(); ++i) *tensors[i] = std::move(staged[i]);
+  return Status::OK();
+}
+
 }  // namespace
 
 std::shared_ptr<StagingPool> StagingPool::Create(uint64_t capacity_bytes) {
@@ -254,6 +373,26 @@ AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> w
                   auto notify = [staged_promise, once](Status s) {
                     std::call_once(*once, [&] { staged_promise->set_value(std::move(s)); });
                   };
+                  // The whole state fits the pool: stage it first, then an
+                  // ordinary Save of the copies.
+                  std::vector<Tensor*> tensors;
+                  CollectTensors(state, &tensors);
+                  const uint64_t need = StagedBytes(tensors);
+                  if (need > 0 && need <= impl->capacity_bytes()) {
+                    auto arena = impl->TakeWhole(need);
+                    Status staged = arena.ok() ? StageWholeState(tensors, arena->first.get()) : arena.status();
+                    if (staged.ok()) {
+                      StagingWriter forward(writer, impl, nullptr, notify);
+                      Status s = Save(state, forward, group, options.save);
+                      notify(s);  // a save that failed before setting up its storage
+                      state = StateDict();  // no views of the arena left
+                      impl->GiveBack(std::move(*arena));
+                      return s;
+                    }
+                    if (arena.ok()) impl->GiveBack(std::move(*arena));
+                    // Not staged (the state still holds the caller's tensors):
+                    // the waves below, whose errors Save reports on every rank.
+                  }
                   std::unique_ptr<SavePlanner> default_planner;
                   SavePlanner* inner = options.save.planner;
                   if (!inner) {

@@ -18,7 +18,6 @@
 // (dcp/f4_box.h, docs/dcp.md "F4 resharding").
 #include "megackpt/dcp/filesystem.h"
 
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -119,12 +118,11 @@ std::string BaseName(const std::string& path) {
 }
 
 // Accumulates per-block CRCs of a byte stream written in order (pieces may
-// cross block boundaries), and the whole item's CRC from them.
+// cross block boundaries), and the whole item's CRC from them (core's
+// Crc32Combine / Crc32Shift, no second pass over the bytes).
 class BlockCrc {
  public:
-  explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {
-    if (block_size_ != 0) block_op_ = crc32_combine_gen(static_cast<z_off_t>(block_size_));
-  }
+  explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {}
 
   void Add(std::span<const std::byte> data) {
     while (!data.empty()) {
@@ -145,15 +143,18 @@ class BlockCrc {
   }
 
  private:
+  // Items with more full blocks than this build the table-driven Crc32Shift
+  // for the block size (a few microseconds); fewer use Crc32Combine directly.
+  static constexpr size_t kShiftAfterBlocks = 64;
+
   void Close() {
-    // Full blocks combine with one precomputed operator; only a short last
-    // block (or the single block of block_size 0) needs crc32_combine.
     if (total_ == 0) {
       whole_ = cur_;
-    } else if (in_block_ == block_size_) {
-      whole_ = static_cast<uint32_t>(crc32_combine_op(whole_, cur_, block_op_));
+    } else if (in_block_ == block_size_ && blocks_.size() >= kShiftAfterBlocks) {
+      if (!shift_) shift_.emplace(block_size_);
+      whole_ = shift_->Append(whole_, cur_);
     } else {
-      whole_ = static_cast<uint32_t>(crc32_combine(whole_, cur_, static_cast<z_off_t>(in_block_)));
+      whole_ = Crc32Combine(whole_, cur_, in_block_);
     }
     total_ += in_block_;
     if (block_size_ != 0) blocks_.push_back(cur_);
@@ -161,7 +162,7 @@ class BlockCrc {
     in_block_ = 0;
   }
   uint64_t block_size_;
-  uLong block_op_ = 0;
+  std::optional<Crc32Shift> shift_;
   uint32_t cur_ = 0;
   uint64_t in_block_ = 0;
   uint32_t whole_ = 0;
@@ -921,17 +922,21 @@ class FileSystemReaderImpl final : public StorageReader {
   class BlockChecker {
    public:
     BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify)
-        : st_(st), item_(item), verify_(verify), bs_(BlockSizeOf(*st.info)), pos_(a) {
+        : st_(st), item_(item), verify_(verify), bs_(BlockSizeOf(*st.info)), pos_(a),
+          block_(a / bs_), block_end_(std::min(st.info->length, (block_ + 1) * bs_)),
+          table_(st.info->block_size != 0 ? &st.info->block_crc32 : nullptr) {
       if (verify && st.info->block_size == 0 && st.info->checksum.starts_with("sha256:")) {
         sha256_.emplace();
       }
     }
 
+    // One pass over the bytes while they are in cache: per block one CRC call
+    // and one compare; CloseBlock (the message) only for a mismatch or an
+    // item's single checksum.
     Status Feed(std::span<const std::byte> data) {
       if (!verify_) return Status::OK();
       while (!data.empty()) {
-        const uint64_t block_end = std::min(st_.info->length, (pos_ / bs_ + 1) * bs_);
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(block_end - pos_, data.size()));
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(block_end_ - pos_, data.size()));
         if (sha256_) {
           sha256_->Update(data.first(n));
         } else {
@@ -939,9 +944,11 @@ class FileSystemReaderImpl final : public StorageReader {
         }
         pos_ += n;
         data = data.subspan(n);
-        if (pos_ == block_end) {
-          MEGA_RETURN_IF_ERROR(CloseBlock((pos_ - 1) / bs_));
+        if (pos_ == block_end_) {
+          if (!table_ || (*table_)[block_] != crc_) MEGA_RETURN_IF_ERROR(CloseBlock(block_));
           crc_ = 0;
+          ++block_;
+          block_end_ = std::min(st_.info->length, block_end_ + bs_);
         }
       }
       return Status::OK();
@@ -981,6 +988,9 @@ class FileSystemReaderImpl final : public StorageReader {
     bool verify_;
     uint64_t bs_;
     uint64_t pos_;
+    uint64_t block_;      // index of the block pos_ is in
+    uint64_t block_end_;  // its end (item-relative)
+    const std::vector<uint32_t>* table_;  // block CRCs, or nullptr (one item checksum)
     uint32_t crc_ = 0;
     std::optional<Sha256> sha256_;  // items with one whole-item SHA-256
   };

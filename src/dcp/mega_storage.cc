@@ -45,6 +45,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kLayoutFormat = "megackpt-mega-layout-v1";
+constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: StartWriteback every 32 MiB
 
 std::string MetadataNameFor(const StorageSetUp& setup) {
   if (!setup.use_collectives && setup.world_size > 1 && setup.rank > 0) {
@@ -335,9 +336,10 @@ struct MegaStorageWriter::Impl {
                                                          const PlannerData& planner_data) const {
     std::vector<format::MegaEncoderTensor> specs;
     for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes, options.checksum});
-    return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data),
-                                     mega_storage::ShardEncoderOptions(options.tensor_alignment,
-                                                                       options.checksum));
+    format::MegaEncoderOptions eo = mega_storage::ShardEncoderOptions(options.tensor_alignment, options.checksum);
+    // Durable saves: start writeback every 32 MiB, as the fs writer does.
+    if (options.sync) eo.writeback_bytes = kWritebackUnit;
+    return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data), eo);
   }
 
   // Sinks without positioned writes (e.g. an upload stream): the whole file must

@@ -337,6 +337,7 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   if (type == MegaChecksumType::kSha256) sha.emplace();
   uint32_t crc = 0;
   const uint64_t base = tensor_file_offset(i);
+  uint64_t written_back = 0;  // tensor-relative: bytes handed to StartWriteback
   for (uint64_t off = 0; off < nbytes; off += max_piece) {
     std::span<const std::byte> bytes = piece(off, std::min(max_piece, nbytes - off));
     if (block > 0) {
@@ -355,6 +356,11 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     if (sha) sha->Update(bytes);
     if (positioned) {
       MEGA_RETURN_IF_ERROR(WriteAt(file, base + off, bytes));
+      const uint64_t done = off + bytes.size();
+      if (options_.writeback_bytes != 0 && done - written_back >= options_.writeback_bytes) {
+        file.StartWriteback(base + written_back, done - written_back);
+        written_back = done;
+      }
     } else {
       MEGA_RETURN_IF_ERROR(Append(file, base + off, bytes));
     }

@@ -650,7 +650,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "format",
         "Write and read a multi-tensor file in MEGA and safetensors, next to the machine's\n"
         "limits measured the same way in the same process: memcpy, page-cache write of a\n"
-        "plain file of the same size, page-cache read into a reused buffer. Reads go into\n"
+        "plain file of the same size, page-cache read into a reused buffer, each the best of 1,\n"
+        "2 and N plain threads (N = the default pool's size). Reads go into\n"
         "caller-allocated, pre-faulted, reused tensors. Every configuration runs once per\n"
         "round (limits and ours interleaved, so machine drift hits both); round 0 is a\n"
         "dropped warm-up; min/median/max of --reps rounds, decimal GB/s. Also times the\n"

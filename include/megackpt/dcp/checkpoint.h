@@ -107,10 +107,13 @@ Status Save(const StateDict& state_dict, const std::string& path, const PathSave
 // Errors as Save above and Load.
 Status Load(const std::string& path, StateDict& state_dict, const PathLoadOptions& options = {});
 
-// Reusable staging memory for AsyncSave: one pre-faulted (huge-page) arena that
-// grows on demand up to `capacity_bytes` and is kept for later saves. One async
-// save uses a pool at a time (a second one waits). Thread-safe. Pools come from
-// Create (AsyncSave relies on its implementation).
+// Reusable staging memory for AsyncSave, pre-faulted (huge-page) and kept for
+// later saves. A save whose tensors fit `capacity_bytes` takes an arena of
+// its own size for the whole save, without waiting (one more arena is made
+// when saves overlap, e.g. thread ranks sharing a pool). A larger state is
+// staged in waves through one arena of at most `capacity_bytes`, one such save
+// at a time (a second one waits). Thread-safe. Pools come from Create
+// (AsyncSave relies on its implementation).
 class StagingPool {
  public:
   static std::shared_ptr<StagingPool> Create(uint64_t capacity_bytes);
@@ -139,7 +142,9 @@ struct AsyncSaveHandle {
 };
 
 // Saves in the background. The state is staged into `pool` (copies of tensors
-// and bytes); when it exceeds the pool, it is staged in pieces and each piece is
+// and bytes); when it fits, every tensor is copied first, by several threads,
+// and `staged` is ready once that copy is done and the storage is set up; when
+// it exceeds the pool, it is staged in pieces and each piece is
 // written as soon as it is full, so `staged` comes after all but the last
 // piece has been written. `writer` and `group` are used from a background thread
 // until `done`; the caller must not use `group` for other collectives meanwhile.

@@ -106,6 +106,11 @@ struct MegaEncoderOptions {
   bool header_checksum = false;
   // mega.hash.payload.crc32 / .sha256 entries (values from SetPayloadHashes).
   bool payload_hashes = false;
+  // Positioned writes of a tensor: after each further `writeback_bytes` bytes,
+  // WritableFile::StartWriteback of them, so the device works while the next
+  // bytes are copied and a final Sync waits for less (durable saves; a hint
+  // only). 0: never.
+  uint64_t writeback_bytes = 0;
 };
 
 class MegaEncoder {

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""One summary table of every benchmark row against its ceiling.
+
+    python3 scripts/bench_summary.py DIR
+
+reads the `--json` outputs scripts/bench-all.sh saved in DIR (format.json,
+dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json,
+reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
+hub.json; missing
+files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
+is divided by (and the ceiling's winning parallelism), the ratio, the goal of
+issue 15 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
+above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed.
+The reshard rows divide verified loads by the unverified ones (no ceiling).
+"""
+import json
+import os
+import sys
+
+SLACK = 1.05
+
+
+def load(d, name):
+    p = os.path.join(d, name)
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        text = f.read()
+    # mpirun may interleave other ranks' lines; the JSON object is one block.
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0:
+        return None
+    return json.loads(text[start:end + 1])
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, bench, row, ours, ceiling=None, par=None, goal=None, lower_better=False, unit="GB/s",
+            is_ceiling=True):
+        """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check)."""
+        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling))
+
+    def print(self):
+        head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling':>16} {'ratio':>6} {'goal':>7}  flag"
+        print(head)
+        print("-" * len(head))
+        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling in self.rows:
+            o = f"{ours[0]:8.3f} [{ours[1]:7.3f},{ours[2]:7.3f}]" if ours else "-"
+            c = "-"
+            ratio = None
+            if ceil and ceil[0] > 0 and ours:
+                c = f"{ceil[0]:8.3f}" + (f" ({par} thr)" if par else "")
+                ratio = ours[0] / ceil[0]
+            r = f"{ratio:6.2f}" if ratio is not None else "     -"
+            g = "-"
+            flag = ""
+            if goal is not None:
+                g = ("<= " if lower else ">= ") + f"{goal:g}"
+            if ratio is not None and is_ceiling:
+                if not lower and ratio > SLACK:
+                    flag = "CEILING TOO LOW"
+                if lower and ratio < 1 / SLACK:
+                    flag = "CEILING TOO LOW"
+            if ratio is not None:
+                if goal is not None and ((lower and ratio > goal) or (not lower and ratio < goal)):
+                    flag = (flag + "; " if flag else "") + "below goal"
+            print(f"{bench:<14} {row:<34} {o:>27} {c:>16} {r} {g:>7}  {flag}  ({unit})")
+
+
+def triple(j, key):
+    if j is None or key not in j:
+        return None
+    return (j[key], j.get(key + "_min", j[key]), j.get(key + "_max", j[key]))
+
+
+def par(j, stem):
+    return j.get(stem + "_parallelism") if j else None
+
+
+def save_load_rows(t, name, j, unverified=True):
+    t.add(name, "save (durable)", triple(j, "save_gbps"), triple(j, "durable_write_gbps"),
+          par(j, "durable_write"), 0.9)
+    t.add(name, "save --no-sync", triple(j, "save_nosync_gbps"), triple(j, "pagecache_write_gbps"),
+          par(j, "pagecache_write"), 0.85)
+    t.add(name, "load (verified)", triple(j, "load_gbps"), triple(j, "pagecache_read_gbps"),
+          par(j, "pagecache_read"), 0.7)
+    if unverified and "load_unverified_gbps" in j:
+        t.add(name, "load (unverified)", triple(j, "load_unverified_gbps"),
+              triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85)
+    if "peak_extra_rss_bytes" in j:
+        mib = j["peak_extra_rss_bytes"] / 2**20
+        t.add(name, "peak extra RSS, MiB (<= 256)", (mib, mib, mib), (256, 256, 256), None, 1.0,
+              lower_better=True, unit="MiB", is_ceiling=False)
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    d = argv[1]
+    t = Table()
+    f = load(d, "format.json")
+    if f:
+        for k in sorted(f):
+            if not k.endswith("_ratio"):
+                continue
+            stem = k[: -len("_ratio")]
+            limit = "pagecache_write" if "write" in stem else "pagecache_read"
+            t.add("format", stem, triple(f, stem + "_gbps"), triple(f, limit + "_gbps"), par(f, limit))
+    for name in ("dcp_w1", "dcp_w2", "dcp_mpi2"):
+        j = load(d, name + ".json")
+        if j:
+            save_load_rows(t, name, j)
+    for name in ("mega_w1", "mega_w2"):
+        j = load(d, name + ".json")
+        if j:
+            save_load_rows(t, name, j, unverified=False)
+            t.add(name, "async save: caller blocked, s", triple(j, "async_blocked_seconds"),
+                  (j["memcpy_state_seconds"],) * 3, par(j, "memcpy"), 1.5, lower_better=True, unit="s")
+    for w in (1, 2):
+        j = load(d, f"torch_w{w}.json")
+        ref = load(d, f"dcp_w{w}.json")
+        if j and ref:
+            t.add(f"torch_w{w}", "torch DCP save (sync_files)", triple(j, "torch_dcp_save_gbps"),
+                  triple(ref, "durable_write_gbps"), par(ref, "durable_write"))
+            t.add(f"torch_w{w}", "torch DCP save (no sync)", triple(j, "torch_dcp_save_nosync_gbps"),
+                  triple(ref, "pagecache_write_gbps"), par(ref, "pagecache_write"))
+            t.add(f"torch_w{w}", "torch DCP load", triple(j, "torch_dcp_load_gbps"),
+                  triple(ref, "pagecache_read_gbps"), par(ref, "pagecache_read"))
+    j = load(d, "reshard.json")
+    if j:
+        # No ceiling of its own: verified vs unverified, and bytes read / state.
+        for st in ("fs", "mega"):
+            for kind in ("load", "reshard_load"):
+                k = f"{st}_{kind}_gbps"
+                if k in j:
+                    t.add("reshard", f"{st} {kind.replace('_', ' ')} (verified)", triple(j, k),
+                          triple(j, f"{st}_{kind}_unverified_gbps"), None, is_ceiling=False)
+    j = load(d, "incremental_w2.json")
+    if j:
+        full = j["full_save_gbps"]
+        t.add("incremental_w2", "full save (durable, hashed)", (full, full, full),
+              triple(j, "durable_write_gbps"), par(j, "durable_write"))
+    j = load(d, "cas.json")
+    if j:
+        for key, _ in sorted(j.get("ratios", {}).items()):
+            ours, ref = key.split("/")
+            det = j["details"]
+            if ours in det and ref in det:
+                t.add("cas", ours, (det[ours]["median"], det[ours]["min"], det[ours]["max"]),
+                      (det[ref]["median"], det[ref]["min"], det[ref]["max"]), 1)
+    j = load(d, "hub.json")
+    if j:
+        for r in j.get("rows", []):
+            ratio = r.get("ratio_to_limit", 0)
+            ours = (r["median_gbps"], r["min_gbps"], r["max_gbps"])
+            ceil = (r["median_gbps"] / ratio,) * 3 if ratio > 0 else None
+            t.add("hub", r["name"][:34], ours, ceil, 1 if ceil else None)
+    t.print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
