@@ -32,6 +32,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sysconfig
 import sys
 import threading
 import time
@@ -234,6 +235,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def parse_results(out):
+    """Every `RESULT {json}` a worker printed. mpirun forwards its ranks' output
+    through one stream, so two ranks' lines can run together: decode each JSON
+    object where a marker starts instead of splitting by lines."""
+    dec, found, i = json.JSONDecoder(), [], out.find("RESULT ")
+    while i >= 0:
+        obj, end = dec.raw_decode(out, i + len("RESULT "))
+        found.append(obj)
+        i = out.find("RESULT ", end)
+    return found
+
+
 def run_system(system, world, args):
     base = [sys.executable, os.path.abspath(__file__), "--worker", system, "--world", str(world),
             "--size", str(args.size), "--reps", str(args.reps), "--dir", args.dir]
@@ -251,7 +264,7 @@ def run_system(system, world, args):
     for p in procs:
         out, _ = p.communicate()
         log += out
-        ranks += [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+        ranks += parse_results(out)
     if len(ranks) != world:
         return None, log.strip().splitlines()[-1] if log.strip() else "failed"
     agg = {"bytes": sum(r["bytes"] for r in ranks)}
@@ -264,16 +277,22 @@ def run_system(system, world, args):
 
 
 def run_cpp(world, args):
-    exe = shutil.which("megackpt")
+    """`megackpt bench mega --json` of the same interpreter's installation (the
+    engine the native rows use): (results, None), or (None, why)."""
+    scripts = sysconfig.get_path("scripts")
+    exe = os.path.join(scripts, "megackpt")
+    if not os.access(exe, os.X_OK):
+        exe = shutil.which("megackpt")
     if exe is None:
-        return None
+        return None, f"no megackpt in {scripts} or on PATH"
     r = subprocess.run([exe, "bench", "mega", "--size", str(args.size), "--world-size", str(world),
                         "--reps", str(args.reps), "--dir", args.dir, "--json"],
                        capture_output=True, text=True)
     try:
-        return json.loads(r.stdout)
+        return json.loads(r.stdout), None
     except ValueError:
-        return None
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        return None, f"{exe} exited {r.returncode}: " + (lines[-1] if lines else "no output")
 
 
 def main():
@@ -312,8 +331,10 @@ def main():
             rss = f"{agg['rss_extra'] / (1 << 20):.0f}" if "rss_extra" in agg else "-"
             print(f"{system:<12} {world:>5} {f('save'):>13} {f('save_nosync'):>13} {f('load'):>10} "
                   f"{a:>16} {rss:>14}", flush=True)
-        cpp = run_cpp(world, args)
-        if cpp:
+        cpp, why = run_cpp(world, args)
+        if cpp is None:
+            print(f"{'cpp':<12} {world:>5}  failed: {why}")
+        else:
             table[("cpp", world)] = cpp
             print(f"{'cpp':<12} {world:>5} {cpp.get('save_gbps', 0):>13.2f} "
                   f"{cpp.get('save_nosync_gbps', 0):>13.2f} {cpp.get('load_gbps', 0):>10.2f} "
