@@ -35,50 +35,20 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dist/process_group.h"
+#include "row_sharded_state.h"
 
 namespace megackpt::bench {
 namespace {
 
 constexpr int kWarmup = 1;
-constexpr int kTensors = 16;
-constexpr int64_t kCols = 1024;  // F32: 4 KiB rows
-
-struct RankState {
-  dcp::StateDict save;
-  dcp::StateDict load;
-  std::vector<Tensor> save_shards, load_shards;
-};
+constexpr int kTensors = 16;  // RowShardedLayout's defaults: 16 tensors of 4 KiB F32 rows
+using RankState = RowShardedRank;
 
 Result<RankState> BuildState(uint64_t size, int world, int rank) {
-  RankState st;
-  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
-  for (int t = 0; t < kTensors; ++t) {
-    int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
-    Shape local{r1 - r0, kCols};
-    const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * kCols * 4;
-    MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(nbytes, true));
-    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(nbytes, true));
-    FillRandom(a.get(), nbytes, 1000 + t * 64 + rank);
-    MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, local, a));
-    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, local, b));
-    const std::string name = "layers." + std::to_string(t) + ".weight";
-    std::vector<dcp::Shard> sa, sb;
-    if (r1 > r0) {
-      sa.push_back(dcp::Shard{{r0, 0}, ta});
-      sb.push_back(dcp::Shard{{r0, 0}, tb});
-    }
-    st.save.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sa}));
-    st.load.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sb}));
-    st.save_shards.push_back(ta);
-    st.load_shards.push_back(tb);
-  }
-  return st;
+  return BuildRowShardedRank(RowShardedLayout{}, size, world, rank);
 }
 
-uint64_t GlobalBytes(uint64_t size) {
-  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
-  return static_cast<uint64_t>(rows) * kCols * 4 * kTensors;
-}
+uint64_t GlobalBytes(uint64_t size) { return RowShardedLayout{}.BytesFor(size); }
 
 // Runs one collective operation on every rank and returns its wall time: the
 // threads backend times the whole multi-thread run; MPI ranks start together
