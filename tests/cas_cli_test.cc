@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/test_files.h"
 #include "test_util.h"
 
 namespace {
@@ -21,13 +22,12 @@ CliRun Exec(const std::string& args) {
 class CasCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string t = ::testing::TempDir() + "cas-cli-XXXXXX";
-    dir_ = ::mkdtemp(t.data());
+    dir_ = tmp_.path();
     data_ = megackpt::test_util::RandomData(3'000'000, 5);
     input_ = dir_ + "/input.bin";
     megackpt::test_util::WriteFileCreatingDirs(input_, data_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  megackpt::test_util::TempDir tmp_{"cas-cli"};
   std::string dir_, input_, data_;
 };
 

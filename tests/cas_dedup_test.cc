@@ -10,24 +10,14 @@
 #include <set>
 
 #include "cas/dedup_scenario.h"
+#include "core/test_files.h"
 #include "megackpt/cas/chunker.h"
 #include "megackpt/cas/store.h"
 
 namespace megackpt::cas {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = ::testing::TempDir() + "cas-it-XXXXXX";
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::megackpt::test_util::TempDir;
 
 TEST(CasDedupTest, CheckpointVersionsAndResharding) {
   TempDir dir;

@@ -78,6 +78,18 @@ std::vector<std::string> Names(const std::string& dir, const std::string& ext) {
   return out;
 }
 
+// Saves the sample state at `dir` on one writer thread: one data file, whose
+// name is returned ("" and a test failure otherwise).
+std::string SaveFsOneDataFile(const std::string& dir) {
+  FileSystemWriterOptions o;
+  o.thread_count = 1;
+  Status s = SaveFs(dir, o);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto data = Names(dir, ".distcp");
+  EXPECT_EQ(data.size(), 1u);
+  return s.ok() && data.size() == 1 ? data[0] : "";
+}
+
 Metadata ReadMd(const std::string& dir) {
   auto text = ReadLocalFile(dir + "/.metadata");
   EXPECT_TRUE(text.ok());
@@ -137,21 +149,18 @@ TEST(PathSafety, MegaMetadataNamingAFileOutsideIsRefused) {
 TEST(PathSafety, SymlinkLeavingTheFolderIsRefused) {
   TempDir t("path-safety");
   const std::string dir = t.path("ckpt");
-  FileSystemWriterOptions o;
-  o.thread_count = 1;
-  ASSERT_TRUE(SaveFs(dir, o).ok());
-  auto data = Names(dir, ".distcp");
-  ASSERT_EQ(data.size(), 1u);
-  stdfs::rename(dir + "/" + data[0], t.path("outside.bin"));
-  stdfs::create_symlink(t.path("outside.bin"), dir + "/" + data[0]);
+  const std::string data = SaveFsOneDataFile(dir);
+  ASSERT_FALSE(data.empty());
+  stdfs::rename(dir + "/" + data, t.path("outside.bin"));
+  stdfs::create_symlink(t.path("outside.bin"), dir + "/" + data);
   Status s = LoadFs(dir);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("outside the checkpoint folder"), std::string::npos) << s.ToString();
   // A symlink inside the folder is fine.
-  stdfs::remove(dir + "/" + data[0]);
+  stdfs::remove(dir + "/" + data);
   stdfs::rename(t.path("outside.bin"), dir + "/real.bin");
-  stdfs::create_symlink("real.bin", dir + "/" + data[0]);
+  stdfs::create_symlink("real.bin", dir + "/" + data);
   EXPECT_TRUE(LoadFs(dir).ok());
 }
 
@@ -160,17 +169,14 @@ TEST(PathSafety, SymlinkLeavingTheFolderIsRefused) {
 TEST(PathSafety, FifoDataFileFailsWithoutBlocking) {
   TempDir t("path-safety");
   const std::string dir = t.path("ckpt");
-  FileSystemWriterOptions o;
-  o.thread_count = 1;
-  ASSERT_TRUE(SaveFs(dir, o).ok());
-  auto data = Names(dir, ".distcp");
-  ASSERT_EQ(data.size(), 1u);
-  stdfs::remove(dir + "/" + data[0]);
-  ASSERT_EQ(mkfifo((dir + "/" + data[0]).c_str(), 0600), 0);
+  const std::string data = SaveFsOneDataFile(dir);
+  ASSERT_FALSE(data.empty());
+  stdfs::remove(dir + "/" + data);
+  ASSERT_EQ(mkfifo((dir + "/" + data).c_str(), 0600), 0);
   Status s = LoadFs(dir);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("FIFO"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find(data[0]), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(data), std::string::npos) << s.ToString();
   auto v = VerifyDcpCheckpoint(dir);
   ASSERT_TRUE(v.ok());
   EXPECT_FALSE(v->problems.empty());
@@ -224,9 +230,8 @@ TEST(OneCheckpointPerFolder, NoOverwriteRefusesAnotherLayout) {
 TEST(VerifyDcp, ReportsEveryDamagedPiece) {
   TempDir t("verify-dcp");
   const std::string dir = t.path("ckpt");
-  FileSystemWriterOptions o;
-  o.thread_count = 1;
-  ASSERT_TRUE(SaveFs(dir, o).ok());
+  const std::string data = SaveFsOneDataFile(dir);
+  ASSERT_FALSE(data.empty());
   auto clean = VerifyDcpCheckpoint(dir);
   ASSERT_TRUE(clean.ok()) << clean.status().ToString();
   EXPECT_TRUE(clean->problems.empty());
@@ -235,7 +240,7 @@ TEST(VerifyDcp, ReportsEveryDamagedPiece) {
   EXPECT_EQ(clean->chunks_checked, 3u);
   EXPECT_EQ(clean->bytes_checked, 64u * 96 * 4 + 96 * 2 + 300);
   const Metadata md = ReadMd(dir);
-  const std::string file = dir + "/" + Names(dir, ".distcp")[0];
+  const std::string file = dir + "/" + data;
   for (const char* fqn : {"w", "rng"}) {
     for (const auto& [idx, info] : md.storage_data) {
       if (idx.fqn != fqn) continue;
@@ -251,7 +256,7 @@ TEST(VerifyDcp, ReportsEveryDamagedPiece) {
   for (const Status& s : bad->problems) all += s.ToString() + "\n";
   EXPECT_NE(all.find("'w'"), std::string::npos) << all;
   EXPECT_NE(all.find("'rng'"), std::string::npos) << all;
-  EXPECT_NE(all.find(Names(dir, ".distcp")[0]), std::string::npos) << all;
+  EXPECT_NE(all.find(data), std::string::npos) << all;
 }
 
 // Verification is never skipped silently: an entry without any checksum is

@@ -2,6 +2,7 @@
 // steps, async saves that never overlap, crash recovery (a child saving in a
 // loop is SIGKILLed at random instants; every time, the newest valid step is a
 // complete step, bit-exact), multi-rank saves and resharded loads.
+#include "core/test_files.h"
 #include "megackpt/dcp/checkpoint_manager.h"
 
 #include <gtest/gtest.h>
@@ -106,13 +107,7 @@ std::vector<std::string> DataFiles(const std::string& dir) {
 }
 
 void FlipByte(const std::string& file, uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x20;
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(file, offset, 0x20);
 }
 
 // ---- names and retention (pure) --------------------------------------------------

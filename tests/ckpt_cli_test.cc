@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/test_files.h"
 #include "dcp/test_util.h"
 #include "test_util.h"
 
@@ -31,13 +32,7 @@ std::string FirstDataFile(const std::string& dir) {
 }
 
 void FlipByte(const std::string& file, uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x01;
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(file, offset, 0x01);
 }
 
 TEST(CkptCli, TrainingLoopDemoLsLatestGcDiff) {

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "core/test_files.h"
 #include "megackpt/core/file.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/fs/filesystem.h"
@@ -31,16 +32,7 @@ using RunResult = test_util::CommandResult;
 
 class CliFormatTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/cli_format_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    dir_ = mkdtemp(buf.data());
-  }
-  void TearDown() override {
-    std::error_code ec;
-    stdfs::remove_all(dir_, ec);
-  }
+  void SetUp() override { dir_ = tmp_.path(); }
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -90,6 +82,7 @@ class CliFormatTest : public ::testing::Test {
     ASSERT_TRUE(WriteLocalFileAtomically(path, bytes, false).ok());
   }
 
+  test_util::TempDir tmp_{"cli_format_test"};
   std::string dir_;
 };
 

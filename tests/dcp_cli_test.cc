@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/test_files.h"
 #include "dcp/test_util.h"
 #include "test_util.h"
 
@@ -124,13 +125,7 @@ std::string CountLine(const std::string& out) {
 }
 
 void FlipByte(const stdfs::path& file, uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x01);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(file, offset, 0x01);
 }
 
 std::vector<stdfs::path> FilesWith(const std::string& dir, const std::string& ext) {

@@ -21,98 +21,78 @@ namespace stdfs = std::filesystem;
 
 using testing::ThrowingSavePlanner;
 
-std::unique_ptr<dist::ProcessGroup> Group() { return testing::NewMpiGroupForTest(); }
+// Every test: a fresh MPI group of all ranks and a folder they share (rank 0
+// creates it and removes it at the end).
+class DcpMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g = testing::NewMpiGroupForTest();
+    ASSERT_TRUE(g);
+    dir = std::make_unique<testing::SharedDir>(*g, "dcp-mpi");
+  }
 
-// A folder all ranks share (rank 0 creates it), removed by rank 0 at the end.
-class SharedDir : public testing::SharedDir {
- public:
-  explicit SharedDir(dist::ProcessGroup& g) : testing::SharedDir(g, "dcp-mpi") {}
+  std::unique_ptr<dist::ProcessGroup> g;
+  std::unique_ptr<testing::SharedDir> dir;  // destroyed before the group
 };
 
-TEST(DcpMpi, SaveThenResharedLoads) {
-  auto g = Group();
-  ASSERT_TRUE(g);
-  SharedDir dir(*g);
-  const int world = g->world_size();
+TEST_F(DcpMpi, SaveThenResharedLoads) {
   auto spec = synthetic::MakeSpec(77, 700 << 10);
-  const std::string ckpt = dir.path("c");
+  const std::string ckpt = dir->path("c");
   {
-    auto sd = synthetic::BuildRankState(spec, world, g->rank(), 0, true);
-    ASSERT_TRUE(sd.ok());
-    Status s = Save(*sd, *NewFileSystemWriter(ckpt), g.get());
+    Status s = testing::SaveSyntheticRank(spec, *NewFileSystemWriter(ckpt), g.get());
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   // Same world size through MPI, every tensor in another layout.
   for (int variant : {1, 3}) {
-    auto sd = synthetic::BuildRankState(spec, world, g->rank(), variant, false);
-    ASSERT_TRUE(sd.ok());
-    Status s = Load(*sd, *NewFileSystemReader(ckpt), g.get());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    Status v = synthetic::VerifyRankState(spec, *sd);
-    EXPECT_TRUE(v.ok()) << "variant " << variant << ": " << v.ToString();
+    Status s = testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(ckpt), g.get(), variant);
+    ASSERT_TRUE(s.ok()) << "variant " << variant << ": " << s.ToString();
   }
   // Other world sizes: rank 0 loads with 1..4 threads ranks.
   if (g->rank() == 0) {
     for (int load_world : {1, 2, 3, 4}) {
       auto results = dist::RunThreadRanks(load_world, [&](dist::ProcessGroup& tg) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd,
-                              synthetic::BuildRankState(spec, load_world, tg.rank(), 2, false));
-        MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(ckpt), &tg));
-        return synthetic::VerifyRankState(spec, sd);
+        return testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(ckpt), &tg, 2);
       });
       for (const Status& s : results) EXPECT_TRUE(s.ok()) << "load world " << load_world << ": " << s.ToString();
     }
   }
 }
 
-TEST(DcpMpi, AsyncSaveThenLoad) {
-  auto g = Group();
-  ASSERT_TRUE(g);
-  SharedDir dir(*g);
+TEST_F(DcpMpi, AsyncSaveThenLoad) {
   const int world = g->world_size();
   auto spec = synthetic::MakeSpec(78, 300 << 10);
   auto sd = synthetic::BuildRankState(spec, world, g->rank(), 0, true);
   ASSERT_TRUE(sd.ok());
   AsyncSaveOptions opts;
   opts.pool = StagingPool::Create(100 << 10);
-  AsyncSaveHandle h = AsyncSave(*sd, NewFileSystemWriter(dir.path("a")), g.get(), opts);
+  AsyncSaveHandle h = AsyncSave(*sd, NewFileSystemWriter(dir->path("a")), g.get(), opts);
   ASSERT_TRUE(h.staged.get().ok());
   Status done = h.done.get();
   ASSERT_TRUE(done.ok()) << done.ToString();
-  auto dest = synthetic::BuildRankState(spec, world, g->rank(), 5, false);
-  ASSERT_TRUE(Load(*dest, *NewFileSystemReader(dir.path("a")), g.get()).ok());
-  EXPECT_TRUE(synthetic::VerifyRankState(spec, *dest).ok());
+  Status loaded = testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(dir->path("a")), g.get(), 5);
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
 }
 
-TEST(DcpMpi, ThrowOnOneRankFailsEveryRank) {
-  auto g = Group();
-  ASSERT_TRUE(g);
-  SharedDir dir(*g);
+TEST_F(DcpMpi, ThrowOnOneRankFailsEveryRank) {
   auto spec = synthetic::MakeSpec(79, 100 << 10);
   auto sd = synthetic::BuildRankState(spec, g->world_size(), g->rank(), 0, true);
   ASSERT_TRUE(sd.ok());
   ThrowingSavePlanner planner(g->rank() == 1, "rank one exploded");
   SaveOptions so;
   so.planner = &planner;
-  Status s = Save(*sd, *NewFileSystemWriter(dir.path("t")), g.get(), so);
+  Status s = Save(*sd, *NewFileSystemWriter(dir->path("t")), g.get(), so);
   EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
   EXPECT_NE(s.message().find("rank 1: "), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("rank one exploded"), std::string::npos) << s.message();
   EXPECT_TRUE(g->Barrier().ok());
-  EXPECT_FALSE(stdfs::exists(dir.path("t") + "/.metadata"));
+  EXPECT_FALSE(stdfs::exists(dir->path("t") + "/.metadata"));
 }
 
-TEST(DcpMpi, MissingAndCorruptFilesFailEveryRank) {
-  auto g = Group();
-  ASSERT_TRUE(g);
-  SharedDir dir(*g);
+TEST_F(DcpMpi, MissingAndCorruptFilesFailEveryRank) {
   const int world = g->world_size();
   auto spec = synthetic::MakeSpec(80, 200 << 10);
-  const std::string ckpt = dir.path("c");
-  {
-    auto sd = synthetic::BuildRankState(spec, world, g->rank(), 0, true);
-    ASSERT_TRUE(Save(*sd, *NewFileSystemWriter(ckpt), g.get()).ok());
-  }
+  const std::string ckpt = dir->path("c");
+  ASSERT_TRUE(testing::SaveSyntheticRank(spec, *NewFileSystemWriter(ckpt), g.get()).ok());
   auto load = [&]() {
     auto sd = synthetic::BuildRankState(spec, world, g->rank(), 1, false);
     return Load(*sd, *NewFileSystemReader(ckpt), g.get());

@@ -121,6 +121,43 @@ TEST(DcpThreads, AsyncSaveFromFourRanks) {
   for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// What a resharded load read: the data bytes read and the bytes the
+// destinations need.
+struct ReadBytes {
+  bool ok = false;  // every rank loaded and checked its values
+  uint64_t read = 0, needed = 0;
+  double ratio() const { return static_cast<double>(read) / needed; }
+};
+
+// Loads `spec` saved at `dir` on `world` ranks with re-sharding `variant` and
+// verification `verify`, checks every value, and counts the bytes read (a
+// test failure naming the error when a rank fails).
+ReadBytes ReshardedLoadReads(const synthetic::Spec& spec, const std::string& dir, int world,
+                             int variant, VerifyMode verify) {
+  auto counting = std::make_shared<testing::InstrumentedFileSystem>();
+  std::atomic<uint64_t> needed{0};
+  auto results = dist::RunThreadRanks(
+      world,
+      [&](dist::ProcessGroup& g) -> Status {
+        MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                              synthetic::BuildRankState(spec, world, g.rank(), variant, false));
+        FileSystemReaderOptions ro;
+        ro.fs = counting;
+        ro.verify = verify;
+        MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir, ro), &g));
+        MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
+        needed += synthetic::RankStateBytes(sd);
+        return Status::OK();
+      },
+      Quick());
+  bool ok = true;
+  for (const Status& s : results) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ok = ok && s.ok();
+  }
+  return {ok, counting->data_bytes_read.load(), needed.load()};
+}
+
 // Unverified loads (VerifyMode::kOff) read exactly the ranges they need: all
 // ranks together read at most 1.05x the bytes their destinations need, for a
 // load that reshards every tensor. (Verified loads, the default, read whole
@@ -130,25 +167,11 @@ TEST(DcpThreads, ReshardedLoadReadsAtMostFivePercentExtra) {
   auto spec = synthetic::MakeSpec(21, 2 << 20);
   ASSERT_TRUE(SaveSynthetic(spec, dir.path("c"), 2).ok());
   for (int variant : {1, 2, 3}) {
-    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-    std::atomic<uint64_t> needed{0};
-    auto results = dist::RunThreadRanks(
-        3,
-        [&](dist::ProcessGroup& g) -> Status {
-          MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), variant, false));
-          FileSystemReaderOptions ro;
-          ro.fs = counting;
-          ro.verify = VerifyMode::kOff;
-          MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir.path("c"), ro), &g));
-          MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
-          needed += synthetic::RankStateBytes(sd);
-          return Status::OK();
-        },
-        Quick());
-    for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
-    const double ratio = static_cast<double>(counting->data_bytes_read.load()) / needed.load();
-    EXPECT_LE(ratio, 1.05) << "variant " << variant << ": read " << counting->data_bytes_read.load()
-                           << " bytes for " << needed.load();
+    const ReadBytes b = ReshardedLoadReads(spec, dir.path("c"), 3, variant, VerifyMode::kOff);
+    ASSERT_TRUE(b.ok);
+    const double ratio = b.ratio();
+    EXPECT_LE(ratio, 1.05) << "variant " << variant << ": read " << b.read
+                           << " bytes for " << b.needed;
     EXPECT_GE(ratio, 1.0) << "variant " << variant;
   }
 }
@@ -164,25 +187,12 @@ TEST(DcpThreads, VerifiedReshardedLoadsReadAtMostTenPercentExtra) {
   ASSERT_TRUE(SaveSynthetic(spec, dir.path("c"), 2).ok());
   for (int world : {1, 2, 3}) {
     for (int variant : {1, 2, 3}) {
-      auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-      std::atomic<uint64_t> needed{0};
-      auto results = dist::RunThreadRanks(
-          world,
-          [&](dist::ProcessGroup& g) -> Status {
-            MEGA_ASSIGN_OR_RETURN(StateDict sd,
-                                  synthetic::BuildRankState(spec, world, g.rank(), variant, false));
-            FileSystemReaderOptions ro;
-            ro.fs = counting;
-            MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir.path("c"), ro), &g));
-            MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
-            needed += synthetic::RankStateBytes(sd);
-            return Status::OK();
-          },
-          Quick());
-      for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
-      const double ratio = static_cast<double>(counting->data_bytes_read.load()) / needed.load();
+      const ReadBytes b =
+          ReshardedLoadReads(spec, dir.path("c"), world, variant, FileSystemReaderOptions{}.verify);
+      ASSERT_TRUE(b.ok);
+      const double ratio = b.ratio();
       EXPECT_LE(ratio, 1.10) << "world " << world << " variant " << variant << ": read "
-                             << counting->data_bytes_read.load() << " bytes for " << needed.load();
+                             << b.read << " bytes for " << b.needed;
       EXPECT_GE(ratio, 1.0) << "world " << world << " variant " << variant;
       std::printf("verified load, world %d, variant %d: read/needed %.4f\n", world, variant, ratio);
     }

@@ -154,8 +154,7 @@ TEST_F(HubSecurityTest, NoBodyIsReadBeforeTheCallerIsAuthorised) {
                        (auth.empty() ? "" : "Authorization: Bearer " + auth + "\r\n") +
                        "Content-Length: " + std::to_string(64 << 20) + "\r\n\r\n";
     auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(c.Send(head));
-    auto a = c.Read();
+    auto a = c.Exchange(head);
     ASSERT_TRUE(a.has_value()) << target;
     EXPECT_EQ(a->status, want) << target << ": " << a->body;
     EXPECT_LT(Seconds(t0), 5.0) << target;

@@ -28,26 +28,12 @@
 #include <vector>
 
 #include "hub/http_client.h"
+#include "core/test_files.h"
 #include "test_util.h"
 
 namespace megackpt::testing {
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "megahub-test") {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::megackpt::test_util::TempDir;
 
 inline std::string MegahubBinary() { return std::string(MEGACKPT_BINARY_DIR) + "/tools/megahub"; }
 using ::megackpt::test_util::MegackptBinary;

@@ -17,8 +17,6 @@
 namespace megackpt {
 namespace {
 
-using ::megackpt::testing::CreateToken;
-using ::megackpt::testing::MegahubProcess;
 using ::megackpt::testing::SharedHub;
 using ::megackpt::testing::SharedHubServer;
 using ::megackpt::testing::TempDir;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/test_files.h"
 #include "dcp/incremental.h"
 #include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint_manager.h"
@@ -95,13 +96,7 @@ uint64_t OwnFileBytes(const std::string& dir) {
 }
 
 void FlipByte(const std::string& file, uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x04;
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(file, offset, 0x04);
 }
 
 TEST(BlockHashesTest, RecordRoundTripsAndRejectsJunk) {

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/test_files.h"
 #include "dcp/synthetic.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -171,9 +172,7 @@ int RunChildSave(const synthetic::Spec& spec, const std::string& dir, int kill_a
 class CrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (stdfs::temp_directory_path() / "mega-crash-XXXXXX").string();
-    root_ = mkdtemp(tmpl.data());
-    dir_ = root_ + "/ckpt";
+    dir_ = tmp_.File("ckpt");
     // Same names, shapes and file layout, different bytes: the new save's plain
     // file names collide with the old checkpoint's, which is the hard case.
     specs_[0] = synthetic::MakeSpec(101, kStateBytes);
@@ -181,10 +180,6 @@ class CrashTest : public ::testing::Test {
     specs_[1].seed = 202;
     ASSERT_TRUE(SaveSpec(specs_[0], dir_, nullptr).ok());
     current_ = 0;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    stdfs::remove_all(root_, ec);
   }
 
   // After a kill: the folder loads as the current or the next checkpoint, through
@@ -210,7 +205,8 @@ class CrashTest : public ::testing::Test {
     }
   }
 
-  std::string root_, dir_;
+  test_util::TempDir tmp_{"mega-crash"};
+  std::string dir_;
   synthetic::Spec specs_[2];
   int current_ = 0;
 };

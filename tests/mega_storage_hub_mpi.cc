@@ -1,4 +1,4 @@
-// MegaStorageWriter/Reader over mega:// under mpirun (tests/cmake/mega_storage_hub.cmake;
+// MegaStorageWriter/Reader over mega:// under mpirun (tests/cmake/dcp.cmake;
 // main() in tests/dist_mpi_gtest_main.cc): rank 0 starts a real `megahub` on
 // loopback and shares its endpoint and a write token; every MPI process saves
 // its part to mega://org/...@main/ckpt -> exactly one new commit; the

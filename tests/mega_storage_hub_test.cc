@@ -35,8 +35,6 @@
 namespace megackpt::dcp {
 namespace {
 
-using ::megackpt::testing::CreateToken;
-using ::megackpt::testing::MegahubProcess;
 using ::megackpt::testing::SharedHub;
 using ::megackpt::testing::SharedHubServer;
 using ::megackpt::testing::RunCommand;

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "core/test_files.h"
 #include "dcp/mega_storage_files.h"
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
@@ -88,13 +89,7 @@ std::string ReadFileBytes(const std::string& path) {
 }
 
 void FlipBit(const std::string& path, uint64_t offset, int bit) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ (1 << bit));
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(path, offset, static_cast<uint8_t>(1 << bit));
 }
 
 // Offsets to flip in a shard: spread over the header (preamble, metadata,

@@ -1,4 +1,4 @@
-// MegaStorageWriter/Reader under mpirun (tests/cmake/mega_storage.cmake; main() in
+// MegaStorageWriter/Reader under mpirun (tests/cmake/dcp.cmake; main() in
 // tests/dist_mpi_gtest_main.cc): every MPI rank saves its part, the checkpoint is
 // loaded back resharded (MPI ranks with another layout, and one process), with
 // and without an fqn_to_index_mapping; consolidation runs collectively.

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/test_files.h"
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
@@ -111,13 +112,7 @@ void ExpectGloballyNumbered(const std::vector<std::string>& shards) {
 std::string Slurp(const std::string& path) { return *ReadLocalFile(path); }
 
 void FlipByte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x5A);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(path, offset, 0x5A);
 }
 
 // ---------------------------------------------------------------------------

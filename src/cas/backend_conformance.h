@@ -25,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cas/test_util.h"
+#include "core/test_files.h"
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
 
@@ -46,23 +48,11 @@ inline std::string BackendFactoryName(const ::testing::TestParamInfo<BackendFact
 class CasBackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
  protected:
   void SetUp() override {
-    std::string t = ::testing::TempDir() + "cas-conformance-XXXXXX";
-    dir_ = ::mkdtemp(t.data());
-    auto b = GetParam().make(dir_ + "/store");
+    auto b = GetParam().make(dir_.File("store"));
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     backend_ = *b;
   }
-  void TearDown() override {
-    backend_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  static std::string Bytes(uint64_t seed, size_t n) {
-    std::mt19937_64 rng(seed);
-    std::string s(n, '\0');
-    for (auto& c : s) c = static_cast<char>(rng());
-    return s;
-  }
+  void TearDown() override { backend_.reset(); }
 
   // A xorb of `n` chunks; returns its bytes and layout and each chunk's data.
   struct Built {
@@ -74,7 +64,7 @@ class CasBackendConformanceTest : public ::testing::TestWithParam<BackendFactory
     XorbBuilder b;
     Built out;
     for (int i = 0; i < n; ++i) {
-      std::string d = (i % 2) ? std::string(3000 + i, static_cast<char>('a' + i)) : Bytes(seed * 100 + i, 5000 + i);
+      std::string d = (i % 2) ? std::string(3000 + i, static_cast<char>('a' + i)) : RandomBytes(seed * 100 + i, 5000 + i);
       std::string rec;
       AppendChunkRecord(std::as_bytes(std::span(d)), CompressionPolicy::kAuto, &rec);
       b.Add(ChunkHash(std::as_bytes(std::span(d))), static_cast<uint32_t>(d.size()), rec);
@@ -106,7 +96,7 @@ class CasBackendConformanceTest : public ::testing::TestWithParam<BackendFactory
     return r;
   }
 
-  std::string dir_;
+  test_util::TempDir dir_{"cas-conformance"};  // outlives backend_
   std::shared_ptr<CasBackend> backend_;
 };
 
@@ -230,7 +220,7 @@ TEST_P(CasBackendConformanceTest, ConcurrentPutsOfTheSameXorb) {
 TEST_P(CasBackendConformanceTest, StoreRoundTripThroughBackend) {
   auto store = CasStore::Open(backend_, {.max_xorb_bytes = 1u << 20});
   ASSERT_TRUE(store.ok());
-  std::string data = Bytes(6, 3'000'000);
+  std::string data = RandomBytes(6, 3'000'000);
   auto r = (*store)->Upload(std::as_bytes(std::span(data)));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(*(*store)->Read(r->file_hash) == data);

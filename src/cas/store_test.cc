@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cas/test_util.h"
+#include "core/test_files.h"
 #include "megackpt/cas/chunker.h"
 #include "megackpt/cas/xorb.h"
 
@@ -40,16 +41,7 @@ MerkleHash ExpectedFileHash(const std::string& data) {
 }
 
 // Float-like data: small normal-ish float32 values (compressible with BG4).
-std::string FloatBytes(uint64_t seed, size_t n) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> dist(0.f, 0.02f);
-  std::string out(n, '\0');
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    float f = dist(rng);
-    std::memcpy(out.data() + i, &f, 4);
-  }
-  return out;
-}
+std::string FloatBytes(uint32_t seed, size_t n) { return testing::FloatBytes(seed, n, 0.02f); }
 
 TEST(CasStoreTest, UploadDownloadRoundTrip) {
   ScopedTempDir dir;
@@ -265,15 +257,7 @@ TEST(CasStoreTest, CorruptXorbByteIsDataLossNamingXorbAndChunk) {
   ASSERT_GE(layout->chunks.size(), 3u);
   // Flip one payload byte inside chunk 2.
   const uint64_t pos = layout->chunks[2].byte_offset + kChunkRecordHeaderSize + 100;
-  {
-    std::fstream f(XorbFile(dir.path(), xorb), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(pos);
-    char c;
-    f.read(&c, 1);
-    c ^= 1;
-    f.seekp(pos);
-    f.write(&c, 1);
-  }
+  ::megackpt::test_util::XorFileByte(XorbFile(dir.path(), xorb), pos, 1);
   // A fresh store object (no cached data).
   auto fresh = OpenStore(dir.path());
   auto got = fresh->Read(r->file_hash);

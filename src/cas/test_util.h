@@ -5,11 +5,15 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <span>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "core/test_files.h"
 
 namespace megackpt::cas::testing {
 
@@ -29,27 +33,27 @@ inline std::string RandomBytes(uint64_t seed, size_t n) {
   return out;
 }
 
+// Float-like data: `n` bytes of normal float32 values of standard deviation
+// `stddev` (compressible with BG4); deterministic in `seed`.
+inline std::string FloatBytes(uint32_t seed, size_t n, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, stddev);
+  std::string out(n, '\0');
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    float f = dist(rng);
+    std::memcpy(out.data() + i, &f, 4);
+  }
+  return out;
+}
+
 inline std::span<const std::byte> Bytes(const std::string& s) {
   return std::as_bytes(std::span(s.data(), s.size()));
 }
 
 // A unique temp folder removed at destruction.
-class ScopedTempDir {
+class ScopedTempDir : public test_util::TempDir {
  public:
-  ScopedTempDir() {
-    std::string tmpl = ::testing::TempDir() + "megackpt-cas-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~ScopedTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  ScopedTempDir() : test_util::TempDir("megackpt-cas") {}
 };
 
 }  // namespace megackpt::cas::testing

@@ -15,16 +15,7 @@ namespace {
 using testing::Bytes;
 using testing::RandomBytes;
 
-std::string FloatBytes(size_t n) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0.f, 0.05f);
-  std::string out(n, '\0');
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    float f = dist(rng);
-    std::memcpy(out.data() + i, &f, 4);
-  }
-  return out;
-}
+std::string FloatBytes(size_t n) { return testing::FloatBytes(1, n, 0.05f); }
 
 std::string Decode(const std::string& rec) {
   std::string out;

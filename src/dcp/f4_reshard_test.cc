@@ -14,6 +14,7 @@
 #include <random>
 #include <tuple>
 
+#include "core/test_files.h"
 #include "dcp/f4_box.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
@@ -336,26 +337,36 @@ TEST(F4ReshardMega, CompressedChunkedTensorInShards) {
   }
 }
 
-// Partial F4 boxes read little more than they need: whole-row ranges starting
-// mid-byte, column slices and 2-D blocks of odd widths (the same 1.05x bound as
-// other dtypes; each run costs at most one extra byte).
-TEST(F4ReshardFs, ReadsAboutWhatItNeeds) {
-  TempDir dir("f4-reshard-bytes");
-  const Shape global{768, 1023};
-  const Tensor full = RandomF4(global, 21);
+// The tensor and the boxes of the partial-read tests below.
+const Shape kPartialGlobal{768, 1023};
+const Box kPartialBoxes[] = {
+    Box{{201, 0}, {299, 1023}},  // rows crossing a chunk boundary, odd start
+    Box{{0, 0}, {768, 128}},     // columns
+    Box{{100, 64}, {400, 201}},  // 2-D block, odd width
+};
+
+// Saves `full` (an F4 tensor "w" of kPartialGlobal) as three row shards of 256
+// rows with the fs writer at `dir`.
+void SaveThreeRowShards(const Tensor& full, const std::string& dir) {
   std::vector<Shard> shards;
   for (int r = 0; r < 3; ++r) {
     shards.push_back(Shard{{256 * r, 0}, Extract(full, {256 * r, 0}, {256, 1023})});
   }
   StateDict sd;
-  sd.Set("w", StateValue(ShardedTensor{DType::kF4, global, shards}));
-  ASSERT_TRUE(Save(sd, *MakeWriter(Backend::kFs, dir.path())).ok());
-  const Box cases[] = {
-      Box{{201, 0}, {299, 1023}},  // rows crossing a chunk boundary, odd start
-      Box{{0, 0}, {768, 128}},     // columns
-      Box{{100, 64}, {400, 201}},  // 2-D block, odd width
-  };
-  for (const Box& c : cases) {
+  sd.Set("w", StateValue(ShardedTensor{DType::kF4, kPartialGlobal, shards}));
+  Status s = Save(sd, *MakeWriter(Backend::kFs, dir));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+// Partial F4 boxes read little more than they need: whole-row ranges starting
+// mid-byte, column slices and 2-D blocks of odd widths (the same 1.05x bound as
+// other dtypes; each run costs at most one extra byte).
+TEST(F4ReshardFs, ReadsAboutWhatItNeeds) {
+  TempDir dir("f4-reshard-bytes");
+  const Shape global = kPartialGlobal;
+  const Tensor full = RandomF4(global, 21);
+  ASSERT_NO_FATAL_FAILURE(SaveThreeRowShards(full, dir.path()));
+  for (const Box& c : kPartialBoxes) {
     auto counting = std::make_shared<testing::InstrumentedFileSystem>();
     FileSystemReaderOptions ro;
     ro.fs = counting;
@@ -383,21 +394,10 @@ TEST(F4ReshardFs, ReadsAboutWhatItNeeds) {
 // the box touches fails the load.
 TEST(F4ReshardFs, VerifiedReadsWholeBlocksOnce) {
   TempDir dir("f4-reshard-verified");
-  const Shape global{768, 1023};
+  const Shape global = kPartialGlobal;
   const Tensor full = RandomF4(global, 21);
-  std::vector<Shard> shards;
-  for (int r = 0; r < 3; ++r) {
-    shards.push_back(Shard{{256 * r, 0}, Extract(full, {256 * r, 0}, {256, 1023})});
-  }
-  StateDict sd;
-  sd.Set("w", StateValue(ShardedTensor{DType::kF4, global, shards}));
-  ASSERT_TRUE(Save(sd, *MakeWriter(Backend::kFs, dir.path())).ok());
-  const Box cases[] = {
-      Box{{201, 0}, {299, 1023}},
-      Box{{0, 0}, {768, 128}},
-      Box{{100, 64}, {400, 201}},
-  };
-  for (const Box& c : cases) {
+  ASSERT_NO_FATAL_FAILURE(SaveThreeRowShards(full, dir.path()));
+  for (const Box& c : kPartialBoxes) {
     auto counting = std::make_shared<testing::InstrumentedFileSystem>();
     FileSystemReaderOptions ro;
     ro.fs = counting;
@@ -481,15 +481,7 @@ void CorruptElement(Backend backend, const std::string& path, const std::string&
   auto it = md->storage_data.find(MetadataIndex(fqn, offsets));
   ASSERT_NE(it, md->storage_data.end());
   const std::string file = path + "/" + it->second.relative_path;
-  const uint64_t pos = it->second.offset + elem / 2;
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << file;
-  f.seekg(static_cast<std::streamoff>(pos));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0xFF);
-  f.seekp(static_cast<std::streamoff>(pos));
-  f.write(&c, 1);
+  ::megackpt::test_util::XorFileByte(file, it->second.offset + elem / 2, 0xFF);
 }
 
 struct CorruptCase {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/test_files.h"
 #include "dcp/synthetic.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -27,24 +28,11 @@
 namespace megackpt::dcp::testing {
 
 // A fresh folder under the system temp dir ("<prefix>-XXXXXX"), removed with
-// its contents.
-class TempDir {
+// its contents; path() names a subfolder ("ckpt" by default).
+class TempDir : public test_util::TempDir {
  public:
-  explicit TempDir(const std::string& prefix = "dcp-test") {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path(const std::string& sub = "ckpt") const { return path_ + "/" + sub; }
-
- private:
-  std::string path_;
+  explicit TempDir(const std::string& prefix = "dcp-test") : test_util::TempDir(prefix) {}
+  std::string path(const std::string& sub = "ckpt") const { return File(sub); }
 };
 
 // An MPI group (a fresh duplicate of MPI_COMM_WORLD) with `timeout`; null (and

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/test_files.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/mega.h"
@@ -42,21 +43,7 @@ class AppendOnlyFile final : public WritableFile {
   std::string bytes_;
 };
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (stdfs::temp_directory_path() / "mega-encoder-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    stdfs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::megackpt::test_util::TempDir;
 
 Tensor Filled(DType dtype, Shape shape, uint8_t seed) {
   Tensor t = *Tensor::Empty(dtype, std::move(shape));
@@ -110,16 +97,16 @@ void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alig
   const MegaMetadata user = UserMetadata();
   for (const MetaEntry& e : user.entries()) ASSERT_TRUE(ref.AddMetadata(e.key, e.value).ok());
   for (const auto& c : tensors) ASSERT_TRUE(ref.AddTensor(c.name, c.tensor).ok());
-  ASSERT_TRUE(ref.WriteFile(dir.path("ref.mega"), false).ok());
+  ASSERT_TRUE(ref.WriteFile(dir.File("ref.mega"), false).ok());
 
   std::vector<MegaEncoderTensor> specs;
   for (const auto& c : tensors) specs.push_back({c.name, c.tensor.dtype(), c.tensor.shape(), checksum});
   MegaEncoderOptions so;
   so.checksum = checksum;
   so.tensor_alignment = tensor_alignment;
-  auto file = CreateLocalFile(dir.path("ours.mega"));
+  auto file = CreateLocalFile(dir.File("ours.mega"));
   ASSERT_TRUE(file.ok());
-  auto w = MegaEncoder::Plan(dir.path("ours.mega"), specs, UserMetadata(), so);
+  auto w = MegaEncoder::Plan(dir.File("ours.mega"), specs, UserMetadata(), so);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -139,19 +126,19 @@ void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alig
   EXPECT_FALSE((*w)->WriteTensor(**file, 0, tensors[0].tensor).ok()) << "second write must be refused";
   ASSERT_TRUE((*w)->FinishPositioned(**file).ok());
   ASSERT_TRUE((*file)->Close().ok());
-  EXPECT_EQ(ReadAll(dir.path("ours.mega")), ReadAll(dir.path("ref.mega")));
+  EXPECT_EQ(ReadAll(dir.File("ours.mega")), ReadAll(dir.File("ref.mega")));
   // A sequential sink gets the same bytes.
   {
-    auto seq = MegaEncoder::Plan(dir.path("seq.mega"), specs, UserMetadata(), so);
+    auto seq = MegaEncoder::Plan(dir.File("seq.mega"), specs, UserMetadata(), so);
     ASSERT_TRUE(seq.ok());
-    AppendOnlyFile sink(dir.path("seq.mega"));
+    AppendOnlyFile sink(dir.File("seq.mega"));
     std::vector<Tensor> ts;
     for (const auto& c : tensors) ts.push_back(c.tensor);
     ASSERT_TRUE((*seq)->WriteSequential(sink, ts).ok());
-    EXPECT_EQ(sink.bytes(), ReadAll(dir.path("ref.mega")));
+    EXPECT_EQ(sink.bytes(), ReadAll(dir.File("ref.mega")));
   }
   // And it parses and verifies.
-  auto reader = MegaReader::OpenFile(dir.path("ours.mega"));
+  auto reader = MegaReader::OpenFile(dir.File("ours.mega"));
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   EXPECT_TRUE((*reader)->VerifyAll().ok());
 }
@@ -171,7 +158,7 @@ TEST(MegaEncoderTest, SameBytesAsMegaWriterNoChecksum) {
 
 TEST(MegaEncoderTest, FinishBeforeAllWrittenFails) {
   TempDir dir;
-  auto file = CreateLocalFile(dir.path("x.mega"));
+  auto file = CreateLocalFile(dir.File("x.mega"));
   ASSERT_TRUE(file.ok());
   auto w = MegaEncoder::Plan("x.mega", {{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}}, {}, {});
   ASSERT_TRUE(w.ok());
@@ -200,7 +187,7 @@ TEST(MegaEncoderTest, BlockSizeKnownAnswers) {
 // holds the CRC-32 of each block; the header CRC covers [0, header_length).
 TEST(MegaEncoderTest, BlockTableAndHeaderCrcKnownAnswers) {
   TempDir dir;
-  const std::string path = dir.path("b.mega");
+  const std::string path = dir.File("b.mega");
   Tensor a = Filled(DType::kF32, {4, 64}, 1);  // 256-byte rows: block 64, 16 blocks
   Tensor b = Filled(DType::kU8, {3}, 2);       // 1-d: block 64 KiB, 1 block
   MegaEncoderOptions o;
@@ -267,12 +254,12 @@ TEST(MegaEncoderTest, NulAndInvalidUtf8AreRefused) {
   MegaWriter clean(o);
   ASSERT_TRUE(clean.AddMetadata("note", MetaValue::String("xAy")).ok());
   ASSERT_TRUE(clean.AddTensor("aXb", Filled(DType::kU8, {2}, 1)).ok());
-  ASSERT_TRUE(clean.WriteFile(dir.path("c.mega"), false).ok());
-  const std::string good = ReadAll(dir.path("c.mega"));
+  ASSERT_TRUE(clean.WriteFile(dir.File("c.mega"), false).ok());
+  const std::string good = ReadAll(dir.File("c.mega"));
   auto patched = [&](std::string_view from, char to) {
     std::string b = good;
     b[b.find(from) + 1] = to;
-    const std::string p = dir.path("p.mega");
+    const std::string p = dir.File("p.mega");
     std::ofstream(p, std::ios::binary | std::ios::trunc) << b;
     return MegaReader::OpenFile(p).status();
   };

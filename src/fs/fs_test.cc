@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "core/test_files.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/fs/filesystem.h"
 
@@ -20,21 +21,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fs-test-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::megackpt::test_util::TempDir;
 
 TEST(PathSchemeTest, SchemesAndPlainPaths) {
   EXPECT_EQ(PathScheme("mega://org/m"), "mega");

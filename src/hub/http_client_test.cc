@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "cas/test_util.h"
 #include "hub/test_server.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/transaction.h"
@@ -15,7 +16,7 @@
 namespace megackpt::hub {
 namespace {
 
-using testing::RandomText;
+using cas::testing::RandomBytes;
 
 class HttpClientTest : public testing::InProcessHubTest {
  protected:
@@ -45,7 +46,7 @@ class HttpClientTest : public testing::InProcessHubTest {
 TEST_F(HttpClientTest, RangeReadsGoStraightIntoTheBuffer) {
   auto hub = OpenRemoteHub(endpoint_, token_);
   ASSERT_TRUE(hub.ok()) << hub.status().ToString();
-  const std::string data = RandomText(3'300'000, 11);
+  const std::string data = RandomBytes(11, 3'300'000);
   {
     auto txn = HubTransaction::Begin(*hub, *ParseMegaUri("mega://fr/repo@main"));
     ASSERT_TRUE(txn.ok()) << txn.status().ToString();
@@ -118,7 +119,7 @@ TEST_F(HttpClientTest, BodiesAndKeepAlive) {
   auto c = http.Call(create);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->status, 201);
-  const std::string data = RandomText(5'000'000, 3);
+  const std::string data = RandomBytes(3, 5'000'000);
   HttpRequest put;
   put.method = "PUT";
   put.target = "/api/repos/kc/m/files/big.bin";

@@ -80,25 +80,21 @@ class HttpServerTest : public ::testing::Test {
 
 TEST_F(HttpServerTest, SegmentsAreDecodedOneByOneAndQueriesParsed) {
   RawConnection c(port_);
-  ASSERT_TRUE(c.Send("GET /a%2Fb/c?q=x%20y+z HTTP/1.1\r\nHost: x\r\n\r\n"));
-  auto a = c.Read();
+  auto a = c.Exchange("GET /a%2Fb/c?q=x%20y+z HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->body, "path|a/b|c q=x y z");
-  ASSERT_TRUE(c.Send("GET /bad%zz HTTP/1.1\r\nHost: x\r\n\r\n"));
-  a = c.Read();
+  a = c.Exchange("GET /bad%zz HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 400);
 }
 
 TEST_F(HttpServerTest, ExceptionsAre500AndTheServerGoesOn) {
   RawConnection c(port_);
-  ASSERT_TRUE(c.Send("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"));
-  auto a = c.Read();
+  auto a = c.Exchange("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 500);
   EXPECT_NE(a->body.find("a bug"), std::string::npos);
-  ASSERT_TRUE(c.Send("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"));
-  a = c.Read();
+  a = c.Exchange("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 200);
 }
@@ -106,8 +102,7 @@ TEST_F(HttpServerTest, ExceptionsAre500AndTheServerGoesOn) {
 TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   // A small body behind an early answer is drained: the connection goes on.
   RawConnection c(port_);
-  ASSERT_TRUE(c.Send(Post("/deny", 1000) + std::string(1000, 'x') + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n"));
-  auto a = c.Read();
+  auto a = c.Exchange(Post("/deny", 1000) + std::string(1000, 'x') + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 401);
   a = c.Read();
@@ -117,8 +112,7 @@ TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   // the connection is closed.
   uint64_t before = body_bytes_;
   RawConnection big(port_);
-  ASSERT_TRUE(big.Send(Post("/deny", 512 << 20)));
-  a = big.Read();
+  a = big.Exchange(Post("/deny", 512 << 20));
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 401);
   EXPECT_TRUE(big.ClosedWithin(2000));
@@ -126,8 +120,7 @@ TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   // A body reader gets the body; one over its limit is refused (413), and
   // a declared length is honoured exactly (the next request is intact).
   RawConnection e(port_);
-  ASSERT_TRUE(e.Send(Post("/echo", 300000) + std::string(300000, 'y') + Post("/echo", 3) + "abc"));
-  a = e.Read();
+  a = e.Exchange(Post("/echo", 300000) + std::string(300000, 'y') + Post("/echo", 3) + "abc");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->body, "got 300000");
   a = e.Read();
@@ -136,8 +129,7 @@ TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   std::string chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (int i = 0; i < 3; ++i) chunked += "80000\r\n" + std::string(0x80000, 'z') + "\r\n";
   chunked += "0\r\n\r\n";
-  ASSERT_TRUE(e.Send(chunked));
-  a = e.Read();
+  a = e.Exchange(chunked);
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 413);
 }

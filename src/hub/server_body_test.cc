@@ -13,19 +13,20 @@
 #include "megackpt/cas/xorb.h"
 #include "megackpt/hub/server.h"
 #include "megackpt/hub/store.h"
+#include "cas/test_util.h"
 #include "hub/test_server.h"
 
 namespace megackpt::hub {
 namespace {
 
-using testing::RandomText;
+using cas::testing::RandomBytes;
 using testing::RawConnection;
 
 // A serialized xorb of `chunks` random chunks of 64 KiB and its hash.
 std::pair<std::string, std::string> MakeXorb(int chunks, uint32_t seed) {
   cas::XorbBuilder b;
   for (int i = 0; i < chunks; ++i) {
-    std::string c = RandomText(64 << 10, seed + i);
+    std::string c = RandomBytes(seed + i, 64 << 10);
     std::string rec;
     cas::AppendChunkRecord(std::as_bytes(std::span(c)), cas::CompressionPolicy::kAuto, &rec);
     b.Add(cas::ChunkHash(std::as_bytes(std::span(c))), static_cast<uint32_t>(c.size()), rec);
@@ -59,8 +60,7 @@ TEST_F(HubServerBodyTest, PipelinedRequestsBehindLargeBodiesStayInSync) {
   // Two uploads and a range read in ONE send: each body is followed at once
   // by the next request's bytes.
   std::string wire = PostHead(h1, x1.size()) + x1 + PostHead(h2, x2.size()) + x2 + RangeGet(h1, 5, 104);
-  ASSERT_TRUE(c.Send(wire));
-  auto a1 = c.Read();
+  auto a1 = c.Exchange(wire);
   ASSERT_TRUE(a1.has_value());
   EXPECT_EQ(a1->status, 200) << a1->body;
   EXPECT_NE(a1->body.find("\"was_inserted\":true"), std::string::npos) << a1->body;
@@ -96,8 +96,7 @@ TEST_F(HubServerBodyTest, SlowBodyAndCorruptBodyKeepTheConnectionUsable) {
   std::string bad = x;
   bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x5a);
   auto [y, hy] = MakeXorb(2, 55);
-  ASSERT_TRUE(c.Send(PostHead(hy, bad.size()) + bad + RangeGet(h, 0, 9)));
-  auto refused = c.Read();
+  auto refused = c.Exchange(PostHead(hy, bad.size()) + bad + RangeGet(h, 0, 9));
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->status, 400) << refused->body;
   auto after = c.Read();
@@ -112,13 +111,12 @@ TEST_F(HubServerBodyTest, TinyBodiesAndManyUploadsOnOneConnection) {
   // A tiny xorb (the whole body arrives with the headers), then several
   // large ones pipelined in a row.
   cas::XorbBuilder b;
-  std::string small = RandomText(1000, 3), rec;
+  std::string small = RandomBytes(3, 1000), rec;
   cas::AppendChunkRecord(std::as_bytes(std::span(small)), cas::CompressionPolicy::kNone, &rec);
   b.Add(cas::ChunkHash(std::as_bytes(std::span(small))), 1000, rec);
   auto fin = b.Finish();
   std::string xs(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size());
-  ASSERT_TRUE(c.Send(PostHead(fin.layout.xorb_hash.ToHex(), xs.size()) + xs));
-  auto tiny = c.Read();
+  auto tiny = c.Exchange(PostHead(fin.layout.xorb_hash.ToHex(), xs.size()) + xs);
   ASSERT_TRUE(tiny.has_value());
   EXPECT_EQ(tiny->status, 200) << tiny->body;
   std::string wire;
@@ -134,8 +132,7 @@ TEST_F(HubServerBodyTest, TinyBodiesAndManyUploadsOnOneConnection) {
     EXPECT_EQ(a->status, 200) << i << ": " << a->body;
   }
   for (const auto& [bytes, hash] : more) {
-    ASSERT_TRUE(c.Send(RangeGet(hash, bytes.size() - 50, bytes.size() - 1)));
-    auto a = c.Read();
+    auto a = c.Exchange(RangeGet(hash, bytes.size() - 50, bytes.size() - 1));
     ASSERT_TRUE(a.has_value());
     EXPECT_EQ(a->status, 206);
     EXPECT_EQ(a->body, bytes.substr(bytes.size() - 50));

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "cas/test_util.h"
+#include "core/test_files.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
 
@@ -17,30 +19,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempRoot {
+class TempRoot : public test_util::TempDir {
  public:
-  TempRoot() {
-    std::string tmpl = ::testing::TempDir() + "/hubstore-XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempRoot() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempRoot() : test_util::TempDir("hubstore") {}
 };
 
-std::string Bytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+std::string Bytes(size_t n, uint64_t seed) { return cas::testing::RandomBytes(seed, n); }
 
 class HubStoreTest : public ::testing::Test {
  protected:

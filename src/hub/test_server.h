@@ -21,18 +21,11 @@
 #include <string>
 #include <thread>
 
+#include "core/test_files.h"
 #include "megackpt/hub/server.h"
 #include "megackpt/hub/store.h"
 
 namespace megackpt::hub::testing {
-
-// `n` pseudo-random bytes from `seed` (deterministic).
-inline std::string RandomText(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 struct Answer {
   int status = 0;
@@ -74,6 +67,12 @@ class RawConnection {
     ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
     return n == 0 || (n < 0 && errno == ECONNRESET);
   }
+  // Sends `request` and reads one response (nullopt when the send fails or no
+  // complete response comes).
+  std::optional<Answer> Exchange(std::string_view request) {
+    if (!Send(request)) return std::nullopt;
+    return Read();
+  }
   // Reads one response with a Content-Length body.
   std::optional<Answer> Read() {
     size_t end;
@@ -111,7 +110,7 @@ class RawConnection {
   std::string buf_;
 };
 
-// A fixture base: SetUp opens a store under /tmp/<prefix>-XXXXXX/hub (no
+// A fixture base: SetUp opens a store under $TMPDIR/<prefix>-XXXXXX/hub (no
 // fsync), creates a write token and serves it on 127.0.0.1; TearDown stops the
 // server and removes the folder.
 class InProcessHubTest : public ::testing::Test {
@@ -119,9 +118,8 @@ class InProcessHubTest : public ::testing::Test {
   explicit InProcessHubTest(std::string prefix) : prefix_(std::move(prefix)) {}
 
   void SetUp() override {
-    std::string tmpl = "/tmp/" + prefix_ + "-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
+    tmp_.emplace(prefix_);
+    root_ = tmp_->path();
     HubStoreOptions so;
     so.sync = false;
     auto store = HubStore::Open(root_ + "/hub", so);
@@ -143,10 +141,10 @@ class InProcessHubTest : public ::testing::Test {
     if (server_) server_->Stop();
     if (serving_.joinable()) serving_.join();
     server_.reset();
-    std::error_code ec;
-    if (!root_.empty()) std::filesystem::remove_all(root_, ec);
+    tmp_.reset();
   }
 
+  std::optional<test_util::TempDir> tmp_;
   std::string prefix_, root_, token_, endpoint_;
   int port_ = 0;
   std::unique_ptr<HubServer> server_;

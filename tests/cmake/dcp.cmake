@@ -1,10 +1,11 @@
-# DCP tests launched by mpirun: save from 2 and 4 MPI ranks, resharded loads
-# (MPI and threads), faults that must reach every rank.
+# The dcp layer's tests launched by mpirun (functions: tests/cmake/mpi.cmake).
 if(NOT MEGACKPT_WITH_MPI)
   return()
 endif()
 include(${CMAKE_CURRENT_LIST_DIR}/mpi.cmake)
 
+# DCP: save from 2 and 4 MPI ranks, resharded loads (MPI and threads), faults
+# that must reach every rank.
 megackpt_add_mpi_executable(dcp_mpi_checkpoint
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/../dcp_mpi_checkpoint.cc)
 megackpt_add_mpi_test(NAME dcp_mpi_checkpoint_np2 TARGET dcp_mpi_checkpoint NP 2 TIMEOUT 180
@@ -16,3 +17,20 @@ megackpt_add_mpi_test(NAME dcp_mpi_checkpoint_np4 TARGET dcp_mpi_checkpoint NP 4
 # when every byte matches.
 megackpt_add_mpi_test(NAME dcp_mpi_demo_np2 TARGET megackpt_cli NP 2 TIMEOUT 180 LABELS dcp
   ARGS demo --backend mpi --out ${CMAKE_CURRENT_BINARY_DIR}/dcp_mpi_demo_np2 --size 8MB --seed 5)
+
+# MegaStorageWriter/Reader: save from 2 MPI ranks with and without an
+# fqn_to_index_mapping, resharded loads, collective consolidation.
+megackpt_add_mpi_executable(mega_storage_mpi
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/../mega_storage_mpi.cc)
+megackpt_add_mpi_test(NAME mega_storage_mpi_np2 TARGET mega_storage_mpi NP 2 TIMEOUT 180
+                      LABELS dcp)
+
+# MegaStorageWriter/Reader over mega://: rank 0 starts a real megahub on
+# loopback; a 2-process save is one commit; resharded loads.
+megackpt_add_mpi_executable(mega_storage_hub_mpi
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/../mega_storage_hub_mpi.cc)
+if(TARGET megahub)
+  add_dependencies(mega_storage_hub_mpi megahub)
+endif()
+megackpt_add_mpi_test(NAME mega_storage_hub_mpi_np2 TARGET mega_storage_hub_mpi NP 2 TIMEOUT 120
+                      LABELS dcp hub)
