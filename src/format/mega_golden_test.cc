@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/mega_expect.h"
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
 #include "megackpt/core/checksum.h"
@@ -18,45 +19,13 @@ using nlohmann::json;
 
 std::string GoldenDir() { return std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/mega/"; }
 
-void ExpectMetadata(const MegaMetadata& md, const json& values, const json& order) {
-  ASSERT_EQ(md.size(), order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    const MetaEntry& e = md.entries()[i];
-    SCOPED_TRACE("metadata key " + e.key);
-    EXPECT_EQ(e.key, order[i].get<std::string>());
-    const json& want = values.at(e.key);
-    EXPECT_EQ(std::string(MetaTypeName(e.value.type())), want.at("type").get<std::string>());
-    json got = json::parse(e.value.ToJson());
-    const json& v = want.at("value");
-    if (v.is_number_float()) {
-      EXPECT_DOUBLE_EQ(got.get<double>(), v.get<double>());
-    } else if (v.is_array() && !v.empty() && v[0].is_number_float()) {
-      ASSERT_EQ(got.size(), v.size());
-      for (size_t k = 0; k < v.size(); ++k) EXPECT_DOUBLE_EQ(got[k].get<double>(), v[k].get<double>());
-    } else {
-      EXPECT_EQ(got, v);
-    }
-  }
-}
+using mega_test::ExpectMetadata;
 
 class MegaGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
-  const std::string base = GoldenDir() + GetParam();
-  const json want = json::parse(mega_test::FileBytes(base + ".expect.json"));
-  const std::string bytes = mega_test::FileBytes(base + ".mega");
-  ASSERT_EQ(bytes.size(), want.at("file_size").get<uint64_t>());
-  EXPECT_EQ(ToHex(Sha256Of(AsBytes(bytes))), want.at("file_sha256").get<std::string>());
-  for (bool mmap : {false, true}) {
-    SCOPED_TRACE(mmap ? "mmap" : "pread");
-    MegaReaderOptions o;
-    o.use_mmap = mmap;
-    auto rr = MegaReader::OpenFile(base + ".mega", o);
-    ASSERT_TRUE(rr.ok()) << rr.status().ToString();
-    const MegaReader& r = **rr;
-    EXPECT_EQ(r.header_length(), want.at("header_length").get<uint64_t>());
-    EXPECT_EQ(r.payload_end(), want.at("payload_end").get<uint64_t>());
-    EXPECT_EQ(r.alignment(), want.at("alignment").get<uint64_t>());
+  mega_test::CheckEveryReadMode(GoldenDir() + GetParam(), [](const MegaReader& r, bool,
+                                                             const json& want, const std::string&) {
     ExpectMetadata(r.metadata(), want.at("metadata"), want.at("metadata_key_order"));
     ExpectMetadata(r.header_metadata(), want.at("header_metadata"),
                    want.at("header_metadata_key_order"));
@@ -67,20 +36,7 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
       const json& w = wt[i];
       const MegaTensorInfo& t = r.tensors()[i];
       SCOPED_TRACE("tensor " + t.name);
-      EXPECT_EQ(t.name, w.at("name").get<std::string>());
-      EXPECT_EQ(std::string(DTypeName(t.dtype)), w.at("dtype").get<std::string>());
-      EXPECT_EQ(t.shape, w.at("shape").get<std::vector<int64_t>>());
-      EXPECT_EQ(std::string(MegaStorageFormatName(t.storage_format)),
-                w.at("storage_format").get<std::string>());
-      EXPECT_EQ(t.payload_offset, w.at("payload_offset").get<uint64_t>());
-      EXPECT_EQ(t.logical_nbytes, w.at("logical_nbytes").get<uint64_t>());
-      EXPECT_EQ(t.stored_nbytes, w.at("stored_nbytes").get<uint64_t>());
-      EXPECT_EQ(t.tensor_flags, w.at("flags").get<uint32_t>());
-      EXPECT_EQ(static_cast<uint32_t>(t.codec), w.at("codec").get<uint32_t>());
-      EXPECT_EQ(t.shuffle_elem_size, w.at("shuffle_elem_size").get<uint32_t>());
-      EXPECT_EQ(static_cast<uint32_t>(t.checksum_type), w.at("checksum_type").get<uint32_t>());
-      EXPECT_EQ(ToHex(t.checksum), w.at("checksum_hex").get<std::string>());
-      EXPECT_EQ(t.dir_flags, w.at("dir_flags").get<uint32_t>());
+      mega_test::ExpectTensorFields(t, w);
       const json& wc = w.at("chunks");
       ASSERT_EQ(t.chunks.size(), wc.size());
       for (size_t k = 0; k < wc.size(); ++k) {
@@ -151,16 +107,12 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
     }
     const json& fo = want.at("footer_overlay");
     const MegaFooterOverlayInfo& ov = r.footer_overlay();
-    EXPECT_EQ(ov.present, fo.at("present").get<bool>());
-    EXPECT_EQ(ov.generation, fo.at("generation").get<uint64_t>());
-    EXPECT_EQ(ov.overlay_offset, fo.at("overlay_offset").get<uint64_t>());
-    EXPECT_EQ(ov.overlay_size, fo.at("overlay_size").get<uint64_t>());
-    EXPECT_EQ(ov.base_size, fo.at("base_size").get<uint64_t>());
+    mega_test::ExpectOverlayFields(ov, fo);
     if (ov.present) {
       EXPECT_EQ(ToHex(ov.sha256), fo.at("checksum_hex").get<std::string>());
       ExpectMetadata(ov.metadata, fo.at("metadata"), fo.at("metadata_key_order"));
     }
-  }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, MegaGoldenTest,
@@ -176,10 +128,7 @@ TEST(MegaGoldenWriterTest, TensorPlayProfileMatchesIndependentWriter) {
   for (bool sequential : {false, true}) {
     MegaWriter w;  // defaults: TensorPlay profile, alignment 4096, CRC32, packed
     std::vector<Tensor> keep;
-    for (const MegaTensorInfo& t : (*r)->tensors()) {
-      keep.push_back(*(*r)->LoadTensor(t.name));
-      ASSERT_TRUE(w.AddTensor(t.name, keep.back()).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(mega_test::AddTensorsOf(**r, w, &keep));
     std::string got = mega_test::WriteToMemory(w, sequential);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_TRUE(got == want);
@@ -199,10 +148,7 @@ TEST(MegaGoldenWriterTest, ChunkedRoundTripThroughWriter) {
   o.min_ratio = 0.9;
   MegaWriter w(o);
   std::vector<Tensor> keep;
-  for (const MegaTensorInfo& t : (*r)->tensors()) {
-    keep.push_back(*(*r)->LoadTensor(t.name));
-    ASSERT_TRUE(w.AddTensor(t.name, keep.back()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(mega_test::AddTensorsOf(**r, w, &keep));
   auto back = mega_test::OpenBytes("rt.mega", mega_test::WriteToMemory(w));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   for (size_t i = 0; i < keep.size(); ++i) {

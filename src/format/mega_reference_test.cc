@@ -7,7 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "format/mega_expect.h"
 #include "format/mega_internal.h"
+#include "format/mega_test_util.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
@@ -19,56 +21,19 @@ using nlohmann::json;
 
 std::string RefDir() { return std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/mega-reference/"; }
 
-std::string ReadAll(const std::string& path) {
-  auto r = ReadLocalFile(path);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : std::string();
-}
-
 std::span<const std::byte> Bytes(const std::string& s) { return AsBytes(s); }
-
-// Compares one metadata value with the expectation {"type": ..., "value": ...}.
-void ExpectMetaValue(const std::string& key, const MetaValue& v, const json& want) {
-  SCOPED_TRACE("metadata key " + key);
-  EXPECT_EQ(std::string(MetaTypeName(v.type())), want.at("type").get<std::string>());
-  json got = json::parse(v.ToJson());
-  const json& value = want.at("value");
-  if (value.is_number_float()) {
-    EXPECT_DOUBLE_EQ(got.get<double>(), value.get<double>());
-  } else {
-    EXPECT_EQ(got, value);
-  }
-}
 
 class MegaReferenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
-  const std::string base = RefDir() + GetParam();
-  const json want = json::parse(ReadAll(base + ".expect.json"));
-  const std::string bytes = ReadAll(base + ".mega");
-  ASSERT_EQ(bytes.size(), want.at("file_size").get<uint64_t>());
-  EXPECT_EQ(ToHex(Sha256Of(Bytes(bytes))), want.at("file_sha256").get<std::string>());
-
-  for (bool mmap : {false, true}) {
-    SCOPED_TRACE(mmap ? "mmap" : "pread");
-    MegaReaderOptions opts;
-    opts.use_mmap = mmap;
-    auto reader_or = MegaReader::OpenFile(base + ".mega", opts);
-    ASSERT_EQ(reader_or.ok(), want.at("parse_ok").get<bool>()) << reader_or.status().ToString();
-    const MegaReader& r = **reader_or;
+  mega_test::CheckEveryReadMode(RefDir() + GetParam(), [](const MegaReader& r, bool mmap,
+                                                          const json& want, const std::string& bytes) {
+    EXPECT_TRUE(want.at("parse_ok").get<bool>());  // every reference file parses
     EXPECT_EQ(r.version(), want.at("version").get<uint32_t>());
-    EXPECT_EQ(r.header_length(), want.at("header_length").get<uint64_t>());
-    EXPECT_EQ(r.payload_end(), want.at("payload_end").get<uint64_t>());
-    EXPECT_EQ(r.alignment(), want.at("alignment").get<uint64_t>());
 
     // Metadata: same keys, same order, same types and values.
     const auto& order = want.at("metadata_key_order");
-    ASSERT_EQ(r.metadata().size(), order.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-      const MetaEntry& e = r.metadata().entries()[i];
-      EXPECT_EQ(e.key, order[i].get<std::string>());
-      ExpectMetaValue(e.key, e.value, want.at("metadata").at(e.key));
-    }
+    mega_test::ExpectMetadata(r.metadata(), want.at("metadata"), order);
     EXPECT_EQ(r.header_metadata().size(), order.size());
 
     // Tensors.
@@ -78,25 +43,12 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
       const json& w = wt[i];
       const MegaTensorInfo& t = r.tensors()[i];
       SCOPED_TRACE("tensor " + t.name);
+      mega_test::ExpectTensorFields(t, w);
       EXPECT_EQ(t.tensor_id, w.at("tensor_id").get<uint32_t>());
-      EXPECT_EQ(t.name, w.at("name").get<std::string>());
-      EXPECT_EQ(std::string(DTypeName(t.dtype)), w.at("dtype").get<std::string>());
-      EXPECT_EQ(t.shape, w.at("shape").get<std::vector<int64_t>>());
-      EXPECT_EQ(std::string(MegaStorageFormatName(t.storage_format)),
-                w.at("storage_format").get<std::string>());
-      EXPECT_EQ(t.payload_offset, w.at("payload_offset").get<uint64_t>());
       EXPECT_EQ(t.file_offset, r.header_length() + t.payload_offset);
-      EXPECT_EQ(t.logical_nbytes, w.at("logical_nbytes").get<uint64_t>());
-      EXPECT_EQ(t.stored_nbytes, w.at("stored_nbytes").get<uint64_t>());
-      EXPECT_EQ(t.tensor_flags, w.at("flags").get<uint32_t>());
-      EXPECT_EQ(static_cast<uint32_t>(t.codec), w.at("codec").get<uint32_t>());
       EXPECT_EQ(std::string(MegaCodecName(t.codec)), w.at("codec_name").get<std::string>());
-      EXPECT_EQ(t.shuffle_elem_size, w.at("shuffle_elem_size").get<uint32_t>());
-      EXPECT_EQ(static_cast<uint32_t>(t.checksum_type), w.at("checksum_type").get<uint32_t>());
       EXPECT_EQ(std::string(MegaChecksumTypeName(t.checksum_type)),
                 w.at("checksum_type_name").get<std::string>());
-      EXPECT_EQ(ToHex(t.checksum), w.at("checksum_hex").get<std::string>());
-      EXPECT_EQ(t.dir_flags, w.at("dir_flags").get<uint32_t>());
       EXPECT_EQ(t.dir_flags, mega_internal::DirFlagsFor(t));
       EXPECT_EQ(t.chunks.size(), w.at("chunks").size());
       if (w.contains("crc32_value_hex")) {
@@ -118,11 +70,7 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
     EXPECT_EQ(r.segments().size(), want.at("segments").size());
     EXPECT_EQ(r.moe_experts().size(), want.at("moe_experts").size());
     const json& fo = want.at("footer_overlay");
-    EXPECT_EQ(r.footer_overlay().present, fo.at("present").get<bool>());
-    EXPECT_EQ(r.footer_overlay().generation, fo.at("generation").get<uint64_t>());
-    EXPECT_EQ(r.footer_overlay().overlay_offset, fo.at("overlay_offset").get<uint64_t>());
-    EXPECT_EQ(r.footer_overlay().overlay_size, fo.at("overlay_size").get<uint64_t>());
-    EXPECT_EQ(r.footer_overlay().base_size, fo.at("base_size").get<uint64_t>());
+    mega_test::ExpectOverlayFields(r.footer_overlay(), fo);
     EXPECT_EQ(r.footer_overlay().metadata.size(), fo.at("metadata").size());
 
     // Whole-payload hashes.
@@ -132,7 +80,7 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
     std::snprintf(hex, sizeof(hex), "%08x", Crc32(payload));
     EXPECT_EQ(std::string(hex), want.at("payload_crc32_hex").get<std::string>());
     EXPECT_EQ(ToHex(Sha256Of(payload)), want.at("payload_sha256").get<std::string>());
-  }
+  });
 }
 
 // Writes the reference file's tensors and metadata again with the bare profile
@@ -146,23 +94,13 @@ std::string Rewrite(const MegaReader& r, const MegaWriterOptions& base_options, 
     EXPECT_TRUE(w.AddMetadata(e.key, e.value).ok()) << e.key;
   }
   std::vector<Tensor> keep;
-  for (const MegaTensorInfo& t : r.tensors()) {
-    auto loaded = r.LoadTensor(t.name);
-    EXPECT_TRUE(loaded.ok());
-    keep.push_back(*loaded);
-    MegaTensorWriteOptions to;
-    to.checksum = t.checksum_type;
-    EXPECT_TRUE(w.AddTensor(t.name, keep.back(), to).ok());
-  }
-  MemoryWritableFile out("rewrite.mega", /*supports_write_at=*/!sequential);
-  auto res = w.Finish(out);
-  EXPECT_TRUE(res.ok()) << res.status().ToString();
-  return out.contents();
+  mega_test::AddTensorsOf(r, w, &keep, /*same_checksums=*/true);
+  return mega_test::WriteToMemory(w, sequential);
 }
 
 TEST_P(MegaReferenceTest, WriterReproducesReferenceBytes) {
   const std::string base = RefDir() + GetParam();
-  const std::string bytes = ReadAll(base + ".mega");
+  const std::string bytes = mega_test::FileBytes(base + ".mega");
   auto r = MegaReader::OpenFile(base + ".mega");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   MegaWriterOptions o;
@@ -185,7 +123,7 @@ TEST_P(MegaReferenceTest, WriterReproducesReferenceBytes) {
 // g07 carries mega.hash.payload.*: the payload_hashes option recomputes them.
 TEST(MegaReferenceRewriteTest, PayloadHashesOptionReproducesG07) {
   const std::string base = RefDir() + "g07_checksums";
-  const std::string bytes = ReadAll(base + ".mega");
+  const std::string bytes = mega_test::FileBytes(base + ".mega");
   auto r = MegaReader::OpenFile(base + ".mega");
   ASSERT_TRUE(r.ok());
   MegaWriterOptions o;
@@ -198,12 +136,7 @@ TEST(MegaReferenceRewriteTest, PayloadHashesOptionReproducesG07) {
     ASSERT_TRUE(w.AddMetadata(e.key, e.value).ok());
   }
   std::vector<Tensor> keep;
-  for (const MegaTensorInfo& t : (*r)->tensors()) {
-    keep.push_back(*(*r)->LoadTensor(t.name));
-    MegaTensorWriteOptions to;
-    to.checksum = t.checksum_type;
-    ASSERT_TRUE(w.AddTensor(t.name, keep.back(), to).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(mega_test::AddTensorsOf(**r, w, &keep, /*same_checksums=*/true));
   MemoryWritableFile out("g07.rewrite.mega");
   ASSERT_TRUE(w.Finish(out).ok());
   EXPECT_EQ(out.contents(), bytes);

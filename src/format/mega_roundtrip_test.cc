@@ -26,6 +26,14 @@ const DType kAllDTypes[] = {DType::kBool,    DType::kU8,      DType::kI8,      D
                             DType::kF64,     DType::kF8_E5M2, DType::kF8_E4M3, DType::kF8_E8M0,
                             DType::kF4};
 
+// `tensors` written in that order by a MegaWriter with options `o`; the bytes.
+std::string WriteTensors(const MegaWriterOptions& o,
+                         const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  MegaWriter w(o);
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(w.AddTensor(name, t).ok()) << name;
+  return WriteToMemory(w);
+}
+
 // Every tensor of `want` is in the file with the same dtype/shape/bytes.
 void ExpectTensors(const MegaReader& r, const std::vector<std::pair<std::string, Tensor>>& want) {
   ASSERT_EQ(r.tensors().size(), want.size());
@@ -41,6 +49,17 @@ void ExpectTensors(const MegaReader& r, const std::vector<std::pair<std::string,
     EXPECT_TRUE(TensorBytesEqual(*loaded, t));
     EXPECT_TRUE(r.VerifyTensor(name).ok());
   }
+}
+
+// `tensors` written with options `o` (the bytes in *bytes) and opened again;
+// when it opens, checked with ExpectTensors.
+Result<std::unique_ptr<MegaReader>> RoundTrip(
+    const MegaWriterOptions& o, const std::vector<std::pair<std::string, Tensor>>& tensors,
+    std::string* bytes) {
+  *bytes = WriteTensors(o, tensors);
+  auto r = OpenBytes("rt.mega", *bytes);
+  if (r.ok()) ExpectTensors(**r, tensors);
+  return r;
 }
 
 TEST(MegaRoundTripTest, EveryDTypeAndShapeTensorPlayProfile) {
@@ -163,15 +182,11 @@ TEST(MegaRoundTripTest, ChecksumTypes) {
     SCOPED_TRACE(std::string(MegaChecksumTypeName(ck)));
     MegaWriterOptions o;
     o.checksum = ck;
-    MegaWriter w(o);
     Tensor a = MakeTensor(DType::kF32, {33, 7}, 5);
     Tensor b = MakeTensor(DType::kU8, {3}, 6);
-    ASSERT_TRUE(w.AddTensor("a", a).ok());
-    ASSERT_TRUE(w.AddTensor("b", b).ok());
-    std::string bytes = WriteToMemory(w);
-    auto r = OpenBytes("ck.mega", bytes);
+    std::string bytes;
+    auto r = RoundTrip(o, {{"a", a}, {"b", b}}, &bytes);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ExpectTensors(**r, {{"a", a}, {"b", b}});
     for (const MegaTensorInfo& t : (*r)->tensors()) {
       EXPECT_EQ(t.checksum_type, ck);
       auto stored = AsBytes(bytes).subspan(t.file_offset, t.stored_nbytes);
@@ -195,14 +210,9 @@ TEST(MegaRoundTripTest, ZstdWithAndWithoutShuffleAndMinRatio) {
     MegaWriterOptions o;
     o.compression = MegaCodec::kZstd;
     o.byte_shuffle = shuffle;
-    MegaWriter w(o);
-    ASSERT_TRUE(w.AddTensor("ramp", ramp).ok());
-    ASSERT_TRUE(w.AddTensor("noise", noise).ok());
-    ASSERT_TRUE(w.AddTensor("u8", bytes1).ok());
-    std::string bytes = WriteToMemory(w);
-    auto r = OpenBytes("z.mega", bytes);
+    std::string bytes;
+    auto r = RoundTrip(o, {{"ramp", ramp}, {"noise", noise}, {"u8", bytes1}}, &bytes);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ExpectTensors(**r, {{"ramp", ramp}, {"noise", noise}, {"u8", bytes1}});
     const MegaTensorInfo* t = (*r)->Find("ramp");
     EXPECT_TRUE(t->compressed());
     EXPECT_EQ(t->codec, MegaCodec::kZstd);
@@ -227,9 +237,7 @@ TEST(MegaRoundTripTest, ZstdWithAndWithoutShuffleAndMinRatio) {
   MegaWriterOptions o;
   o.compression = MegaCodec::kZstd;
   o.min_ratio = 0.0001;
-  MegaWriter w(o);
-  ASSERT_TRUE(w.AddTensor("ramp", ramp).ok());
-  auto r = OpenBytes("z2.mega", WriteToMemory(w));
+  auto r = OpenBytes("z2.mega", WriteTensors(o, {{"ramp", ramp}}));
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE((*r)->Find("ramp")->compressed());
 }
@@ -245,9 +253,7 @@ TEST(MegaRoundTripTest, ShuffleImprovesRatioOnFloats) {
     o.compression = MegaCodec::kZstd;
     o.byte_shuffle = s == 1;
     o.min_ratio = 10;
-    MegaWriter w(o);
-    ASSERT_TRUE(w.AddTensor("f", *t).ok());
-    auto r = OpenBytes("s.mega", WriteToMemory(w));
+    auto r = OpenBytes("s.mega", WriteTensors(o, {{"f", *t}}));
     ASSERT_TRUE(r.ok());
     sizes[s] = (*r)->Find("f")->stored_nbytes;
     EXPECT_TRUE(TensorBytesEqual(*(*r)->LoadTensor("f"), *t));
@@ -267,14 +273,9 @@ TEST(MegaRoundTripTest, ChunkedTensorsAllCodecs) {
       o.compression = codec;
       o.byte_shuffle = true;
       o.checksum = ck;
-      MegaWriter w(o);
-      ASSERT_TRUE(w.AddTensor("big", big).ok());
-      ASSERT_TRUE(w.AddTensor("noise", noise).ok());
-      ASSERT_TRUE(w.AddTensor("small", small).ok());
-      std::string bytes = WriteToMemory(w);
-      auto r = OpenBytes("c.mega", bytes);
+      std::string bytes;
+      auto r = RoundTrip(o, {{"big", big}, {"noise", noise}, {"small", small}}, &bytes);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ExpectTensors(**r, {{"big", big}, {"noise", noise}, {"small", small}});
       const MegaTensorInfo* t = (*r)->Find("big");
       ASSERT_TRUE(t->chunked());
       ASSERT_EQ(t->chunks.size(), 4u);
@@ -369,13 +370,9 @@ TEST(MegaRoundTripTest, StridedSources) {
       o.min_ratio = 10;
     }
     if (mode == 2) o.chunk_bytes = 400;
-    MegaWriter w(o);
-    ASSERT_TRUE(w.AddTensor("narrow", *narrow).ok());
-    ASSERT_TRUE(w.AddTensor("transposed", *transposed).ok());
-    std::string bytes = WriteToMemory(w);
-    auto r = OpenBytes("s.mega", bytes);
+    std::string bytes;
+    auto r = RoundTrip(o, {{"narrow", *narrow}, {"transposed", *transposed}}, &bytes);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ExpectTensors(**r, {{"narrow", *narrow}, {"transposed", *transposed}});
     // Same bytes as writing the dense copies.
     MegaWriter w2(o);
     auto dense_t = Tensor::Empty(DType::kF32, {24, 16});
@@ -500,9 +497,7 @@ TEST(MegaRoundTripTest, ReadIntoStridedDestinationAndRanges) {
       o.compression = MegaCodec::kZstd;
       o.min_ratio = 10;
     }
-    MegaWriter w(o);
-    ASSERT_TRUE(w.AddTensor("x", src).ok());
-    auto r = OpenBytes("d.mega", WriteToMemory(w));
+    auto r = OpenBytes("d.mega", WriteTensors(o, {{"x", src}}));
     ASSERT_TRUE(r.ok());
     Tensor big = MakeTensor(DType::kI32, {8, 10}, 0);
     auto dst = big.Narrow(1, 2, 6);
@@ -532,9 +527,7 @@ TEST(MegaRoundTripTest, ReadSliceMatchesNarrowedViews) {
       o.min_ratio = 10;
     }
     if (mode == 2) o.chunk_bytes = 100;
-    MegaWriter w(o);
-    ASSERT_TRUE(w.AddTensor("x", src).ok());
-    auto r = OpenBytes("sl.mega", WriteToMemory(w));
+    auto r = OpenBytes("sl.mega", WriteTensors(o, {{"x", src}}));
     ASSERT_TRUE(r.ok());
     for (const Box& b : boxes) {
       Tensor want = src;

@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "core/test_files.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/mega.h"
@@ -17,25 +19,7 @@
 
 namespace megackpt::mega_test {
 
-// A fresh folder under the gtest temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "megatest.XXXXXX";
-    char* p = mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::megackpt::test_util::TempDir;
 
 // Deterministic pseudo-random bytes.
 inline void FillPattern(std::span<std::byte> out, uint64_t seed) {
@@ -81,6 +65,21 @@ inline void WriteBytes(const std::string& path, const std::string& bytes) {
 inline Result<std::unique_ptr<format::MegaReader>> OpenBytes(const std::string& name, std::string bytes,
                                                      format::MegaReaderOptions options = {}) {
   return format::MegaReader::Open(NewMemoryFile(name, std::move(bytes), /*mapped=*/false), options);
+}
+
+// Adds every tensor of `r` to `w` in directory order, loaded into *keep (which
+// must outlive w.Finish); with `same_checksums` each with the checksum type
+// `r` stored it with. Fatal failure when a tensor does not load or add.
+inline void AddTensorsOf(const format::MegaReader& r, format::MegaWriter& w,
+                         std::vector<Tensor>* keep, bool same_checksums = false) {
+  for (const format::MegaTensorInfo& t : r.tensors()) {
+    auto loaded = r.LoadTensor(t.name);
+    ASSERT_TRUE(loaded.ok()) << t.name << ": " << loaded.status().ToString();
+    keep->push_back(*loaded);
+    format::MegaTensorWriteOptions to;
+    if (same_checksums) to.checksum = t.checksum_type;
+    ASSERT_TRUE(w.AddTensor(t.name, keep->back(), to).ok()) << t.name;
+  }
 }
 
 // Writes with `writer` into memory (positioned or sequential sink).
