@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "megackpt/core/path_components.h"
+
 namespace megackpt::inline core {
 namespace {
 
@@ -37,18 +39,13 @@ Status ValidateRelativePath(std::string_view name) {
     if (c == '\\') return bad("holds a backslash");
   }
   if (!IsValidUtf8(name)) return bad("is not valid UTF-8");
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t slash = name.find('/', start);
-    if (slash == std::string_view::npos) slash = name.size();
-    std::string_view part = name.substr(start, slash - start);
+  for (std::string_view part : PathComponents(name)) {
     if (part.empty()) return bad("has an empty path component");
     if (part == ".") return bad("has a '.' component");
     if (part == "..") return bad("has a '..' component (it would leave the checkpoint folder)");
     if (part.size() > kMaxPathComponentBytes) {
       return bad("has a component longer than " + std::to_string(kMaxPathComponentBytes) + " bytes");
     }
-    start = slash + 1;
   }
   return Status::OK();
 }

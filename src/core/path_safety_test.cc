@@ -11,7 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string_view>
+#include <vector>
 
+#include "core/test_files.h"
+#include "megackpt/core/path_components.h"
 #include "megackpt/core/file.h"
 
 namespace megackpt::inline core {
@@ -19,22 +23,20 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-class TempFolder {
+class TempFolder : public test_util::TempDir {
  public:
-  TempFolder() {
-    std::random_device rd;
-    path_ = (stdfs::temp_directory_path() / ("megackpt-path-safety-" + std::to_string(rd()))).string();
-    stdfs::create_directories(path_);
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    stdfs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempFolder() : test_util::TempDir("megackpt-path-safety") {}
 };
+
+TEST(PathComponents, EveryComponentEmptyOnesIncluded) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(PathComponents(""), V{""});
+  EXPECT_EQ(PathComponents("a"), V{"a"});
+  EXPECT_EQ(PathComponents("a/b/c"), (V{"a", "b", "c"}));
+  EXPECT_EQ(PathComponents("a//b/"), (V{"a", "", "b", ""}));
+  EXPECT_EQ(PathComponents("/a"), (V{"", "a"}));
+  EXPECT_EQ(PathComponents("/"), (V{"", ""}));
+}
 
 TEST(ValidateRelativePath, AcceptsPlainNames) {
   for (const char* name : {"model.mega", "__0123456789abcdef_0_0.distcp", "sub/dir/x.bin",

@@ -7,6 +7,7 @@
 #include "format/index_file_json.h"
 #include "megackpt/core/file.h"
 #include "megackpt/core/path_safety.h"
+#include "megackpt/core/path_components.h"
 #include "megackpt/core/text.h"
 
 namespace megackpt::format {
@@ -64,14 +65,9 @@ Status ValidateShardFileName(std::string_view name) {
   if (name.front() == '/') return bad("is an absolute path (must be relative to the index folder)");
   if (name.find('\0') != std::string_view::npos) return bad("contains a NUL byte");
   if (name.find('\\') != std::string_view::npos) return bad("contains a backslash");
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string_view::npos) end = name.size();
-    std::string_view part = name.substr(start, end - start);
+  for (std::string_view part : PathComponents(name)) {
     if (part.empty()) return bad("has an empty path component");
     if (part == "..") return bad("leaves the index folder ('..')");
-    start = end + 1;
   }
   // Everything else a checkpoint's file name must satisfy (control bytes,
   // UTF-8, '.' components, lengths): the one rule set of core/path_safety.h.

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "megackpt/core/path_components.h"
 #include "megackpt/fs/filesystem.h"
 
 namespace megackpt::fs {
@@ -28,15 +29,10 @@ Status ValidateRelativePath(std::string_view p) {
   if (p.find('\n') != std::string_view::npos || p.find('\0') != std::string_view::npos) {
     return InvalidArgumentError("transaction path holds a newline or NUL");
   }
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t slash = p.find('/', start);
-    if (slash == std::string_view::npos) slash = p.size();
-    std::string_view part = p.substr(start, slash - start);
+  for (std::string_view part : PathComponents(p)) {
     if (part.empty() || part == "..") {
       return InvalidArgumentError(std::string(p) + ": empty or '..' component in a transaction path");
     }
-    start = slash + 1;
   }
   return Status::OK();
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "megackpt/core/path_components.h"
 #include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub::httpd {
@@ -127,15 +128,10 @@ Status ParseTarget(Request* r) {
     return InvalidArgumentError("bad request target '" + r->target.substr(0, 200) + "'");
   }
   r->segments.clear();
-  for (size_t start = 1; start <= r->path.size();) {
-    size_t slash = r->path.find('/', start);
-    std::string_view part = std::string_view(r->path).substr(
-        start, slash == std::string::npos ? std::string::npos : slash - start);
+  for (std::string_view part : PathComponents(std::string_view(r->path).substr(1))) {
     auto decoded = PercentDecode(part);
     if (!decoded.ok()) return decoded.status();
     r->segments.push_back(*std::move(decoded));
-    if (slash == std::string::npos) break;
-    start = slash + 1;
   }
   while (!r->segments.empty() && r->segments.back().empty()) r->segments.pop_back();
   r->query.clear();

@@ -1,5 +1,6 @@
 // mega:// URI parsing (grammar in include/megackpt/hub/mega_uri.h).
 #include "megackpt/hub/mega_uri.h"
+#include "megackpt/core/path_components.h"
 #include "megackpt/core/text.h"
 
 #include <cctype>
@@ -53,36 +54,33 @@ bool IsSpecialRef(std::string_view rev) {
   return false;
 }
 
+// Every repo type with its name and plural (the one table of the three
+// functions below).
+struct RepoTypeNames {
+  RepoType type;
+  std::string_view name, plural;
+};
+constexpr RepoTypeNames kRepoTypes[] = {{RepoType::kModel, "model", "models"},
+                                        {RepoType::kDataset, "dataset", "datasets"},
+                                        {RepoType::kSpace, "space", "spaces"}};
+
+const RepoTypeNames& NamesOf(RepoType type) {
+  for (const RepoTypeNames& t : kRepoTypes) {
+    if (t.type == type) return t;
+  }
+  return kRepoTypes[0];  // not a RepoType value: a model
+}
+
 }  // namespace
 
-std::string_view RepoTypeName(RepoType type) {
-  switch (type) {
-    case RepoType::kModel:
-      return "model";
-    case RepoType::kDataset:
-      return "dataset";
-    case RepoType::kSpace:
-      return "space";
-  }
-  return "model";
-}
+std::string_view RepoTypeName(RepoType type) { return NamesOf(type).name; }
 
-std::string_view RepoTypePlural(RepoType type) {
-  switch (type) {
-    case RepoType::kModel:
-      return "models";
-    case RepoType::kDataset:
-      return "datasets";
-    case RepoType::kSpace:
-      return "spaces";
-  }
-  return "models";
-}
+std::string_view RepoTypePlural(RepoType type) { return NamesOf(type).plural; }
 
 Result<RepoType> RepoTypeFromName(std::string_view name) {
-  if (name == "model" || name == "models") return RepoType::kModel;
-  if (name == "dataset" || name == "datasets") return RepoType::kDataset;
-  if (name == "space" || name == "spaces") return RepoType::kSpace;
+  for (const RepoTypeNames& t : kRepoTypes) {
+    if (name == t.name || name == t.plural) return t.type;
+  }
   return InvalidArgumentError("unknown repo type " + Quote(name) +
                               " (expected model, dataset or space)");
 }
@@ -107,14 +105,11 @@ std::string PercentEncode(std::string_view s) {
 }
 
 std::string PercentEncodePath(std::string_view s) {
+  const std::vector<std::string_view> parts = PathComponents(s);
   std::string out;
-  size_t start = 0;
-  while (true) {
-    size_t slash = s.find('/', start);
-    out += PercentEncode(s.substr(start, slash == std::string_view::npos ? slash : slash - start));
-    if (slash == std::string_view::npos) break;
-    out += '/';
-    start = slash + 1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += '/';
+    out += PercentEncode(parts[i]);
   }
   return out;
 }
@@ -179,11 +174,7 @@ Status ValidateRepoPath(std::string_view path) {
     }
     if (c == '\\') return InvalidArgumentError("path " + Quote(path) + " contains '\\'");
   }
-  size_t start = 0;
-  while (true) {
-    size_t slash = path.find('/', start);
-    std::string_view seg =
-        path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+  for (std::string_view seg : PathComponents(path)) {
     if (seg.empty()) {
       return InvalidArgumentError("path " + Quote(path) + " has an empty segment ('//' or trailing '/')");
     }
@@ -198,8 +189,6 @@ Status ValidateRepoPath(std::string_view path) {
                                   Quote(seg.substr(0, 32)) + "... is " + std::to_string(seg.size()) +
                                   " bytes long (at most " + std::to_string(kMaxPathSegment) + ")");
     }
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
   }
   return Status::OK();
 }
