@@ -208,6 +208,18 @@ Result<std::vector<std::string>> ListDir(const std::string& dir) {
   return names;
 }
 
+// Appends the hashes named by the entries of `dir` (64 hex digits; other
+// names are skipped). A missing folder holds none.
+Status AppendHashNames(const std::string& dir, std::vector<MerkleHash>* out) {
+  MEGA_ASSIGN_OR_RETURN(auto names, ListDir(dir));
+  for (const std::string& n : names) {
+    if (!IsHashName(n.c_str())) continue;
+    auto h = MerkleHash::FromHex(n);
+    if (h.ok()) out->push_back(*h);
+  }
+  return Status::OK();
+}
+
 class LocalBackend final : public CasBackend {
  public:
   LocalBackend(std::string dir, LocalBackendOptions options)
@@ -497,12 +509,7 @@ class LocalBackend final : public CasBackend {
     std::vector<MerkleHash> out;
     MEGA_ASSIGN_OR_RETURN(auto fanout, ListDir(dir_ + "/xorbs"));
     for (const std::string& sub : fanout) {
-      MEGA_ASSIGN_OR_RETURN(auto names, ListDir(dir_ + "/xorbs/" + sub));
-      for (const std::string& n : names) {
-        if (!IsHashName(n.c_str())) continue;
-        auto h = MerkleHash::FromHex(n);
-        if (h.ok()) out.push_back(*h);
-      }
+      MEGA_RETURN_IF_ERROR(AppendHashNames(dir_ + "/xorbs/" + sub, &out));
     }
     return out;
   }
@@ -580,12 +587,7 @@ class LocalBackend final : public CasBackend {
 
   Result<std::vector<MerkleHash>> ListFiles() override {
     std::vector<MerkleHash> out;
-    MEGA_ASSIGN_OR_RETURN(auto names, ListDir(dir_ + "/files"));
-    for (const std::string& n : names) {
-      if (!IsHashName(n.c_str())) continue;
-      auto h = MerkleHash::FromHex(n);
-      if (h.ok()) out.push_back(*h);
-    }
+    MEGA_RETURN_IF_ERROR(AppendHashNames(dir_ + "/files", &out));
     return out;
   }
 

@@ -83,6 +83,21 @@ MerkleHash HashAt(const uint8_t* p) {
   return h;
 }
 
+// The next entry of a section ("file info", "CAS info"), or null at the
+// section's bookend (whose bytes 32..47 must be zero).
+Result<const uint8_t*> NextSectionEntry(Reader& r, const char* section) {
+  if (r.remaining() < kShardEntrySize) {  // the message is built only then
+    return r.Need(kShardEntrySize, (std::string(section) + " entry (no bookend?)").c_str());
+  }
+  const size_t at = r.offset();
+  const uint8_t* e = r.Take(kShardEntrySize);
+  if (!IsBookendHash(e)) return e;
+  for (int i = 32; i < 48; ++i) {
+    if (e[i] != 0) return Bad(at, std::string("malformed ") + section + " bookend");
+  }
+  return static_cast<const uint8_t*>(nullptr);
+}
+
 }  // namespace
 
 std::string SerializeShard(const Shard& shard, const ShardWriteOptions& options) {
@@ -222,15 +237,9 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
   r.Take(kShardHeaderSize);
   // ---- file info section ----
   while (true) {
-    MEGA_RETURN_IF_ERROR(r.Need(kShardEntrySize, "file info entry (no bookend?)"));
-    size_t at = r.offset();
-    const uint8_t* e = r.Take(kShardEntrySize);
-    if (IsBookendHash(e)) {
-      for (int i = 32; i < 48; ++i) {
-        if (e[i] != 0) return Bad(at, "malformed file info bookend");
-      }
-      break;
-    }
+    const size_t at = r.offset();
+    MEGA_ASSIGN_OR_RETURN(const uint8_t* e, NextSectionEntry(r, "file info"));
+    if (e == nullptr) break;  // the bookend
     if (shard.files.size() >= limits.max_files) {
       return Bad(at, "more than " + std::to_string(limits.max_files) + " files");
     }
@@ -290,15 +299,9 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
                                std::to_string(footer_cas_offset));
   }
   while (true) {
-    MEGA_RETURN_IF_ERROR(r.Need(kShardEntrySize, "CAS info entry (no bookend?)"));
-    size_t at = r.offset();
-    const uint8_t* e = r.Take(kShardEntrySize);
-    if (IsBookendHash(e)) {
-      for (int i = 32; i < 48; ++i) {
-        if (e[i] != 0) return Bad(at, "malformed CAS info bookend");
-      }
-      break;
-    }
+    const size_t at = r.offset();
+    MEGA_ASSIGN_OR_RETURN(const uint8_t* e, NextSectionEntry(r, "CAS info"));
+    if (e == nullptr) break;  // the bookend
     if (shard.xorbs.size() >= limits.max_xorbs) {
       return Bad(at, "more than " + std::to_string(limits.max_xorbs) + " xorbs");
     }

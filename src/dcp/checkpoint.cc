@@ -104,6 +104,21 @@ class Comm {
     return payloads;
   }
 
+  // Unpack, then each rank's payload decoded by `decode` (a Result<T>); a
+  // decode error is attributed to the rank that sent the payload.
+  template <typename T, typename Decode>
+  Result<std::vector<T>> UnpackEach(const std::vector<std::string>& blobs, Decode decode) const {
+    MEGA_ASSIGN_OR_RETURN(std::vector<std::string> payloads, Unpack(blobs));
+    std::vector<T> out;
+    out.reserve(payloads.size());
+    for (size_t r = 0; r < payloads.size(); ++r) {
+      Result<T> v = decode(payloads[r]);
+      if (!v.ok()) return Attribute(v.status(), static_cast<int>(r));
+      out.push_back(std::move(*v));
+    }
+    return out;
+  }
+
  private:
   dist::ProcessGroup* group_;
   int rank_;
@@ -139,20 +154,32 @@ Status MergeResults(Metadata* md, const std::vector<std::vector<WriteResult>>& a
   return ValidateMetadata(*md);
 }
 
+// The caller's stats (options.stats) or `local`, reset.
+template <typename Stats>
+Stats& ResetStats(Stats* given, Stats& local) {
+  Stats& stats = given ? *given : local;
+  stats = Stats();
+  return stats;
+}
+
+// The caller's planner, or a default one made by `make` and owned by *owned.
+template <typename Planner, typename Make>
+Planner* PlannerOrDefault(Planner* given, std::unique_ptr<Planner>* owned, Make make) {
+  if (given) return given;
+  *owned = make();
+  return owned->get();
+}
+
 }  // namespace
 
 Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGroup* group,
             const SaveOptions& options) {
   Comm comm(group, options.use_collectives);
   SaveStats local_stats;
-  SaveStats& stats = options.stats ? *options.stats : local_stats;
-  stats = SaveStats();
+  SaveStats& stats = ResetStats(options.stats, local_stats);
   std::unique_ptr<SavePlanner> default_planner;
-  SavePlanner* planner = options.planner;
-  if (!planner) {
-    default_planner = NewDefaultSavePlanner();
-    planner = default_planner.get();
-  }
+  SavePlanner* planner =
+      PlannerOrDefault(options.planner, &default_planner, [] { return NewDefaultSavePlanner(); });
   double t0 = Now();
 
   // 1. Local planning.
@@ -187,13 +214,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
   std::vector<std::string> scatter_blobs;
   if (comm.is_coordinator()) {
     Status global = [&]() -> Status {
-      MEGA_ASSIGN_OR_RETURN(std::vector<std::string> payloads, comm.Unpack(*gathered));
-      std::vector<SavePlan> plans;
-      for (size_t r = 0; r < payloads.size(); ++r) {
-        auto p = internal::DecodeSavePlan(payloads[r]);
-        if (!p.ok()) return comm.Attribute(p.status(), static_cast<int>(r));
-        plans.push_back(std::move(*p));
-      }
+      MEGA_ASSIGN_OR_RETURN(std::vector<SavePlan> plans,
+                            comm.UnpackEach<SavePlan>(*gathered, internal::DecodeSavePlan));
       auto gp = Guard("SavePlanner::CreateGlobalPlan",
                       [&] { return planner->CreateGlobalPlan(std::move(plans)); });
       if (!gp.ok()) return comm.Attribute(gp.status(), comm.rank());
@@ -257,13 +279,9 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
   Status outcome;
   if (comm.is_coordinator()) {
     outcome = [&]() -> Status {
-      MEGA_ASSIGN_OR_RETURN(std::vector<std::string> payloads, comm.Unpack(*gathered));
-      std::vector<std::vector<WriteResult>> all;
-      for (size_t r = 0; r < payloads.size(); ++r) {
-        auto rr = internal::DecodeWriteResults(payloads[r]);
-        if (!rr.ok()) return comm.Attribute(rr.status(), static_cast<int>(r));
-        all.push_back(std::move(*rr));
-      }
+      MEGA_ASSIGN_OR_RETURN(
+          std::vector<std::vector<WriteResult>> all,
+          comm.UnpackEach<std::vector<WriteResult>>(*gathered, internal::DecodeWriteResults));
       Status merged = MergeResults(&metadata, all);
       if (!merged.ok()) return comm.Attribute(merged, comm.rank());
       return comm.Attribute(
@@ -281,14 +299,10 @@ Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* gr
             const LoadOptions& options) {
   Comm comm(group, options.use_collectives);
   LoadStats local_stats;
-  LoadStats& stats = options.stats ? *options.stats : local_stats;
-  stats = LoadStats();
+  LoadStats& stats = ResetStats(options.stats, local_stats);
   std::unique_ptr<LoadPlanner> default_planner;
-  LoadPlanner* planner = options.planner;
-  if (!planner) {
-    default_planner = NewDefaultLoadPlanner();
-    planner = default_planner.get();
-  }
+  LoadPlanner* planner =
+      PlannerOrDefault(options.planner, &default_planner, [] { return NewDefaultLoadPlanner(); });
   double t0 = Now();
   Metadata metadata;
   LoadPlan local_plan;
@@ -317,13 +331,8 @@ Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* gr
   std::vector<std::string> scatter_blobs;
   if (comm.is_coordinator()) {
     Status global = [&]() -> Status {
-      MEGA_ASSIGN_OR_RETURN(std::vector<std::string> payloads, comm.Unpack(*gathered));
-      std::vector<LoadPlan> plans;
-      for (size_t r = 0; r < payloads.size(); ++r) {
-        auto p = internal::DecodeLoadPlan(payloads[r]);
-        if (!p.ok()) return comm.Attribute(p.status(), static_cast<int>(r));
-        plans.push_back(std::move(*p));
-      }
+      MEGA_ASSIGN_OR_RETURN(std::vector<LoadPlan> plans,
+                            comm.UnpackEach<LoadPlan>(*gathered, internal::DecodeLoadPlan));
       auto global_plans = Guard("LoadPlanner::CreateGlobalPlan",
                                 [&] { return planner->CreateGlobalPlan(std::move(plans)); });
       if (!global_plans.ok()) return comm.Attribute(global_plans.status(), comm.rank());

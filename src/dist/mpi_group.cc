@@ -307,23 +307,30 @@ class Exchange {
     std::vector<MPI_Request> data_reqs;
   };
 
+  // MPI_Test of each pending request of `reqs` (what + peer: the transfer, for
+  // the error): sets *progress when one completed, clears *all_done when one is
+  // still pending.
+  static Status TestRequests(std::vector<MPI_Request>& reqs, const char* what, int peer,
+                             bool* progress, bool* all_done) {
+    for (MPI_Request& req : reqs) {
+      if (req == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return MpiCallError(what + std::to_string(peer), rc);
+      if (flag) {
+        *progress = true;
+      } else {
+        *all_done = false;
+      }
+    }
+    return Status::OK();
+  }
+
   // One MPI_Test round over every pending request. Returns true when all are done.
   Result<bool> TestLocked(bool* progress) {
     bool all_done = true;
     for (auto& s : sends_) {
-      for (MPI_Request& req : s->reqs) {
-        if (req == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-          return MpiCallError("sending to rank " + std::to_string(s->dst), rc);
-        }
-        if (flag) {
-          *progress = true;
-        } else {
-          all_done = false;
-        }
-      }
+      MEGA_RETURN_IF_ERROR(TestRequests(s->reqs, "sending to rank ", s->dst, progress, &all_done));
     }
     for (auto& r : recvs_) {
       if (!r->header_done) {
@@ -344,19 +351,7 @@ class Exchange {
         MEGA_RETURN_IF_ERROR(CheckHeader(*r, count));
         MEGA_RETURN_IF_ERROR(PostDataReceives(r.get()));
       }
-      for (MPI_Request& req : r->data_reqs) {
-        if (req == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-          return MpiCallError("receiving from rank " + std::to_string(r->src), rc);
-        }
-        if (flag) {
-          *progress = true;
-        } else {
-          all_done = false;
-        }
-      }
+      MEGA_RETURN_IF_ERROR(TestRequests(r->data_reqs, "receiving from rank ", r->src, progress, &all_done));
     }
     return all_done;
   }

@@ -255,12 +255,7 @@ class RemoteHub final : public HubConnection {
     return RepoFromJson(j);
   }
 
-  Status DeleteRepo(std::string_view repo) override {
-    HttpRequest req;
-    req.method = "DELETE";
-    req.target = "/api/repos/" + RepoPath(repo);
-    return http_->Call(req).status();
-  }
+  Status DeleteRepo(std::string_view repo) override { return Delete("/api/repos/" + RepoPath(repo)); }
 
   Result<std::string> ResolveRevision(std::string_view repo, std::string_view rev) override {
     MEGA_ASSIGN_OR_RETURN(auto j, Get("/api/repos/" + RepoPath(repo) + "/commits/" + PercentEncode(rev)));
@@ -446,12 +441,7 @@ class RemoteHub final : public HubConnection {
     return GetBucket(id);
   }
 
-  Status DeleteBucket(std::string_view bucket) override {
-    HttpRequest req;
-    req.method = "DELETE";
-    req.target = "/api/buckets/" + RepoPath(bucket);
-    return http_->Call(req).status();
-  }
+  Status DeleteBucket(std::string_view bucket) override { return Delete("/api/buckets/" + RepoPath(bucket)); }
 
   Status BucketBatch(std::string_view bucket, const std::vector<BucketOperation>& ops) override {
     for (size_t start = 0; start < ops.size() || start == 0; start += 1000) {
@@ -546,6 +536,13 @@ class RemoteHub final : public HubConnection {
     req.headers.push_back({"Accept", "application/json"});
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
     return ParseJson(res, target);
+  }
+
+  Status Delete(const std::string& target) {
+    HttpRequest req;
+    req.method = "DELETE";
+    req.target = target;
+    return http_->Call(req).status();
   }
 
   Result<json> PostJson(const std::string& target, const json& body, bool idempotent) {

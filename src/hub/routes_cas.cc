@@ -5,6 +5,7 @@
 // valid token; writes need write scope (CheckCasAccess).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "cas/bytes.h"
@@ -103,43 +104,40 @@ Status PlanReconstruction(cas::CasBackend& backend, const cas::FileReconstructio
   return Status::OK();
 }
 
-// V1 fetch_info: xorb -> [{range, url, url_range (inclusive)}].
-json FetchInfoV1(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
-  json fetch = json::object();
+// xorb hex -> [entry(url, chunk range, byte range)] over the merged chunk
+// ranges of `plan` (byte ranges inclusive, as HTTP Range has them).
+json PerXorbRanges(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint,
+                   const std::function<json(const std::string& url, const json& chunks,
+                                            const json& bytes)>& entry) {
+  json out = json::object();
   for (const auto& [xorb, list] : plan.ranges) {
     const cas::XorbLayout& layout = plan.layouts.at(xorb);
     std::string xh = xorb.ToHex();
     std::string url = SignedXorbUrl(ctx, endpoint, xh);
     json arr = json::array();
     for (const auto& [cs, ce] : list) {
-      arr.push_back({{"range", {{"start", cs}, {"end", ce}}},
-                     {"url", url},
-                     {"url_range", {{"start", layout.chunks[cs].byte_offset},
-                                    {"end", layout.RecordEnd(ce - 1) - 1}}}});
+      arr.push_back(entry(url, {{"start", cs}, {"end", ce}},
+                          {{"start", layout.chunks[cs].byte_offset},
+                           {"end", layout.RecordEnd(ce - 1) - 1}}));
     }
-    fetch[xh] = std::move(arr);
+    out[xh] = std::move(arr);
   }
-  return fetch;
+  return out;
+}
+
+// V1 fetch_info: xorb -> [{range, url, url_range (inclusive)}].
+json FetchInfoV1(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
+  return PerXorbRanges(ctx, plan, endpoint, [](const std::string& url, const json& chunks, const json& bytes) {
+    return json{{"range", chunks}, {"url", url}, {"url_range", bytes}};
+  });
 }
 
 // V2 xorbs: xorb -> [{url, ranges: [{chunks, bytes (inclusive)}]}], one
 // single-range entry per merged range (so every fetch is a plain 206).
 json XorbsV2(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
-  json xorbs = json::object();
-  for (const auto& [xorb, list] : plan.ranges) {
-    const cas::XorbLayout& layout = plan.layouts.at(xorb);
-    std::string xh = xorb.ToHex();
-    std::string url = SignedXorbUrl(ctx, endpoint, xh);
-    json arr = json::array();
-    for (const auto& [cs, ce] : list) {
-      arr.push_back({{"url", url},
-                     {"ranges", json::array({{{"chunks", {{"start", cs}, {"end", ce}}},
-                                              {"bytes", {{"start", layout.chunks[cs].byte_offset},
-                                                         {"end", layout.RecordEnd(ce - 1) - 1}}}}})}});
-    }
-    xorbs[xh] = std::move(arr);
-  }
-  return xorbs;
+  return PerXorbRanges(ctx, plan, endpoint, [](const std::string& url, const json& chunks, const json& bytes) {
+    return json{{"url", url}, {"ranges", json::array({{{"chunks", chunks}, {"bytes", bytes}}})}};
+  });
 }
 
 
