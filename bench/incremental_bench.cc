@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.h"
 #include "bench_util.h"
 #include "megackpt/dcp/checkpoint_manager.h"
 #include "megackpt/dist/process_group.h"
@@ -82,11 +83,7 @@ int RunIncrementalBench(const IncrementalBenchOptions& o) {
     return 2;
   }
   std::unique_ptr<TempDir> tmp;
-  std::string dir = o.dir;
-  if (dir.empty()) {
-    tmp = std::make_unique<TempDir>("megackpt-bench-incr");
-    dir = tmp->path();
-  }
+  const std::string dir = BenchDir(o.dir, "megackpt-bench-incr", &tmp);
   const int world = o.world_size;
   const int nchanged = static_cast<int>(std::llround(o.changed * kTensors));
   std::vector<Rep> reps(o.reps + 1);

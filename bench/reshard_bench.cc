@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.h"
 #include "bench_util.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
@@ -145,11 +146,7 @@ class StorageBench {
 
 Status Bench(const ReshardBenchOptions& o, nlohmann::json* out, std::string* table) {
   std::unique_ptr<TempDir> tmp;
-  std::string base = o.dir;
-  if (base.empty()) {
-    tmp = std::make_unique<TempDir>("megackpt-bench-reshard");
-    base = tmp->path();
-  }
+  const std::string base = BenchDir(o.dir, "megackpt-bench-reshard", &tmp);
   std::vector<std::string> storages;
   if (o.storage == "fs" || o.storage == "both") storages.push_back("fs");
   if (o.storage == "mega" || o.storage == "both") storages.push_back("mega");
@@ -209,16 +206,7 @@ int RunReshardBench(const ReshardBenchOptions& options) {
   nlohmann::json out = nlohmann::json::object();
   std::string table;
   Status s = Bench(options, &out, &table);
-  if (!s.ok()) {
-    std::fprintf(stderr, "megackpt bench reshard: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (options.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::fputs(table.c_str(), stdout);
-  }
-  return 0;
+  return PrintBenchResult("reshard", s, out, table, options.json);
 }
 
 }  // namespace megackpt::bench

@@ -4,20 +4,16 @@
 #ifndef MEGACKPT_BENCH_RESHARD_BENCH_H_
 #define MEGACKPT_BENCH_RESHARD_BENCH_H_
 
-#include <cstdint>
 #include <string>
+
+#include "bench_report.h"
 
 namespace megackpt::bench {
 
-struct ReshardBenchOptions {
-  uint64_t size = 2ull << 30;  // state bytes
-  int save_world = 2;          // ranks that save (threads backend)
-  int load_world = 3;          // ranks of the resharded load
+struct ReshardBenchOptions : StateBenchOptions {
+  int save_world = 2;            // ranks that save (threads backend)
+  int load_world = 3;            // ranks of the resharded load
   std::string storage = "both";  // "fs", "mega" or "both"
-  int reps = 5;
-  int threads = 2;             // I/O threads per rank
-  bool json = false;
-  std::string dir;             // empty: a temp folder under $TMPDIR or /tmp
 };
 
 // Prints a table (or one JSON object). Returns the exit code.

@@ -382,10 +382,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         ->check(CLI::Range(1, 64));
     cmd->add_option("--storage", o->storage, "fs, mega or both (default)")
         ->check(CLI::IsMember({"fs", "mega", "both"}));
-    cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
-    cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
-    cmd->add_flag("--json", o->json, "Print one JSON object");
+    AddStateBenchRunFlags(cmd, o.get());
     cmd->callback([o, size, exit_code] {
       if (!ParseSizeFlag("bench reshard", "--size", *size, &o->size, exit_code)) return;
       *exit_code = bench::RunReshardBench(*o);

@@ -88,6 +88,16 @@ std::string ClosestName(std::string_view word, const std::vector<std::string>& n
 bool ParseSizeFlag(std::string_view command, std::string_view flag, const std::string& text,
                    uint64_t* out, int* exit_code);
 
+// Adds --reps, --threads, --dir and --json of a state benchmark to `cmd`, bound
+// to those fields of *o (bench/bench_report.h: StateBenchOptions).
+template <typename Options>
+void AddStateBenchRunFlags(CLI::App* cmd, Options* o) {
+  cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+  cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+}
+
 // Adds `megackpt bench NAME`, a benchmark of a state of --size bytes saved and
 // loaded from --world-size ranks (bench/*_bench.h: an Options struct with size,
 // world_size, reps, threads, dir and json, and `int run(const Options&)`
@@ -99,10 +109,7 @@ CLI::App* AddStateBench(CLI::App& bench, const std::string& name, const std::str
   CLI::App* cmd = bench.add_subcommand(name, description);
   cmd->add_option("--size", *size, "State bytes, e.g. 2GiB (default), 256MB");
   cmd->add_option("--world-size", o->world_size, "Ranks (default 1)")->check(CLI::Range(1, 64));
-  cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
-  cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
-  cmd->add_flag("--json", o->json, "Print one JSON object");
+  AddStateBenchRunFlags(cmd, o.get());
   cmd->callback([o, size, run, name, exit_code] {
     if (!ParseSizeFlag("bench " + name, "--size", *size, &o->size, exit_code)) return;
     *exit_code = run(*o);
