@@ -54,6 +54,14 @@ inline void CheckEveryReadMode(const std::string& base, const ExpectationCheck& 
   }
 }
 
+// check(got[i], want[i]) for each element of `got`, after asserting that
+// `want` (a JSON array) has as many.
+template <typename T, typename Check>
+void ExpectEach(const std::vector<T>& got, const nlohmann::json& want, Check check) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) check(got[i], want[i]);
+}
+
 // One metadata value against {"type": ..., "value": ...}: floats (and arrays of
 // floats) to double precision, everything else exactly.
 inline void ExpectMetaValue(const std::string& key, const format::MetaValue& v,

@@ -30,11 +30,7 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
     ExpectMetadata(r.header_metadata(), want.at("header_metadata"),
                    want.at("header_metadata_key_order"));
 
-    const json& wt = want.at("tensors");
-    ASSERT_EQ(r.tensors().size(), wt.size());
-    for (size_t i = 0; i < wt.size(); ++i) {
-      const json& w = wt[i];
-      const MegaTensorInfo& t = r.tensors()[i];
+    mega_test::ExpectEach(r.tensors(), want.at("tensors"), [&](const MegaTensorInfo& t, const json& w) {
       SCOPED_TRACE("tensor " + t.name);
       mega_test::ExpectTensorFields(t, w);
       const json& wc = w.at("chunks");
@@ -68,7 +64,7 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
           EXPECT_EQ(0, std::memcmp(part.data(), loaded->Bytes().data() + a, len)) << a << "+" << len;
         }
       }
-    }
+    });
     EXPECT_TRUE(r.VerifyAll().ok());
 
     const json& ws = want.at("segments");

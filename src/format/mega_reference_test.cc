@@ -37,11 +37,7 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
     EXPECT_EQ(r.header_metadata().size(), order.size());
 
     // Tensors.
-    const auto& wt = want.at("tensors");
-    ASSERT_EQ(r.tensors().size(), wt.size());
-    for (size_t i = 0; i < wt.size(); ++i) {
-      const json& w = wt[i];
-      const MegaTensorInfo& t = r.tensors()[i];
+    mega_test::ExpectEach(r.tensors(), want.at("tensors"), [&](const MegaTensorInfo& t, const json& w) {
       SCOPED_TRACE("tensor " + t.name);
       mega_test::ExpectTensorFields(t, w);
       EXPECT_EQ(t.tensor_id, w.at("tensor_id").get<uint32_t>());
@@ -65,7 +61,7 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
         ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
         EXPECT_TRUE(TensorBytesEqual(*mapped, *loaded));
       }
-    }
+    });
     EXPECT_TRUE(r.VerifyAll().ok());
     EXPECT_EQ(r.segments().size(), want.at("segments").size());
     EXPECT_EQ(r.moe_experts().size(), want.at("moe_experts").size());
