@@ -6,23 +6,27 @@
 #include "megackpt/dcp/mega_storage.h"
 
 namespace megackpt::dcp {
+namespace {
+
+// The writer options of either storage with the factory's choices applied.
+template <typename WriterOptions>
+WriterOptions WriterOptionsFrom(const StorageFactoryOptions& options) {
+  WriterOptions o;
+  o.thread_count = options.thread_count;
+  o.sync = options.sync;
+  o.overwrite = options.overwrite;
+  return o;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<StorageWriter>> MakeStorageWriter(std::string_view kind,
                                                          const std::string& path,
                                                          const StorageFactoryOptions& options) {
-  if (kind == "fs") {
-    FileSystemWriterOptions o;
-    o.thread_count = options.thread_count;
-    o.sync = options.sync;
-    o.overwrite = options.overwrite;
-    return NewFileSystemWriter(path, o);
-  }
+  if (kind == "fs") return NewFileSystemWriter(path, WriterOptionsFrom<FileSystemWriterOptions>(options));
   if (kind == "mega") {
-    MegaStorageWriterOptions o;
-    o.thread_count = options.thread_count;
-    o.sync = options.sync;
-    o.overwrite = options.overwrite;
-    return std::unique_ptr<StorageWriter>(new MegaStorageWriter(path, std::nullopt, o));
+    return std::unique_ptr<StorageWriter>(new MegaStorageWriter(
+        path, std::nullopt, WriterOptionsFrom<MegaStorageWriterOptions>(options)));
   }
   return InvalidArgumentError("unknown storage \"" + std::string(kind) + "\" (expected fs or mega)");
 }
