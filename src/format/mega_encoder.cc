@@ -342,12 +342,12 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     std::span<const std::byte> bytes = piece(off, std::min(max_piece, nbytes - off));
     if (block > 0) {
       // Pieces start on block boundaries (max_piece is a multiple of block).
-      for (uint64_t b = 0; b < bytes.size(); b += block) {
-        const uint64_t len = std::min<uint64_t>(block, bytes.size() - b);
-        const uint32_t c = Crc32(bytes.subspan(b, len));
-        crcs[(off + b) / block] = c;
-        if (type == MegaChecksumType::kCrc32) {
-          crc = len == block ? shift->Append(crc, c) : Crc32Combine(crc, c, len);
+      uint32_t* piece_crcs = crcs.data() + off / block;
+      mega_internal::BlockCrc32s(bytes, block, piece_crcs);
+      if (type == MegaChecksumType::kCrc32) {
+        for (uint64_t b = 0, j = 0; b < bytes.size(); b += block, ++j) {
+          const uint64_t len = std::min<uint64_t>(block, bytes.size() - b);
+          crc = len == block ? shift->Append(crc, piece_crcs[j]) : Crc32Combine(crc, piece_crcs[j], len);
         }
       }
     } else if (type == MegaChecksumType::kCrc32) {
