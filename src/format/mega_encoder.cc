@@ -331,8 +331,6 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   const MegaChecksumType type = specs_[i].checksum;
   const uint64_t block = block_size_[i];
   std::vector<uint32_t> crcs(block_crcs_[i].size());
-  std::optional<Crc32Shift> shift;
-  if (block > 0 && type == MegaChecksumType::kCrc32) shift.emplace(block);
   std::optional<Sha256> sha;
   if (type == MegaChecksumType::kSha256) sha.emplace();
   uint32_t crc = 0;
@@ -342,15 +340,11 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     std::span<const std::byte> bytes = piece(off, std::min(max_piece, nbytes - off));
     if (block > 0) {
       // Pieces start on block boundaries (max_piece is a multiple of block).
-      uint32_t* piece_crcs = crcs.data() + off / block;
-      mega_internal::BlockCrc32s(bytes, block, piece_crcs);
-      if (type == MegaChecksumType::kCrc32) {
-        for (uint64_t b = 0, j = 0; b < bytes.size(); b += block, ++j) {
-          const uint64_t len = std::min<uint64_t>(block, bytes.size() - b);
-          crc = len == block ? shift->Append(crc, piece_crcs[j]) : Crc32Combine(crc, piece_crcs[j], len);
-        }
-      }
-    } else if (type == MegaChecksumType::kCrc32) {
+      mega_internal::BlockCrc32s(bytes, block, crcs.data() + off / block);
+    }
+    if (type == MegaChecksumType::kCrc32) {
+      // The piece is still in cache: one pass is cheaper than combining the
+      // block CRCs (a serial chain of table lookups per block).
       crc = Crc32Extend(crc, bytes);
     }
     if (sha) sha->Update(bytes);
