@@ -67,12 +67,22 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 // N = ranks x I/O threads of the measured path, over the same total size.
 //  - kPageCacheWrite: W threads each write bytes/W from a pre-faulted buffer to
 //    its own new file (64 MiB pwrites); PrepareFreshWrite before every run.
-//  - kDurableWrite: the same, each writer fdatasyncs its file at the end.
+//  - kDurableWrite: the same, each writer fdatasyncs its file at the end and,
+//    like the library's durable save paths (fs and MEGA storage), starts
+//    writeback of every finished kDurableWritebackUnit with
+//    sync_file_range(SYNC_FILE_RANGE_WRITE) (pwrites of that size), so the
+//    device works while the next bytes are copied. Without the hint the plain
+//    writer leaves all writeback to fdatasync and is not a limit for paths
+//    that overlap it (they measured up to 1.2x "the ceiling").
 //  - kWarmRead: W threads pread byte ranges of one cached file of `bytes` into a
 //    reused, pre-faulted buffer.
 //  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers.
 // Separate files for writers: buffered writes to one ext4 file serialize on the
 // inode lock, so W files is what W plain writers can do.
+// Writeback unit of the durable ceiling: the 32 MiB of the library's durable
+// save paths (kWritebackUnit in dcp/filesystem.cc and dcp/mega_storage.cc).
+constexpr uint64_t kDurableWritebackUnit = 32ull << 20;
+
 enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy };
 
 // "page-cache write", "write + fdatasync", "warm read", "memcpy".

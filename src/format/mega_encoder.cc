@@ -331,8 +331,6 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   const MegaChecksumType type = specs_[i].checksum;
   const uint64_t block = block_size_[i];
   std::vector<uint32_t> crcs(block_crcs_[i].size());
-  std::optional<Crc32Shift> shift;
-  if (block > 0 && type == MegaChecksumType::kCrc32) shift.emplace(block);
   std::optional<Sha256> sha;
   if (type == MegaChecksumType::kSha256) sha.emplace();
   uint32_t crc = 0;
@@ -342,15 +340,11 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     std::span<const std::byte> bytes = piece(off, std::min(max_piece, nbytes - off));
     if (block > 0) {
       // Pieces start on block boundaries (max_piece is a multiple of block).
-      for (uint64_t b = 0; b < bytes.size(); b += block) {
-        const uint64_t len = std::min<uint64_t>(block, bytes.size() - b);
-        const uint32_t c = Crc32(bytes.subspan(b, len));
-        crcs[(off + b) / block] = c;
-        if (type == MegaChecksumType::kCrc32) {
-          crc = len == block ? shift->Append(crc, c) : Crc32Combine(crc, c, len);
-        }
-      }
-    } else if (type == MegaChecksumType::kCrc32) {
+      mega_internal::BlockCrc32s(bytes, block, crcs.data() + off / block);
+    }
+    if (type == MegaChecksumType::kCrc32) {
+      // The piece is still in cache: one pass is cheaper than combining the
+      // block CRCs (a serial chain of table lookups per block).
       crc = Crc32Extend(crc, bytes);
     }
     if (sha) sha->Update(bytes);
