@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "format/mega_internal.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/text.h"
@@ -254,73 +250,6 @@ std::string EncodeTrailer(uint64_t generation, uint64_t overlay_offset, uint64_t
   w.U64(base_size);
   w.Raw(sha.data(), sha.size());
   return std::move(w.data());
-}
-
-namespace {
-
-#if defined(__x86_64__)
-// CRC-32 (reflected 0xEDB88320) by carry-less multiplication: fold 64 bytes at
-// a time into four 128-bit lanes, fold the lanes into one, reduce 128 -> 64 ->
-// 32 bits (Barrett). Constants x^k mod P as in Gopal et al., "Fast CRC
-// Computation for Generic Polynomials Using PCLMULQDQ" (Intel, 2009) and the
-// Linux crc32-pclmul code.
-#define MEGA_CLMUL_TARGET __attribute__((target("pclmul,sse4.1")))
-
-MEGA_CLMUL_TARGET inline __m128i Fold16(__m128i x, __m128i k, __m128i data) {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)),
-                       data);
-}
-
-MEGA_CLMUL_TARGET inline __m128i Load16(const std::byte* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
-// zlib crc32(0, p, n). REQUIRES: n >= 64, n % 16 == 0.
-MEGA_CLMUL_TARGET uint32_t Crc32Clmul(const std::byte* p, uint64_t n) {
-  const __m128i k2k1 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
-  const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
-  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);
-  const __m128i poly = _mm_set_epi64x(0x1f7011641, 0x1db710641);
-  const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
-  __m128i x0 = _mm_xor_si128(Load16(p), _mm_cvtsi32_si128(-1));  // initial value ~0
-  __m128i x1 = Load16(p + 16), x2 = Load16(p + 32), x3 = Load16(p + 48);
-  uint64_t off = 64;
-  for (; off + 64 <= n; off += 64) {
-    x0 = Fold16(x0, k2k1, Load16(p + off));
-    x1 = Fold16(x1, k2k1, Load16(p + off + 16));
-    x2 = Fold16(x2, k2k1, Load16(p + off + 32));
-    x3 = Fold16(x3, k2k1, Load16(p + off + 48));
-  }
-  x0 = Fold16(x0, k4k3, x1);
-  x0 = Fold16(x0, k4k3, x2);
-  x0 = Fold16(x0, k4k3, x3);
-  for (; off + 16 <= n; off += 16) x0 = Fold16(x0, k4k3, Load16(p + off));
-  __m128i t = _mm_clmulepi64_si128(x0, k4k3, 0x10);  // 128 -> 64 bits
-  x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), t);
-  t = _mm_clmulepi64_si128(_mm_and_si128(x0, low32), k5, 0x00);  // 64 -> 32 bits
-  x0 = _mm_xor_si128(_mm_srli_si128(x0, 4), t);
-  t = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, low32), poly, 0x10), low32);  // Barrett
-  x0 = _mm_xor_si128(x0, _mm_clmulepi64_si128(t, poly, 0x00));
-  return ~static_cast<uint32_t>(_mm_extract_epi32(x0, 1));
-}
-
-bool HasClmul() {
-  static const bool has = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-  return has;
-}
-#endif
-
-}  // namespace
-
-void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out) {
-  const uint64_t n = bytes.size();
-  uint64_t off = 0;
-#if defined(__x86_64__)
-  if (block >= 64 && block <= 512 && block % 16 == 0 && HasClmul()) {
-    for (; off + block <= n; off += block) *out++ = Crc32Clmul(bytes.data() + off, block);
-  }
-#endif
-  for (; off < n; off += block) *out++ = Crc32(bytes.subspan(off, std::min<uint64_t>(block, n - off)));
 }
 
 MegaChecksum Crc32Field(uint32_t crc) {

@@ -170,14 +170,9 @@ void ByteShuffle(const std::byte* plain, std::byte* shuffled, size_t bytes, size
 void ByteUnshuffle(const std::byte* shuffled, std::byte* plain, size_t bytes, size_t elem_size);
 
 // ---- block CRC tables ----------------------------------------------------------
-// out[j] = Crc32 of bytes [j * block, min((j + 1) * block, size)) for every j
-// (the entries of a megackpt.block_crc32 table, docs/mega-format.md). Same
-// values as one core Crc32 call per block; the small blocks of tensors with
-// short rows (64..512 bytes, 16-byte multiples) are folded inline with
-// PCLMULQDQ when the CPU has it, without the per-call setup that dominates
-// a library call on 128 bytes. REQUIRES: block > 0; out has room for
-// ceil(size / block) entries.
-void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out);
+// The entries of a megackpt.block_crc32 table (docs/mega-format.md): core's one
+// implementation.
+using core::BlockCrc32s;
 
 // ---- CRC-32 combination ----------------------------------------------------------
 // CRC-32 of A||B from crc(A), crc(B) and len(B): the one implementation in core.
