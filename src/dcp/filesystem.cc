@@ -4,7 +4,8 @@
 // size; each file is written by one thread, item after item, straight from the
 // tensor's memory in pieces of at most one checksum block (so the CRC32 of a
 // block is computed while its bytes are in cache, right before the pwrite).
-// Strided tensors go through a bounded per-thread buffer. Each file is fsynced
+// Strided tensors go through a bounded per-thread buffer. After an item's bytes
+// comes its block CRC table (u32 LE per block; .metadata records its offset). Each file is fsynced
 // before WriteData returns; the coordinator's Finish writes .metadata last. A
 // durable save asks for writeback of every 32 MiB already written, so the device
 // works while the next bytes are copied and the final fsync has less to wait for.
@@ -12,7 +13,8 @@
 // Read path: a ReadItem is a box of a stored row-major chunk. The box is cut
 // into contiguous byte ranges of the file ("pieces"); a piece whose destination
 // is contiguous is read with pread straight into the caller's tensor, any other
-// through a per-thread staging buffer. Only the needed ranges are read; CRC
+// through a per-thread staging buffer. A verified read first fetches the slice
+// of the item's block CRC table its blocks need. Only the needed ranges are read; CRC
 // blocks fully covered by a read are verified (see VerifyMode). F4 boxes that
 // are not whole bytes are read span by span and copied nibble-exactly
 // (dcp/f4_box.h, docs/dcp.md "F4 resharding").
