@@ -6,7 +6,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
