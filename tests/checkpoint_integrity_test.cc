@@ -270,6 +270,7 @@ TEST(VerifiedReads, EntryWithoutChecksumNeedsVerifyOff) {
     info.checksum.clear();
     info.block_size = 0;
     info.block_crc32.clear();
+    info.block_table_offset.reset();
   }
   ASSERT_TRUE(WriteLocalFileAtomically(dir + "/.metadata", EncodeMetadata(md)).ok());
   Status s = LoadFs(dir);

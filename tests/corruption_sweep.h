@@ -103,8 +103,9 @@ inline void FlipBit(const std::string& path, uint64_t offset, int bit) {
   f.write(&c, 1);
 }
 
-// Flip positions, deterministic: every stored piece at its first byte, its last
-// byte and one interior byte; every file at its first and last byte and at
+// Flip positions, deterministic: every stored piece (and its block CRC table,
+// when the data file holds one) at its first byte, its last byte and one
+// interior byte; every file at its first and last byte and at
 // `per_file` evenly spread offsets (headers, padding, metadata text).
 inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, size_t per_file) {
   std::vector<Flip> flips;
@@ -120,6 +121,16 @@ inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, s
     h = Mix(h);
     for (uint64_t at : {info.offset, info.offset + info.length - 1, info.offset + h % info.length}) {
       flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h + at) % 8), true, idx.fqn});
+    }
+    // A block CRC table in the data file (fs storage) is part of the piece too:
+    // its first, last and one interior byte.
+    const uint64_t table_bytes = 4 * BlockCount(info);
+    if (info.block_table_offset && table_bytes > 0) {
+      const uint64_t t = *info.block_table_offset;
+      stored[info.relative_path].push_back({t, t + table_bytes, idx.fqn});
+      for (uint64_t at : {t, t + table_bytes - 1, t + h % table_bytes}) {
+        flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h ^ at) % 8), true, idx.fqn});
+      }
     }
   }
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -210,6 +210,32 @@ TEST(IncrementalTest, FlippedByteInAReferencedFileIsCaughtByEveryStepUsingIt) {
   EXPECT_EQ(m->LatestValid().status().code(), StatusCode::kNotFound);
 }
 
+// Block CRC tables live in the data files, so a referenced item's table comes
+// with the hard-linked file (its StorageInfo carries the offset): a flipped
+// table byte in step 1's file is caught when loading step 2.
+TEST(IncrementalTest, FlippedTableByteInAReferencedFileIsCaughtByTheLaterStep) {
+  TempDir tmp("incr-table-flip");
+  auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
+  std::vector<int> gen(kTensors, 1);
+  State s = MakeState(gen);
+  ASSERT_TRUE(m->Save(1, s.sd).ok());
+  ASSERT_TRUE(m->Save(2, s.sd).ok());
+  EXPECT_EQ(Info(*m, 2).bytes_written, 0u);
+  std::ifstream in(m->StepPath(2) + "/.metadata", std::ios::binary);
+  auto md = DecodeMetadata(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  const StorageInfo& info = md->storage_data.begin()->second;
+  ASSERT_TRUE(info.block_table_offset.has_value());
+  const std::string file = m->StepPath(1) + "/" + info.relative_path;
+  ASSERT_TRUE(stdfs::exists(file));
+  FlipByte(file, *info.block_table_offset + 1);
+  State into = MakeState(gen, 1, 0, false);
+  Status st = m->Load(into.sd, 2).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find(info.relative_path), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("data or its checksum table is damaged"), std::string::npos) << st.ToString();
+}
+
 TEST(IncrementalTest, FullSavesForcedEveryNthAndOnRequest) {
   TempDir tmp("incr-full");
   CheckpointManagerOptions o = IncrementalOptions();

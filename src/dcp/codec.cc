@@ -6,7 +6,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -43,24 +42,12 @@ json ChunkJson(const ChunkStorageMetadata& c) {
   return json{{"offsets", ShapeJson(c.offsets)}, {"sizes", ShapeJson(c.sizes)}};
 }
 
-// ---- block CRC tables outside the JSON tree ------------------------------------
+// ---- inline block CRC tables -------------------------------------------------
 //
-// A block_crc32 value holds 8 hex digits per checksum block of a stored item:
-// with small blocks it is most of the document (1 GiB of 256-byte blocks is
-// 32 MB of hex). As a nlohmann string, that text is built, escaped byte by byte
-// on dump and lexed char by char on parse: slower than the I/O of the data it
-// describes. So the encoders put a placeholder (the table's index, a number)
-// into the tree and splice the hex into the dumped text, and the decoders lift
-// every plain-hex value out of the text before parsing and hand
-// ParseStorageInfo a view of it. The documents are byte for byte the same.
-//
-// Why the text search is safe: in a dumped document a string never contains an
-// unescaped '"', so `"block_crc32":` followed by a digit only occurs where the
-// encoder put a placeholder; on decode, a match preceded by '{' or ',' is a real
-// key (inside a string the quote after ',' would end it, leaving a bare word:
-// invalid JSON with or without the lift). A document with a number (or spaces)
-// after any block_crc32 key is parsed as it is, without lifting.
-constexpr std::string_view kBlockCrcKey = "\"block_crc32\":";
+// Checkpoints written before the tables moved into the data files (docs/dcp.md,
+// "Block CRC tables") carry each table inline as `block_crc32`: 8 lowercase hex
+// digits per block. Decoders read them; encoders write them only for such a
+// piece (e.g. one an incremental save references from an older base).
 
 std::string CrcHex(const std::vector<uint32_t>& crcs) {
   std::string out;
@@ -74,115 +61,6 @@ std::string CrcHex(const std::vector<uint32_t>& crcs) {
   return out;
 }
 
-// Encoder side: placeholders and the splice.
-class CrcSplicer {
- public:
-  json Placeholder(const std::vector<uint32_t>& crcs) {
-    tables_.push_back(&crcs);
-    return tables_.size() - 1;
-  }
-
-  std::string Splice(const std::string& dumped) const {
-    if (tables_.empty()) return dumped;
-    uint64_t extra = 0;
-    for (const auto* t : tables_) extra += t->size() * 8 + 2;
-    std::string out;
-    out.reserve(dumped.size() + extra);
-    size_t pos = 0;
-    while (true) {
-      const size_t at = dumped.find(kBlockCrcKey, pos);
-      if (at == std::string::npos) break;
-      const size_t digits = at + kBlockCrcKey.size();
-      size_t end = digits;
-      uint64_t k = 0;
-      while (end < dumped.size() && dumped[end] >= '0' && dumped[end] <= '9') {
-        k = k * 10 + static_cast<uint64_t>(dumped[end] - '0');
-        ++end;
-      }
-      out.append(dumped, pos, digits - pos);
-      pos = end;
-      if (end == digits || k >= tables_.size()) continue;  // not a placeholder
-      out += '"';
-      const size_t base = out.size();
-      const std::vector<uint32_t>& crcs = *tables_[k];
-      out.resize(base + crcs.size() * 8);
-      static const char* kHex = "0123456789abcdef";
-      char* o = out.data() + base;
-      for (uint32_t c : crcs) {
-        for (int n = 0; n < 8; ++n) o[n] = kHex[(c >> (28 - 4 * n)) & 0xF];
-        o += 8;
-      }
-      out += '"';
-    }
-    out.append(dumped, pos, std::string::npos);
-    return out;
-  }
-
- private:
-  std::vector<const std::vector<uint32_t>*> tables_;
-};
-
-// Decoder side: the document with its long plain-hex block_crc32 values replaced
-// by their index in `values` (views into the original text).
-struct LiftedCrcs {
-  std::string text;  // empty: nothing lifted, parse the original
-  std::vector<std::string_view> values;
-};
-
-// Values shorter than this stay in the document (not worth a placeholder).
-constexpr size_t kMinLiftedHex = 64;
-
-LiftedCrcs LiftCrcValues(std::string_view doc) {
-  LiftedCrcs out;
-  std::vector<std::pair<size_t, size_t>> spans;  // [begin, end) of each lifted value, quotes included
-  size_t pos = 0;
-  while (true) {
-    const size_t at = doc.find(kBlockCrcKey, pos);
-    if (at == std::string_view::npos) break;
-    pos = at + kBlockCrcKey.size();
-    if (pos >= doc.size() || doc[pos] != '"') return {};  // a number or spaces: parse as is
-    if (at == 0 || (doc[at - 1] != '{' && doc[at - 1] != ',')) continue;
-    // The value's end: the next quote (memchr, not a per-byte loop: these are
-    // megabytes). A value with an escape is left to the parser; other non-hex
-    // bytes are reported by ParseStorageInfo, as for a parsed string.
-    const char* q = static_cast<const char*>(std::memchr(doc.data() + pos + 1, '"', doc.size() - pos - 1));
-    if (!q) return {};
-    const size_t end = static_cast<size_t>(q - doc.data());
-    if (end - (pos + 1) < kMinLiftedHex) continue;
-    if (std::memchr(doc.data() + pos + 1, '\\', end - (pos + 1))) continue;
-    spans.emplace_back(pos, end + 1);
-    out.values.push_back(doc.substr(pos + 1, end - (pos + 1)));
-    pos = end + 1;
-  }
-  if (spans.empty()) return {};
-  size_t kept = doc.size();
-  for (const auto& [a, b] : spans) kept -= b - a;
-  out.text.reserve(kept + spans.size() * 12);
-  size_t from = 0;
-  for (size_t k = 0; k < spans.size(); ++k) {
-    out.text.append(doc.substr(from, spans[k].first - from));
-    out.text += std::to_string(k);
-    from = spans[k].second;
-  }
-  out.text.append(doc.substr(from));
-  return out;
-}
-
-// The lifted values of the document being decoded on this thread (set by the
-// decoders around their parse; nullptr otherwise).
-thread_local const std::vector<std::string_view>* tls_lifted_crcs = nullptr;
-
-class LiftedCrcScope {
- public:
-  explicit LiftedCrcScope(const LiftedCrcs& l) : prev_(tls_lifted_crcs) {
-    tls_lifted_crcs = l.values.empty() ? nullptr : &l.values;
-  }
-  ~LiftedCrcScope() { tls_lifted_crcs = prev_; }
-
- private:
-  const std::vector<std::string_view>* prev_;
-};
-
 // Hex digit values (-1: not a lowercase hex digit).
 struct HexTable {
   int8_t v[256];
@@ -194,7 +72,7 @@ struct HexTable {
 };
 constexpr HexTable kHexDigits;
 
-json StorageInfoJson(const StorageInfo& info, CrcSplicer* splicer = nullptr) {
+json StorageInfoJson(const StorageInfo& info) {
   json j = json::object();
   j["relative_path"] = info.relative_path;
   j["offset"] = info.offset;
@@ -202,7 +80,11 @@ json StorageInfoJson(const StorageInfo& info, CrcSplicer* splicer = nullptr) {
   if (!info.checksum.empty()) j["checksum"] = info.checksum;
   if (info.block_size != 0) {
     j["block_size"] = info.block_size;
-    j["block_crc32"] = splicer ? splicer->Placeholder(info.block_crc32) : json(CrcHex(info.block_crc32));
+    if (info.block_table_offset) {
+      j["block_table_offset"] = *info.block_table_offset;
+    } else {
+      j["block_crc32"] = CrcHex(info.block_crc32);
+    }
   }
   if (!info.extra.empty()) j["extra"] = info.extra;
   return j;
@@ -439,18 +321,21 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
     if (!ok) return n.Error("checksum \"" + EscapeBytes(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
   }
   MEGA_ASSIGN_OR_RETURN(info.block_size, n.OptUint("block_size"));
-  if (info.block_size != 0) {
-    MEGA_ASSIGN_OR_RETURN(Node bc, n.Member("block_crc32"));
-    std::string owned;
-    std::string_view hex;
-    if (tls_lifted_crcs && bc.j.is_number_unsigned() &&
-        bc.j.get<uint64_t>() < tls_lifted_crcs->size()) {
-      hex = (*tls_lifted_crcs)[bc.j.get<uint64_t>()];
-    } else {
-      MEGA_ASSIGN_OR_RETURN(owned, bc.String());
-      hex = owned;
+  if (n.Has("block_table_offset")) {
+    MEGA_ASSIGN_OR_RETURN(Node bt, n.Member("block_table_offset"));
+    if (info.block_size == 0) return bt.Error("present but block_size is 0");
+    if (n.Has("block_crc32")) return bt.Error("present together with block_crc32");
+    MEGA_ASSIGN_OR_RETURN(uint64_t table_offset, bt.Uint());
+    const uint64_t blocks = BlockCount(info);
+    if (blocks > (std::numeric_limits<uint64_t>::max() - table_offset) / 4) {
+      return bt.Error("table of " + std::to_string(blocks) + " CRCs at " +
+                      std::to_string(table_offset) + " overflows");
     }
-    uint64_t blocks = info.length == 0 ? 0 : (info.length - 1) / info.block_size + 1;
+    info.block_table_offset = table_offset;
+  } else if (info.block_size != 0) {
+    MEGA_ASSIGN_OR_RETURN(Node bc, n.Member("block_crc32"));
+    MEGA_ASSIGN_OR_RETURN(std::string hex, bc.String());
+    const uint64_t blocks = BlockCount(info);
     if (hex.size() % 8 != 0 || hex.size() / 8 != blocks) {
       return bc.Error("has " + std::to_string(hex.size()) + " hex digits, expected " +
                       std::to_string(blocks) + " CRCs of 8 digits for length " +
@@ -461,18 +346,10 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
     const auto* h = reinterpret_cast<const unsigned char*>(hex.data());
     for (uint64_t b = 0; b < blocks; ++b) {
       uint32_t v = 0;
-      int bad = 0;
       for (int k = 0; k < 8; ++k) {
         const int d = kHexDigits.v[h[b * 8 + k]];
-        bad |= d;  // negative when any digit is not hex
-        v = (v << 4) | static_cast<uint32_t>(d & 0xF);
-      }
-      if (bad < 0) {
-        for (int k = 0; k < 8; ++k) {
-          if (kHexDigits.v[h[b * 8 + k]] < 0) {
-            return bc.Error("non-hex character at " + std::to_string(b * 8 + k));
-          }
-        }
+        if (d < 0) return bc.Error("non-hex character at " + std::to_string(b * 8 + k));
+        v = (v << 4) | static_cast<uint32_t>(d);
       }
       info.block_crc32[b] = v;
     }
@@ -643,10 +520,7 @@ Status CheckContentCrc(std::string_view text, const Node& root) {
 
 Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
   static const std::string kWhat = "metadata";
-  if (encoded.size() > kMaxMetadataBytes) MEGA_RETURN_IF_ERROR(Parse(encoded, kWhat).status());
-  const LiftedCrcs lifted = LiftCrcValues(encoded);
-  LiftedCrcScope scope(lifted);
-  MEGA_ASSIGN_OR_RETURN(json doc, Parse(lifted.text.empty() ? encoded : std::string_view(lifted.text), kWhat));
+  MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
   Node root{doc, "", kWhat};
   MEGA_RETURN_IF_ERROR(CheckHeader(root, kMetadataFormat, kMetadataFormatVersion));
   Metadata md;
@@ -750,12 +624,11 @@ std::string EncodeMetadata(const Metadata& md) {
   }
   root["state_dict_metadata"] = std::move(entries);
   root["planner_data"] = PlannerDataJson(md.planner_data);
-  CrcSplicer splicer;
   json sd = json::array();
   for (const auto& [idx, info] : md.storage_data) {
     MetadataIndex key = idx;
     key.index.reset();
-    sd.push_back(json{{"index", IndexJson(key)}, {"info", StorageInfoJson(info, &splicer)}});
+    sd.push_back(json{{"index", IndexJson(key)}, {"info", StorageInfoJson(info)}});
   }
   root["storage_data"] = std::move(sd);
   if (md.storage_meta) {
@@ -766,7 +639,7 @@ std::string EncodeMetadata(const Metadata& md) {
   } else {
     root["storage_meta"] = nullptr;
   }
-  return WithContentCrc(splicer.Splice(Dump(root)));
+  return WithContentCrc(Dump(root));
 }
 
 Result<Metadata> DecodeMetadata(std::string_view encoded) {
@@ -838,27 +711,22 @@ Result<LoadPlan> DecodeLoadPlan(std::string_view encoded) {
 std::string EncodeWriteResults(const std::vector<WriteResult>& results) {
   json root{{"format", kWriteResultsFormat}, {"version", kWireVersion}};
   json arr = json::array();
-  CrcSplicer splicer;
   for (const auto& r : results) {
     json e{{"index", IndexJson(r.index)},
            {"size_in_bytes", r.size_in_bytes},
-           {"storage_data", StorageInfoJson(r.storage_data, &splicer)}};
+           {"storage_data", StorageInfoJson(r.storage_data)}};
     if (!r.commit_token.empty()) e["commit_token"] = r.commit_token;
     arr.push_back(std::move(e));
   }
   root["results"] = std::move(arr);
-  return splicer.Splice(Dump(root));
+  return Dump(root);
 }
 
 Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded) {
   return Guarded<std::vector<WriteResult>>(
       [&]() -> Result<std::vector<WriteResult>> {
         static const std::string kWhat = "write results";
-        if (encoded.size() > kMaxMetadataBytes) MEGA_RETURN_IF_ERROR(Parse(encoded, kWhat).status());
-        const LiftedCrcs lifted = LiftCrcValues(encoded);
-        LiftedCrcScope scope(lifted);
-        MEGA_ASSIGN_OR_RETURN(
-            json doc, Parse(lifted.text.empty() ? encoded : std::string_view(lifted.text), kWhat));
+        MEGA_ASSIGN_OR_RETURN(json doc, Parse(encoded, kWhat));
         Node root{doc, "", kWhat};
         MEGA_RETURN_IF_ERROR(CheckHeader(root, kWriteResultsFormat, kWireVersion));
         MEGA_ASSIGN_OR_RETURN(Node arr, root.Member("results"));

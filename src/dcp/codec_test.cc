@@ -19,11 +19,13 @@ Metadata SampleMetadata() {
   md.planner_data.object_paths["a.b.0"] = {PathKey{std::string("a")}, PathKey{std::string("b")},
                                            PathKey{int64_t{0}}};
   md.planner_data.extra = "{\"x\": 1}";
+  // i0: an inline block CRC table (how older checkpoints record it); "s": a
+  // table in the data file.
   StorageInfo i0{"__0_0.distcp", 0, 24, "crc32:0badf00d", 16, {1, 0xffffffffu}, ""};
   StorageInfo i1{"__0_0.distcp", 64, 24, "", 0, {}, "extra text"};
   md.storage_data[MetadataIndex("w", Shape{0, 0})] = i0;
   md.storage_data[MetadataIndex("w", Shape{2, 0})] = i1;
-  md.storage_data[MetadataIndex("s", Shape{})] = StorageInfo{"f", 128, 8, "", 0, {}, ""};
+  md.storage_data[MetadataIndex("s", Shape{})] = StorageInfo{"f", 128, 8, "crc32:12345678", 4, {}, "", 136};
   md.storage_data[MetadataIndex("blob")] = StorageInfo{"f", 200, 3, "", 0, {}, ""};
   md.storage_meta = StorageMeta{"/ckpt", "abc", "", {"m1", "m2"}};
   return md;
@@ -73,6 +75,17 @@ TEST(MetadataCodec, RejectsMalformedInput) {
       {"checksum", "crc32:0badf00d", "crc32:xyz", "checksum"},
       {"block count", "\"block_crc32\":\"00000001ffffffff\"", "\"block_crc32\":\"00000001\"",
        "expected 2 CRCs"},
+      {"table offset type", "\"block_table_offset\":136", "\"block_table_offset\":\"136\"",
+       "block_table_offset: expected a non-negative integer"},
+      {"table offset negative", "\"block_table_offset\":136", "\"block_table_offset\":-1",
+       "block_table_offset: expected a non-negative integer"},
+      {"table offset overflow", "\"block_table_offset\":136", "\"block_table_offset\":18446744073709551612",
+       "overflows"},
+      {"table and inline", "\"block_table_offset\":136",
+       "\"block_table_offset\":136,\"block_crc32\":\"0000000000000000\"", "present together with block_crc32"},
+      {"no table", ",\"block_table_offset\":136", "", "missing member \"block_crc32\""},
+      {"table without blocks", "\"block_size\":4,\"block_table_offset\":136", "\"block_table_offset\":136",
+       "present but block_size is 0"},
       {"missing member", "\"storage_data\":", "\"storage_datum\":", "missing member \"storage_data\""},
       {"list index", "[\"a\",\"b\",0]", "[\"a\",\"b\",-1]", "negative list index"},
       {"path start", "[\"a\",\"b\",0]", "[0,\"b\"]", "must start with a key"},
@@ -149,17 +162,20 @@ TEST(MetadataCodec, DocumentWithoutContentChecksumDecodes) {
   EXPECT_TRUE(DecodeMetadata(enc).ok());
 }
 
-// Long block CRC tables are spliced into the dumped text and lifted out before
-// parsing (codec.cc): the document is the documented one, byte for byte, and
-// decodes the same whatever strings the rest of it holds.
-Metadata LongCrcMetadata(const std::string& fqn) {
+// Block CRC tables: a table in the data file is a number in the document
+// (block_table_offset); an inline table (older checkpoints, or a piece an
+// incremental save references from one) is the documented hex text, and both
+// travel the same way in the write results exchanged between ranks.
+Metadata LongCrcMetadata(bool inline_table) {
   Metadata md;
-  md.state_dict_metadata[fqn] = TensorStorageMetadata{TensorProperties{DType::kU8, false}, Shape{4096},
+  md.state_dict_metadata["w"] = TensorStorageMetadata{TensorProperties{DType::kU8, false}, Shape{4096},
                                                       {ChunkStorageMetadata{{0}, {4096}}}};
-  std::vector<uint32_t> crcs;
-  for (uint32_t b = 0; b < 64; ++b) crcs.push_back(b * 0x9E3779B9u);
-  md.storage_data[MetadataIndex(fqn, Shape{0})] =
-      StorageInfo{"__0_0.distcp", 0, 4096, "crc32:0badf00d", 64, crcs, ""};
+  StorageInfo info{"__0_0.distcp", 0, 4096, "crc32:0badf00d", 64, {}, "", 4096};
+  if (inline_table) {
+    info.block_table_offset.reset();
+    for (uint32_t b = 0; b < 64; ++b) info.block_crc32.push_back(b * 0x9E3779B9u);
+  }
+  md.storage_data[MetadataIndex("w", Shape{0})] = info;
   return md;
 }
 
@@ -173,38 +189,39 @@ std::string HexOf(const std::vector<uint32_t>& crcs) {
   return out;
 }
 
-TEST(MetadataCodec, LongBlockCrcTablesRoundTripAsDocumentedText) {
-  for (const std::string fqn : {"w", "x\"block_crc32\":0,\"y", "{\"block_crc32\":\"00\""}) {
-    Metadata md = LongCrcMetadata(fqn);
+TEST(MetadataCodec, BlockCrcTablesRoundTripAsDocumentedText) {
+  for (bool inline_table : {false, true}) {
+    Metadata md = LongCrcMetadata(inline_table);
     const std::string enc = EncodeMetadata(md);
-    const auto& crcs = md.storage_data.begin()->second.block_crc32;
-    EXPECT_NE(enc.find("{\"block_crc32\":\"" + HexOf(crcs) + "\",\"block_size\":64,"), std::string::npos)
-        << enc;
+    const StorageInfo& info = md.storage_data.begin()->second;
+    if (inline_table) {
+      EXPECT_NE(enc.find("{\"block_crc32\":\"" + HexOf(info.block_crc32) + "\",\"block_size\":64,"),
+                std::string::npos)
+          << enc;
+      EXPECT_EQ(enc.find("block_table_offset"), std::string::npos) << enc;
+    } else {
+      EXPECT_NE(enc.find("\"block_size\":64,\"block_table_offset\":4096,"), std::string::npos) << enc;
+      EXPECT_EQ(enc.find("block_crc32"), std::string::npos) << enc;
+    }
     auto dec = DecodeMetadata(enc);
-    ASSERT_TRUE(dec.ok()) << fqn << ": " << dec.status().ToString();
-    EXPECT_EQ(*dec, md) << fqn;
+    ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+    EXPECT_EQ(*dec, md);
     EXPECT_EQ(EncodeMetadata(*dec), enc);
+    std::vector<WriteResult> results = {
+        WriteResult{md.storage_data.begin()->first, 4096, md.storage_data.begin()->second}};
+    auto dr = internal::DecodeWriteResults(internal::EncodeWriteResults(results));
+    ASSERT_TRUE(dr.ok()) << dr.status().ToString();
+    ASSERT_EQ(dr->size(), 1u);
+    EXPECT_EQ((*dr)[0].storage_data, results[0].storage_data);
   }
-  // The write results exchanged between ranks take the same path.
-  const Metadata md = LongCrcMetadata("w");
-  std::vector<WriteResult> results = {
-      WriteResult{md.storage_data.begin()->first, 4096, md.storage_data.begin()->second}};
-  auto dr = internal::DecodeWriteResults(internal::EncodeWriteResults(results));
-  ASSERT_TRUE(dr.ok()) << dr.status().ToString();
-  ASSERT_EQ(dr->size(), 1u);
-  EXPECT_EQ((*dr)[0].storage_data, results[0].storage_data);
 }
 
-// A number where a block CRC table belongs is an error, also when another
-// table of the document was lifted (its placeholder index must not resolve).
+// A number where an inline block CRC table belongs is an error naming it.
 TEST(MetadataCodec, NumberForBlockCrcTableIsRejected) {
-  Metadata md = LongCrcMetadata("w");
-  Metadata other = LongCrcMetadata("v");
-  md.state_dict_metadata.insert(*other.state_dict_metadata.begin());
-  md.storage_data.insert(*other.storage_data.begin());
+  Metadata md = LongCrcMetadata(true);
   std::string enc = EncodeMetadata(md);
   const std::string hex = HexOf(md.storage_data.begin()->second.block_crc32);
-  const size_t at = enc.find("\"" + hex + "\"");  // the first table (of "v")
+  const size_t at = enc.find("\"" + hex + "\"");
   ASSERT_NE(at, std::string::npos);
   enc.replace(at, hex.size() + 2, "0");
   const size_t pos = enc.rfind(",\"content_crc32\"");

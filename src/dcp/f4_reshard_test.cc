@@ -409,7 +409,8 @@ TEST(F4ReshardFs, VerifiedReadsWholeBlocksOnce) {
     Status cmp = CompareBox("w", full, c.offsets, dst);
     EXPECT_TRUE(cmp.ok()) << cmp.ToString();
     const double ratio = static_cast<double>(counting->data_bytes_read.load()) / dst.nbytes();
-    EXPECT_LE(ratio, 2.1) << ShapeToString(c.offsets) << ShapeToString(c.sizes);
+    // Whole blocks, plus their CRC table entries (4 B per 64 B block, read from the data file).
+    EXPECT_LE(ratio, 2.1 * (1 + 4.0 / 64)) << ShapeToString(c.offsets) << ShapeToString(c.sizes);
     EXPECT_GE(ratio, 1.0);
   }
 }

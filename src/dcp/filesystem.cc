@@ -4,7 +4,8 @@
 // size; each file is written by one thread, item after item, straight from the
 // tensor's memory in pieces of at most one checksum block (so the CRC32 of a
 // block is computed while its bytes are in cache, right before the pwrite).
-// Strided tensors go through a bounded per-thread buffer. Each file is fsynced
+// Strided tensors go through a bounded per-thread buffer. After an item's bytes
+// comes its block CRC table (u32 LE per block; .metadata records its offset). Each file is fsynced
 // before WriteData returns; the coordinator's Finish writes .metadata last. A
 // durable save asks for writeback of every 32 MiB already written, so the device
 // works while the next bytes are copied and the final fsync has less to wait for.
@@ -12,7 +13,8 @@
 // Read path: a ReadItem is a box of a stored row-major chunk. The box is cut
 // into contiguous byte ranges of the file ("pieces"); a piece whose destination
 // is contiguous is read with pread straight into the caller's tensor, any other
-// through a per-thread staging buffer. Only the needed ranges are read; CRC
+// through a per-thread staging buffer. A verified read first fetches the slice
+// of the item's block CRC table its blocks need. Only the needed ranges are read; CRC
 // blocks fully covered by a read are verified (see VerifyMode). F4 boxes that
 // are not whole bytes are read span by span and copied nibble-exactly
 // (dcp/f4_box.h, docs/dcp.md "F4 resharding").
@@ -33,6 +35,7 @@
 #include "dcp/f4_box.h"
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/core/packed.h"
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/thread_pool.h"
@@ -42,6 +45,8 @@ namespace {
 
 constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
+constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
+constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
 constexpr uint64_t kWriteUnit = 1ull << 20;     // largest pwrite when no block forces smaller
 constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
@@ -135,11 +140,15 @@ class BlockCrc {
     }
   }
 
-  void Finish(StorageInfo* info) {
+  // Sets the item's checksum and block size; returns its block CRC table as
+  // stored in the data file (u32 little-endian per block; empty when
+  // block_size is 0).
+  std::span<const std::byte> Finish(StorageInfo* info) {
     if (in_block_ > 0 || block_size_ == 0) Close();
     info->checksum = CrcString(whole_);
     info->block_size = block_size_;
-    if (block_size_ != 0) info->block_crc32 = std::move(blocks_);
+    for (uint32_t& c : blocks_) StoreLE32(&c, c);
+    return std::as_bytes(std::span<const uint32_t>(blocks_));
   }
 
  private:
@@ -410,7 +419,24 @@ class FileSystemWriterImpl final : public StorageWriter {
       r.storage_data.relative_path = name;
       r.storage_data.offset = start;
       r.storage_data.length = expected;
-      crc.Finish(&r.storage_data);
+      const std::span<const std::byte> table = crc.Finish(&r.storage_data);
+      if (r.storage_data.block_size != 0) {
+        // The block CRC table follows the item's bytes (docs/dcp.md, "Block CRC tables").
+        const uint64_t table_pad = (kTableAlignment - offset % kTableAlignment) % kTableAlignment;
+        if (table_pad && !positioned) {
+          MEGA_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(kZeros, table_pad)));
+        }
+        offset += table_pad;
+        r.storage_data.block_table_offset = offset;
+        if (!table.empty()) {
+          if (positioned) {
+            MEGA_RETURN_IF_ERROR(file->WriteAt(offset, table));
+          } else {
+            MEGA_RETURN_IF_ERROR(file->Append(table));
+          }
+          offset += table.size();
+        }
+      }
     }
     if (options_.sync) MEGA_RETURN_IF_ERROR(file->Sync());
     return file->Close();
@@ -469,6 +495,13 @@ struct Segment {
   std::vector<Run> runs;    // sorted by rel
   uint64_t staging = 0;     // bytes of box runs (staged, copied after verification)
   bool f4 = false;          // an F4 box read span by span (ReadF4Segment); no runs
+};
+
+// The block CRCs a read fetched: crcs[k - first] is the CRC of block k, for k
+// in [first, end).
+struct CrcTable {
+  const uint32_t* crcs = nullptr;
+  uint64_t first = 0, end = 0;
 };
 
 struct ItemState {
@@ -555,11 +588,13 @@ class FileSystemReaderImpl final : public StorageReader {
     for (size_t i = 0; i < n; ++i) {
       if (items[i].remaining.load() == 0) MEGA_RETURN_IF_ERROR(CommitItem(plan, planner, items, i));
     }
+    const std::vector<std::pair<size_t, size_t>> tasks = GroupSegments(items, segments);
     return ParallelFor(
-        pool_.get(), segments.size(),
+        pool_.get(), tasks.size(),
         [&](size_t k) -> Status {
-          return NoThrow("FileSystemReader::ReadData",
-                         [&] { return ReadSegmentAt(plan, planner, items, segments[k]); });
+          return NoThrow("FileSystemReader::ReadData", [&] {
+            return ReadSegmentGroup(plan, planner, items, segments, tasks[k].first, tasks[k].second);
+          });
         },
         options_.thread_count);
   }
@@ -574,10 +609,52 @@ class FileSystemReaderImpl final : public StorageReader {
     return planner.CommitTensor(item, items[i].dest);
   }
 
+  // The units of work: ranges [first, last) of `segments`. When verifying
+  // against a block CRC table in the data file, consecutive segments of one
+  // stored item spanning at most kReadUnit form one unit, so the slice of the
+  // table they need is fetched with one pread (column slices of row-saved
+  // chunks are many small segments); otherwise every segment is a unit.
+  std::vector<std::pair<size_t, size_t>> GroupSegments(const std::vector<ItemState>& items,
+                                                       const std::vector<Segment>& segments) const {
+    std::vector<std::pair<size_t, size_t>> tasks;
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const Segment& seg = segments[k];
+      const StorageInfo* info = items[seg.owner].info;
+      if (!tasks.empty() && verifying() && !seg.f4 && info->block_table_offset) {
+        const Segment& head = segments[tasks.back().first];
+        if (!head.f4 && items[head.owner].info == info && tasks.back().second == k &&
+            seg.b - head.a <= kReadUnit) {
+          tasks.back().second = k + 1;
+          continue;
+        }
+      }
+      tasks.emplace_back(k, k + 1);
+    }
+    return tasks;
+  }
+
+  Status ReadSegmentGroup(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
+                          const std::vector<Segment>& segments, size_t first, size_t last) {
+    const Segment& head = segments[first];
+    if (head.f4) return ReadSegmentAt(plan, planner, items, head, CrcTable{});
+    const ItemState& st = items[head.owner];
+    thread_local std::vector<uint32_t> table_buf;
+    CrcTable table;
+    if (verifying()) {
+      uint64_t b = head.b;
+      for (size_t k = first; k < last; ++k) b = std::max(b, segments[k].b);
+      MEGA_RETURN_IF_ERROR(FetchTable(st, plan.items[head.owner], head.a, b, &table_buf, &table));
+    }
+    for (size_t k = first; k < last; ++k) {
+      MEGA_RETURN_IF_ERROR(ReadSegmentAt(plan, planner, items, segments[k], table));
+    }
+    return Status::OK();
+  }
+
   // One unit of work; items are committed when their last run is in (and
   // verified).
   Status ReadSegmentAt(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
-                       const Segment& seg) {
+                       const Segment& seg, const CrcTable& table) {
     if (seg.f4) {
       MEGA_RETURN_IF_ERROR(ReadF4Segment(items[seg.owner], plan.items[seg.owner]));
       if (items[seg.owner].remaining.fetch_sub(1) == 1) {
@@ -585,7 +662,7 @@ class FileSystemReaderImpl final : public StorageReader {
       }
       return Status::OK();
     }
-    MEGA_RETURN_IF_ERROR(ReadSegment(items[seg.owner], plan.items[seg.owner], seg));
+    MEGA_RETURN_IF_ERROR(ReadSegment(items[seg.owner], plan.items[seg.owner], seg, table));
     for (const Run& r : seg.runs) {
       if (items[r.item].remaining.fetch_sub(1) == 1) {
         MEGA_RETURN_IF_ERROR(CommitItem(plan, planner, items, r.item));
@@ -655,6 +732,16 @@ class FileSystemReaderImpl final : public StorageReader {
                            std::to_string(fsize) + " bytes, " + ToString(key) +
                            " is stored at [" + std::to_string(st->info->offset) + ", " +
                            std::to_string(st->info->offset + st->info->length) + ")");
+    }
+    if (verifying() && st->info->block_table_offset) {
+      const uint64_t table_at = *st->info->block_table_offset;
+      const uint64_t table_bytes = BlockCount(*st->info) * kCrcEntry;
+      if (table_at > fsize || table_bytes > fsize - table_at) {
+        return DataLossError("data file " + st->file->name() + " is truncated: it has " +
+                             std::to_string(fsize) + " bytes, the checksum table of " +
+                             ToString(key) + " is stored at [" + std::to_string(table_at) + ", " +
+                             std::to_string(table_at + table_bytes) + ")");
+      }
     }
     auto mit = metadata_->state_dict_metadata.find(key.fqn);
     if (mit == metadata_->state_dict_metadata.end()) {
@@ -917,14 +1004,45 @@ class FileSystemReaderImpl final : public StorageReader {
     return info.checksum.starts_with("crc32:") || info.checksum.starts_with("sha256:");
   }
 
+  // Fetches the CRCs of the blocks covering item bytes [a, b) into *table:
+  // from the item's table in the data file (one pread of just those entries,
+  // into *buf), or the inline table of an older checkpoint's metadata. No
+  // table (block_size 0): *table stays empty.
+  Status FetchTable(const ItemState& st, const ReadItem& item, uint64_t a, uint64_t b,
+                    std::vector<uint32_t>* buf, CrcTable* table) const {
+    const StorageInfo& info = *st.info;
+    *table = CrcTable{};
+    if (info.block_size == 0) return Status::OK();
+    if (!info.block_table_offset) {
+      table->crcs = info.block_crc32.data();
+      table->end = info.block_crc32.size();
+      return Status::OK();
+    }
+    const uint64_t first = a / info.block_size;
+    const uint64_t end = std::min(BlockCount(info), (b + info.block_size - 1) / info.block_size);
+    if (end <= first) return Status::OK();
+    buf->resize(end - first);
+    const uint64_t at = *info.block_table_offset + first * kCrcEntry;
+    MEGA_RETURN_IF_ERROR(
+        st.file->ReadExactlyAt(at, std::as_writable_bytes(std::span<uint32_t>(*buf)))
+            .WithContext("reading the checksum table of " + ToString(item.storage_index)));
+    for (uint32_t& c : *buf) c = LoadLE32(&c);
+    table->crcs = buf->data();
+    table->first = first;
+    table->end = end;
+    return Status::OK();
+  }
+
   // Checks the bytes of [a, b) of a stored item as they stream past, block by
-  // block, in order. REQUIRES: a is a block boundary; b is one or the item end.
+  // block, in order, against `table` (which must cover those blocks when the
+  // item has block CRCs). REQUIRES: a is a block boundary; b is one or the
+  // item end.
   class BlockChecker {
    public:
-    BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify)
+    BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify, const CrcTable& table)
         : st_(st), item_(item), verify_(verify), bs_(BlockSizeOf(*st.info)), pos_(a),
           block_(a / bs_), block_end_(std::min(st.info->length, (block_ + 1) * bs_)),
-          table_(st.info->block_size != 0 ? &st.info->block_crc32 : nullptr) {
+          table_(st.info->block_size != 0 ? &table : nullptr) {
       if (verify && st.info->block_size == 0 && st.info->checksum.starts_with("sha256:")) {
         sha256_.emplace();
       }
@@ -945,7 +1063,10 @@ class FileSystemReaderImpl final : public StorageReader {
         pos_ += n;
         data = data.subspan(n);
         if (pos_ == block_end_) {
-          if (!table_ || (*table_)[block_] != crc_) MEGA_RETURN_IF_ERROR(CloseBlock(block_));
+          if (!table_ || block_ < table_->first || block_ >= table_->end ||
+              table_->crcs[block_ - table_->first] != crc_) {
+            MEGA_RETURN_IF_ERROR(CloseBlock(block_));
+          }
           crc_ = 0;
           ++block_;
           block_end_ = std::min(st_.info->length, block_end_ + bs_);
@@ -965,20 +1086,31 @@ class FileSystemReaderImpl final : public StorageReader {
         }
         return Status::OK();
       }
+      const std::string range = "bytes [" + std::to_string(info.offset + b * bs_) + ", " +
+                                std::to_string(info.offset + std::min(info.length, (b + 1) * bs_)) +
+                                ") of the file";
       uint32_t expected = 0;
       if (info.block_size != 0) {
-        expected = info.block_crc32[b];
+        if (b < table_->first || b >= table_->end) {
+          return InternalError("data file " + st_.file->name() + ": no checksum of block " +
+                               std::to_string(b) + " of " + ToString(item_.storage_index) +
+                               " was fetched for this read");
+        }
+        expected = table_->crcs[b - table_->first];
       } else {
         expected = static_cast<uint32_t>(std::stoul(info.checksum.substr(6), nullptr, 16));
       }
       if (crc_ != expected) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", expected, crc_);
+        if (info.block_size == 0) {
+          return DataLossError("data file " + st_.file->name() + ": checksum mismatch in " +
+                               ToString(item_.storage_index) + " " + range + " (" + buf +
+                               "): the data is damaged");
+        }
         return DataLossError("data file " + st_.file->name() + ": checksum mismatch in " +
-                             ToString(item_.storage_index) + " bytes [" +
-                             std::to_string(info.offset + b * bs_) + ", " +
-                             std::to_string(info.offset + std::min(info.length, (b + 1) * bs_)) +
-                             ") of the file (" + buf + ")");
+                             ToString(item_.storage_index) + " block " + std::to_string(b) + ", " +
+                             range + " (" + buf + "): data or its checksum table is damaged");
       }
       return Status::OK();
     }
@@ -990,7 +1122,7 @@ class FileSystemReaderImpl final : public StorageReader {
     uint64_t pos_;
     uint64_t block_;      // index of the block pos_ is in
     uint64_t block_end_;  // its end (item-relative)
-    const std::vector<uint32_t>* table_;  // block CRCs, or nullptr (one item checksum)
+    const CrcTable* table_;  // block CRCs, or nullptr (one item checksum)
     uint32_t crc_ = 0;
     std::optional<Sha256> sha256_;  // items with one whole-item SHA-256
   };
@@ -1005,7 +1137,10 @@ class FileSystemReaderImpl final : public StorageReader {
   // (REQUIRES: whole blocks when verifying).
   Status ReadVerified(const ItemState& st, const ReadItem& item, uint64_t a,
                       std::span<std::byte> dst) const {
-    BlockChecker check(st, item, a, verifying());
+    std::vector<uint32_t> table_buf;
+    CrcTable table;
+    if (verifying()) MEGA_RETURN_IF_ERROR(FetchTable(st, item, a, a + dst.size(), &table_buf, &table));
+    BlockChecker check(st, item, a, verifying(), table);
     for (uint64_t p = 0; p < dst.size(); p += kReadPiece) {
       std::span<std::byte> piece = dst.subspan(p, std::min<uint64_t>(kReadPiece, dst.size() - p));
       MEGA_RETURN_IF_ERROR(ReadPiece(st, item, a + p, piece));
@@ -1019,8 +1154,9 @@ class FileSystemReaderImpl final : public StorageReader {
   // block, box destinations) through a hot piece buffer, copied out after the
   // CRC. Box runs are staged and copied into place once every block of the
   // segment has been verified.
-  Status ReadSegment(const ItemState& st, const ReadItem& item, const Segment& seg) {
-    BlockChecker check(st, item, seg.a, verifying());
+  Status ReadSegment(const ItemState& st, const ReadItem& item, const Segment& seg,
+                     const CrcTable& table) {
+    BlockChecker check(st, item, seg.a, verifying(), table);
     const std::vector<Run>& runs = seg.runs;
     ScratchLease staging(this, seg.staging);
     if (seg.staging && !staging.data()) {

@@ -12,6 +12,8 @@
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
+#include "megackpt/core/checksum.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/dcp/checkpoint.h"
 
 namespace megackpt::dcp {
@@ -36,6 +38,22 @@ Tensor Iota(DType dt, Shape shape, uint32_t seed) {
   auto* p = static_cast<uint8_t*>(t.data());
   for (uint64_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>((i * 131 + seed) >> 1);
   return t;
+}
+
+
+void FlipFileByte(const std::string& file, uint64_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.read(&c, 1);
+  c ^= 0x20;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 TEST(FileSystemCheckpoint, SyntheticRoundTripAndRebuild) {
@@ -177,8 +195,14 @@ TEST(FileSystemCheckpoint, VerifiedReshardedLoadReadsWholeBlocksOnly) {
     Tensor want = full;
     for (int d = 0; d < 2; ++d) want = want.Narrow(d, c.offsets[d], c.sizes[d]).value();
     EXPECT_TRUE(TensorBytesEqual(dst, want)) << c.name;
+    // Data: whole blocks only, at most two partial blocks per run. Tables (in
+    // the data file, so counted too): 4 bytes per block of at most the stored
+    // rows the box touches (a read fetches the table slice of a group of runs
+    // at once, gaps between its runs included).
+    const uint64_t row_blocks = 512 * 4 / bs;
+    const uint64_t table_bytes = 4 * row_blocks * static_cast<uint64_t>(c.sizes[0]);
     EXPECT_GE(counting->data_bytes_read.load(), dst.nbytes()) << c.name;
-    EXPECT_LE(counting->data_bytes_read.load(), dst.nbytes() + 2 * bs * c.runs) << c.name;
+    EXPECT_LE(counting->data_bytes_read.load(), dst.nbytes() + 2 * bs * c.runs + table_bytes) << c.name;
   }
 }
 
@@ -211,6 +235,112 @@ TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {
   EXPECT_NE(s.message().find(files[0]), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+}
+
+// Each item's block CRC table is stored in its data file right after its bytes
+// (u32 little-endian per block); .metadata records only where it is.
+TEST(FileSystemCheckpoint, BlockCrcTablesFollowTheirItemInTheDataFile) {
+  TempDir dir;
+  StateDict sd;
+  sd.Set("w", StateValue(Iota(DType::kF32, {256, 300}, 1)));
+  sd.Set("b", StateValue::Bytes(std::string(1000, 'x')));
+  FileSystemWriterOptions wo;
+  wo.thread_count = 1;
+  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path(), wo)).ok());
+  const std::string meta_text = ReadFileText(dir.path() + "/.metadata");
+  EXPECT_EQ(meta_text.find("block_crc32"), std::string::npos);
+  EXPECT_NE(meta_text.find("\"block_table_offset\":"), std::string::npos);
+  auto md = DecodeMetadata(meta_text);
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  ASSERT_EQ(md->storage_data.size(), 2u);
+  for (const auto& [idx, info] : md->storage_data) {
+    const std::string file = ReadFileText(dir.path() + "/" + info.relative_path);
+    ASSERT_NE(info.block_size, 0u) << ToString(idx);
+    ASSERT_TRUE(info.block_table_offset.has_value()) << ToString(idx);
+    EXPECT_TRUE(info.block_crc32.empty());
+    const uint64_t at = *info.block_table_offset;
+    EXPECT_EQ(at, (info.offset + info.length + 3) / 4 * 4) << ToString(idx);  // right after the bytes
+    const uint64_t blocks = BlockCount(info);
+    ASSERT_LE(at + 4 * blocks, file.size());
+    const auto* bytes = reinterpret_cast<const std::byte*>(file.data());
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint64_t from = info.offset + b * info.block_size;
+      const uint64_t n = std::min(info.block_size, info.offset + info.length - from);
+      ASSERT_EQ(LoadLE32(file.data() + at + 4 * b), Crc32(std::span<const std::byte>(bytes + from, n)))
+          << ToString(idx) << " block " << b;
+    }
+  }
+  // A damaged table entry is a mismatch of its block, named like damaged data.
+  const StorageInfo& w = md->storage_data.at(MetadataIndex("w", Shape{0, 0}));
+  const std::string data = dir.path() + "/" + w.relative_path;
+  FlipFileByte(data, *w.block_table_offset + 4 * 5 + 2);
+  StateDict dest;
+  dest.Set("w", StateValue(Tensor::Empty(DType::kF32, {256, 300}).value()));
+  Status s = Load(dest, *NewFileSystemReader(dir.path()));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find(w.relative_path), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'w'[0, 0] block 5,"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("data or its checksum table is damaged"), std::string::npos) << s.message();
+  // Unverified loads do not read tables: the same load succeeds with kOff.
+  FileSystemReaderOptions off;
+  off.verify = VerifyMode::kOff;
+  EXPECT_TRUE(Load(dest, *NewFileSystemReader(dir.path(), off)).ok());
+  // A partial load that does not touch block 5 verifies against the rest of the table.
+  Tensor rows = Tensor::Empty(DType::kF32, {10, 300}).value();
+  StateDict part;
+  part.Set("w", StateValue(ShardedTensor{DType::kF32, {256, 300}, {Shard{{100, 0}, rows}}}));
+  EXPECT_TRUE(Load(part, *NewFileSystemReader(dir.path())).ok());
+  // A file cut inside the table is truncated, for verified loads.
+  stdfs::resize_file(data, *w.block_table_offset + 8);
+  s = Load(dest, *NewFileSystemReader(dir.path()));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("checksum table of 'w'"), std::string::npos) << s.message();
+}
+
+// Checkpoints written before the tables moved into the data files record them
+// inline in .metadata (block_crc32 hex). tests/testdata/dcp-fs-inline-crc/ is
+// one, written by megackpt main at 9a86eb6 (see make_inline_crc.cc.txt there):
+// it loads, whole and in part, and is verified block by block.
+TEST(FileSystemCheckpoint, LoadsCheckpointWithInlineBlockCrcTables) {
+  TempDir dir;
+  const std::string src = MEGACKPT_SOURCE_DIR "/tests/testdata/dcp-fs-inline-crc";
+  stdfs::create_directories(dir.path());
+  for (const auto& e : stdfs::directory_iterator(src)) {
+    stdfs::copy_file(e.path(), dir.path() + "/" + e.path().filename().string());
+  }
+  auto md = NewFileSystemReader(dir.path())->ReadMetadata();
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  const StorageInfo& w = md->storage_data.at(MetadataIndex("w", Shape{0, 0}));
+  EXPECT_FALSE(w.block_table_offset.has_value());
+  EXPECT_EQ(w.block_size, 64u);
+  EXPECT_EQ(w.block_crc32.size(), 8u);
+  auto expected = [](int64_t i) { return static_cast<float>(i) * 0.5f - 3.0f; };
+  StateDict dest;
+  dest.Set("w", StateValue(Tensor::Empty(DType::kF32, {4, 32}).value()));
+  dest.Set("note", StateValue::Bytes(""));
+  Status s = Load(dest, *NewFileSystemReader(dir.path()));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto* p = static_cast<const float*>(dest.Find("w")->tensor().data());
+  for (int64_t i = 0; i < 128; ++i) ASSERT_EQ(p[i], expected(i)) << i;
+  EXPECT_EQ(dest.Find("note")->bytes(), std::string(300, 'n'));
+  // A column slice: whole 64-byte blocks are read and verified.
+  Tensor cols = Tensor::Empty(DType::kF32, {4, 8}).value();
+  StateDict part;
+  part.Set("w", StateValue(ShardedTensor{DType::kF32, {4, 32}, {Shard{{0, 20}, cols}}}));
+  s = Load(part, *NewFileSystemReader(dir.path()));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto* c = static_cast<const float*>(cols.data());
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t k = 0; k < 8; ++k) ASSERT_EQ(c[r * 8 + k], expected(r * 32 + 20 + k)) << r << "," << k;
+  }
+  // Damaged data is caught against the inline table.
+  FlipFileByte(dir.path() + "/" + w.relative_path, w.offset + 200);
+  s = Load(dest, *NewFileSystemReader(dir.path()));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find(w.relative_path), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'w'[0, 0] block 3,"), std::string::npos) << s.message();
 }
 
 TEST(FileSystemCheckpoint, MissingTruncatedAndCorruptFiles) {

@@ -26,6 +26,11 @@ size_t MetadataIndexHash::operator()(const MetadataIndex& index) const {
   return h;
 }
 
+uint64_t BlockCount(const StorageInfo& info) {
+  if (info.block_size == 0 || info.length == 0) return 0;
+  return (info.length - 1) / info.block_size + 1;
+}
+
 Result<uint64_t> ChunkNbytes(DType dtype, const Shape& sizes) {
   return LogicalNbytes(dtype, sizes);
 }
@@ -81,13 +86,22 @@ Status ValidateMetadata(const Metadata& md) {
       return InvalidArgumentError("metadata: storage entry " + ToString(idx) +
                                   " has an offset but the entry is bytes");
     }
-    if (info.block_size != 0) {
-      uint64_t blocks = info.length == 0 ? 0 : (info.length - 1) / info.block_size + 1;
-      if (info.block_crc32.size() != blocks) {
-        return InvalidArgumentError("metadata: storage entry " + ToString(idx) + " has " +
-                                    std::to_string(info.block_crc32.size()) +
-                                    " block CRCs, expected " + std::to_string(blocks));
+    const std::string where = "metadata: storage entry " + ToString(idx);
+    const uint64_t blocks = BlockCount(info);
+    if (info.block_size == 0 && (info.block_table_offset || !info.block_crc32.empty())) {
+      return InvalidArgumentError(where + " has a block CRC table but block_size 0");
+    }
+    if (info.block_table_offset) {
+      if (!info.block_crc32.empty()) {
+        return InvalidArgumentError(where + " has both an inline block CRC table and block_table_offset");
       }
+      if (blocks > (std::numeric_limits<uint64_t>::max() - *info.block_table_offset) / 4) {
+        return InvalidArgumentError(where + ": block_table_offset " +
+                                    std::to_string(*info.block_table_offset) + " out of range");
+      }
+    } else if (info.block_crc32.size() != blocks) {
+      return InvalidArgumentError(where + " has " + std::to_string(info.block_crc32.size()) +
+                                  " block CRCs, expected " + std::to_string(blocks));
     }
   }
   return Status::OK();

@@ -5,8 +5,9 @@
 // A checkpoint folder holds
 //   .metadata                              the encoded Metadata; written LAST
 //   __<save_id>_<rank>_<n>.distcp          data files: items back to back
-// Each item's StorageInfo records {file, offset, length, crc32 of the item,
-// crc32 per block_size bytes}. File names read back from .metadata must be
+// Each item is followed in its data file by its block CRC table (u32 LE per
+// block_size bytes; docs/dcp.md "Block CRC tables"); its StorageInfo records
+// {file, offset, length, crc32 of the item, block_size, block_table_offset}. File names read back from .metadata must be
 // relative names inside the folder (core/path_safety.h); anything else is
 // DataLoss before any file is opened. Re-saving into the same folder never overwrites a
 // file the current .metadata references (new files carry the new save id); the
@@ -51,7 +52,7 @@ struct FileSystemWriterOptions {
   // row-saved chunk stays within ~10% of the bytes it needs (docs/dcp.md,
   // "Verified reads"); bytes values use 256 KiB. Any other value: that size
   // for every item (0: one CRC for the whole item, so any partial read reads
-  // the whole item). Each block costs 8 hex digits of metadata.
+  // the whole item). Each block costs 4 bytes of table in the data file.
   uint64_t checksum_block_size = kAutoChecksumBlockSize;
   // Largest single write call (bytes go straight from tensor memory; strided
   // tensors are copied through a per-thread buffer of this size).

@@ -99,10 +99,15 @@ struct StorageMeta {
 //    backends may use relative_path alone, e.g. a shard file name).
 //  - checksum: "crc32:<8 lowercase hex>" or "sha256:<64 lowercase hex>" of the
 //    whole stored piece, or empty.
-//  - block_size/block_crc32: optional CRC32 of every block_size bytes of the piece
-//    (the last block may be short) so a partial read can be verified block-wise.
-//    block_size == 0 means none; otherwise block_crc32 has ceil(length/block_size)
-//    entries.
+//  - block_size: optional CRC32 of every block_size bytes of the piece (the
+//    last block may be short) so a partial read can be verified block-wise;
+//    0 means none. The ceil(length/block_size) CRCs are stored either
+//      * in the data file (block_table_offset set): little-endian u32 each, at
+//        [*block_table_offset, + 4 * blocks) of relative_path (the
+//        FileSystemWriter puts each item's table right after its bytes), or
+//      * inline (block_crc32, block_table_offset unset): how checkpoints
+//        written before tables moved into the data files record them.
+//    Exactly one of the two when block_size != 0 and the piece is not empty.
 //  - extra: backend-defined text (e.g. JSON), carried verbatim.
 struct StorageInfo {
   std::string relative_path;
@@ -112,6 +117,7 @@ struct StorageInfo {
   uint64_t block_size = 0;
   std::vector<uint32_t> block_crc32;
   std::string extra;
+  std::optional<uint64_t> block_table_offset;  // last: older aggregate initializers stay valid
   friend bool operator==(const StorageInfo&, const StorageInfo&) = default;
 };
 
@@ -166,6 +172,10 @@ Result<Metadata> DecodeMetadata(std::string_view encoded);
 // after parsing): chunk dims match, chunks lie inside the global shape, sizes
 // are non-negative, storage_data keys name known entries. InvalidArgument.
 Status ValidateMetadata(const Metadata& metadata);
+
+// Number of checksum blocks of a stored piece: ceil(length / block_size), 0
+// when block_size is 0.
+uint64_t BlockCount(const StorageInfo& info);
 
 // Bytes of a chunk of `dtype` with `sizes` (F4 rounds up). InvalidArgument on overflow.
 Result<uint64_t> ChunkNbytes(DType dtype, const Shape& sizes);
