@@ -110,7 +110,9 @@ def huge_array(np, shape):
     """A zeroed (pre-faulted) F32 array in its own huge-page mapping, as the C++
     bench's AllocateBuffer(n, prefault=true) makes them."""
     nbytes = max(64, shape[0] * shape[1] * 4)
-    m = mmap.mmap(-1, (nbytes + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE)
+    # Private anonymous (the default MAP_SHARED would be shmem, without huge pages).
+    m = mmap.mmap(-1, (nbytes + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE,
+                  flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         m.madvise(mmap.MADV_HUGEPAGE)
     a = np.frombuffer(m, dtype=np.float32, count=shape[0] * shape[1]).reshape(shape)
@@ -308,7 +310,10 @@ def run_system(system, world, args):
     if system.startswith("native") and world > 1:
         if not shutil.which("mpirun"):
             return None, "mpirun missing"
-        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe"] + base,
+        # --bind-to none: Open MPI pins each of 2 ranks to one core by default, so a
+        # rank's I/O threads would share its core while every other row (the cpp's
+        # thread ranks, the gloo processes) runs unpinned.
+        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + base,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)]
     else:
         procs = [subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE,
