@@ -8,6 +8,9 @@ the bytes each dtype), split evenly over the ranks (distinct names per rank).
 Systems, each at world size 1 and 2 (processes; gloo on loopback for the DCP
 frameworks, mpirun for the native API):
   native      megackpt.save / load / async_save (MEGA storage)
+  native-rows the same calls on the cpp row's own state: 16 F32 tensors of --size/16
+              bytes, row-sharded over the ranks as megackpt.ShardedTensor pieces, in
+              pre-faulted huge-page buffers (what `megackpt bench mega` allocates)
   mega-dcp    torch.distributed.checkpoint + megackpt.torch.MegaStorageWriter/Reader
   torch-fs    torch.distributed.checkpoint + torch's FileSystemWriter/Reader
   torch-hf    torch's HuggingFaceStorageWriter/Reader (world 1; where torch has it)
@@ -15,18 +18,25 @@ frameworks, mpirun for the native API):
               at world 2 its ranks overwrite each other's model.mega, seed defect 1)
   safetensors safetensors.torch save_file / load_file, one file per rank
   cpp         `megackpt bench mega --json` (C++ engine, threads backend) for reference
+--threads I/O threads per rank (default 2) go to native, native-rows, mega-dcp and
+cpp alike (torch-fs, tp-mega keep their own defaults); every system's durable save
+fsyncs and its no-sync save does not. Async saves of native/native-rows stage the
+whole state in one pool (staging_bytes = the rank's state), as the cpp row does.
 Metrics: durable save (fsync) and no-sync save in GB/s (decimal), load in GB/s
 (into preallocated, pre-faulted, reused tensors where the API loads in place),
 the time async save blocks the caller, and the peak extra RSS (above the state)
 during a durable save. Medians of --reps after a dropped warm-up; the slowest
 rank's time per repetition. Ratios: mega-dcp vs torch-fs, mega-dcp vs tp-mega,
-native vs cpp.
+native-rows vs cpp (the same state, threads and durability: what the Python layer
+costs; world 2 differs only in the group: mpirun processes vs the cpp's threads),
+and, for information, native vs cpp (different states).
 
 Do not run it while other jobs load the machine: the numbers are only meaningful
 on a quiet one.
 """
 import argparse
 import json
+import mmap
 import os
 import shutil
 import socket
@@ -39,8 +49,12 @@ import time
 
 # The last save before "load" leaves the checkpoint the load runs read.
 ORDER = ["save_nosync", "async_blocked", "save", "load"]
-SYSTEMS = ["native", "mega-dcp", "torch-fs", "torch-hf", "tp-mega", "safetensors"]
+SYSTEMS = ["native", "native-rows", "mega-dcp", "torch-fs", "torch-hf", "tp-mega", "safetensors"]
 TENSOR_BYTES = 32 << 20
+# The state of `megackpt bench mega` (bench/mega_bench.cc): ROW_TENSORS F32 tensors
+# of ROW_COLS columns, rows split evenly over the ranks.
+ROW_TENSORS, ROW_COLS = 16, 1024
+HUGE_PAGE = 2 << 20
 
 
 def parse_size(text):
@@ -92,17 +106,54 @@ def make_state(torch, rank_bytes, rank):
     return state
 
 
+def huge_array(np, shape):
+    """A zeroed (pre-faulted) F32 array in its own huge-page mapping, as the C++
+    bench's AllocateBuffer(n, prefault=true) makes them."""
+    nbytes = max(64, shape[0] * shape[1] * 4)
+    # Private anonymous (the default MAP_SHARED would be shmem, without huge pages).
+    m = mmap.mmap(-1, (nbytes + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE,
+                  flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    a = np.frombuffer(m, dtype=np.float32, count=shape[0] * shape[1]).reshape(shape)
+    a.fill(0)
+    return a
+
+
+def make_rows_state(size, world, rank):
+    """(state, dst, nbytes) of this rank: the cpp row's row-sharded state."""
+    import numpy as np
+
+    import megackpt
+
+    rows = max(1, size // ROW_TENSORS // (ROW_COLS * 4))
+    r0, r1 = rows * rank // world, rows * (rank + 1) // world
+    state, dst, nbytes = {}, {}, 0
+    for t in range(ROW_TENSORS):
+        a, b = huge_array(np, (r1 - r0, ROW_COLS)), huge_array(np, (r1 - r0, ROW_COLS))
+        np.random.default_rng(7000 + t * 64 + rank).random(dtype=np.float32, out=a)
+        name = f"layers.{t}.weight"
+        state[name] = megackpt.ShardedTensor((rows, ROW_COLS), "F32", [((r0, 0), a)] if r1 > r0 else [])
+        dst[name] = megackpt.ShardedTensor((rows, ROW_COLS), "F32", [((r0, 0), b)] if r1 > r0 else [])
+        nbytes += a.nbytes if r1 > r0 else 0
+    return state, dst, nbytes
+
+
 def worker(args):
     import torch
 
     rank, world = args.rank, args.world
     if os.environ.get("OMPI_COMM_WORLD_RANK") is not None:
         rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    state = make_state(torch, args.size // world, rank)
-    nbytes = sum(t.numel() * t.element_size() for t in state.values())
-    dst = {k: torch.zeros_like(v) for k, v in state.items()}  # pre-faulted, reused
+    if args.system == "native-rows":
+        state, dst, nbytes = make_rows_state(args.size, world, rank)
+    else:
+        state = make_state(torch, args.size // world, rank)
+        nbytes = sum(t.numel() * t.element_size() for t in state.values())
+        dst = {k: torch.zeros_like(v) for k, v in state.items()}  # pre-faulted, reused
     path = os.path.join(args.dir, f"bench-{args.system}-w{world}")
-    barrier, ops = setup_system(args.system, torch, rank, world, path, state, dst)
+    barrier, ops = setup_system(args.system, torch, rank, world, path, state, dst, nbytes,
+                                args.threads)
 
     def fresh():
         barrier()
@@ -138,18 +189,21 @@ def worker(args):
     print("RESULT " + json.dumps(results), flush=True)
 
 
-def setup_system(system, torch, rank, world, path, state, dst):
+def setup_system(system, torch, rank, world, path, state, dst, nbytes, threads):
     """(barrier, {metric: fn}) for one system; metric order matters: the load runs
     after the last durable save."""
-    if system == "native":
+    if system in ("native", "native-rows"):
         import megackpt
 
         g = megackpt.process_group()
+        # One staging wave, like the cpp row's pool (state + a page per tensor).
+        staging = nbytes + (len(state) + 1) * 4096
         ops = {
-            "save_nosync": lambda: megackpt.save(state, path, sync=False, group=g),
-            "async_blocked": lambda: _native_async(megackpt, state, path, g),
-            "save": lambda: megackpt.save(state, path, group=g),
-            "load": lambda: megackpt.load(path, dst, group=g),
+            "save_nosync": lambda: megackpt.save(state, path, sync=False, group=g,
+                                                 thread_count=threads),
+            "async_blocked": lambda: _native_async(megackpt, state, path, g, threads, staging),
+            "save": lambda: megackpt.save(state, path, group=g, thread_count=threads),
+            "load": lambda: megackpt.load(path, dst, group=g, thread_count=threads),
         }
         ops["_async_wait"] = lambda: _NATIVE_HANDLE.pop().result()
         return g.barrier, ops
@@ -188,8 +242,8 @@ def setup_system(system, torch, rank, world, path, state, dst):
     if system == "mega-dcp":
         import megackpt.torch as mt
 
-        W = lambda sync: mt.MegaStorageWriter(path, sync_files=sync)  # noqa: E731
-        R = lambda: mt.MegaStorageReader(path)  # noqa: E731
+        W = lambda sync: mt.MegaStorageWriter(path, sync_files=sync, thread_count=threads)  # noqa: E731
+        R = lambda: mt.MegaStorageReader(path, thread_count=threads)  # noqa: E731
     elif system == "torch-fs":
         W = lambda sync: dcp.FileSystemWriter(path, sync_files=sync)  # noqa: E731
         R = lambda: dcp.FileSystemReader(path)  # noqa: E731
@@ -212,8 +266,8 @@ def setup_system(system, torch, rank, world, path, state, dst):
 _NATIVE_HANDLE = []
 
 
-def _native_async(megackpt, state, path, g):
-    h = megackpt.async_save(state, path, group=g)
+def _native_async(megackpt, state, path, g, threads, staging):
+    h = megackpt.async_save(state, path, group=g, thread_count=threads, staging_bytes=staging)
     h.wait_staged()
     _NATIVE_HANDLE.append(h)
 
@@ -249,13 +303,17 @@ def parse_results(out):
 
 def run_system(system, world, args):
     base = [sys.executable, os.path.abspath(__file__), "--worker", system, "--world", str(world),
-            "--size", str(args.size), "--reps", str(args.reps), "--dir", args.dir]
+            "--size", str(args.size), "--reps", str(args.reps), "--dir", args.dir,
+            "--threads", str(args.threads)]
     env = dict(os.environ, BENCH_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    if system == "native" and world > 1:
+    if system.startswith("native") and world > 1:
         if not shutil.which("mpirun"):
             return None, "mpirun missing"
-        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe"] + base,
+        # --bind-to none: Open MPI pins each of 2 ranks to one core by default, so a
+        # rank's I/O threads would share its core while every other row (the cpp's
+        # thread ranks, the gloo processes) runs unpinned.
+        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + base,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)]
     else:
         procs = [subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE,
@@ -286,7 +344,8 @@ def run_cpp(world, args):
     if exe is None:
         return None, f"no megackpt in {scripts} or on PATH"
     r = subprocess.run([exe, "bench", "mega", "--size", str(args.size), "--world-size", str(world),
-                        "--reps", str(args.reps), "--dir", args.dir, "--json"],
+                        "--reps", str(args.reps), "--threads", str(args.threads), "--dir", args.dir,
+                        "--json"],
                        capture_output=True, text=True)
     try:
         return json.loads(r.stdout), None
@@ -301,6 +360,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--worlds", default="1,2")
+    ap.add_argument("--threads", type=int, default=2, help="I/O threads per rank (native, mega-dcp, cpp)")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--worker")
     ap.add_argument("--world", type=int, default=1)
@@ -312,7 +372,7 @@ def main():
         return worker(args)
     gb = lambda nbytes, s: nbytes / s / 1e9 if s else float("nan")  # noqa: E731
     print(f"state {args.size / 1e9:.2f} GB (f32 + bf16, {TENSOR_BYTES >> 20} MiB tensors), "
-          f"medians of {args.reps} after a warm-up, dir {args.dir}")
+          f"medians of {args.reps} after a warm-up, {args.threads} I/O threads per rank, dir {args.dir}")
     print(f"{'system':<12} {'world':>5} {'durable GB/s':>13} {'no-sync GB/s':>13} {'load GB/s':>10} "
           f"{'async blocked s':>16} {'extra RSS MiB':>14}")
     table = {}
@@ -350,13 +410,18 @@ def main():
             parts = [f"{m} {theirs[m] / ours[m]:.2f}x [>= {g}x]" for m, g in goals.items()
                      if m in ours and m in theirs]
             print(f"  world {world}: mega-dcp vs {peer}: " + ", ".join(parts))
-        native, cpp = table.get(("native", world)), table.get(("cpp", world))
-        if native and cpp:
+        cpp = table.get(("cpp", world))
+        for system, what, goal in (("native-rows", "the same state", " [>= 0.95]"),
+                                   ("native", "f32+bf16 state vs the cpp's F32 rows: for information", "")):
+            native = table.get((system, world))
+            if not native or not cpp:
+                continue
             parts = []
             for m, key in (("save", "save_gbps"), ("save_nosync", "save_nosync_gbps"), ("load", "load_gbps")):
                 if m in native and cpp.get(key):
-                    parts.append(f"{m} {gb(native['bytes'], native[m]) / cpp[key]:.2f} [>= 0.95]")
-            print(f"  world {world}: native vs cpp (throughput ratio): " + ", ".join(parts))
+                    parts.append(f"{m} {gb(native['bytes'], native[m]) / cpp[key]:.2f}{goal}")
+            print(f"  world {world}: {system} / cpp throughput ({what}): " + ", ".join(parts))
+        native = table.get(("native", world))
         if native and "rss_extra" in native:
             print(f"  world {world}: native extra RSS {native['rss_extra'] / (1 << 20):.0f} MiB "
                   f"[<= 256 MiB for 2 GiB]")

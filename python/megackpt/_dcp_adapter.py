@@ -15,15 +15,22 @@ FileSystemWriter/Reader):
   parallel with the GIL released, no Python-level copy;
 - ``read_data`` passes the planner's destination views: the engine reads only the
   byte ranges needed straight into them, verifying checksums;
+- ``stage`` (torch's ``async_save``; writers are torch AsyncStagers): the caller's
+  tensors are copied into a staged copy of the state that is reused by the next
+  async save once this one's ``write_data`` has returned (one per process, like
+  ``megackpt.async_save``'s pool), so only the first async save pays for fresh,
+  page-faulting buffers;
 - ``finish`` turns the framework's Metadata into the engine's and commits
   (``.metadata`` in megackpt's portable encoding, never a pickle), so the
   checkpoint is the same thing a C++ or ``megackpt.save`` job writes, and either
   side loads the other's, resharded.
 """
 
+import copy
 import dataclasses
 import io
 import os
+import threading
 
 from . import _core
 from ._dtypes import dtype_name, framework_dtype
@@ -34,9 +41,13 @@ _TENSOR, _SHARD, _BYTE_IO = 0, 1, 2
 class Framework:
     """The pieces of one DCP framework the adapter needs."""
 
-    def __init__(self, module, dcp, future=None):
+    def __init__(self, module, dcp, future=None, stager=False):
         self.module = module
         self.dcp = dcp
+        # True: the writers implement the framework's AsyncStager protocol (stage):
+        # torch's async_save then stages through them (_Staging) instead of
+        # copying the state into fresh buffers each time.
+        self.stager = stager
         self.Size = module.Size
         # The future write_data/read_data return: torch's torch.futures.Future
         # (wait/value); TensorPlay's DCP calls .result() (concurrent.futures).
@@ -127,15 +138,80 @@ class _EngineBase:
         return _valid_id(checkpoint_id)
 
 
+class _Staging:
+    """The staged copies of async saves: stage() copies a state dict into a copy
+    reused from an earlier save when that one's data is written (release), else
+    into fresh tensors. One free copy is kept per process; a copy still being
+    written is never handed out twice."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free = None
+
+    def stage(self, fw, state_dict):
+        with self._lock:
+            cached, self._free = self._free, None
+        return _stage_value(fw.module, state_dict, cached)
+
+    def release(self, staged):
+        with self._lock:
+            self._free = staged
+
+
+_STAGING = _Staging()
+
+
+def _plain_tensor(module, value):
+    return type(value) is module.Tensor  # not DTensor / ShardedTensor / subclasses
+
+
+def _stage_value(module, value, cached):
+    """A copy of ``value`` (dicts, lists and tuples rebuilt; plain CPU tensors
+    copied into ``cached``'s matching tensor when it has the same shape and
+    dtype, else into a new one; any other leaf deep-copied)."""
+    if _plain_tensor(module, value):
+        if (_plain_tensor(module, cached) and cached.shape == value.shape
+                and cached.dtype == value.dtype):
+            out = cached
+        else:
+            out = module.empty(tuple(value.shape), dtype=value.dtype)
+        out.copy_(value.detach())
+        return out
+    if type(value) is dict:
+        prev = cached if type(cached) is dict else {}
+        return {k: _stage_value(module, v, prev.get(k)) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        prev = cached if isinstance(cached, (list, tuple)) and len(cached) == len(value) else None
+        items = [_stage_value(module, v, None if prev is None else prev[i])
+                 for i, v in enumerate(value)]
+        return items if type(value) is list else tuple(items)
+    return copy.deepcopy(value)
+
+
+def _stageable(module, value):
+    """True when _stage_value copies ``value`` faithfully: containers of plain CPU
+    tensors and other (deep-copyable) leaves; DTensor, torch's ShardedTensor,
+    device tensors and the like go to the framework's own stager."""
+    if isinstance(value, module.Tensor):
+        return _plain_tensor(module, value) and value.device.type == "cpu"
+    if type(value) is dict:
+        return all(_stageable(module, v) for v in value.values())
+    if type(value) in (list, tuple):
+        return all(_stageable(module, v) for v in value)
+    return not isinstance(value, (dict, list, tuple))  # their subclasses: the framework's
+
+
 class WriterBase(_EngineBase):
     """StorageWriter methods; subclasses set ``_fw`` and ``_kind`` and inherit from
     the framework's StorageWriter too."""
 
     _engine_type = _core._DcpWriter
 
-    def __init__(self, path, options):
+    def __init__(self, path, options, reuse_staging=True):
         super().__init__(path, options)
         self._rank = 0
+        self._reuse_staging = reuse_staging
+        self._staged = []  # staged copies of this writer's async saves, oldest first
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
         self._rank = int(kwargs.get("rank", self._fw.rank()))
@@ -175,7 +251,14 @@ class WriterBase(_EngineBase):
             if value.device.type != "cpu":
                 value = value.cpu()  # staged off the accelerator
             data.append(value)
-        results = self._engine.write_data(items, plan.storage_data or "", data)
+        try:
+            results = self._engine.write_data(items, plan.storage_data or "", data)
+        finally:
+            if self._staged:  # its bytes are in the files (or the save failed)
+                staged = self._staged.pop(0)
+                del data
+                if self._reuse_staging:
+                    _STAGING.release(staged)
         WriteResult = fw.dcp.storage.WriteResult
         MetadataIndex = fw.dcp.metadata.MetadataIndex
         out = [WriteResult(index=MetadataIndex(fqn, offset), size_in_bytes=size, storage_data=enc)
@@ -208,6 +291,38 @@ class WriterBase(_EngineBase):
     def abort(self):
         """Removes what this rank wrote in the current save, unless committed."""
         self._engine.abort()
+
+
+class StagingWriterBase:
+    """torch's AsyncStager protocol on the writers (frameworks with ``stager``):
+    dcp.async_save stages through ``stage``. The staging is blocking, so there is
+    nothing to synchronize afterwards."""
+
+    _synchronize_after_execute = False
+
+    @property
+    def should_synchronize_after_execute(self):
+        return self._synchronize_after_execute
+
+    def stage(self, state_dict):
+        """A copy of ``state_dict`` that the caller's later updates do not reach
+        (torch's ``async_save`` saves it in the background)."""
+        fw = self._fw
+        if not _stageable(fw.module, state_dict):
+            from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+            staged = _create_cpu_state_dict(state_dict)
+            return _copy_state_dict(state_dict, staged)
+        staged = _STAGING.stage(fw, state_dict) if self._reuse_staging else _stage_value(
+            fw.module, state_dict, None)
+        self._staged.append(staged)
+        return staged
+
+    def synchronize_staging(self):
+        """Nothing to wait for: stage() returns when the copy is complete."""
+
+    def close(self):
+        """Nothing to free: a staged copy is kept for the next async save."""
 
 
 class ReaderBase(_EngineBase):
@@ -303,7 +418,9 @@ def storage_classes(fw, module_name):
     subclasses of ``fw.dcp.StorageWriter`` / ``StorageReader`` named as if defined
     in ``module_name`` (so they pickle by reference)."""
 
-    class MegaStorageWriter(WriterBase, fw.dcp.StorageWriter):
+    writer_bases = (WriterBase, StagingWriterBase) if fw.stager else (WriterBase,)
+
+    class MegaStorageWriter(*writer_bases, fw.dcp.StorageWriter):
         """Writes a checkpoint as MEGA shards (``megackpt::dcp::MegaStorageWriter``).
 
         ``path``: a folder or ``mega://`` URI. ``fqn_to_index_mapping``: fqn -> bucket
@@ -311,17 +428,20 @@ def storage_classes(fw, module_name):
         ``thread_count`` writer threads per rank; ``sync_files`` fsyncs shards and the
         commit (False: faster, still atomic); ``overwrite=False`` refuses to replace a
         committed checkpoint; ``checksum``: "crc32" (default), "sha256" or "none";
-        ``consolidate``: rewrite as whole tensors after the commit.
+        ``consolidate``: rewrite as whole tensors after the commit. ``reuse_staging``
+        (torch's ``async_save``): stage into the process's reusable staged copy
+        (pre-faulted after the first save; it stays allocated, as
+        ``megackpt.async_save``'s pool does); False: a fresh copy per save.
         """
 
         _fw = fw
         _kind = "mega"
 
         def __init__(self, path, fqn_to_index_mapping=None, *, thread_count=2, sync_files=True,
-                     overwrite=True, checksum=None, consolidate=None):
+                     overwrite=True, checksum=None, consolidate=None, reuse_staging=True):
             super().__init__(path, _writer_options(
                 thread_count, sync_files, overwrite, fqn_to_index_mapping=fqn_to_index_mapping,
-                checksum=checksum, consolidate=consolidate))
+                checksum=checksum, consolidate=consolidate), reuse_staging)
             self.fqn_to_index_mapping = fqn_to_index_mapping
 
     class MegaStorageReader(ReaderBase, fw.dcp.StorageReader):
@@ -336,7 +456,7 @@ def storage_classes(fw, module_name):
         def __init__(self, path, *, thread_count=2, verify=True):
             super().__init__(path, {"thread_count": int(thread_count), "verify": bool(verify)})
 
-    class FileSystemWriter(WriterBase, fw.dcp.StorageWriter):
+    class FileSystemWriter(*writer_bases, fw.dcp.StorageWriter):
         """Writes megackpt's DCP layout (``__<save>_<rank>_<n>.distcp`` data files +
         ``.metadata``; ``megackpt::dcp::FileSystemWriter``). Options as for
         MegaStorageWriter (``thread_count`` is also the number of data files per rank)."""
@@ -344,8 +464,10 @@ def storage_classes(fw, module_name):
         _fw = fw
         _kind = "fs"
 
-        def __init__(self, path, *, thread_count=2, sync_files=True, overwrite=True):
-            super().__init__(path, _writer_options(thread_count, sync_files, overwrite))
+        def __init__(self, path, *, thread_count=2, sync_files=True, overwrite=True,
+                     reuse_staging=True):
+            super().__init__(path, _writer_options(thread_count, sync_files, overwrite),
+                             reuse_staging)
 
     class FileSystemReader(ReaderBase, fw.dcp.StorageReader):
         """Reads checkpoints of :class:`FileSystemWriter` (block CRCs verified)."""

@@ -29,7 +29,7 @@ from ._dcp_adapter import Framework, storage_classes
 
 __all__ = ["MegaStorageWriter", "MegaStorageReader", "FileSystemWriter", "FileSystemReader"]
 
-_TORCH = Framework(_torch, _dcp)
+_TORCH = Framework(_torch, _dcp, stager=True)
 
 
 MegaStorageWriter, MegaStorageReader, FileSystemWriter, FileSystemReader = storage_classes(

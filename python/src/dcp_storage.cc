@@ -119,14 +119,30 @@ class DcpWriter {
   DcpWriter(const std::string& kind, const std::string& path, nb::dict options)
       : writer_(Unwrap(MakeWriter(kind, path, options))) {}
 
-  void Reset(const std::string& checkpoint_id) { ThrowIfError(writer_->Reset(checkpoint_id)); }
+  // Reset, Validate and SetUp may touch the filesystem (SetUp creates the folder
+  // and checks for a committed checkpoint; on mega:// each is a hub request), so
+  // they run without the GIL: torch's async_save runs them on its background
+  // thread while the training loop goes on.
+  void Reset(const std::string& checkpoint_id) {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = writer_->Reset(checkpoint_id);
+    }
+    ThrowIfError(s);
+  }
   bool Validate(const std::string& checkpoint_id) {
+    nb::gil_scoped_release release;
     return writer_->ValidateCheckpointId(checkpoint_id);
   }
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
-    ThrowIfError(writer_->SetUpStorageWriter(
-        {.is_coordinator = is_coordinator, .rank = rank, .world_size = world_size,
-         .use_collectives = use_collectives}));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = writer_->SetUpStorageWriter({.is_coordinator = is_coordinator, .rank = rank,
+                                       .world_size = world_size, .use_collectives = use_collectives});
+    }
+    ThrowIfError(s);
   }
   std::string PrepareLocalPlan(const std::vector<WriteItemTuple>& items) {
     dcp::SavePlan plan = Unwrap(SavePlanFromPython(items, ""));
@@ -324,11 +340,18 @@ class DcpReader {
   DcpReader(const std::string& kind, const std::string& path, nb::dict options)
       : reader_(Unwrap(MakeReader(kind, path, options))) {}
 
+  // As on DcpWriter: what may touch the filesystem runs without the GIL.
   void Reset(const std::string& checkpoint_id) {
     metadata_.reset();
-    ThrowIfError(reader_->Reset(checkpoint_id));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = reader_->Reset(checkpoint_id);
+    }
+    ThrowIfError(s);
   }
   bool Validate(const std::string& checkpoint_id) {
+    nb::gil_scoped_release release;
     return reader_->ValidateCheckpointId(checkpoint_id);
   }
 
@@ -377,9 +400,14 @@ class DcpReader {
 
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
     if (!metadata_) ThrowIfError(FailedPreconditionError("read_metadata was not called"));
-    ThrowIfError(reader_->SetUpStorageReader(
-        *metadata_, {.is_coordinator = is_coordinator, .rank = rank, .world_size = world_size,
-                     .use_collectives = use_collectives}));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = reader_->SetUpStorageReader(*metadata_, {.is_coordinator = is_coordinator, .rank = rank,
+                                                   .world_size = world_size,
+                                                   .use_collectives = use_collectives});
+    }
+    ThrowIfError(s);
   }
 
   // dests[i]: the planner's destination view of tensor item i (None for bytes).

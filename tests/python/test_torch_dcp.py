@@ -159,3 +159,41 @@ def test_megatensors_reads_our_shards(tmp_path):
     loaded = megatensors.load_state_dict(str(p / "model.mega"))
     for k, v in state.items():
         assert torch.equal(loaded[k], v), k
+
+
+def test_async_save_stages_a_copy_and_reuses_it_once_written(tmp_path):
+    # torch's async_save stages through the writer (an AsyncStager): each save
+    # holds the values of its call, and the second save copies into the first's
+    # buffers only once those were written (no fresh, page-faulting copy).
+    from megackpt import _dcp_adapter
+
+    state = {"model": {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+                       "h": torch.ones(5, dtype=torch.bfloat16)},
+             "step": 1, "lr": [0.5, {"m": torch.zeros(2, dtype=torch.int64)}]}
+    w = mt.MegaStorageWriter(tmp_path / "a", sync_files=False)
+    assert isinstance(w, dcp.staging.AsyncStager)
+    first = dcp.async_save(state, storage_writer=w)
+    state["model"]["w"].add_(100)  # the caller's update must not reach the first save
+    state["lr"][1]["m"].fill_(7)
+    first.result()
+    free = _dcp_adapter._STAGING._free  # handed back once the first save's data was written
+    assert free is not None
+    ptr = free["model"]["w"].data_ptr()
+    second = dcp.async_save(state, storage_writer=mt.MegaStorageWriter(tmp_path / "b", sync_files=False))
+    second.result()
+    assert _dcp_adapter._STAGING._free["model"]["w"].data_ptr() == ptr  # reused, not reallocated
+
+    for sub, w_add, m in (("a", 0, 0), ("b", 100, 7)):
+        out = {"model": {"w": torch.zeros(3, 4), "h": torch.zeros(5, dtype=torch.bfloat16)},
+               "step": 0, "lr": [0.0, {"m": torch.zeros(2, dtype=torch.int64)}]}
+        dcp.load(out, storage_reader=mt.MegaStorageReader(tmp_path / sub))
+        assert torch.equal(out["model"]["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4) + w_add)
+        assert torch.equal(out["model"]["h"], torch.ones(5, dtype=torch.bfloat16))
+        assert out["step"] == 1
+        assert out["lr"][0] == 0.5 and torch.equal(out["lr"][1]["m"], torch.full((2,), m))
+
+    # reuse_staging=False: a fresh copy, the cached one left alone.
+    w = mt.MegaStorageWriter(tmp_path / "c", sync_files=False, reuse_staging=False)
+    staged = w.stage(state)
+    assert staged["model"]["w"].data_ptr() != ptr
+    assert _dcp_adapter._STAGING._free["model"]["w"].data_ptr() == ptr
