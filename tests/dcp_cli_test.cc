@@ -241,7 +241,7 @@ TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
   ASSERT_FALSE(shards.empty());
   stdfs::remove(shards[0]);
   ASSERT_EQ(mkfifo(shards[0].c_str(), 0600), 0);
-  for (const std::string cmd : {"inspect " + c + "/model.mega.index.json",
+  for (const std::string& cmd : {"inspect " + c + "/model.mega.index.json",
                                 "verify " + c + "/model.mega.index.json", "verify " + c,
                                 "convert " + c + "/model.mega.index.json " + dir.path("o"),
                                 "demo --out " + c + " --storage mega --mode load --size 1MB"}) {
@@ -260,7 +260,7 @@ TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
   ASSERT_EQ(Cli("demo --out " + f + " --world-size 1 --mode save --size 1MB").code, 0);
   stdfs::remove(f + "/.metadata");
   ASSERT_EQ(mkfifo((f + "/.metadata").c_str(), 0600), 0);
-  for (const std::string cmd : {"inspect " + f, "verify " + f,
+  for (const std::string& cmd : {"inspect " + f, "verify " + f,
                                 "demo --out " + f + " --mode load --size 1MB"}) {
     CliRun m = Cli(cmd);
     EXPECT_EQ(m.code, 1) << cmd << ": " << m.out;

@@ -140,7 +140,9 @@ TEST_P(ChangedFractionTest, WritesOnlyTheChangedTensors) {
   // What hit the disk: the changed bytes plus item alignment, nothing more.
   const uint64_t own = OwnFileBytes(m->StepPath(2));
   EXPECT_LE(own, changed_bytes * 12 / 10 + 4096) << own;
-  if (changed == 0) EXPECT_LT(own, kTensors * kTensorBytes / 100);
+  if (changed == 0) {
+    EXPECT_LT(own, kTensors * kTensorBytes / 100);
+  }
   // Loads on its own, bit-exact, through the normal reader.
   State into = MakeState(gen, 1, 0, false);
   auto loaded = m->Load(into.sd, 2);

@@ -123,20 +123,34 @@ std::string BaseName(const std::string& path) {
 }
 
 // Accumulates per-block CRCs of a byte stream written in order (pieces may
-// cross block boundaries), and the whole item's CRC from them (core's
-// Crc32Combine / Crc32Shift, no second pass over the bytes).
+// cross block boundaries) and the whole item's CRC, both computed on each
+// piece while it is in cache, right before its pwrite.
 class BlockCrc {
  public:
   explicit BlockCrc(uint64_t block_size) : block_size_(block_size) {}
 
+  // The whole item's CRC streams over each piece (one large CRC call while the
+  // piece is in cache); the block CRCs of the piece's whole blocks come from
+  // core's BlockCrc32s, the edges from Crc32Extend.
   void Add(std::span<const std::byte> data) {
-    while (!data.empty()) {
-      const uint64_t room = block_size_ == 0 ? data.size() : block_size_ - in_block_;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(room, data.size()));
+    whole_ = Crc32Extend(whole_, data);
+    if (block_size_ == 0) return;
+    if (in_block_ > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(block_size_ - in_block_, data.size()));
       cur_ = Crc32Extend(cur_, data.first(n));
       in_block_ += n;
       data = data.subspan(n);
-      if (block_size_ != 0 && in_block_ == block_size_) Close();
+      if (in_block_ == block_size_) Close();
+    }
+    if (const uint64_t k = data.size() / block_size_; k > 0) {
+      const size_t old = blocks_.size();
+      blocks_.resize(old + k);
+      BlockCrc32s(data.first(static_cast<size_t>(k * block_size_)), block_size_, blocks_.data() + old);
+      data = data.subspan(static_cast<size_t>(k * block_size_));
+    }
+    if (!data.empty()) {
+      cur_ = Crc32Extend(0, data);
+      in_block_ = data.size();
     }
   }
 
@@ -144,7 +158,7 @@ class BlockCrc {
   // stored in the data file (u32 little-endian per block; empty when
   // block_size is 0).
   std::span<const std::byte> Finish(StorageInfo* info) {
-    if (in_block_ > 0 || block_size_ == 0) Close();
+    if (in_block_ > 0) Close();
     info->checksum = CrcString(whole_);
     info->block_size = block_size_;
     for (uint32_t& c : blocks_) StoreLE32(&c, c);
@@ -152,30 +166,15 @@ class BlockCrc {
   }
 
  private:
-  // Items with more full blocks than this build the table-driven Crc32Shift
-  // for the block size (a few microseconds); fewer use Crc32Combine directly.
-  static constexpr size_t kShiftAfterBlocks = 64;
-
   void Close() {
-    if (total_ == 0) {
-      whole_ = cur_;
-    } else if (in_block_ == block_size_ && blocks_.size() >= kShiftAfterBlocks) {
-      if (!shift_) shift_.emplace(block_size_);
-      whole_ = shift_->Append(whole_, cur_);
-    } else {
-      whole_ = Crc32Combine(whole_, cur_, in_block_);
-    }
-    total_ += in_block_;
-    if (block_size_ != 0) blocks_.push_back(cur_);
+    blocks_.push_back(cur_);
     cur_ = 0;
     in_block_ = 0;
   }
   uint64_t block_size_;
-  std::optional<Crc32Shift> shift_;
   uint32_t cur_ = 0;
   uint64_t in_block_ = 0;
   uint32_t whole_ = 0;
-  uint64_t total_ = 0;
   std::vector<uint32_t> blocks_;
 };
 
@@ -1053,6 +1052,7 @@ class FileSystemReaderImpl final : public StorageReader {
     // item's single checksum.
     Status Feed(std::span<const std::byte> data) {
       if (!verify_) return Status::OK();
+      MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data));
       while (!data.empty()) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(block_end_ - pos_, data.size()));
         if (sha256_) {
@@ -1076,6 +1076,34 @@ class FileSystemReaderImpl final : public StorageReader {
     }
 
    private:
+    // The whole blocks at the front of `data` when it starts on a block
+    // boundary: their CRCs in one BlockCrc32s call per batch, compared with
+    // the table; leaves the rest (a block's head or a short last block) in *data.
+    Status FeedWholeBlocks(std::span<const std::byte>* data) {
+      if (sha256_ || !table_ || pos_ % bs_ != 0) return Status::OK();
+      constexpr uint64_t kBatch = 256;
+      uint32_t got[kBatch];
+      uint64_t whole = std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_;
+      while (whole > 0) {
+        const uint64_t k = std::min(whole, kBatch);
+        BlockCrc32s(data->first(static_cast<size_t>(k * bs_)), bs_, got);
+        for (uint64_t j = 0; j < k; ++j) {
+          const uint64_t b = block_ + j;
+          if (b < table_->first || b >= table_->end || table_->crcs[b - table_->first] != got[j]) {
+            crc_ = got[j];
+            Status s = CloseBlock(b);  // the named DataLoss error
+            return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
+          }
+        }
+        pos_ += k * bs_;
+        block_ += k;
+        block_end_ = std::min(st_.info->length, (block_ + 1) * bs_);
+        *data = data->subspan(static_cast<size_t>(k * bs_));
+        whole -= k;
+      }
+      return Status::OK();
+    }
+
     Status CloseBlock(uint64_t b) {
       const StorageInfo& info = *st_.info;
       if (sha256_) {
