@@ -10,6 +10,7 @@
 #include <set>
 
 #include "dcp/codec.h"
+#include "dcp/guard.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -21,19 +22,6 @@ constexpr int kCoordinator = 0;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Plug-ins (planners, storage) are user code: an exception thrown from one
-// becomes an Internal status instead of crossing our API.
-template <typename F>
-auto Guard(const char* what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    return InternalError(std::string(what) + " threw an exception: " + e.what());
-  } catch (...) {
-    return InternalError(std::string(what) + " threw a non-standard exception");
-  }
 }
 
 void GuardedAbort(StorageWriter& writer) {

@@ -23,19 +23,19 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <unordered_map>
 
 #include "dcp/f4_box.h"
+#include "dcp/guard.h"
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/endian.h"
+#include "megackpt/core/file.h"  // BaseName
 #include "megackpt/core/packed.h"
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/thread_pool.h"
@@ -63,17 +63,6 @@ constexpr uint64_t kAutoBlocksPerRow = 16;
 constexpr uint64_t kMinAutoBlock = 64;
 constexpr uint64_t kMaxAutoBlock = 256ull << 10;
 constexpr double kF4MaxOverhead = 0.05;  // F4 spans read at most 5% more than their runs
-
-std::string RandomId() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-               (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::string CrcString(uint32_t crc) {
   char buf[16];
@@ -103,23 +92,6 @@ uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
   uint64_t bs = kMinAutoBlock;
   while (bs < kMaxAutoBlock && bs * 2 * kAutoBlocksPerRow <= row) bs *= 2;
   return bs;
-}
-
-// Planners are user code and may throw on our worker threads; an exception must
-// become a Status there (it cannot cross threads).
-Status NoThrow(const char* what, const std::function<Status()>& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return InternalError(std::string(what) + " threw an exception: " + e.what());
-  } catch (...) {
-    return InternalError(std::string(what) + " threw a non-standard exception");
-  }
-}
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // Accumulates per-block CRCs of a byte stream written in order (pieces may
@@ -212,12 +184,12 @@ class FileSystemWriterImpl final : public StorageWriter {
       : path_(std::move(path)), options_(std::move(options)) {
     if (options_.thread_count < 1) options_.thread_count = 1;
     if (options_.max_write_bytes < (1u << 16)) options_.max_write_bytes = 1u << 16;
-    save_id_ = RandomId();
+    save_id_ = RandomHex(8);
   }
 
   Status Reset(std::string_view checkpoint_id) override {
     if (!checkpoint_id.empty()) path_ = std::string(checkpoint_id);
-    save_id_ = RandomId();
+    save_id_ = RandomHex(8);
     written_.clear();
     committed_ = false;
     next_file_ = 0;
@@ -308,7 +280,7 @@ class FileSystemWriterImpl final : public StorageWriter {
             std::lock_guard<std::mutex> lock(mu);
             written_.push_back(full);
           }
-          return NoThrow("FileSystemWriter::WriteData", [&] {
+          return Guard("FileSystemWriter::WriteData", [&] {
             return WriteFile(full, names[f], plan, bins[f], planner, &results);
           });
         },
@@ -550,7 +522,7 @@ class FileSystemReaderImpl final : public StorageReader {
     auto md = DecodeMetadata(*text);
     if (!md.ok()) return Status(md.status().code(), full + ": " + md.status().message());
     if (!md->storage_meta) md->storage_meta = StorageMeta();
-    md->storage_meta->load_id = RandomId();
+    md->storage_meta->load_id = RandomHex(8);
     return std::move(*md);
   }
 
@@ -591,7 +563,7 @@ class FileSystemReaderImpl final : public StorageReader {
     return ParallelFor(
         pool_.get(), tasks.size(),
         [&](size_t k) -> Status {
-          return NoThrow("FileSystemReader::ReadData", [&] {
+          return Guard("FileSystemReader::ReadData", [&] {
             return ReadSegmentGroup(plan, planner, items, segments, tasks[k].first, tasks[k].second);
           });
         },
