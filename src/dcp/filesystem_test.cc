@@ -40,16 +40,7 @@ Tensor Iota(DType dt, Shape shape, uint32_t seed) {
   return t;
 }
 
-
-void FlipFileByte(const std::string& file, uint64_t at) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c;
-  f.read(&c, 1);
-  c ^= 0x20;
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(&c, 1);
-}
+void FlipFileByte(const std::string& file, uint64_t at) { test_util::XorFileByte(file, at, 0x20); }
 
 std::string ReadFileText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -218,15 +209,7 @@ TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {
   ASSERT_EQ(files.size(), 1u);
   const std::string data = dir.path() + "/" + files[0];
   // Flip one byte inside the tensor (stored after the bytes value, which is smaller).
-  {
-    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(200000);
-    char c;
-    f.read(&c, 1);
-    c ^= 0x20;
-    f.seekp(200000);
-    f.write(&c, 1);
-  }
+  FlipFileByte(data, 200000);
   StateDict dest;
   dest.Set("w", StateValue(Tensor::Empty(DType::kF32, {256, 300}).value()));
   Status s = Load(dest, *NewFileSystemReader(dir.path()));
