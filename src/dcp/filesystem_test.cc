@@ -197,14 +197,20 @@ TEST(FileSystemCheckpoint, VerifiedReshardedLoadReadsWholeBlocksOnly) {
   }
 }
 
-TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {
-  TempDir dir;
+// Saves a F32 tensor 'w' (256x300) and a 1000-byte value 'b' with one writer
+// thread (so into one data file, the bytes value first).
+void SaveTensorAndBytes(const std::string& path) {
   StateDict sd;
   sd.Set("w", StateValue(Iota(DType::kF32, {256, 300}, 1)));
   sd.Set("b", StateValue::Bytes(std::string(1000, 'x')));
   FileSystemWriterOptions wo;
   wo.thread_count = 1;
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path(), wo)).ok());
+  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(path, wo)).ok());
+}
+
+TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(SaveTensorAndBytes(dir.path()));
   auto files = DataFiles(dir.path());
   ASSERT_EQ(files.size(), 1u);
   const std::string data = dir.path() + "/" + files[0];
@@ -224,12 +230,7 @@ TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {
 // (u32 little-endian per block); .metadata records only where it is.
 TEST(FileSystemCheckpoint, BlockCrcTablesFollowTheirItemInTheDataFile) {
   TempDir dir;
-  StateDict sd;
-  sd.Set("w", StateValue(Iota(DType::kF32, {256, 300}, 1)));
-  sd.Set("b", StateValue::Bytes(std::string(1000, 'x')));
-  FileSystemWriterOptions wo;
-  wo.thread_count = 1;
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path(), wo)).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveTensorAndBytes(dir.path()));
   const std::string meta_text = ReadFileText(dir.path() + "/.metadata");
   EXPECT_EQ(meta_text.find("block_crc32"), std::string::npos);
   EXPECT_NE(meta_text.find("\"block_table_offset\":"), std::string::npos);
