@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -173,26 +174,12 @@ MEGACKPT_CLMUL_TARGET inline __m128i Load16(const std::byte* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
-// zlib crc32(0, p, n). REQUIRES: n >= 64, n % 16 == 0.
-MEGACKPT_CLMUL_TARGET uint32_t Crc32Clmul(const std::byte* p, uint64_t n) {
-  const __m128i k2k1 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+// The last steps of a folded CRC: 128 -> 64 -> 32 bits (Barrett), the final xor.
+MEGACKPT_CLMUL_TARGET inline uint32_t ReduceClmul(__m128i x0) {
   const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
   const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);
   const __m128i poly = _mm_set_epi64x(0x1f7011641, 0x1db710641);
   const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
-  __m128i x0 = _mm_xor_si128(Load16(p), _mm_cvtsi32_si128(-1));  // initial value ~0
-  __m128i x1 = Load16(p + 16), x2 = Load16(p + 32), x3 = Load16(p + 48);
-  uint64_t off = 64;
-  for (; off + 64 <= n; off += 64) {
-    x0 = Fold16(x0, k2k1, Load16(p + off));
-    x1 = Fold16(x1, k2k1, Load16(p + off + 16));
-    x2 = Fold16(x2, k2k1, Load16(p + off + 32));
-    x3 = Fold16(x3, k2k1, Load16(p + off + 48));
-  }
-  x0 = Fold16(x0, k4k3, x1);
-  x0 = Fold16(x0, k4k3, x2);
-  x0 = Fold16(x0, k4k3, x3);
-  for (; off + 16 <= n; off += 16) x0 = Fold16(x0, k4k3, Load16(p + off));
   __m128i t = _mm_clmulepi64_si128(x0, k4k3, 0x10);  // 128 -> 64 bits
   x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), t);
   t = _mm_clmulepi64_si128(_mm_and_si128(x0, low32), k5, 0x00);  // 64 -> 32 bits
@@ -201,6 +188,102 @@ MEGACKPT_CLMUL_TARGET uint32_t Crc32Clmul(const std::byte* p, uint64_t n) {
   x0 = _mm_xor_si128(x0, _mm_clmulepi64_si128(t, poly, 0x00));
   return ~static_cast<uint32_t>(_mm_extract_epi32(x0, 1));
 }
+
+// zlib crc32(0, .) of each of the kWays consecutive blocks of n bytes at p,
+// into out[0..kWays). The blocks' fold chains are independent and interleaved:
+// one block's chain is bound by the multiplier's latency (a 256-byte block
+// keeps it busy a third of the time), several in flight keep it full.
+// REQUIRES: n >= 64, n % 16 == 0.
+template <int kWays>
+MEGACKPT_CLMUL_TARGET void Crc32ClmulBlocks(const std::byte* p, uint64_t n, uint32_t* out) {
+  const __m128i k2k1 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+  const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+  __m128i x[kWays][4];
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) {
+    const std::byte* b = p + w * n;
+    x[w][0] = _mm_xor_si128(Load16(b), _mm_cvtsi32_si128(-1));  // initial value ~0
+    x[w][1] = Load16(b + 16);
+    x[w][2] = Load16(b + 32);
+    x[w][3] = Load16(b + 48);
+  }
+  uint64_t off = 64;
+  for (; off + 64 <= n; off += 64) {
+#pragma GCC unroll 8
+    for (int w = 0; w < kWays; ++w) {
+      const std::byte* b = p + w * n + off;
+      x[w][0] = Fold16(x[w][0], k2k1, Load16(b));
+      x[w][1] = Fold16(x[w][1], k2k1, Load16(b + 16));
+      x[w][2] = Fold16(x[w][2], k2k1, Load16(b + 32));
+      x[w][3] = Fold16(x[w][3], k2k1, Load16(b + 48));
+    }
+  }
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) {
+    x[w][0] = Fold16(x[w][0], k4k3, x[w][1]);
+    x[w][0] = Fold16(x[w][0], k4k3, x[w][2]);
+    x[w][0] = Fold16(x[w][0], k4k3, x[w][3]);
+  }
+  for (; off + 16 <= n; off += 16) {
+#pragma GCC unroll 8
+    for (int w = 0; w < kWays; ++w) x[w][0] = Fold16(x[w][0], k4k3, Load16(p + w * n + off));
+  }
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) out[w] = ReduceClmul(x[w][0]);
+}
+
+// Crc32ClmulBlocks with 512-bit registers (AVX-512 VPCLMULQDQ): one register
+// holds a 64-byte stretch of one block, so a block's four 128-bit lanes fold
+// in one instruction pair; the lanes are combined and reduced as above.
+#define MEGACKPT_VCLMUL_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.1")))
+
+// GCC 12's broadcast/extract intrinsics pass an "undefined" vector that
+// -Wuninitialized reports from inside the header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <int kWays>
+MEGACKPT_VCLMUL_TARGET void Crc32VclmulBlocks(const std::byte* p, uint64_t n, uint32_t* out) {
+  const __m512i k2k1 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1c6e41596, 0x154442bd4));
+  const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));  // initial value ~0
+  __m512i x[kWays];
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) x[w] = _mm512_xor_si512(_mm512_loadu_si512(p + w * n), init);
+  uint64_t off = 64;
+  for (; off + 64 <= n; off += 64) {
+#pragma GCC unroll 8
+    for (int w = 0; w < kWays; ++w) {
+      const __m512i lo = _mm512_clmulepi64_epi128(x[w], k2k1, 0x00);
+      const __m512i hi = _mm512_clmulepi64_epi128(x[w], k2k1, 0x11);
+      x[w] = _mm512_ternarylogic_epi64(lo, hi, _mm512_loadu_si512(p + w * n + off), 0x96);  // a ^ b ^ c
+    }
+  }
+  __m128i y[kWays];
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) {
+    y[w] = Fold16(_mm512_castsi512_si128(x[w]), k4k3, _mm512_extracti32x4_epi32(x[w], 1));
+    y[w] = Fold16(y[w], k4k3, _mm512_extracti32x4_epi32(x[w], 2));
+    y[w] = Fold16(y[w], k4k3, _mm512_extracti32x4_epi32(x[w], 3));
+  }
+  for (; off + 16 <= n; off += 16) {
+#pragma GCC unroll 8
+    for (int w = 0; w < kWays; ++w) y[w] = Fold16(y[w], k4k3, Load16(p + w * n + off));
+  }
+#pragma GCC unroll 8
+  for (int w = 0; w < kWays; ++w) out[w] = ReduceClmul(y[w]);
+}
+#pragma GCC diagnostic pop
+
+bool HasVclmul() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul") &&
+                          __builtin_cpu_supports("sse4.1");
+  return has;
+}
+
+// Blocks up to this size are folded inline; larger ones go to isa-l, whose
+// per-call set-up no longer dominates.
+constexpr uint64_t kMaxFoldedBlock = 512;
 
 bool HasClmul() {
   static const bool has = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
@@ -214,8 +297,24 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
   const uint64_t n = bytes.size();
   uint64_t off = 0;
 #if defined(__x86_64__)
-  if (block >= 64 && block <= 512 && block % 16 == 0 && HasClmul()) {
-    for (; off + block <= n; off += block) *out++ = Crc32Clmul(bytes.data() + off, block);
+  if (block >= 64 && block <= kMaxFoldedBlock && block % 16 == 0) {
+    // Several blocks in flight. The 512-bit form wins from 128-byte blocks on;
+    // a 64-byte block is one register, where only lane combining is left.
+    auto run = [&](auto ways, auto fn) {
+      constexpr int kWays = decltype(ways)::value;
+      for (; off + kWays * block <= n; off += kWays * block, out += kWays) fn(bytes.data() + off, out);
+    };
+    if (HasVclmul() && block >= 128) {
+      run(std::integral_constant<int, 4>{},
+          [&](const std::byte* p, uint32_t* o) { Crc32VclmulBlocks<4>(p, block, o); });
+    } else if (HasClmul()) {
+      run(std::integral_constant<int, 4>{},
+          [&](const std::byte* p, uint32_t* o) { Crc32ClmulBlocks<4>(p, block, o); });
+    }
+    if (HasClmul()) {
+      run(std::integral_constant<int, 1>{},
+          [&](const std::byte* p, uint32_t* o) { Crc32ClmulBlocks<1>(p, block, o); });
+    }
   }
 #endif
   for (; off < n; off += block) *out++ = Crc32(bytes.subspan(off, std::min<uint64_t>(block, n - off)));

@@ -210,9 +210,10 @@ TEST(ChecksumTest, MatchesOneCrc32PerBlock) {
   EXPECT_EQ(one, 0x100ece8cu);
   BlockCrc32s(AsBytes("123456789"), 64, &one);
   EXPECT_EQ(one, 0xCBF43926u);
-  for (uint64_t block : {64u, 128u, 256u, 512u, 1024u, 65536u}) {
+  for (uint64_t block : {64u, 80u, 128u, 208u, 256u, 496u, 512u, 1024u, 65536u}) {
     for (size_t start : {0u, 1u, 7u}) {
-      for (uint64_t size : {block, 3 * block, 3 * block + 16, 5 * block + 1, uint64_t{100u << 10}}) {
+      for (uint64_t size : {block, 3 * block, 3 * block + 16, 4 * block, 5 * block + 1, 8 * block,
+                            11 * block + 48, uint64_t{100u << 10}}) {
         std::span<const std::byte> bytes(data.data() + start, size);
         std::vector<uint32_t> got((size + block - 1) / block + 1, 0xdeadbeef);
         BlockCrc32s(bytes, block, got.data());
