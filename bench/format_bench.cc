@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -307,7 +308,12 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
 
 int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
                    const std::string& dir) {
-  if (!dir.empty()) setenv("TMPDIR", dir.c_str(), 1);
+  if (!dir.empty()) {
+    // The temp folder goes inside --dir, which may not exist yet.
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
   TempDir tmp("megackpt-bench-format");
   std::vector<Row> rows;
   std::vector<Ceiling> ceilings;
