@@ -38,15 +38,16 @@ class Table:
         self.rows = []
 
     def add(self, bench, row, ours, ceiling=None, par=None, goal=None, lower_better=False, unit="GB/s",
-            is_ceiling=True):
-        """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check)."""
-        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling))
+            is_ceiling=True, note=""):
+        """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check);
+        note: printed in the flag column."""
+        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling, note))
 
     def print(self):
         head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling (thr, io)':>24} {'ratio':>6} {'goal':>7}  flag"
         print(head)
         print("-" * len(head))
-        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling in self.rows:
+        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling, note in self.rows:
             o = f"{ours[0]:8.3f} [{ours[1]:7.3f},{ours[2]:7.3f}]" if ours else "-"
             c = "-"
             ratio = None
@@ -66,6 +67,8 @@ class Table:
             if ratio is not None:
                 if goal is not None and ((lower and ratio > goal) or (not lower and ratio < goal)):
                     flag = (flag + "; " if flag else "") + "below goal"
+            if note:
+                flag = (flag + "; " if flag else "") + note
             print(f"{bench:<14} {row:<34} {o:>27} {c:>24} {r} {g:>7}  {flag}  ({unit})")
 
 
@@ -105,8 +108,10 @@ def save_load_rows(t, name, j, unverified=True):
               triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85)
     if "peak_extra_rss_bytes" in j:
         mib = j["peak_extra_rss_bytes"] / 2**20
+        # Below 1 MiB the peak never rose above the RSS before the save: not a measured zero.
         t.add(name, "peak extra RSS, MiB (<= 256)", (mib, mib, mib), (256, 256, 256), None, 1.0,
-              lower_better=True, unit="MiB", is_ceiling=False)
+              lower_better=True, unit="MiB", is_ceiling=False,
+              note="< 1 MiB (not above the baseline)" if mib < 1 else "")
 
 
 def main(argv):
