@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,48 @@ void PrepareFreshWrite(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   sync();
+  SettleDevice(path);
+}
+
+namespace {
+
+// /sys/dev/block/MAJ:MIN/stat of the device holding `path` (or its nearest
+// existing parent); empty when there is none.
+std::string DeviceStatPath(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path);
+  struct stat st {};
+  while (::stat(p.c_str(), &st) != 0) {
+    if (!p.has_parent_path() || p.parent_path() == p) return "";
+    p = p.parent_path();
+  }
+  const std::string dev = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +
+                          std::to_string(minor(st.st_dev)) + "/stat";
+  return access(dev.c_str(), R_OK) == 0 ? dev : "";
+}
+
+// {requests in flight, discarded sectors} (block/stat.rst fields 9 and 14).
+std::pair<uint64_t, uint64_t> DeviceActivity(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::vector<uint64_t> f;
+  uint64_t v;
+  while (in >> v) f.push_back(v);
+  return {f.size() > 8 ? f[8] : 0, f.size() > 13 ? f[13] : 0};
+}
+
+}  // namespace
+
+void SettleDevice(const std::string& path) {
+  const std::string stat_path = DeviceStatPath(path);
+  if (stat_path.empty()) return;
+  // Quiet = nothing in flight and no new discards over 3 polls 10 ms apart.
+  auto last = DeviceActivity(stat_path);
+  int quiet = 0;
+  for (int i = 0; i < 100 && quiet < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto now = DeviceActivity(stat_path);
+    quiet = now.first == 0 && now.second == last.second ? quiet + 1 : 0;
+    last = now;
+  }
 }
 
 std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes) {
@@ -61,23 +104,26 @@ std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes) {
 
 namespace {
 
-// Large pwrites of [p, p + n) at offset 0. With `writeback`, durable writers
-// start writeback of every finished 32 MiB (sync_file_range(WRITE), as the
-// library's durable save paths do) so the device works while the next bytes
-// are copied and the final fdatasync has less left.
-Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path,
-                bool writeback = false) {
-  const uint64_t kBlock = writeback ? kDurableWritebackUnit : 64ull << 20;
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kLargeIo = 64 * kMiB;  // the default pwrite/pread size
+
+// pwrites of `block` bytes of [p, p + n) at offset 0. With `writeback_unit`
+// > 0, durable writers start writeback of every finished unit
+// (sync_file_range(WRITE), as the library's durable save paths do) so the
+// device works while the next bytes are copied and the final fdatasync has
+// less left.
+Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path, uint64_t block,
+                uint64_t writeback_unit = 0) {
   uint64_t off = 0, written_back = 0;
   while (off < n) {
-    size_t len = static_cast<size_t>(std::min(kBlock, n - off));
+    size_t len = static_cast<size_t>(std::min(block, n - off));
     ssize_t w = pwrite(fd, p + off, len, static_cast<off_t>(off));
     if (w < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(path + ": pwrite", errno);
     }
     off += static_cast<uint64_t>(w);
-    if (writeback && off - written_back >= kDurableWritebackUnit) {
+    if (writeback_unit > 0 && off - written_back >= writeback_unit) {
       // A hint: failure only leaves all the work to fdatasync.
       (void)sync_file_range(fd, static_cast<off_t>(written_back), static_cast<off_t>(off - written_back),
                             SYNC_FILE_RANGE_WRITE);
@@ -108,6 +154,39 @@ std::vector<int> CeilingParallelisms(int n) {
   return out;
 }
 
+std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
+  switch (kind) {
+    case CeilingKind::kPageCacheWrite: return {kMiB, kLargeIo};
+    case CeilingKind::kDurableWrite: return {8 * kMiB, kDurableWritebackUnit};
+    case CeilingKind::kWarmRead: return {kMiB, 4 * kMiB, kLargeIo};
+    case CeilingKind::kMemcpy: return {0};
+  }
+  return {0};
+}
+
+const char* CeilingIoName(CeilingKind kind) {
+  switch (kind) {
+    case CeilingKind::kPageCacheWrite: return "pwrite_bytes";
+    case CeilingKind::kDurableWrite: return "writeback_bytes";
+    case CeilingKind::kWarmRead: return "pread_bytes";
+    case CeilingKind::kMemcpy: return "";
+  }
+  return "";
+}
+
+std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
+  std::vector<CeilingConfig> out;
+  for (int p : CeilingParallelisms(n)) {
+    for (uint64_t io : CeilingIoSizes(kind)) out.push_back({p, io});
+  }
+  return out;
+}
+
+std::string IoSizeText(uint64_t bytes) {
+  if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
+  return std::to_string(bytes) + " B";
+}
+
 namespace {
 
 // Byte range [begin, end) of part i of n, 4 KiB aligned (the last takes the rest).
@@ -128,11 +207,11 @@ Status RunParallel(int n, const std::function<Status(int)>& fn) {
   return Status::OK();
 }
 
-Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path) {
-  const uint64_t kBlock = 64ull << 20;
+Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path,
+                uint64_t block) {
   uint64_t done = 0;
   while (done < n) {
-    size_t len = static_cast<size_t>(std::min(kBlock, n - done));
+    size_t len = static_cast<size_t>(std::min(block, n - done));
     ssize_t r = pread(fd, p + done, len, static_cast<off_t>(file_off + done));
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -168,9 +247,10 @@ void PlainIo::PrepareWrite(int writers) {
   max_files_ = std::max(max_files_, writers);
   for (int i = 0; i < max_files_; ++i) unlink(WritePath(i).c_str());
   sync();
+  SettleDevice(prefix_);
 }
 
-Status PlainIo::Write(int writers, bool durable) {
+Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes) {
   writers = std::max(1, writers);
   max_files_ = std::max(max_files_, writers);
   return RunParallel(writers, [&](int i) -> Status {
@@ -178,7 +258,11 @@ Status PlainIo::Write(int writers, bool durable) {
     const std::string path = WritePath(i);
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
-    Status s = WriteAll(fd, src_ + begin, end - begin, path, /*writeback=*/durable);
+    // Durable: the library's 1 MiB pwrites, writeback every io_bytes; page
+    // cache: pwrites of io_bytes.
+    Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kMiB,
+                                  io_bytes ? io_bytes : kDurableWritebackUnit)
+                       : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
     if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
     close(fd);
     return s;
@@ -191,19 +275,19 @@ Status PlainIo::EnsureReadFile() {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(path + ": create", errno);
   read_file_ = true;
-  Status s = WriteAll(fd, src_, bytes_, path);
+  Status s = WriteAll(fd, src_, bytes_, path, kLargeIo);
   close(fd);
   return s;
 }
 
-Status PlainIo::Read(int readers) {
+Status PlainIo::Read(int readers, uint64_t pread_bytes) {
   readers = std::max(1, readers);
   const std::string path = prefix_ + ".read";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(path + ": open", errno);
   Status s = RunParallel(readers, [&](int i) -> Status {
     const auto [begin, end] = PartRange(bytes_, i, readers);
-    return PreadAll(fd, dst_ + begin, end - begin, begin, path);
+    return PreadAll(fd, dst_ + begin, end - begin, begin, path, pread_bytes ? pread_bytes : kLargeIo);
   });
   close(fd);
   return s;
@@ -218,30 +302,44 @@ Status PlainIo::Memcpy(int threads) {
   });
 }
 
-Result<double> PlainIo::TimeOnce(CeilingKind kind, int parallelism) {
+Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
+  switch (kind) {
+    case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
+    case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
+    case CeilingKind::kWarmRead: return Read(c.parallelism, c.io_bytes);
+    case CeilingKind::kMemcpy: return Memcpy(c.parallelism);
+  }
+  return Status::OK();
+}
+
+Result<double> PlainIo::TimeOnce(CeilingKind kind, const CeilingConfig& config) {
   const bool write = kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite;
-  if (write) PrepareWrite(parallelism);
+  if (write) PrepareWrite(config.parallelism);
   if (kind == CeilingKind::kWarmRead) MEGA_RETURN_IF_ERROR(EnsureReadFile());
   const double t0 = NowSeconds();
-  switch (kind) {
-    case CeilingKind::kPageCacheWrite: MEGA_RETURN_IF_ERROR(Write(parallelism, false)); break;
-    case CeilingKind::kDurableWrite: MEGA_RETURN_IF_ERROR(Write(parallelism, true)); break;
-    case CeilingKind::kWarmRead: MEGA_RETURN_IF_ERROR(Read(parallelism)); break;
-    case CeilingKind::kMemcpy: MEGA_RETURN_IF_ERROR(Memcpy(parallelism)); break;
-  }
+  MEGA_RETURN_IF_ERROR(Run(kind, config));
   return NowSeconds() - t0;
 }
 
-Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<int>& parallelisms,
+Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& configs,
                            const std::vector<std::vector<double>>& secs, uint64_t bytes) {
   Ceiling c;
   c.kind = kind;
-  for (size_t i = 0; i < parallelisms.size() && i < secs.size(); ++i) {
-    Summary s = Summarize(ToGbps(secs[i], bytes));
-    c.by_parallelism.emplace_back(parallelisms[i], s);
-    if (c.by_parallelism.size() == 1 || s.median > c.best.median) {
+  for (size_t i = 0; i < configs.size() && i < secs.size(); ++i) {
+    const CeilingConfig& cfg = configs[i];
+    const Summary s = Summarize(ToGbps(secs[i], bytes));
+    c.by_config.emplace_back(cfg, s);
+    if (c.by_config.size() == 1 || s.median > c.best.median) {
       c.best = s;
-      c.best_parallelism = parallelisms[i];
+      c.best_parallelism = cfg.parallelism;
+      c.best_io_bytes = cfg.io_bytes;
+    }
+    auto p = std::find_if(c.by_parallelism.begin(), c.by_parallelism.end(),
+                          [&](const auto& e) { return e.first == cfg.parallelism; });
+    if (p == c.by_parallelism.end()) {
+      c.by_parallelism.emplace_back(cfg.parallelism, s);
+    } else if (s.median > p->second.median) {
+      p->second = s;
     }
   }
   return c;
@@ -249,36 +347,40 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<int>& parallelism
 
 namespace {
 
-Result<Ceiling> MeasureAt(PlainIo& io, CeilingKind kind, const std::vector<int>& ps, int warmup,
-                          int reps) {
-  std::vector<std::vector<double>> secs(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    for (int r = 0; r < warmup + reps; ++r) {
-      MEGA_ASSIGN_OR_RETURN(double dt, io.TimeOnce(kind, ps[i]));
+// Interleaved rounds: round r runs every configuration once, in an order
+// rotated by r, so no configuration always follows the same neighbour and a
+// slow phase of the machine hits all of them alike.
+Result<Ceiling> MeasureAt(PlainIo& io, CeilingKind kind, const std::vector<CeilingConfig>& configs,
+                          int warmup, int reps) {
+  std::vector<std::vector<double>> secs(configs.size());
+  for (int r = 0; r < warmup + reps; ++r) {
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(r)) % configs.size();
+      MEGA_ASSIGN_OR_RETURN(double dt, io.TimeOnce(kind, configs[i]));
       if (r >= warmup) secs[i].push_back(dt);
     }
   }
   if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite) io.PrepareWrite();
-  return CeilingFromSeconds(kind, ps, secs, io.bytes());
+  return CeilingFromSeconds(kind, configs, secs, io.bytes());
 }
 
-// One thread, for the single-stream paths (cas, hub).
+// One thread, for the single-stream paths (cas).
 Result<Summary> OneThread(const std::string& path, uint64_t bytes, CeilingKind kind, int warmup,
                           int reps) {
   MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(path, bytes));
-  MEGA_ASSIGN_OR_RETURN(Ceiling c, MeasureAt(*io, kind, {1}, warmup, reps));
+  MEGA_ASSIGN_OR_RETURN(Ceiling c, MeasureAt(*io, kind, CeilingConfigs(kind, 1), warmup, reps));
   return c.best;
 }
 
 }  // namespace
 
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps) {
-  return MeasureAt(io, kind, CeilingParallelisms(n), warmup, reps);
+  return MeasureAt(io, kind, CeilingConfigs(kind, n), warmup, reps);
 }
 
 Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps) {
-  TempDir unused("megackpt-bench-memcpy");
-  return OneThread(unused.path() + "/unused", bytes, CeilingKind::kMemcpy, warmup, reps);
+  // Memcpy touches no file: the prefix is never used.
+  return OneThread("", bytes, CeilingKind::kMemcpy, warmup, reps);
 }
 
 Result<Summary> FileWriteGbps(const std::string& path, uint64_t bytes, bool sync, int warmup,
@@ -297,9 +399,18 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   (*out)[key + "_max"] = c.best.max;
   const std::string stem = key.size() > 5 && key.ends_with("_gbps") ? key.substr(0, key.size() - 5) : key;
   (*out)[stem + "_parallelism"] = c.best_parallelism;
+  const std::string io_name = CeilingIoName(c.kind);
+  if (!io_name.empty()) (*out)[stem + "_" + io_name] = c.best_io_bytes;
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
+  if (!io_name.empty()) {
+    nlohmann::json by_config = nlohmann::json::object();
+    for (const auto& [cfg, s] : c.by_config) {
+      by_config[std::to_string(cfg.parallelism) + "/" + std::to_string(cfg.io_bytes)] = s.median;
+    }
+    (*out)[stem + "_gbps_by_config"] = by_config;
+  }
 }
 
 void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio) {
@@ -332,8 +443,29 @@ void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {
   if (!c.memcpy.by_parallelism.empty()) PutCeiling(out, "memcpy_gbps", c.memcpy);
 }
 
+std::string ConfigText(const CeilingConfig& c) {
+  std::string out = std::to_string(c.parallelism) + " thr";
+  if (c.io_bytes > 0) out += ", " + IoSizeText(c.io_bytes);
+  return out;
+}
+
+std::string BestConfigText(const Ceiling& c) {
+  return ConfigText({c.best_parallelism, c.best_io_bytes});
+}
+
+namespace {
+// "preads", "writeback units", "pwrites": what the I/O size of `kind` is.
+const char* IoUnitName(CeilingKind kind) {
+  return kind == CeilingKind::kWarmRead       ? "preads"
+         : kind == CeilingKind::kDurableWrite ? "writeback units"
+                                              : "pwrites";
+}
+}  // namespace
+
 std::string CeilingRow(const std::string& label, const Ceiling& c) {
-  return FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
+  std::string row = FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
+  if (c.best_io_bytes > 0) row += "   " + IoSizeText(c.best_io_bytes) + " " + IoUnitName(c.kind);
+  return row;
 }
 
 std::string DescribeCeiling(const Ceiling& c) {
@@ -341,7 +473,16 @@ std::string DescribeCeiling(const Ceiling& c) {
   for (size_t i = 0; i < c.by_parallelism.size(); ++i) {
     out += (i ? "/" : " ") + std::to_string(c.by_parallelism[i].first);
   }
-  out += " threads is " + std::to_string(c.best_parallelism) + " (";
+  out += " threads";
+  const std::vector<uint64_t> sizes = CeilingIoSizes(c.kind);
+  if (sizes.size() > 1 || sizes[0] > 0) {
+    out += " x";
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      out += (i ? "/" : " ") + std::to_string(sizes[i] >> 20);
+    }
+    out += std::string(" MiB ") + IoUnitName(c.kind);
+  }
+  out += " is " + BestConfigText(c) + " (";
   char buf[64];
   for (size_t i = 0; i < c.by_parallelism.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s%d: %.2f", i ? ", " : "", c.by_parallelism[i].first,
@@ -387,22 +528,6 @@ void FillRandom(void* data, size_t n, uint64_t seed) {
     std::memcpy(p + i, &z, 8);
   }
   for (; i < n; ++i) p[i] = static_cast<unsigned char>(s >> (8 * (i % 8)));
-}
-
-TempDir::TempDir(const std::string& prefix) {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  char* p = mkdtemp(buf.data());
-  path_ = p ? p : "/tmp";
-}
-
-TempDir::~TempDir() {
-  if (path_ != "/tmp") {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
 }
 
 std::string FormatRow(const std::string& name, const Summary& s, double ratio_to) {

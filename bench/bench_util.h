@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/test_files.h"
 #include "megackpt/core/status.h"
 
 namespace megackpt::bench {
@@ -38,17 +39,23 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 // `path` (a file or a folder) and writes back all dirty pages (sync(2)), so each
 // timed write starts from the same state — an empty target and no dirty data
 // from earlier runs that would throttle it (the kernel's dirty-page limits are
-// ~10-20% of RAM, about the size of two 2 GiB runs).
+// ~10-20% of RAM, about the size of two 2 GiB runs) — then SettleDevice.
 void PrepareFreshWrite(const std::string& path);
+
+// Waits (at most ~1 s) until the block device holding `path` has no request in
+// flight and its discard count has stopped moving: freeing the previous run's
+// blocks (online discard, journal commit) must not overlap the timed run.
+// Returns at once where /sys/dev/block is not readable.
+void SettleDevice(const std::string& path);
 
 // Converts seconds to GB/s for `bytes` bytes.
 std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes);
 
 double NowSeconds();
 
-// Single-thread machine limits, for the single-stream paths (cas, hub); the
-// DCP benches use the parallel ceilings below. Measured through PlainIo at
-// parallelism 1, with the same repetitions:
+// Single-thread machine limits, for the single-stream paths (cas); the
+// other benches use the parallel ceilings below. Measured through PlainIo at
+// parallelism 1 (best over its I/O sizes), with the same repetitions:
 // memcpy between two pre-faulted buffers of `bytes` (single thread).
 Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps);
 // Writing `bytes` from a pre-faulted buffer to a new file at `path` with large
@@ -63,24 +70,28 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 // ---- Parallel ceilings ------------------------------------------------------
 //
 // The machine's limits measured with the same parallelism as the path they are
-// compared with: the best (highest median) of 1, 2 and N plain writers/readers,
-// N = ranks x I/O threads of the measured path, over the same total size.
+// compared with: the best (highest median) over 1, 2 and N plain writers/readers,
+// N = ranks x I/O threads of the measured path, and over a few I/O sizes
+// (CeilingIoSizes), over the same total size. A limit is the best plain I/O can
+// do: the library's 1 MiB pwrites/preads into pre-faulted memory beat 64 MiB
+// ones on some machines, so both (and sizes between) are tried.
 //  - kPageCacheWrite: W threads each write bytes/W from a pre-faulted buffer to
-//    its own new file (64 MiB pwrites); PrepareFreshWrite before every run.
-//  - kDurableWrite: the same, each writer fdatasyncs its file at the end and,
-//    like the library's durable save paths (fs and MEGA storage), starts
-//    writeback of every finished kDurableWritebackUnit with
-//    sync_file_range(SYNC_FILE_RANGE_WRITE) (pwrites of that size), so the
-//    device works while the next bytes are copied. Without the hint the plain
-//    writer leaves all writeback to fdatasync and is not a limit for paths
-//    that overlap it (they measured up to 1.2x "the ceiling").
+//    its own new file (pwrites of 1 or 64 MiB); PrepareFreshWrite before every run.
+//  - kDurableWrite: the same with 1 MiB pwrites, each writer fdatasyncs its file
+//    at the end and, like the library's durable save paths (fs and MEGA
+//    storage), starts writeback of every finished writeback unit (8 or 32 MiB)
+//    with sync_file_range(SYNC_FILE_RANGE_WRITE), so the device works while the
+//    next bytes are copied. Without the hint the plain writer leaves all
+//    writeback to fdatasync and is not a limit for paths that overlap it.
 //  - kWarmRead: W threads pread byte ranges of one cached file of `bytes` into a
-//    reused, pre-faulted buffer.
+//    reused, pre-faulted buffer (preads of 1, 4 or 64 MiB).
 //  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers.
 // Separate files for writers: buffered writes to one ext4 file serialize on the
-// inode lock, so W files is what W plain writers can do.
-// Writeback unit of the durable ceiling: the 32 MiB of the library's durable
-// save paths (kWritebackUnit in dcp/filesystem.cc and dcp/mega_storage.cc).
+// inode lock, so W files is what W plain writers can do. The configurations run
+// interleaved (round r runs every configuration once), so a slow phase of the
+// machine (journal, host) hits all of them alike.
+// The library's durable save paths start writeback every 32 MiB (kWritebackUnit
+// in dcp/filesystem.cc and dcp/mega_storage.cc); the ceiling tries it and 8 MiB.
 constexpr uint64_t kDurableWritebackUnit = 32ull << 20;
 
 enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy };
@@ -90,6 +101,21 @@ const char* CeilingName(CeilingKind kind);
 
 // {1, 2, n} without duplicates, ascending (n <= 0 counts as 1).
 std::vector<int> CeilingParallelisms(int n);
+
+// The I/O sizes a ceiling of `kind` tries: the pwrite size (page-cache write),
+// the writeback unit (durable write), the pread size (warm read); {0} for memcpy.
+std::vector<uint64_t> CeilingIoSizes(CeilingKind kind);
+// What the I/O size of `kind` is, as a JSON key part: "pwrite_bytes",
+// "writeback_bytes", "pread_bytes"; "" for memcpy.
+const char* CeilingIoName(CeilingKind kind);
+
+// One measured configuration of a ceiling.
+struct CeilingConfig {
+  int parallelism = 1;
+  uint64_t io_bytes = 0;  // CeilingIoSizes; 0: the default size
+};
+// CeilingParallelisms(n) x CeilingIoSizes(kind).
+std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n);
 
 // The plain I/O the ceilings time: owns (or borrows) a pre-faulted source and
 // destination buffer of `bytes` and the files `prefix`.0, .1, ... (write) and
@@ -106,19 +132,24 @@ class PlainIo {
 
   uint64_t bytes() const { return bytes_; }
   // Untimed preparation of a write by up to `writers` writers: removes every
-  // write file that may exist, then sync(2) (as PrepareFreshWrite).
+  // write file that may exist, then sync(2) and SettleDevice (as PrepareFreshWrite).
   void PrepareWrite(int writers = 0);
   // Writers files of bytes/writers each, in parallel; fdatasync each when durable.
-  Status Write(int writers, bool durable);
+  // `io_bytes`: the pwrite size (page cache) or the writeback unit (durable);
+  // 0: 64 MiB pwrites, resp. kDurableWritebackUnit.
+  Status Write(int writers, bool durable, uint64_t io_bytes = 0);
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();
-  // `readers` threads pread byte ranges of the read file into the destination.
+  // `readers` threads pread byte ranges of the read file into the destination,
+  // with preads of `pread_bytes` (0: 64 MiB).
   // REQUIRES: EnsureReadFile() succeeded.
-  Status Read(int readers);
+  Status Read(int readers, uint64_t pread_bytes = 0);
   // `threads` threads copy byte ranges of the source into the destination.
   Status Memcpy(int threads);
-  // One untimed-preparation + timed run of `kind` at `parallelism`: seconds.
-  Result<double> TimeOnce(CeilingKind kind, int parallelism);
+  // One untimed-preparation + timed run of `kind` in `config`: seconds.
+  Result<double> TimeOnce(CeilingKind kind, const CeilingConfig& config);
+  // The timed part alone (the caller prepares).
+  Status Run(CeilingKind kind, const CeilingConfig& config);
 
  private:
   std::string WritePath(int i) const { return prefix_ + "." + std::to_string(i); }
@@ -133,17 +164,19 @@ class PlainIo {
 
 struct Ceiling {
   CeilingKind kind = CeilingKind::kMemcpy;
-  Summary best;          // GB/s of the parallelism with the highest median
+  Summary best;          // GB/s of the configuration with the highest median
   int best_parallelism = 1;
-  std::vector<std::pair<int, Summary>> by_parallelism;  // GB/s for each of 1, 2, N
+  uint64_t best_io_bytes = 0;  // its I/O size (CeilingIoSizes)
+  std::vector<std::pair<int, Summary>> by_parallelism;  // for each of 1, 2, N: its best I/O size
+  std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
 };
 
-// Measures `kind` at each of CeilingParallelisms(n): warmup + reps runs each,
-// GB/s of io.bytes(); the best median wins.
+// Measures `kind` in each of CeilingConfigs(kind, n), interleaved: warmup +
+// reps rounds, GB/s of io.bytes(); the best median wins.
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps);
-// Builds a Ceiling from per-parallelism seconds gathered elsewhere (interleaved
-// rounds): `secs[i]` belongs to parallelisms[i].
-Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<int>& parallelisms,
+// Builds a Ceiling from per-configuration seconds gathered elsewhere
+// (interleaved rounds): `secs[i]` belongs to configs[i].
+Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& configs,
                            const std::vector<std::vector<double>>& secs, uint64_t bytes);
 
 // A ratio ours/ceiling above this means the ceiling is not a limit: the bench
@@ -151,9 +184,11 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<int>& parallelism
 constexpr double kCeilingSlack = 1.05;
 constexpr const char* kCeilingTooLow = "  !! ceiling too low";
 
-// JSON of a ceiling under `key` (e.g. "pagecache_write_gbps"): key, key_min,
-// key_max = the best; key_writers = its parallelism; key_by_parallelism =
-// {"1": median, "2": ..., "N": ...}.
+// JSON of a ceiling under `key` (e.g. "pagecache_write_gbps", stem
+// "pagecache_write"): key, key_min, key_max = the best; stem_parallelism = its
+// parallelism; stem_<CeilingIoName> = its I/O size (not for memcpy);
+// stem_gbps_by_parallelism = {"1": median, "2": ..., "N": ...} (each at its
+// best I/O size); stem_gbps_by_config = {"P/IO_BYTES": median, ...}.
 void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c);
 // out[ratio_key] = ratio; when ratio > kCeilingSlack also
 // out[ratio_key + "_ceiling_too_low"] = true and ratio_key appended to the
@@ -172,12 +207,18 @@ Result<SaveLoadCeilings> MeasureSaveLoadCeilings(const std::string& prefix, uint
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c);
-// Table rows of the ceilings: "ceiling: <name> (best: P thr)" and a footnote
-// line per ceiling with DescribeCeiling.
+// The table row of a ceiling: "<label> (P thr)" (the winning parallelism),
+// FormatRow's columns, then the winning I/O size ("1 MiB preads").
 std::string CeilingRow(const std::string& label, const Ceiling& c);
 
-// "best of 1/2/4 threads: 2 (1: 5.20, 2: 7.10, 4: 6.90 GB/s)", a table footnote.
+// "warm read: best of 1/2/4 threads x 1/4/64 MiB preads is 2 thr, 4 MiB
+// (1: 5.20, 2: 7.10, 4: 6.90 GB/s)", a table footnote.
 std::string DescribeCeiling(const Ceiling& c);
+// "1 MiB", "64 MiB", "4096 B".
+std::string IoSizeText(uint64_t bytes);
+// "2 thr" or "2 thr, 4 MiB": a configuration, and a ceiling's winning one.
+std::string ConfigText(const CeilingConfig& c);
+std::string BestConfigText(const Ceiling& c);
 
 // Peak resident set size of this process in bytes (VmHWM), and a reset of the
 // peak (writes 5 to /proc/self/clear_refs; returns false when not permitted).
@@ -188,16 +229,9 @@ bool ResetPeakRss();
 // Fills `n` bytes with deterministic pseudo-random data (splitmix64 of seed).
 void FillRandom(void* data, size_t n, uint64_t seed);
 
-// A temp folder under $TMPDIR (or /tmp) removed on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "megackpt-bench");
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// The benches' temp folders: "<prefix>-XXXXXX" under $TMPDIR (or /tmp),
+// removed with their contents on destruction (core/test_files.h).
+using TempDir = test_util::TempDir;
 
 // Formats a table row: name, then "min / median / max" and an optional ratio
 // (median / ratio_to); a ratio above kCeilingSlack gets kCeilingTooLow appended.

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.h"
 #include "bench_util.h"
 #include "dcp_bench.h"
 #include "megackpt/dcp/checkpoint.h"
@@ -225,7 +226,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
   (*out)["load_verified_vs_unverified"] =
       load_unverified.median > 0 ? load.median / load_unverified.median : 0;
-  (*out)["peak_extra_rss_bytes"] = reset_ok ? peak_extra : peak_extra;
+  (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
   char head[256];
@@ -248,9 +249,17 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
     *table += "  " + DescribeCeiling(*c) + "\n";
   }
-  char mem[160];
-  std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
-                peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");
+  char mem[200];
+  if (peak_extra < (1u << 20)) {
+    // The peak never rose (by a MiB) above the RSS before the save: the save
+    // reused memory that was already resident. Not a measured zero.
+    std::snprintf(mem, sizeof mem,
+                  "peak extra RSS during a synchronous save: < 1 MiB (not above the baseline)%s\n",
+                  reset_ok ? "" : " (peak reset not permitted: upper bound)");
+  } else {
+    std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
+                  peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");
+  }
   *table += mem;
   return Status::OK();
 }
@@ -270,17 +279,8 @@ int RunDcpBench(const DcpBenchOptions& options) {
   nlohmann::json out = nlohmann::json::object();
   std::string table;
   Status s = Bench(options, mpi.get(), &out, &table);
-  if (!s.ok()) {
-    std::fprintf(stderr, "megackpt bench dcp: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (mpi && mpi->rank() != 0) return 0;
-  if (options.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::fputs(table.c_str(), stdout);
-  }
-  return 0;
+  if (s.ok() && mpi && mpi->rank() != 0) return 0;
+  return PrintBenchResult("dcp", s, out, table, options.json);
 }
 
 }  // namespace megackpt::bench

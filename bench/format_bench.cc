@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -130,10 +131,10 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     std::function<void()> prepare = nullptr;  // or this untimed preparation
   };
   // The ceilings, as the best of 1, 2 and N plain threads (N = the pool's
-  // size, the parallelism of the MEGA writer and the pool readers): one config
-  // per parallelism, interleaved with ours in the rounds; the best median wins.
+  // size, the parallelism of the MEGA writer and the pool readers) and of the
+  // I/O sizes (bench_util.h CeilingConfigs): one config per parallelism and
+  // size, interleaved with ours in the rounds; the best median wins.
   PlainIo plain_io(dir + "/plain", bytes, src_buf.get(), dst_buf.get());
-  const std::vector<int> parallelisms = CeilingParallelisms(pool->size());
   struct CeilingKey {
     std::string key;
     CeilingKind kind;
@@ -141,29 +142,31 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   const std::vector<CeilingKey> ceiling_keys = {{"memcpy", CeilingKind::kMemcpy},
                                                 {"pagecache_write", CeilingKind::kPageCacheWrite},
                                                 {"pagecache_read", CeilingKind::kWarmRead}};
-  auto ceiling_config = [&](const CeilingKey& ck, int p) {
+  // "<key>_<P>t" at the default size (kept for scripts that read it), else
+  // "<key>_<P>t_<MiB>m".
+  auto ceiling_key = [&](const CeilingKey& ck, const CeilingConfig& cfg) {
+    const std::vector<uint64_t> sizes = CeilingIoSizes(ck.kind);
+    std::string key = ck.key + "_" + std::to_string(cfg.parallelism) + "t";
+    if (cfg.io_bytes != sizes.back()) key += "_" + std::to_string(cfg.io_bytes >> 20) + "m";
+    return key;
+  };
+  auto ceiling_config = [&](const CeilingKey& ck, const CeilingConfig& cfg) {
     Config c;
-    c.key = ck.key + "_" + std::to_string(p) + "t";
-    c.label = std::string(CeilingName(ck.kind)) + ", " + std::to_string(p) + " thr";
+    c.key = ceiling_key(ck, cfg);
+    c.label = std::string(CeilingName(ck.kind)) + ", " + ConfigText(cfg);
     c.reads = ck.kind == CeilingKind::kMemcpy || ck.kind == CeilingKind::kWarmRead;
-    c.run = [&, kind = ck.kind, p] {
-      switch (kind) {
-        case CeilingKind::kMemcpy: return plain_io.Memcpy(p);
-        case CeilingKind::kPageCacheWrite: return plain_io.Write(p, false);
-        case CeilingKind::kWarmRead: return plain_io.Read(p);
-        case CeilingKind::kDurableWrite: return plain_io.Write(p, true);
-      }
-      return Status::OK();
-    };
+    c.run = [&, kind = ck.kind, cfg] { return plain_io.Run(kind, cfg); };
     if (ck.kind == CeilingKind::kPageCacheWrite) {
-      c.prepare = [&, p] { plain_io.PrepareWrite(p); };
+      c.prepare = [&, p = cfg.parallelism] { plain_io.PrepareWrite(p); };
     }
     return c;
   };
   std::vector<Config> configs;
   for (const CeilingKey& ck : ceiling_keys) {
     if (ck.kind == CeilingKind::kWarmRead) continue;  // with the reads below
-    for (int p : parallelisms) configs.push_back(ceiling_config(ck, p));
+    for (const CeilingConfig& cfg : CeilingConfigs(ck.kind, pool->size())) {
+      configs.push_back(ceiling_config(ck, cfg));
+    }
   }
   std::vector<Config> ours = {
       {"mega_write_nochecksum", "MEGA write (no checksum)", "pagecache_write",
@@ -215,7 +218,9 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   while (first_read < ours.size() && !ours[first_read].reads) ++first_read;
   for (size_t i = 0; i < first_read; ++i) configs.push_back(std::move(ours[i]));
   const size_t first_read_config = configs.size();
-  for (int p : parallelisms) configs.push_back(ceiling_config(ceiling_keys[2], p));
+  for (const CeilingConfig& cfg : CeilingConfigs(ceiling_keys[2].kind, pool->size())) {
+    configs.push_back(ceiling_config(ceiling_keys[2], cfg));
+  }
   for (size_t i = first_read; i < ours.size(); ++i) configs.push_back(std::move(ours[i]));
   MEGA_RETURN_IF_ERROR(plain_io.EnsureReadFile());
   first_read = first_read_config;
@@ -239,12 +244,13 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
   std::map<std::string, Summary> gbps;
   for (const auto& c : configs) gbps[c.key] = Summarize(ToGbps(secs[c.key], bytes));
   for (const CeilingKey& ck : ceiling_keys) {
-    std::vector<std::vector<double>> by_p;
-    for (int p : parallelisms) by_p.push_back(secs[ck.key + "_" + std::to_string(p) + "t"]);
-    Ceiling c = CeilingFromSeconds(ck.kind, parallelisms, by_p, bytes);
+    const std::vector<CeilingConfig> cfgs = CeilingConfigs(ck.kind, pool->size());
+    std::vector<std::vector<double>> by_config;
+    for (const CeilingConfig& cfg : cfgs) by_config.push_back(secs[ceiling_key(ck, cfg)]);
+    Ceiling c = CeilingFromSeconds(ck.kind, cfgs, by_config, bytes);
     gbps[ck.key] = c.best;
-    rows->push_back({ck.key, "ceiling: " + std::string(CeilingName(ck.kind)) + " (" +
-                                 std::to_string(c.best_parallelism) + " thr)",
+    rows->push_back({ck.key,
+                     "ceiling: " + std::string(CeilingName(ck.kind)) + " (" + BestConfigText(c) + ")",
                      c.best, 0});
     ceilings->push_back(c);
   }
@@ -302,7 +308,12 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
 
 int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
                    const std::string& dir) {
-  if (!dir.empty()) setenv("TMPDIR", dir.c_str(), 1);
+  if (!dir.empty()) {
+    // The temp folder goes inside --dir, which may not exist yet.
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
   TempDir tmp("megackpt-bench-format");
   std::vector<Row> rows;
   std::vector<Ceiling> ceilings;
@@ -337,6 +348,7 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
                                : c.kind == CeilingKind::kWarmRead      ? "pagecache_read"
                                                                        : "pagecache_write";
       doc[stem + "_parallelism"] = c.best_parallelism;
+      if (*CeilingIoName(c.kind)) doc[stem + "_" + CeilingIoName(c.kind)] = c.best_io_bytes;
       for (const auto& [p, sum] : c.by_parallelism) doc[stem + "_gbps_by_parallelism"][std::to_string(p)] = sum.median;
     }
     std::printf("%s\n", doc.dump(2).c_str());

@@ -26,6 +26,9 @@ namespace megackpt::bench {
 namespace {
 
 constexpr int kFiles = 20;  // 10% changed = 2 files
+// The I/O threads of every measured path (the ThreadPool of Save, Load and the
+// local path), and so the parallelism of the ceilings: best of 1 and 2.
+constexpr int kThreads = 2;
 
 // A megahub child process on a loopback port, stopped (SIGTERM) on destruction.
 class HubChild {
@@ -80,7 +83,7 @@ class HubChild {
 struct Row {
   std::string name;
   Summary gbps;
-  double ratio_to = 0;
+  const Ceiling* limit = nullptr;  // what the row is divided by; null: a ceiling's row
 };
 
 // Saves kFiles files (slices of `data`) as one transaction.
@@ -89,7 +92,7 @@ Result<hub::TransactionStats> Save(std::shared_ptr<hub::HubConnection> hub, cons
   MEGA_ASSIGN_OR_RETURN(hub::MegaUri root, hub::ParseMegaUri(uri));
   MEGA_ASSIGN_OR_RETURN(auto txn, hub::HubTransaction::Begin(hub, root));
   uint64_t per = bytes / kFiles;
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   MEGA_RETURN_IF_ERROR(ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
     MEGA_ASSIGN_OR_RETURN(auto f, txn->OpenForWrite("shard-" + std::to_string(i) + ".bin"));
     MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data + i * per, per)));
@@ -101,7 +104,7 @@ Result<hub::TransactionStats> Save(std::shared_ptr<hub::HubConnection> hub, cons
 
 Status Load(fs::FileSystem& fs, const std::string& uri, std::byte* dst, uint64_t bytes) {
   uint64_t per = bytes / kFiles;
-  ThreadPool pool(2);
+  ThreadPool pool(kThreads);
   return ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
     MEGA_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(fs::JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
     return f->ReadExactlyAt(0, std::span<std::byte>(dst + i * per, per));
@@ -121,22 +124,21 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   std::memset(out, 0, bytes);
   std::vector<Row> rows;
 
-  // Machine limits, same sizes.
-  MEGA_ASSIGN_OR_RETURN(Summary wlimit, FileWriteGbps(tmp.path() + "/limit.bin", bytes, false, o.warmup, o.reps));
-  // mega:// saves are durable (xorbs, reconstructions and the commit are
-  // fsynced before the commit is visible): their limit is write + fdatasync.
-  MEGA_ASSIGN_OR_RETURN(Summary dlimit, FileWriteGbps(tmp.path() + "/limit.bin", bytes, true, o.warmup, o.reps));
+  // Machine limits, same sizes, with the paths' parallelism (bench_util.h,
+  // parallel ceilings): best of 1 and kThreads plain threads and of the I/O
+  // sizes. mega:// saves are durable (xorbs, reconstructions and the commit
+  // are fsynced before the commit is visible): their limit is write + fdatasync.
+  FillRandom(data, bytes, 99);
+  Ceiling wlimit, dlimit, rlimit;
   {
-    MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp.path() + "/read.bin"));
-    FillRandom(data, bytes, 99);
-    MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data, bytes)));
-    MEGA_RETURN_IF_ERROR(f->Close());
-  }
-  MEGA_ASSIGN_OR_RETURN(Summary rlimit, FileReadGbps(tmp.path() + "/read.bin", bytes, o.warmup, o.reps));
-  std::filesystem::remove(tmp.path() + "/read.bin");
-  rows.push_back({"page-cache write (limit)", wlimit, 0});
-  rows.push_back({"write + fdatasync (limit)", dlimit, 0});
-  rows.push_back({"page-cache read (limit)", rlimit, 0});
+    PlainIo io(tmp.path() + "/limit", bytes, data, out);
+    MEGA_ASSIGN_OR_RETURN(wlimit, MeasureCeiling(io, CeilingKind::kPageCacheWrite, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(dlimit, MeasureCeiling(io, CeilingKind::kDurableWrite, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(rlimit, MeasureCeiling(io, CeilingKind::kWarmRead, kThreads, o.warmup, o.reps));
+  }  // removes the limit files
+  rows.push_back({"page-cache write (limit)", wlimit.best});
+  rows.push_back({"write + fdatasync (limit)", dlimit.best});
+  rows.push_back({"page-cache read (limit)", rlimit.best});
 
   // Local path through the filesystem seam.
   {
@@ -145,9 +147,10 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
     for (int r = 0; r < o.warmup + o.reps; ++r) {
       FillRandom(data, bytes, 1000 + r);
       std::string dir = tmp.path() + "/local-" + std::to_string(r);
+      PrepareFreshWrite(dir);  // as before every write of the limits
       double t0 = NowSeconds();
       uint64_t per = bytes / kFiles;
-      ThreadPool pool(2);
+      ThreadPool pool(kThreads);
       MEGA_RETURN_IF_ERROR(ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
         MEGA_ASSIGN_OR_RETURN(auto f, fs->OpenForWrite(dir + "/shard-" + std::to_string(i) + ".bin"));
         MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data + i * per, per)));
@@ -163,8 +166,8 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
       }
       std::filesystem::remove_all(dir);
     }
-    rows.push_back({"local path save", Summarize(save), wlimit.median});
-    rows.push_back({"local path load", Summarize(load), rlimit.median});
+    rows.push_back({"local path save", Summarize(save), &wlimit});
+    rows.push_back({"local path load", Summarize(load), &rlimit});
   }
 
   struct Mode {
@@ -194,6 +197,9 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
     for (int r = 0; r < o.warmup + o.reps; ++r) {
       FillRandom(data, bytes, 2000 + r);  // new content every repetition: no dedup
       std::string uri = "mega://bench/run" + std::to_string(r) + "@main/ckpt";
+      // As before every write of the limits: no dirty pages of earlier runs.
+      sync();
+      SettleDevice(tmp.path());
       double t0 = NowSeconds();
       MEGA_RETURN_IF_ERROR(Save(m.hub, uri, data, bytes).status());
       double t1 = NowSeconds();
@@ -205,8 +211,8 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
         load.push_back(bytes / (t2 - t1) / 1e9);
       }
     }
-    rows.push_back({m.name + " save", Summarize(save), dlimit.median});
-    rows.push_back({m.name + " load", Summarize(load), rlimit.median});
+    rows.push_back({m.name + " save", Summarize(save), &dlimit});
+    rows.push_back({m.name + " load", Summarize(load), &rlimit});
 
     // Second version: 10% of the files (2 of 20) changed, on top of the last run.
     std::string uri = "mega://bench/run" + std::to_string(o.warmup + o.reps - 1) + "@main/ckpt";
@@ -231,9 +237,22 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
     nlohmann::json j = {{"bytes", bytes}, {"files", kFiles}, {"rows", nlohmann::json::array()}, {"second_version", second},
                         {"cas_direct_io", direct_io}};
     for (const auto& r : rows) {
-      j["rows"].push_back({{"name", r.name}, {"min_gbps", r.gbps.min}, {"median_gbps", r.gbps.median},
-                           {"max_gbps", r.gbps.max}, {"ratio_to_limit", r.ratio_to > 0 ? r.gbps.median / r.ratio_to : 0}});
+      nlohmann::json row = {{"name", r.name}, {"min_gbps", r.gbps.min}, {"median_gbps", r.gbps.median},
+                            {"max_gbps", r.gbps.max}, {"ratio_to_limit", 0}};
+      if (r.limit && r.limit->best.median > 0) {
+        row["ratio_to_limit"] = r.gbps.median / r.limit->best.median;
+        row["limit"] = CeilingName(r.limit->kind);
+        row["limit_parallelism"] = r.limit->best_parallelism;
+        row[std::string("limit_") + CeilingIoName(r.limit->kind)] = r.limit->best_io_bytes;
+      }
+      j["rows"].push_back(row);
     }
+    nlohmann::json limits = nlohmann::json::object();
+    PutCeiling(&limits, "pagecache_write_gbps", wlimit);
+    PutCeiling(&limits, "durable_write_gbps", dlimit);
+    PutCeiling(&limits, "pagecache_read_gbps", rlimit);
+    j["ceilings"] = limits;
+    j["ceiling_parallelism"] = kThreads;
     return j.dump(2) + "\n";
   }
   std::string text;
@@ -245,7 +264,11 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
                     : "xorb writes: buffered (MEGACKPT_CAS_DIRECT_IO=0)\n";
   std::snprintf(buf, sizeof buf, "%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
   text += buf;
-  for (const auto& r : rows) text += FormatRow(r.name, r.gbps, r.ratio_to) + "\n";
+  for (const auto& r : rows) {
+    text += FormatRow(r.name, r.gbps, r.limit ? r.limit->best.median : 0) + "\n";
+  }
+  text += "ceilings, best of 1 and " + std::to_string(kThreads) + " (the paths' I/O threads) plain threads:\n";
+  for (const Ceiling* c : {&wlimit, &dlimit, &rlimit}) text += "  " + DescribeCeiling(*c) + "\n";
   text += "\nsecond version (2 of 20 files changed):\n";
   for (const auto& s : second) {
     std::snprintf(buf, sizeof buf, "  %-30s uploaded %llu of %llu bytes (%.1f%%) in %.3f s\n",

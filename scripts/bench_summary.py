@@ -38,20 +38,21 @@ class Table:
         self.rows = []
 
     def add(self, bench, row, ours, ceiling=None, par=None, goal=None, lower_better=False, unit="GB/s",
-            is_ceiling=True):
-        """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check)."""
-        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling))
+            is_ceiling=True, note=""):
+        """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check);
+        note: printed in the flag column."""
+        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling, note))
 
     def print(self):
-        head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling':>16} {'ratio':>6} {'goal':>7}  flag"
+        head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling (thr, io)':>24} {'ratio':>6} {'goal':>7}  flag"
         print(head)
         print("-" * len(head))
-        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling in self.rows:
+        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling, note in self.rows:
             o = f"{ours[0]:8.3f} [{ours[1]:7.3f},{ours[2]:7.3f}]" if ours else "-"
             c = "-"
             ratio = None
             if ceil and ceil[0] > 0 and ours:
-                c = f"{ceil[0]:8.3f}" + (f" ({par} thr)" if par else "")
+                c = f"{ceil[0]:8.3f}" + (f" ({par})" if par else "")
                 ratio = ours[0] / ceil[0]
             r = f"{ratio:6.2f}" if ratio is not None else "     -"
             g = "-"
@@ -66,7 +67,9 @@ class Table:
             if ratio is not None:
                 if goal is not None and ((lower and ratio > goal) or (not lower and ratio < goal)):
                     flag = (flag + "; " if flag else "") + "below goal"
-            print(f"{bench:<14} {row:<34} {o:>27} {c:>16} {r} {g:>7}  {flag}  ({unit})")
+            if note:
+                flag = (flag + "; " if flag else "") + note
+            print(f"{bench:<14} {row:<34} {o:>27} {c:>24} {r} {g:>7}  {flag}  ({unit})")
 
 
 def triple(j, key):
@@ -75,8 +78,22 @@ def triple(j, key):
     return (j[key], j.get(key + "_min", j[key]), j.get(key + "_max", j[key]))
 
 
+IO_KEYS = ("pread_bytes", "pwrite_bytes", "writeback_bytes")
+
+
+def config_text(p, io):
+    """'2 thr' or '2 thr, 4M': a ceiling's winning parallelism and I/O size."""
+    if p is None:
+        return None
+    return f"{p} thr" + (f", {io >> 20}M" if io else "")
+
+
 def par(j, stem):
-    return j.get(stem + "_parallelism") if j else None
+    """The winning configuration of ceiling `stem` (bench_util.h PutCeiling)."""
+    if not j or stem + "_parallelism" not in j:
+        return None
+    io = next((j[stem + "_" + k] for k in IO_KEYS if stem + "_" + k in j), None)
+    return config_text(j[stem + "_parallelism"], io)
 
 
 def save_load_rows(t, name, j, unverified=True):
@@ -91,8 +108,10 @@ def save_load_rows(t, name, j, unverified=True):
               triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85)
     if "peak_extra_rss_bytes" in j:
         mib = j["peak_extra_rss_bytes"] / 2**20
+        # Below 1 MiB the peak never rose above the RSS before the save: not a measured zero.
         t.add(name, "peak extra RSS, MiB (<= 256)", (mib, mib, mib), (256, 256, 256), None, 1.0,
-              lower_better=True, unit="MiB", is_ceiling=False)
+              lower_better=True, unit="MiB", is_ceiling=False,
+              note="< 1 MiB (not above the baseline)" if mib < 1 else "")
 
 
 def main(argv):
@@ -150,14 +169,15 @@ def main(argv):
             det = j["details"]
             if ours in det and ref in det:
                 t.add("cas", ours, (det[ours]["median"], det[ours]["min"], det[ours]["max"]),
-                      (det[ref]["median"], det[ref]["min"], det[ref]["max"]), 1)
+                      (det[ref]["median"], det[ref]["min"], det[ref]["max"]), "1 thr")
     j = load(d, "hub.json")
     if j:
         for r in j.get("rows", []):
             ratio = r.get("ratio_to_limit", 0)
             ours = (r["median_gbps"], r["min_gbps"], r["max_gbps"])
             ceil = (r["median_gbps"] / ratio,) * 3 if ratio > 0 else None
-            t.add("hub", r["name"][:34], ours, ceil, 1 if ceil else None)
+            io = next((r["limit_" + k] for k in IO_KEYS if "limit_" + k in r), None)
+            t.add("hub", r["name"][:34], ours, ceil, config_text(r.get("limit_parallelism", 1), io) if ceil else None)
     t.print()
     return 0
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <mutex>
 
@@ -31,16 +32,25 @@ dist::ProcessGroupOptions Quick() {
   return o;
 }
 
-Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
-                     int variant = 0) {
-  auto results = dist::RunThreadRanks(
+// Runs fn(g, state) on `world` thread ranks, each with its own rank state of
+// `spec` in layout `variant` (filled with the known bytes when `fill`).
+std::vector<Status> OnRankStates(const synthetic::Spec& spec, int world, int variant, bool fill,
+                                 const std::function<Status(dist::ProcessGroup&, StateDict&)>& fn) {
+  return dist::RunThreadRanks(
       world,
       [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, true));
-        auto writer = NewFileSystemWriter(dir);
-        return Save(sd, *writer, &g);
+        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, fill));
+        return fn(g, sd);
       },
       Quick());
+}
+
+Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
+                     int variant = 0) {
+  auto results = OnRankStates(spec, world, variant, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    auto writer = NewFileSystemWriter(dir);
+    return Save(sd, *writer, &g);
+  });
   for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
   return Status::OK();
 }
@@ -48,15 +58,11 @@ Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int wo
 // Loads at `world` with layout `variant` and verifies every rank's bytes.
 std::vector<Status> LoadSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
                                   int variant) {
-  return dist::RunThreadRanks(
-      world,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
-        auto reader = NewFileSystemReader(dir);
-        MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
-        return synthetic::VerifyRankState(spec, sd);
-      },
-      Quick());
+  return OnRankStates(spec, world, variant, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    auto reader = NewFileSystemReader(dir);
+    MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
+    return synthetic::VerifyRankState(spec, sd);
+  });
 }
 
 void ExpectAllFail(const std::vector<Status>& results, StatusCode code,
@@ -106,17 +112,13 @@ TEST(DcpThreads, ReplicatedItemsAreWrittenOnce) {
 TEST(DcpThreads, AsyncSaveFromFourRanks) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(9, 400 << 10);
-  auto results = dist::RunThreadRanks(
-      4,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 4, g.rank(), 0, true));
-        AsyncSaveOptions opts;
-        opts.pool = StagingPool::Create(64 << 10);
-        AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path("a")), &g, opts);
-        MEGA_RETURN_IF_ERROR(h.staged.get());
-        return h.done.get();
-      },
-      Quick());
+  auto results = OnRankStates(spec, 4, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    AsyncSaveOptions opts;
+    opts.pool = StagingPool::Create(64 << 10);
+    AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path("a")), &g, opts);
+    MEGA_RETURN_IF_ERROR(h.staged.get());
+    return h.done.get();
+  });
   for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
 }
@@ -136,20 +138,15 @@ ReadBytes ReshardedLoadReads(const synthetic::Spec& spec, const std::string& dir
                              int variant, VerifyMode verify) {
   auto counting = std::make_shared<testing::InstrumentedFileSystem>();
   std::atomic<uint64_t> needed{0};
-  auto results = dist::RunThreadRanks(
-      world,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd,
-                              synthetic::BuildRankState(spec, world, g.rank(), variant, false));
-        FileSystemReaderOptions ro;
-        ro.fs = counting;
-        ro.verify = verify;
-        MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir, ro), &g));
-        MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
-        needed += synthetic::RankStateBytes(sd);
-        return Status::OK();
-      },
-      Quick());
+  auto results = OnRankStates(spec, world, variant, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    FileSystemReaderOptions ro;
+    ro.fs = counting;
+    ro.verify = verify;
+    MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir, ro), &g));
+    MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
+    needed += synthetic::RankStateBytes(sd);
+    return Status::OK();
+  });
   bool ok = true;
   for (const Status& s : results) {
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -233,16 +230,12 @@ TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
 TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(1, 100 << 10);
-  auto results = dist::RunThreadRanks(
-      3,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
-        testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
-        SaveOptions so;
-        so.planner = &planner;
-        return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);
-      },
-      Quick());
+  auto results = OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
+    SaveOptions so;
+    so.planner = &planner;
+    return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);
+  });
   ExpectAllFail(results, StatusCode::kInternal, {"rank 1: ", "disk on fire"});
   EXPECT_FALSE(stdfs::exists(dir.path("t") + "/.metadata"));
   // Every rank aborted: no data files left behind.
@@ -255,14 +248,10 @@ TEST(DcpThreadsFaults, WriterErrorOnOneRankFailsEveryRank) {
   // Rank 2 writes into a path that is a regular file: its data files cannot be created.
   stdfs::create_directories(dir.path("w"));
   std::ofstream(dir.path("blocker")) << "x";
-  auto results = dist::RunThreadRanks(
-      3,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 3, g.rank(), 0, true));
-        auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
-        return Save(sd, *writer, &g);
-      },
-      Quick());
+  auto results = OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
+    return Save(sd, *writer, &g);
+  });
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_FALSE(results[r].ok()) << r;
     EXPECT_NE(results[r].message().find("rank 2: "), std::string::npos) << results[r].ToString();
@@ -321,14 +310,10 @@ TEST_F(DcpThreadsLoadFaults, FlippedDataByte) {
 }
 
 TEST_F(DcpThreadsLoadFaults, ShapeMismatchOnOneRankFailsEveryRank) {
-  auto results = dist::RunThreadRanks(
-      3,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec_, 3, g.rank(), 1, false));
-        if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
-        return Load(sd, *NewFileSystemReader(ckpt_), &g);
-      },
-      Quick());
+  auto results = OnRankStates(spec_, 3, 1, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+    if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
+    return Load(sd, *NewFileSystemReader(ckpt_), &g);
+  });
   ExpectAllFail(results, StatusCode::kInvalidArgument, {"rank 1: ", "'rng_state'"});
 }
 

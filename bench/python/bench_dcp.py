@@ -92,6 +92,14 @@ class PeakRss:
             self.peak = max(self.peak, self._rss())
 
 
+def rss_text(nbytes, unit=" MiB"):
+    """MiB of an extra-RSS sample; below 1 MiB the peak never rose above the RSS
+    before the save (the sampler saw no growth), which is not a measured zero."""
+    if nbytes < (1 << 20):
+        return "<1" + unit + (" (not above the baseline)" if unit else "")
+    return f"{nbytes / (1 << 20):.0f}{unit}"
+
+
 # ---- one rank of one system ------------------------------------------------------
 
 def make_state(torch, rank_bytes, rank):
@@ -388,7 +396,7 @@ def main():
             table[(system, world)] = agg
             f = lambda m: f"{gb(agg['bytes'], agg[m]):.2f}" if m in agg else "-"  # noqa: E731
             a = f"{agg['async_blocked']:.3f}" if "async_blocked" in agg else "-"
-            rss = f"{agg['rss_extra'] / (1 << 20):.0f}" if "rss_extra" in agg else "-"
+            rss = rss_text(agg["rss_extra"], unit="") if "rss_extra" in agg else "-"
             print(f"{system:<12} {world:>5} {f('save'):>13} {f('save_nosync'):>13} {f('load'):>10} "
                   f"{a:>16} {rss:>14}", flush=True)
         cpp, why = run_cpp(world, args)
@@ -421,10 +429,13 @@ def main():
                 if m in native and cpp.get(key):
                     parts.append(f"{m} {gb(native['bytes'], native[m]) / cpp[key]:.2f}{goal}")
             print(f"  world {world}: {system} / cpp throughput ({what}): " + ", ".join(parts))
-        native = table.get(("native", world))
-        if native and "rss_extra" in native:
-            print(f"  world {world}: native extra RSS {native['rss_extra'] / (1 << 20):.0f} MiB "
-                  f"[<= 256 MiB for 2 GiB]")
+    # One line for every world (not one per world inside the loop above).
+    rss = [f"world {w}: {rss_text(table[('native', w)]['rss_extra'])}"
+           for w in [int(w) for w in args.worlds.split(",")]
+           if "rss_extra" in table.get(("native", w), {})]
+    if rss:
+        print("  native extra RSS (peak above the RSS before a durable save), " + ", ".join(rss)
+              + " [<= 256 MiB for 2 GiB]")
 
 
 if __name__ == "__main__":

@@ -60,12 +60,7 @@ void Save(nb::handle tree, const std::string& path, const std::string& storage, 
   dcp::SaveOptions so;
   so.planner = &planner;
   so.use_collectives = use_collectives;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = dcp::Save(state, *writer, pg.get(), so);
-  }
-  ThrowIfError(s);
+  WithoutGil([&] { return dcp::Save(state, *writer, pg.get(), so); });
 }
 
 // Returns (tree or {fqn: bytes}, planner extra, {fqn: raw dtype name}).
@@ -80,12 +75,7 @@ nb::tuple Load(const std::string& path, nb::handle tree, const std::string& stor
   dcp::LoadOptions lo;
   lo.planner = &planner;
   lo.use_collectives = use_collectives;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = dcp::Load(state, *reader, pg.get(), lo);
-  }
-  ThrowIfError(s);
+  WithoutGil([&] { return dcp::Load(state, *reader, pg.get(), lo); });
   nb::dict raw;
   nb::object out = build ? PythonFromStateDict(state, raw) : nb::object(BytesLeaves(state));
   return nb::make_tuple(out, nb::str(planner.extra().c_str()), raw);

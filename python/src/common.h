@@ -21,8 +21,10 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "megackpt/core/status.h"
@@ -54,6 +56,24 @@ T Unwrap(Result<T> result) {
 }
 
 void RegisterErrors(nb::module_& m);
+
+// Runs fn() without the GIL (blocking library work that touches no Python
+// object), then raises its error when fn returns a Status, or returns the
+// value of the Result<T> it returns (raising its error).
+template <typename F>
+auto WithoutGil(F&& fn) {
+  using R = std::invoke_result_t<F&>;
+  std::optional<R> r;
+  {
+    nb::gil_scoped_release release;
+    r.emplace(fn());
+  }
+  if constexpr (std::is_same_v<R, Status>) {
+    ThrowIfError(*r);
+  } else {
+    return Unwrap(std::move(*r));
+  }
+}
 
 // ---- the futures of async saves (AsyncSaveHandle, StepSaveHandle) ----------
 

@@ -124,25 +124,17 @@ class DcpWriter {
   // they run without the GIL: torch's async_save runs them on its background
   // thread while the training loop goes on.
   void Reset(const std::string& checkpoint_id) {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = writer_->Reset(checkpoint_id);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return writer_->Reset(checkpoint_id); });
   }
   bool Validate(const std::string& checkpoint_id) {
     nb::gil_scoped_release release;
     return writer_->ValidateCheckpointId(checkpoint_id);
   }
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = writer_->SetUpStorageWriter({.is_coordinator = is_coordinator, .rank = rank,
-                                       .world_size = world_size, .use_collectives = use_collectives});
-    }
-    ThrowIfError(s);
+    WithoutGil([&] {
+      return writer_->SetUpStorageWriter({.is_coordinator = is_coordinator, .rank = rank,
+                                          .world_size = world_size, .use_collectives = use_collectives});
+    });
   }
   std::string PrepareLocalPlan(const std::vector<WriteItemTuple>& items) {
     dcp::SavePlan plan = Unwrap(SavePlanFromPython(items, ""));
@@ -154,11 +146,8 @@ class DcpWriter {
     for (const auto& [items, storage_data] : plans) {
       in.push_back(Unwrap(SavePlanFromPython(items, storage_data)));
     }
-    std::vector<dcp::SavePlan> out;
-    {
-      nb::gil_scoped_release release;
-      out = Unwrap(writer_->PrepareGlobalPlan(std::move(in)));
-    }
+    std::vector<dcp::SavePlan> out =
+        WithoutGil([&] { return writer_->PrepareGlobalPlan(std::move(in)); });
     std::vector<std::string> storage;
     for (auto& p : out) storage.push_back(std::move(p.storage_data));
     return storage;
@@ -201,13 +190,10 @@ class DcpWriter {
       }
       planner.Add(w.index, std::move(r));
     }
-    Result<std::vector<dcp::WriteResult>> results = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      results = writer_->WriteData(plan, planner);
-    }
+    const std::vector<dcp::WriteResult> results =
+        WithoutGil([&] { return writer_->WriteData(plan, planner); });
     std::vector<ResultTuple> out;
-    for (const dcp::WriteResult& wr : Unwrap(std::move(results))) {
+    for (const dcp::WriteResult& wr : results) {
       out.emplace_back(wr.index.fqn, wr.index.offset, wr.size_in_bytes,
                        dcp::internal::EncodeWriteResults({wr}));
     }
@@ -263,12 +249,7 @@ class DcpWriter {
       }
     }
     ThrowIfError(dcp::ValidateMetadata(md));
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = writer_->Finish(md, all);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return writer_->Finish(md, all); });
   }
 
   void Abort() {
@@ -343,12 +324,7 @@ class DcpReader {
   // As on DcpWriter: what may touch the filesystem runs without the GIL.
   void Reset(const std::string& checkpoint_id) {
     metadata_.reset();
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = reader_->Reset(checkpoint_id);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return reader_->Reset(checkpoint_id); });
   }
   bool Validate(const std::string& checkpoint_id) {
     nb::gil_scoped_release release;
@@ -358,12 +334,7 @@ class DcpReader {
   // (entries, object_paths, storage_meta (checkpoint_id, save_id) | None,
   //  version, {(fqn, offset | None): relative path})
   nb::tuple ReadMetadata() {
-    Result<dcp::Metadata> r = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      r = reader_->ReadMetadata();
-    }
-    metadata_ = Unwrap(std::move(r));
+    metadata_ = WithoutGil([&] { return reader_->ReadMetadata(); });
     const dcp::Metadata& md = *metadata_;
     nb::dict entries;
     for (const auto& [fqn, value] : md.state_dict_metadata) {
@@ -400,14 +371,11 @@ class DcpReader {
 
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
     if (!metadata_) ThrowIfError(FailedPreconditionError("read_metadata was not called"));
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = reader_->SetUpStorageReader(*metadata_, {.is_coordinator = is_coordinator, .rank = rank,
-                                                   .world_size = world_size,
-                                                   .use_collectives = use_collectives});
-    }
-    ThrowIfError(s);
+    WithoutGil([&] {
+      return reader_->SetUpStorageReader(*metadata_, {.is_coordinator = is_coordinator, .rank = rank,
+                                                      .world_size = world_size,
+                                                      .use_collectives = use_collectives});
+    });
   }
 
   // dests[i]: the planner's destination view of tensor item i (None for bytes).
@@ -457,12 +425,7 @@ class DcpReader {
       plan.items.push_back(std::move(r));
     }
     ResolvedLoadPlanner planner(std::move(slots), std::move(tensors));
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = reader_->ReadData(plan, planner);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return reader_->ReadData(plan, planner); });
     nb::dict out;
     for (size_t i = 0; i < planner.bytes().size(); ++i) {
       if (planner.bytes()[i]) {

@@ -393,6 +393,17 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   return kExitOk;
 }
 
+namespace {
+
+// The ROOT argument every `ckpt` subcommand takes.
+std::shared_ptr<std::string> AddRootArg(CLI::App* cmd) {
+  auto root = std::make_shared<std::string>();
+  cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
+  return root;
+}
+
+}  // namespace
+
 void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   {
     auto o = std::make_shared<bench::IncrementalBenchOptions>();
@@ -414,7 +425,6 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       "step-<N> folder per saved step and a `latest` record (docs/checkpoint-manager.md).");
   ckpt->require_subcommand(1);
   {
-    auto root = std::make_shared<std::string>();
     auto as_json = std::make_shared<bool>(false);
     auto verify = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
@@ -423,13 +433,12 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "bytes, metric, save time. --verify reads and checks every stored byte of every step.\n"
         "JSON: {\"root\", \"latest\", \"steps\": [{\"step\", \"folder\", \"complete\", \"storage\",\n"
         "\"entries\", \"stored_bytes\", \"metric\", \"saved_unix_seconds\", \"problem\"?, \"valid\"?}]}");
-    cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
+    auto root = AddRootArg(cmd);
     cmd->add_flag("--json", *as_json, "Print one JSON object");
     cmd->add_flag("--verify", *verify, "Check every stored byte of every complete step");
     cmd->callback([=] { *exit_code = RunLs(*root, *as_json, *verify); });
   }
   {
-    auto root = std::make_shared<std::string>();
     auto valid = std::make_shared<bool>(false);
     auto as_json = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
@@ -437,13 +446,12 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "Print the newest complete step of ROOT (exit 1 when there is none). --valid: the newest\n"
         "step whose every byte checks out; the steps skipped on the way are named on stderr with\n"
         "the reason.");
-    cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
+    auto root = AddRootArg(cmd);
     cmd->add_flag("--valid", *valid, "Verify, and fall back past damaged steps");
     cmd->add_flag("--json", *as_json, "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
     cmd->callback([=] { *exit_code = RunLatest(*root, *valid, *as_json); });
   }
   {
-    auto root = std::make_shared<std::string>();
     auto policy = std::make_shared<RetentionPolicy>();
     auto as_json = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
@@ -451,7 +459,7 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "Remove step folders left incomplete by a crash, and the complete steps that the given\n"
         "retention rules do not keep (a step is kept when any rule keeps it; the newest complete\n"
         "step always). Without rules only incomplete folders are removed.");
-    cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
+    auto root = AddRootArg(cmd);
     cmd->add_option("--keep-last", policy->keep_last, "Keep the newest K complete steps")
         ->check(CLI::Range(0, 1 << 30));
     cmd->add_option("--keep-every", policy->keep_every, "Keep steps that are multiples of M")
