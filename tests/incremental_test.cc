@@ -116,6 +116,25 @@ TEST(BlockHashesTest, RecordRoundTripsAndRejectsJunk) {
   }
 }
 
+// XXH3-128 of no bytes (the published test vector), and a stream fed in any
+// pieces hashes like the whole.
+TEST(BlockHashesTest, KnownAnswerAndAnyPiecesHashLikeTheWhole) {
+  const BlockHashes empty = HashBlocks({}, 64);
+  ASSERT_EQ(empty.digests.size(), 1u);
+  EXPECT_EQ(empty.digests[0], (BlockDigest{0x99aa06d3014798d8ull, 0x6001c324468d497full}));
+  EXPECT_EQ(EncodeBlockHashes(empty), "xxh3-128/64/99aa06d3014798d86001c324468d497f");
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + (i >> 7));
+  const BlockHashes whole = HashBlocks(AsBytes(data), 4096);
+  ASSERT_EQ(whole.digests.size(), 3u);  // the last one of 1808 bytes
+  for (size_t piece : {1, 7, 4095, 4096, 5000}) {
+    BlockHasher h(4096);
+    for (size_t at = 0; at < data.size(); at += piece) h.Add(AsBytes(std::string_view(data).substr(at, piece)));
+    EXPECT_EQ(h.Finish(), whole) << piece;
+  }
+  EXPECT_EQ(whole.digests[2], HashBlocks(AsBytes(std::string_view(data).substr(8192)), 4096).digests[0]);
+}
+
 class ChangedFractionTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ChangedFractionTest, WritesOnlyTheChangedTensors) {
@@ -157,6 +176,82 @@ TEST_P(ChangedFractionTest, WritesOnlyTheChangedTensors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroTenHundredPercent, ChangedFractionTest, ::testing::Values(0, 2, 20));
+
+// The record a step's .metadata holds for item `fqn`.
+BlockHashes RecordOf(const std::string& dir, const std::string& fqn) {
+  std::ifstream in(dir + "/.metadata", std::ios::binary);
+  auto md = DecodeMetadata(std::string(std::istreambuf_iterator<char>(in), {}));
+  EXPECT_TRUE(md.ok()) << md.status().ToString();
+  for (const auto& [index, info] : md->storage_data) {
+    if (index.fqn == fqn) return DecodeBlockHashes(info.extra).value_or(BlockHashes{});
+  }
+  ADD_FAILURE() << "no " << fqn << " in " << dir;
+  return {};
+}
+
+std::span<const std::byte> BytesOf(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
+
+// A full save in incremental mode hashes nothing before writing (the writer
+// threads hash while they write), yet records every item's block hashes; a
+// save with everything changed compares only the first block of each item.
+TEST(IncrementalTest, FullSaveRecordsHashesWithoutAPrePass) {
+  TempDir tmp("incr-fused");
+  CheckpointManagerOptions o = IncrementalOptions();
+  o.incremental.stats = std::make_shared<IncrementalStats>();
+  auto m = CheckpointManager::Open(tmp.path("run"), o).value();
+  std::vector<int> gen(kTensors, 1);
+  State s1 = MakeState(gen);
+  ASSERT_TRUE(m->Save(1, s1.sd).ok());
+  EXPECT_EQ(o.incremental.stats->bytes_compared, 0u);
+  EXPECT_EQ(o.incremental.stats->items_written, kTensors + 1u);
+  EXPECT_EQ(o.incremental.stats->items_referenced, 0u);
+  const uint64_t bs = o.incremental.block_size;
+  for (int i = 0; i < kTensors; ++i) {
+    const BlockHashes r = RecordOf(m->StepPath(1), "layer" + std::to_string(i));
+    EXPECT_EQ(r.digests.size(), kTensorBytes / bs);
+    EXPECT_EQ(r, HashBlocks(BytesOf(*s1.buffers[i]), bs)) << i;
+  }
+  EXPECT_EQ(RecordOf(m->StepPath(1), "meta"), HashBlocks(AsBytes("gen0=1"), bs));
+  // Everything changed: one block of each tensor compared, and the 6 bytes of "meta".
+  std::fill(gen.begin(), gen.end(), 2);
+  State s2 = MakeState(gen);
+  ASSERT_TRUE(m->Save(2, s2.sd).ok());
+  EXPECT_EQ(o.incremental.stats->bytes_compared, kTensors * bs + 6);
+  EXPECT_EQ(o.incremental.stats->items_written, 2 * (kTensors + 1u));
+  EXPECT_EQ(o.incremental.stats->items_referenced, 0u);
+  EXPECT_EQ(RecordOf(m->StepPath(2), "layer3"), HashBlocks(BytesOf(*s2.buffers[3]), bs));
+  // Nothing changed: every byte compared, everything referenced.
+  ASSERT_TRUE(m->Save(3, s2.sd).ok());
+  EXPECT_EQ(o.incremental.stats->bytes_compared, kTensors * bs + 6 + kTensors * kTensorBytes + 6);
+  EXPECT_EQ(o.incremental.stats->items_referenced, kTensors + 1u);
+  EXPECT_EQ(Info(*m, 3).bytes_written, 0u);
+}
+
+// The comparison stops at an item's first differing block, but never before
+// it: a change in only the last block, or only a middle one, is written.
+TEST(IncrementalTest, ChangeOnlyInTheLastOrAMiddleBlockIsWritten) {
+  TempDir tmp("incr-last");
+  CheckpointManagerOptions o = IncrementalOptions();
+  o.incremental.stats = std::make_shared<IncrementalStats>();
+  auto m = CheckpointManager::Open(tmp.path("run"), o).value();
+  const uint64_t bs = o.incremental.block_size;  // 4 blocks per tensor
+  ASSERT_EQ(kTensorBytes, 4 * bs);
+  std::vector<int> gen(kTensors, 1);
+  State s = MakeState(gen);
+  ASSERT_TRUE(m->Save(1, s.sd).ok());
+  const uint64_t before = o.incremental.stats->bytes_compared;
+  s.buffers[3]->back() += 1;              // last element: block 3 only
+  (*s.buffers[5])[kElems / 2 + 1] += 1;   // block 2 only
+  (*s.buffers[7])[0] += 1;                // block 0
+  ASSERT_TRUE(m->Save(2, s.sd).ok());
+  EXPECT_EQ(Info(*m, 2).bytes_written, 3 * kTensorBytes);
+  // Unchanged: all 4 blocks; layer3: 4, layer5: 3, layer7: 1; "meta": its 6 bytes.
+  EXPECT_EQ(o.incremental.stats->bytes_compared - before, (kTensors - 3) * kTensorBytes + (4 + 3 + 1) * bs + 6);
+  State into = MakeState(gen, 1, 0, false);
+  ASSERT_TRUE(m->Load(into.sd, 2).ok());
+  for (int i = 0; i < kTensors; ++i) EXPECT_EQ(*into.buffers[i], *s.buffers[i]) << i;
+  EXPECT_EQ(RecordOf(m->StepPath(2), "layer3"), HashBlocks(BytesOf(*s.buffers[3]), bs));
+}
 
 TEST(IncrementalTest, ReferencesSurviveDeletionOfOlderStepsAndGc) {
   TempDir tmp("incr-del");

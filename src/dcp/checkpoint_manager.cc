@@ -409,10 +409,14 @@ Result<std::string> CheckpointManager::PrepareStep(int64_t step, const StepSaveO
   std::optional<int64_t> base;
   int64_t depth = 0;
   if (incremental_possible() && !options.force_full) {
-    MEGA_ASSIGN_OR_RETURN(auto complete, CompleteStepsDescending());
-    for (int64_t c : complete) {
-      if (c >= step) continue;
-      MEGA_ASSIGN_OR_RETURN(StepInfo prev, DescribeStep(c, StepFolderName(c, options_.step_digits)));
+    // The newest complete step below `step`: folders from the newest down,
+    // each .metadata read once, up to the first complete one.
+    MEGA_ASSIGN_OR_RETURN(auto folders, ListStepFolders());
+    for (auto f = folders.rbegin(); f != folders.rend(); ++f) {
+      const int64_t c = f->first;
+      if (c >= step || f->second != StepFolderName(c, options_.step_digits)) continue;
+      MEGA_ASSIGN_OR_RETURN(StepInfo prev, DescribeStep(c, f->second));
+      if (!prev.complete) continue;
       if (prev.storage != "fs") break;
       // The chain of incremental saves since the last full one.
       auto record = fs_->ReadWhole(fs::JoinPath(prev.path, kStepRecordFileName), kMaxRecordBytes);
@@ -454,14 +458,20 @@ Result<std::string> CheckpointManager::StartStep(int64_t step, const StepSaveOpt
 
 Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(int64_t step,
                                                                         const std::string& base_dir) {
-  MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(storage_, StepPath(step), options_.storage_options));
-  if (!incremental_possible()) return writer;
-  // Full saves in incremental mode still record the hashes the next one compares.
+  if (!incremental_possible()) return MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
+  // The fs writer as MakeStorageWriter makes it, hashing every item it writes
+  // (full saves in incremental mode too: the next save compares against them).
   IncrementalWriterOptions io;
   io.base_dir = base_dir;
-  io.block_size = options_.incremental.block_size;
+  io.block_size = options_.incremental.block_size > 0 ? options_.incremental.block_size : 1ull << 20;
   io.thread_count = options_.storage_options.thread_count;
-  return NewIncrementalWriter(std::move(writer), StepPath(step), fs_, std::move(io));
+  FileSystemWriterOptions fo;
+  fo.thread_count = options_.storage_options.thread_count;
+  fo.sync = options_.storage_options.sync;
+  fo.overwrite = options_.storage_options.overwrite;
+  fo.hash_block_size = io.block_size;
+  return NewIncrementalWriter(NewFileSystemWriter(StepPath(step), std::move(fo)), StepPath(step), fs_,
+                              std::move(io), options_.incremental.stats);
 }
 
 Status CheckpointManager::WriteLatest(int64_t step) {
@@ -484,10 +494,10 @@ Status CheckpointManager::FinishStep(int64_t step, Status saved) {
       auto info = DescribeStep(step, StepFolderName(step, options_.step_digits));
       if (info.ok() && !info->complete) RemoveFolderTree(info->path).IgnoreError();
     } else {
-      auto complete = CompleteStepsDescending();
-      if (!complete.ok()) {
-        local = complete.status();
-      } else if (!complete->empty() && complete->front() == step) {
+      auto newest = Latest();  // reads .metadata files down to the newest complete step only
+      if (!newest.ok()) {
+        local = newest.status();
+      } else if (*newest == step) {
         local = WriteLatest(step);
       }
       if (local.ok() && !options_.retention.keeps_everything()) {

@@ -5,7 +5,9 @@
 // tensor's memory in pieces of at most one checksum block (so the CRC32 of a
 // block is computed while its bytes are in cache, right before the pwrite).
 // Strided tensors go through a bounded per-thread buffer. After an item's bytes
-// comes its block CRC table (u32 LE per block; .metadata records its offset). Each file is fsynced
+// comes its block CRC table (u32 LE per block; .metadata records its offset). With
+// FileSystemWriterOptions::hash_block_size, each piece is also fed to an XXH3-128
+// BlockHasher (dcp/block_hashes.h) right after its CRC. Each file is fsynced
 // before WriteData returns; the coordinator's Finish writes .metadata last. A
 // durable save asks for writeback of every 32 MiB already written, so the device
 // works while the next bytes are copied and the final fsync has less to wait for.
@@ -30,6 +32,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "dcp/block_hashes.h"
 #include "dcp/f4_box.h"
 #include "dcp/guard.h"
 #include "megackpt/dcp/checkpoint_folder.h"
@@ -335,11 +338,14 @@ class FileSystemWriterImpl final : public StorageWriter {
       offset += pad;
       const uint64_t start = offset;
       BlockCrc crc(ChecksumBlockSizeFor(item, options_.checksum_block_size));
+      std::optional<BlockHasher> hasher;  // FileSystemWriterOptions::hash_block_size
+      if (options_.hash_block_size > 0) hasher.emplace(options_.hash_block_size);
       auto write = [&](std::span<const std::byte> bytes) -> Status {
         while (!bytes.empty()) {
           uint64_t n = std::min<uint64_t>(bytes.size(), kWriteUnit);
           auto piece = bytes.first(static_cast<size_t>(n));
           crc.Add(piece);
+          if (hasher) hasher->Add(piece);  // still in cache from the CRC
           if (positioned) {
             MEGA_RETURN_IF_ERROR(file->WriteAt(offset, piece));
           } else {
@@ -391,6 +397,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       r.storage_data.offset = start;
       r.storage_data.length = expected;
       const std::span<const std::byte> table = crc.Finish(&r.storage_data);
+      if (hasher) r.storage_data.extra = EncodeBlockHashes(hasher->Finish());
       if (r.storage_data.block_size != 0) {
         // The block CRC table follows the item's bytes (docs/dcp.md, "Block CRC tables").
         const uint64_t table_pad = (kTableAlignment - offset % kTableAlignment) % kTableAlignment;

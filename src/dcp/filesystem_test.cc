@@ -8,7 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "dcp/block_hashes.h"
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
@@ -206,6 +208,64 @@ void SaveTensorAndBytes(const std::string& path) {
   FileSystemWriterOptions wo;
   wo.thread_count = 1;
   ASSERT_TRUE(Save(sd, *NewFileSystemWriter(path, wo)).ok());
+}
+
+// FileSystemWriterOptions::hash_block_size: the writer threads hash each item
+// while writing it, and its record in StorageInfo::extra equals HashBlocks of
+// its stored (dense, row-major) bytes -- as the data file holds them, and as
+// the tensor's elements are in row-major order: a contiguous tensor with a short
+// last block, a strided one (copied through the write buffer in slabs that do
+// not end on block boundaries), bytes values, empty items.
+TEST(FileSystemCheckpoint, HashRecordsEqualHashBlocksOfTheStoredBytes) {
+  constexpr uint64_t kBlock = 5000;
+  Tensor w = Iota(DType::kF32, {256, 300}, 1);  // 307200 bytes: 61 blocks and 2200
+  Tensor base = Iota(DType::kF32, {300, 200}, 5);
+  Tensor strided = Tensor::FromBlobStrided(base.data(), DType::kF32, {200, 300}, {1, 200}, base.owner()).value();
+  Tensor dense = Tensor::Empty(DType::kF32, {200, 300}).value();
+  ASSERT_TRUE(CopyTensor(strided, dense).ok());
+  std::string b(12345, '\0');
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>(i * 7 + 3);
+  StateDict sd;
+  sd.Set("w", StateValue(w));
+  sd.Set("s", StateValue(strided));
+  sd.Set("e", StateValue(Tensor::Empty(DType::kF32, {0, 4}).value()));
+  sd.Set("b", StateValue::Bytes(b));
+  sd.Set("nb", StateValue::Bytes(""));
+  auto bytes_of = [](const Tensor& t) {
+    return std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes());
+  };
+  const std::map<std::string, BlockHashes> want = {
+      {"w", HashBlocks(bytes_of(w), kBlock)},
+      {"s", HashBlocks(bytes_of(dense), kBlock)},
+      {"e", HashBlocks({}, kBlock)},
+      {"b", HashBlocks(AsBytes(b), kBlock)},
+      {"nb", HashBlocks({}, kBlock)}};
+  EXPECT_EQ(want.at("w").digests.size(), 62u);
+  EXPECT_EQ(want.at("s").digests.size(), 48u);
+  for (uint64_t hash_block : {uint64_t{0}, kBlock}) {
+    TempDir dir;
+    FileSystemWriterOptions wo;
+    wo.max_write_bytes = 1 << 16;  // "s" (240000 bytes) goes through the buffer in 4 slabs
+    wo.hash_block_size = hash_block;
+    ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path(), wo)).ok());
+    auto md = DecodeMetadata(ReadFileText(dir.path() + "/.metadata"));
+    ASSERT_TRUE(md.ok()) << md.status().ToString();
+    ASSERT_EQ(md->storage_data.size(), want.size());
+    for (const auto& [idx, info] : md->storage_data) {
+      if (hash_block == 0) {
+        EXPECT_TRUE(info.extra.empty()) << ToString(idx);
+        continue;
+      }
+      auto got = DecodeBlockHashes(info.extra);
+      ASSERT_TRUE(got.has_value()) << ToString(idx) << ": " << info.extra;
+      EXPECT_EQ(*got, want.at(idx.fqn)) << ToString(idx);
+      EXPECT_EQ(info.extra, EncodeBlockHashes(want.at(idx.fqn))) << ToString(idx);
+      const std::string file = ReadFileText(dir.path() + "/" + info.relative_path);
+      ASSERT_LE(info.offset + info.length, file.size());
+      EXPECT_EQ(*got, HashBlocks(AsBytes(std::string_view(file).substr(info.offset, info.length)), kBlock))
+          << ToString(idx);
+    }
+  }
 }
 
 TEST(FileSystemCheckpoint, FlippedByteIsDataLossNamingFileAndTensor) {

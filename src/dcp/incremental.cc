@@ -1,95 +1,115 @@
 // IncrementalWriter (dcp/incremental.h). Per WriteData call:
-//   1. hash every item (XXH3-128 per fixed block, items in parallel), straight
-//      from the tensor's memory (strided tensors through a bounded buffer);
-//   2. an item whose block hashes equal the base's record for the same
-//      MetadataIndex (same length, same block size) is referenced: the base's
-//      data file is hard-linked into this folder under its own name (unique:
-//      it carries the base's save id) and the base's StorageInfo -- offset,
-//      length, CRCs -- is returned for it;
-//   3. the other items go to the wrapped FileSystemWriter in one sub-plan; their
-//      hashes are added to their results (StorageInfo::extra) for the next step.
+//   1. an item with no usable base record (none for its MetadataIndex, another
+//      length or block size) is changed; of the others (contiguous tensors and
+//      bytes values) the FIRST block is hashed and compared with the base's
+//      record, items in parallel;
+//   2. the items known changed go to the wrapped FileSystemWriter at once (on
+//      a separate thread), which writes them and hashes them while it writes
+//      (FileSystemWriterOptions::hash_block_size: the record lands in
+//      StorageInfo::extra for the next step);
+//   3. meanwhile the undecided items are hashed block by block from the
+//      tensor's memory (strided tensors through a bounded buffer), each given
+//      up at its first block that differs from the base record; those go to
+//      the writer in a second sub-plan once the first one is done;
+//   4. an item equal in every block is referenced: the base's data file is
+//      hard-linked into this folder under its own name (unique: it carries
+//      the base's save id) and the base's StorageInfo -- offset, length, CRCs,
+//      hash record -- is returned for it.
 // Links are made before WriteData returns, i.e. before the commit, so the
 // committed .metadata only names files present in the folder. Abort removes
 // the links this rank made.
 #include "dcp/incremental.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
+#include <thread>
 
-#include "megackpt/core/file.h"  // BaseName, ParentOf
-#include "megackpt/core/checksum.h"
+#include "dcp/guard.h"
+#include "megackpt/core/checksum.h"  // AsBytes
+#include "megackpt/core/file.h"  // BaseName
 #include "megackpt/core/thread_pool.h"
 #include "megackpt/dcp/filesystem.h"
 
 namespace megackpt::dcp {
 namespace {
 
-constexpr uint64_t kGatherBytes = 16ull << 20;  // strided tensors are hashed through this much
+constexpr uint64_t kGatherBytes = 16ull << 20;  // strided tensors are compared through this much
 
-// Feeds a byte stream, cut at block boundaries, to XXH3-128.
-class BlockHasher {
+// Blocks an item of `length` bytes has in a record of `block_size`.
+uint64_t BlockCount(uint64_t length, uint64_t block_size) {
+  return length == 0 ? 1 : (length + block_size - 1) / block_size;
+}
+
+// Compares a byte stream, from block `first` of the item on, with a base
+// record, block by block as the blocks complete.
+class BlockMatcher {
  public:
-  explicit BlockHasher(uint64_t block_size) : block_size_(block_size), state_(XXH3_createState()) {
-    XXH3_128bits_reset(state_);
-  }
-  ~BlockHasher() { XXH3_freeState(state_); }
-  BlockHasher(const BlockHasher&) = delete;
-  BlockHasher& operator=(const BlockHasher&) = delete;
+  BlockMatcher(const BlockHashes& base, size_t first)
+      : base_(base), next_(first), hasher_(base.block_size) {}
 
-  void Add(std::span<const std::byte> data) {
+  // False as soon as a completed block differs (feed no more then).
+  bool Add(std::span<const std::byte> data) {
+    const uint64_t bs = base_.block_size;
     while (!data.empty()) {
-      const uint64_t n = std::min<uint64_t>(data.size(), block_size_ - in_block_);
-      XXH3_128bits_update(state_, data.data(), static_cast<size_t>(n));
-      in_block_ += n;
-      data = data.subspan(static_cast<size_t>(n));
-      if (in_block_ == block_size_) Close();
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(data.size(), bs - fed_ % bs));
+      hasher_.Add(data.first(n));
+      fed_ += n;
+      data = data.subspan(n);
+      if (!Check(hasher_.completed())) return false;
     }
+    return true;
   }
-  BlockHashes Finish() {
-    if (in_block_ > 0 || out_.digests.empty()) Close();
-    out_.block_size = block_size_;
-    return std::move(out_);
+  // True when every block equals the base's (the stream is complete).
+  bool Finish() {
+    const BlockHashes h = hasher_.Finish();
+    return Check(h.digests) && next_ == base_.digests.size();
   }
+  uint64_t fed() const { return fed_; }  // bytes hashed
 
  private:
-  void Close() {
-    XXH128_hash_t h = XXH3_128bits_digest(state_);
-    out_.digests.emplace_back(h.high64, h.low64);
-    XXH3_128bits_reset(state_);
-    in_block_ = 0;
+  bool Check(const std::vector<BlockDigest>& done) {
+    for (; checked_ < done.size(); ++checked_, ++next_) {
+      if (next_ >= base_.digests.size() || done[checked_] != base_.digests[next_]) return false;
+    }
+    return true;
   }
-  uint64_t block_size_;
-  XXH3_state_t* state_;
-  uint64_t in_block_ = 0;
-  BlockHashes out_;
+  const BlockHashes& base_;
+  size_t next_;          // base block the next completed block is compared with
+  size_t checked_ = 0;   // of hasher_.completed()
+  uint64_t fed_ = 0;
+  BlockHasher hasher_;
 };
 
-// Hashes the dense row-major bytes of `t`.
-Result<BlockHashes> HashTensor(const Tensor& t, uint64_t block_size) {
-  if (t.is_contiguous() || t.numel() == 0) {
-    return HashBlocks(std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes()),
-                      block_size);
-  }
-  // Slabs along the first dim, copied into a contiguous buffer.
+// The stored bytes of an item when they are one contiguous span of memory.
+std::optional<std::span<const std::byte>> ContiguousBytes(const WriteItem& item, const ResolvedData& data) {
+  if (item.type == WriteItemType::kByteIO) return AsBytes(data.bytes);
+  const Tensor& t = data.tensor;
+  if (t.numel() == 0) return std::span<const std::byte>();
+  if (!t.is_contiguous()) return std::nullopt;
+  return std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes());
+}
+
+// Feeds the dense row-major bytes of the strided tensor `t` to `m` through a
+// buffer of at most kGatherBytes (slabs along the first dim); stops at the
+// first differing block.
+Result<bool> MatchStrided(const Tensor& t, BlockMatcher& m) {
   const int64_t rows = t.shape()[0];
   const uint64_t row_bytes = t.nbytes() / static_cast<uint64_t>(std::max<int64_t>(rows, 1));
   const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kGatherBytes / std::max<uint64_t>(row_bytes, 1)));
   std::vector<std::byte> buffer(static_cast<size_t>(std::min<uint64_t>(t.nbytes(), row_bytes * step)));
-  BlockHasher hasher(block_size);
   for (int64_t start = 0; start < rows; start += step) {
     const int64_t n = std::min(step, rows - start);
     MEGA_ASSIGN_OR_RETURN(Tensor slab, t.Narrow(0, start, n));
     MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::FromBlob(buffer.data(), t.dtype(), slab.shape()));
     MEGA_RETURN_IF_ERROR(CopyTensor(slab, dst));
-    hasher.Add(std::span<const std::byte>(buffer.data(), slab.nbytes()));
+    if (!m.Add(std::span<const std::byte>(buffer.data(), slab.nbytes()))) return false;
   }
-  return hasher.Finish();
+  return m.Finish();
 }
 
 class IncrementalWriter final : public StorageWriter {
@@ -106,6 +126,7 @@ class IncrementalWriter final : public StorageWriter {
   Status Reset(std::string_view checkpoint_id) override {
     if (!checkpoint_id.empty()) dir_ = std::string(checkpoint_id);
     links_.clear();
+    linked_.clear();
     return inner_->Reset(checkpoint_id);
   }
   bool ValidateCheckpointId(std::string_view id) const override { return inner_->ValidateCheckpointId(id); }
@@ -120,13 +141,17 @@ class IncrementalWriter final : public StorageWriter {
     auto md = DecodeMetadata(text);
     if (!md.ok()) return Status(md.status().code(), md_path + ": " + md.status().message());
     for (auto& [index, info] : md->storage_data) {
-      auto hashes = DecodeBlockHashes(info.extra);
-      // Only data files of this layout, named plainly inside the base folder.
-      if (!hashes || !info.relative_path.ends_with(".distcp") ||
-          info.relative_path.find('/') != std::string::npos) {
+      // Only data files of this layout, named plainly inside the base folder,
+      // with a record of this save's block size.
+      if (!info.relative_path.ends_with(".distcp") || info.relative_path.find('/') != std::string::npos) {
         continue;
       }
-      base_.emplace(index, BaseItem{info, std::move(*hashes)});
+      auto hashes = DecodeBlockHashes(info.extra);
+      if (!hashes || hashes->block_size != options_.block_size ||
+          hashes->digests.size() != BlockCount(info.length, hashes->block_size)) {
+        continue;
+      }
+      base_.emplace(index, BaseItem{std::move(info), std::move(*hashes)});
     }
     return Status::OK();
   }
@@ -138,60 +163,99 @@ class IncrementalWriter final : public StorageWriter {
 
   Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override {
     const size_t n = plan.items.size();
-    std::vector<std::optional<BlockHashes>> hashes(n);
+    const uint64_t bs = options_.block_size;
+    enum class Verdict { kChanged, kUndecided, kSame };
+    std::vector<Verdict> verdict(n, Verdict::kChanged);
+    std::vector<const BaseItem*> base(n, nullptr);
+    std::vector<size_t> resume(n, 0);  // first block not yet compared
+    for (size_t i = 0; i < n; ++i) {
+      MetadataIndex key = plan.items[i].index;
+      key.index.reset();
+      auto it = base_.find(key);
+      if (it != base_.end() && it->second.info.length == WriteItemNbytes(plan.items[i])) {
+        base[i] = &it->second;
+        verdict[i] = Verdict::kUndecided;
+      }
+    }
     if (!pool_ && options_.thread_count > 1) pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
+    std::atomic<uint64_t> compared{0};
+    // 1. First blocks of the contiguous items.
     MEGA_RETURN_IF_ERROR(ParallelFor(
         pool_.get(), n,
         [&](size_t i) -> Status {
-          const WriteItem& item = plan.items[i];
-          MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(item));
-          if (item.type == WriteItemType::kByteIO) {
-            hashes[i] = HashBlocks(AsBytes(data.bytes), options_.block_size);
+          if (verdict[i] != Verdict::kUndecided) return Status::OK();
+          return Guard("IncrementalWriter::WriteData", [&]() -> Status {
+            MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(plan.items[i]));
+            const auto bytes = ContiguousBytes(plan.items[i], data);
+            if (!bytes) return Status::OK();  // strided: all in step 3
+            BlockMatcher m(base[i]->hashes, 0);
+            const size_t head = static_cast<size_t>(std::min<uint64_t>(bs, bytes->size()));
+            bool same = m.Add(bytes->first(head));
+            compared += m.fed();
+            if (same && bytes->size() <= bs) {
+              verdict[i] = m.Finish() ? Verdict::kSame : Verdict::kChanged;
+            } else if (!same) {
+              verdict[i] = Verdict::kChanged;
+            } else {
+              resume[i] = 1;
+            }
             return Status::OK();
-          }
-          auto h = HashTensor(data.tensor, options_.block_size);
-          if (h.ok()) hashes[i] = std::move(*h);  // else: written, without a record
-          return Status::OK();
+          });
         },
         options_.thread_count));
+    // 2. The items known changed go to the writer now...
     std::vector<WriteResult> results(n);
-    SavePlan changed;
-    changed.storage_data = plan.storage_data;
-    changed.planner_data = plan.planner_data;
-    std::vector<size_t> changed_at;
-    for (size_t i = 0; i < n; ++i) {
-      const WriteItem& item = plan.items[i];
-      MetadataIndex key = item.index;
-      key.index.reset();
-      auto it = base_.find(key);
-      if (hashes[i] && it != base_.end() && it->second.info.length == WriteItemNbytes(item) &&
-          it->second.hashes == *hashes[i]) {
-        MEGA_RETURN_IF_ERROR(LinkFromBase(it->second.info.relative_path));
-        WriteResult& r = results[i];
-        r.index = item.index;
-        r.size_in_bytes = it->second.info.length;
-        r.storage_data = it->second.info;
-        stats_->items_referenced += 1;
-        stats_->bytes_referenced += r.size_in_bytes;
-        continue;
-      }
-      changed.items.push_back(item);
-      changed_at.push_back(i);
+    std::vector<size_t> first_batch = Select(verdict, Verdict::kChanged);
+    Result<std::vector<WriteResult>> written_first = std::vector<WriteResult>();
+    std::thread writer;
+    if (!first_batch.empty()) {
+      writer = std::thread([&] {
+        written_first = Guard("FileSystemWriter::WriteData",
+                              [&] { return inner_->WriteData(SubPlan(plan, first_batch), planner); });
+      });
     }
-    if (!changed.items.empty()) {
-      MEGA_ASSIGN_OR_RETURN(std::vector<WriteResult> written, inner_->WriteData(changed, planner));
-      if (written.size() != changed.items.size()) {
-        return InternalError(dir_ + ": the writer returned " + std::to_string(written.size()) +
-                             " results for " + std::to_string(changed.items.size()) + " items");
-      }
-      for (size_t k = 0; k < written.size(); ++k) {
-        const size_t i = changed_at[k];
-        WriteResult& r = results[i];
-        r = std::move(written[k]);
-        if (hashes[i] && r.storage_data.extra.empty()) r.storage_data.extra = EncodeBlockHashes(*hashes[i]);
-        stats_->items_written += 1;
-        stats_->bytes_written += r.size_in_bytes;
-      }
+    // 3. ...while the undecided ones are compared to the end or their first differing block.
+    Status cmp = ParallelFor(
+        pool_.get(), n,
+        [&](size_t i) -> Status {
+          if (verdict[i] != Verdict::kUndecided) return Status::OK();
+          return Guard("IncrementalWriter::WriteData", [&]() -> Status {
+            MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(plan.items[i]));
+            BlockMatcher m(base[i]->hashes, resume[i]);
+            Result<bool> same = false;
+            if (const auto bytes = ContiguousBytes(plan.items[i], data)) {
+              const auto rest = bytes->subspan(static_cast<size_t>(resume[i] * bs));
+              same = m.Add(rest) && m.Finish();
+            } else {
+              same = MatchStrided(data.tensor, m);
+            }
+            compared += m.fed();
+            MEGA_RETURN_IF_ERROR(same.status());
+            verdict[i] = *same ? Verdict::kSame : Verdict::kChanged;
+            return Status::OK();
+          });
+        },
+        options_.thread_count);
+    if (writer.joinable()) writer.join();
+    stats_->bytes_compared += compared.load();
+    MEGA_RETURN_IF_ERROR(cmp);
+    MEGA_RETURN_IF_ERROR(Take(std::move(written_first), first_batch, &results));
+    // 4. The items that differed after their first block, then the references.
+    std::vector<size_t> second_batch;
+    for (size_t i : Select(verdict, Verdict::kChanged)) {
+      if (!std::binary_search(first_batch.begin(), first_batch.end(), i)) second_batch.push_back(i);
+    }
+    if (!second_batch.empty()) {
+      MEGA_RETURN_IF_ERROR(Take(inner_->WriteData(SubPlan(plan, second_batch), planner), second_batch, &results));
+    }
+    for (size_t i : Select(verdict, Verdict::kSame)) {
+      MEGA_RETURN_IF_ERROR(LinkFromBase(base[i]->info.relative_path));
+      WriteResult& r = results[i];
+      r.index = plan.items[i].index;
+      r.size_in_bytes = base[i]->info.length;
+      r.storage_data = base[i]->info;
+      stats_->items_referenced += 1;
+      stats_->bytes_referenced += r.size_in_bytes;
     }
     return results;
   }
@@ -215,6 +279,40 @@ class IncrementalWriter final : public StorageWriter {
     StorageInfo info;
     BlockHashes hashes;
   };
+
+  template <typename V>
+  static std::vector<size_t> Select(const std::vector<V>& verdict, V want) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < verdict.size(); ++i) {
+      if (verdict[i] == want) out.push_back(i);
+    }
+    return out;
+  }
+
+  static SavePlan SubPlan(const SavePlan& plan, const std::vector<size_t>& at) {
+    SavePlan sub;
+    sub.storage_data = plan.storage_data;
+    sub.planner_data = plan.planner_data;
+    for (size_t i : at) sub.items.push_back(plan.items[i]);
+    return sub;
+  }
+
+  // Puts the wrapped writer's results for the items `at` into `results`.
+  Status Take(Result<std::vector<WriteResult>> written, const std::vector<size_t>& at,
+              std::vector<WriteResult>* results) {
+    MEGA_RETURN_IF_ERROR(written.status());
+    if (written->size() != at.size()) {
+      return InternalError(dir_ + ": the writer returned " + std::to_string(written->size()) +
+                           " results for " + std::to_string(at.size()) + " items");
+    }
+    for (size_t k = 0; k < at.size(); ++k) {
+      WriteResult& r = (*results)[at[k]];
+      r = std::move((*written)[k]);
+      stats_->items_written += 1;
+      stats_->bytes_written += r.size_in_bytes;
+    }
+    return Status::OK();
+  }
 
   // Makes base_dir/name available as dir/name (once per file and save).
   Status LinkFromBase(const std::string& name) {
@@ -255,65 +353,6 @@ class IncrementalWriter final : public StorageWriter {
 };
 
 }  // namespace
-
-std::string EncodeBlockHashes(const BlockHashes& hashes) {
-  std::string out(kBlockHashPrefix);
-  out += std::to_string(hashes.block_size);
-  out += '/';
-  char buf[40];
-  for (const auto& [hi, lo] : hashes.digests) {
-    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
-                  static_cast<unsigned long long>(lo));
-    out += buf;
-  }
-  return out;
-}
-
-std::optional<BlockHashes> DecodeBlockHashes(std::string_view extra) {
-  if (!extra.starts_with(kBlockHashPrefix)) return std::nullopt;
-  extra.remove_prefix(kBlockHashPrefix.size());
-  const size_t slash = extra.find('/');
-  if (slash == std::string_view::npos || slash == 0 || slash > 19) return std::nullopt;
-  BlockHashes h;
-  for (char c : extra.substr(0, slash)) {
-    if (c < '0' || c > '9') return std::nullopt;
-    h.block_size = h.block_size * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (h.block_size == 0) return std::nullopt;
-  std::string_view hex = extra.substr(slash + 1);
-  if (hex.empty() || hex.size() % 32 != 0) return std::nullopt;
-  auto word = [](std::string_view s, uint64_t* v) {
-    *v = 0;
-    for (char c : s) {
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return false;
-      *v = (*v << 4) | static_cast<uint64_t>(d);
-    }
-    return true;
-  };
-  for (size_t p = 0; p < hex.size(); p += 32) {
-    uint64_t hi = 0, lo = 0;
-    if (!word(hex.substr(p, 16), &hi) || !word(hex.substr(p + 16, 16), &lo)) return std::nullopt;
-    h.digests.emplace_back(hi, lo);
-  }
-  return h;
-}
-
-BlockHashes HashBlocks(std::span<const std::byte> data, uint64_t block_size) {
-  BlockHashes out;
-  out.block_size = block_size;
-  if (data.empty()) {
-    XXH128_hash_t h = XXH3_128bits(nullptr, 0);
-    out.digests.emplace_back(h.high64, h.low64);
-    return out;
-  }
-  for (uint64_t pos = 0; pos < data.size(); pos += block_size) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(block_size, data.size() - pos));
-    XXH128_hash_t h = XXH3_128bits(data.data() + pos, n);
-    out.digests.emplace_back(h.high64, h.low64);
-  }
-  return out;
-}
 
 std::unique_ptr<StorageWriter> NewIncrementalWriter(std::unique_ptr<StorageWriter> inner, std::string dir,
                                                     std::shared_ptr<fs::FileSystem> fs,

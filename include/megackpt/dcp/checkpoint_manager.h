@@ -79,6 +79,18 @@ enum class InFlightPolicy {
 // written again but referenced (its data file hard-linked into the new step
 // folder). fs storage on local roots only; other roots save in full (a mega://
 // hub deduplicates the unchanged bytes by content anyway).
+// What the incremental saves of one rank did, summed over its saves
+// (IncrementalOptions::stats).
+struct IncrementalStats {
+  uint64_t items_written = 0, items_referenced = 0;
+  uint64_t bytes_written = 0, bytes_referenced = 0;
+  // Bytes hashed to compare items with their base: every block of an
+  // unchanged item, and of a changed one up to its first differing block.
+  // Written items are hashed while they are written, not counted here, so a
+  // full save adds 0.
+  uint64_t bytes_compared = 0;
+};
+
 struct IncrementalOptions {
   bool enabled = false;
   // Every `full_every`-th save in a row is a full one (0: never forced), which
@@ -86,6 +98,9 @@ struct IncrementalOptions {
   int full_every = 0;
   // Hash granularity (XXH3-128 per block).
   uint64_t block_size = 1ull << 20;
+  // Optional: each incremental save of this manager (full ones in incremental
+  // mode included) adds this rank's counts. Read it when no save is in flight.
+  std::shared_ptr<IncrementalStats> stats;
 };
 
 struct CheckpointManagerOptions {

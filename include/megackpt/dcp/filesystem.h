@@ -57,6 +57,15 @@ struct FileSystemWriterOptions {
   // Largest single write call (bytes go straight from tensor memory; strided
   // tensors are copied through a per-thread buffer of this size).
   uint64_t max_write_bytes = 64ull << 20;
+  // 0 (the default): no content hashes. > 0: the writer threads also compute
+  // XXH3-128 of every hash_block_size bytes of each item's stored (dense,
+  // row-major) bytes, piece by piece right after its CRC and before its write
+  // (the bytes are in cache), and return the record
+  // "xxh3-128/<hash_block_size>/<32 hex digits per block>" (the last block
+  // short; one block for an empty item) in WriteResult::storage_data.extra,
+  // so it lands in .metadata. Incremental saves compare against it
+  // (docs/checkpoint-manager.md, "Incremental saves").
+  uint64_t hash_block_size = 0;
   // Filesystem to use; nullptr: FileSystemForPath(path).
   std::shared_ptr<fs::FileSystem> fs;
 };
