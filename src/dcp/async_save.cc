@@ -333,8 +333,8 @@ void StreamCopy(std::byte* dst, const std::byte* src, uint64_t n) {
 
 // Copies every tensor into the arena (REQUIRES: StagedBytes fits) and points the
 // state at the copies. Contiguous tensors are cut into byte ranges copied by
-// several threads; a state larger than the last-level caches could hold
-// (kStreamFrom) is copied with streaming stores.
+// several threads; a state of kStreamFrom or more (far more than the cores'
+// private caches, and its copy is not read again soon) with streaming stores.
 Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
   constexpr uint64_t kMinPiece = 1ull << 20, kMaxPiece = 64ull << 20;
   constexpr uint64_t kStreamFrom = 64ull << 20;
