@@ -13,12 +13,17 @@
 //  - StagingPlanner wraps the caller's SavePlanner and resolves items of the
 //    current wave to their staged copies.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/core/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace megackpt::dcp {
 namespace {
@@ -297,10 +302,42 @@ uint64_t StagedBytes(const std::vector<Tensor*>& tensors) {
   return n;
 }
 
+// memcpy(dst, src, n) with non-temporal (streaming) stores: the staged copy is
+// read again only by the background writer, much later, so it need not pass
+// through the cache. Plain stores first read every destination line
+// (read-for-ownership), 3 memory transfers per copied byte instead of 2; glibc
+// streams only pieces above its non-temporal threshold (about 3/4 of the
+// shared cache per thread, 114 MiB here), larger than the pieces below.
+void StreamCopy(std::byte* dst, const std::byte* src, uint64_t n) {
+#if defined(__x86_64__)
+  // Head: up to the first 16-byte aligned destination byte.
+  const uint64_t head = std::min<uint64_t>(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  uint64_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();  // streaming stores are weakly ordered: visible before the piece counts as done
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
 // Copies every tensor into the arena (REQUIRES: StagedBytes fits) and points the
-// state at the copies.
+// state at the copies. Contiguous tensors are cut into byte ranges copied by
+// several threads; a state of kStreamFrom or more (far more than the cores'
+// private caches, and its copy is not read again soon) with streaming stores.
 Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
   constexpr uint64_t kMinPiece = 1ull << 20, kMaxPiece = 64ull << 20;
+  constexpr uint64_t kStreamFrom = 64ull << 20;
   ThreadPool& pool = ThreadPool::Default();
   const int threads = std::max(2, pool.size());
   const uint64_t total = StagedBytes(tensors);
@@ -329,7 +366,11 @@ Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
       [&](size_t k) -> Status {
         const StageCopy& c = copies[k];
         if (c.src) {
-          std::memcpy(c.dst, c.src, c.len);
+          if (total >= kStreamFrom) {
+            StreamCopy(c.dst, c.src, c.len);
+          } else {
+            std::memcpy(c.dst, c.src, c.len);
+          }
           return Status::OK();
         }
         return CopyTensor(c.from, c.to);

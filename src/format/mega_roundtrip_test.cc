@@ -616,6 +616,59 @@ TEST(MegaRoundTripTest, ReadTensorsInParallel) {
   EXPECT_NE(st.message().find("tensor 't9': CRC32 mismatch"), std::string::npos) << st.ToString();
 }
 
+// Verified reads checksum pieces of at most 1 MiB right after each lands, also
+// when read_block_size (a ReadTensors item) is larger: a flipped byte at either
+// edge of every such piece, in every item, is caught by ReadTensors (pool and
+// caller thread) and ReadTensor; the unflipped file reads back exactly.
+TEST(MegaRoundTripTest, VerifiedReadsCatchAFlipInEveryPiece) {
+  const int64_t n = (5 << 20) / 4 + 1000;  // 5 MiB + 4000 bytes of F32
+  Tensor t = MakeTensor(DType::kF32, {n}, 3);
+  MegaWriter w;
+  ASSERT_TRUE(w.AddTensor("big", t).ok());
+  const std::string bytes = WriteToMemory(w);
+  MegaReaderOptions ro;
+  ro.read_block_size = (5u << 20) / 2;  // items of 2.5 MiB: pieces of 1, 1 and 0.5 MiB
+  ThreadPool pool(2);
+  auto read_all = [&](const std::string& file) {
+    std::vector<Status> out;
+    auto r = OpenBytes("flip.mega", file, ro);
+    EXPECT_TRUE(r.ok());
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<MegaReadRequest> one = {{0, *Tensor::Empty(DType::kF32, {n})}};
+      out.push_back((*r)->ReadTensors(one, p));
+      if (out.back().ok()) {
+        EXPECT_TRUE(TensorBytesEqual(one[0].dst, t));
+      }
+    }
+    Tensor dst = *Tensor::Empty(DType::kF32, {n});
+    out.push_back((*r)->ReadTensor(0, dst));
+    if (out.back().ok()) {
+      EXPECT_TRUE(TensorBytesEqual(dst, t));
+    }
+    return out;
+  };
+  for (const Status& s : read_all(bytes)) EXPECT_TRUE(s.ok()) << s.ToString();
+  const MegaTensorInfo& info = (*OpenBytes("flip.mega", bytes, ro))->tensors()[0];
+  const uint64_t size = info.logical_nbytes, item = ro.read_block_size, piece = 1u << 20;
+  std::vector<uint64_t> flips;
+  for (uint64_t a = 0; a < size; a += item) {
+    for (uint64_t p = a; p < std::min(a + item, size); p += piece) {
+      const uint64_t e = std::min({p + piece, a + item, size});
+      flips.push_back(p);
+      flips.push_back(e - 1);
+    }
+  }
+  ASSERT_EQ(flips.size(), 14u);  // 3 items of 3, 3 and 1 pieces
+  for (uint64_t at : flips) {
+    std::string bad = bytes;
+    bad[info.file_offset + at] ^= 0x10;
+    for (const Status& s : read_all(bad)) {
+      EXPECT_EQ(s.code(), StatusCode::kDataLoss) << "flip at " << at << ": " << s.ToString();
+      EXPECT_NE(s.message().find("tensor 'big'"), std::string::npos) << s.ToString();
+    }
+  }
+}
+
 TEST(MegaWriterTest, ArgumentErrors) {
   Tensor t = MakeTensor(DType::kF32, {2}, 1);
   {
