@@ -9,7 +9,9 @@
 //   model.mega | model-NNNNN-of-MMMMM.mega   shards (TensorPlay profile, CRC32 per
 //                                           tensor); with a save id in the name
 //                                           (model-<id>-NNNNN-of-MMMMM.mega) when
-//                                           the plain names are taken
+//                                           the plain names are taken; without a
+//                                           mapping files_per_rank (default
+//                                           thread_count) files per rank
 //   model.mega.index.json                   weight_map of every whole entry, the
 //                                           chunks of every sharded one
 //   .metadata                               the encoded dcp Metadata; its rename is
