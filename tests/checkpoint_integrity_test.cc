@@ -114,7 +114,10 @@ TEST(PathSafety, MegaMetadataNamingAFileOutsideIsRefused) {
     other.Set("w", StateValue(Iota(DType::kF32, {64, 96}, 77)));
     other.Set("b", StateValue(Iota(DType::kBF16, {96}, 78)));
     other.Set("rng", StateValue::Bytes(std::string(300, 'E')));
-    MegaStorageWriter w(t.path("evil"));
+    // One file holding every entry (the default layout would split them).
+    MegaStorageWriterOptions one_file;
+    one_file.files_per_rank = 1;
+    MegaStorageWriter w(t.path("evil"), std::nullopt, one_file);
     ASSERT_TRUE(Save(other, w).ok());
   }
   auto evil = Names(t.path("evil"), ".mega");

@@ -58,7 +58,30 @@ TEST(MegaStorageMpi, SaveAndReshardedLoadWithoutMapping) {
     // The index covers every rank's items.
     auto idx = format::ReadShardIndexFile(ckpt + "/model.mega.index.json");
     ASSERT_TRUE(idx.ok());
+    // Default layout: thread_count (2) files per rank.
+    EXPECT_GE(testing::ShardsIn(ckpt).size(), 2u * static_cast<size_t>(g->world_size()));
+  }
+}
+
+// files_per_rank = 1 over MPI: one file per rank (and one more per extra chunk
+// of an fqn a rank holds twice), still resharding.
+TEST(MegaStorageMpi, OneFilePerRankLayout) {
+  auto g = NewGroup();
+  ASSERT_NE(g, nullptr);
+  SharedDir dir(*g);
+  auto spec = synthetic::MakeSpec(303, 400 << 10);
+  const std::string ckpt = dir.path("c");
+  MegaStorageWriterOptions o;
+  o.files_per_rank = 1;
+  MegaStorageWriter writer(ckpt, std::nullopt, o);
+  Status s = All(*g, testing::SaveSyntheticRank(spec, writer, g.get()));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = All(*g, LoadOnRanks(*g, spec, ckpt, 1));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (g->rank() == 0) {
+    EXPECT_TRUE(LoadInOneProcess(spec, ckpt, 2).ok());
     EXPECT_GE(testing::ShardsIn(ckpt).size(), static_cast<size_t>(g->world_size()));
+    EXPECT_LT(testing::ShardsIn(ckpt).size(), 2u * static_cast<size_t>(g->world_size()) + 2);
   }
 }
 

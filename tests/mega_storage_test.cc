@@ -111,6 +111,15 @@ void ExpectGloballyNumbered(const std::vector<std::string>& shards) {
 
 std::string Slurp(const std::string& path) { return *ReadLocalFile(path); }
 
+// The path of the shard of `dir` that stores a tensor named `fqn` ("" if none).
+std::string ShardHolding(const std::string& dir, const std::string& fqn) {
+  for (const auto& f : ShardsIn(dir)) {
+    auto r = format::MegaReader::OpenFile(dir + "/" + f);
+    if (r.ok() && (*r)->Find(fqn) != nullptr) return dir + "/" + f;
+  }
+  return "";
+}
+
 void FlipByte(const std::string& path, uint64_t offset) {
   ::megackpt::test_util::XorFileByte(path, offset, 0x5A);
 }
@@ -353,11 +362,13 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
       });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   auto shards = ShardsIn(ckpt);
-  ASSERT_EQ(shards.size(), 3u);  // one distinct file per rank, none overwritten
-  EXPECT_EQ(std::set<std::string>(shards.begin(), shards.end()).size(), 3u);
+  // Distinct files for every rank, none overwritten: thread_count (2) files per
+  // rank by default (each rank holds 2 or 3 items).
+  ASSERT_EQ(shards.size(), 6u);
+  EXPECT_EQ(std::set<std::string>(shards.begin(), shards.end()).size(), 6u);
   format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   EXPECT_EQ(IndexFqns(idx), (std::set<std::string>{"rank0.w", "rank1.w", "rank2.w", "replicated", "sharded"}));
-  EXPECT_EQ(idx.weight_map.at("rank2.w"), shards[2]);
+  EXPECT_EQ(idx.weight_map.at("rank2.w"), shards[4]);  // rank 2's first file: its largest item
   // Every rank's data comes back (the seed lost two ranks' files).
   StateDict sd;
   for (int r = 0; r < 3; ++r) sd.Set("rank" + std::to_string(r) + ".w", *Tensor::Empty(DType::kI32, {8}, true));
@@ -500,8 +511,8 @@ TEST(MegaStorageSeedDefects, SeedDefect5_BytesRoundTripAsBytes) {
   sd.Set("w", *Tensor::Empty(DType::kF32, {2}, true));
   MegaStorageWriter w(ckpt);
   ASSERT_TRUE(Save(sd, w).ok());
-  // Stored as a U8 tensor marked "bytes".
-  auto r = format::MegaReader::OpenFile(ckpt + "/model.mega");
+  // Stored as a U8 tensor marked "bytes" (in one of the rank's two files).
+  auto r = format::MegaReader::OpenFile(ShardHolding(ckpt, "blob"));
   ASSERT_TRUE(r.ok());
   const format::MegaTensorInfo* t = (*r)->Find("blob");
   ASSERT_NE(t, nullptr);
@@ -533,7 +544,10 @@ TEST(MegaStorageSeedDefects, SeedDefect6_ReadsOnlyNeededRanges) {
   StateDict sd;
   sd.Set("big", big);
   sd.Set("other", *Tensor::Empty(DType::kF32, {1024, 1024}, true));
-  MegaStorageWriter w(ckpt);
+  // One file, so "other" makes it twice the size of "big".
+  MegaStorageWriterOptions one_file;
+  one_file.files_per_rank = 1;
+  MegaStorageWriter w(ckpt, std::nullopt, one_file);
   ASSERT_TRUE(Save(sd, w).ok());
   const uint64_t file_size = stdfs::file_size(ckpt + "/model.mega");
   for (bool rows : {true, false}) {

@@ -428,7 +428,9 @@ def storage_classes(fw, module_name):
         ``thread_count`` writer threads per rank; ``sync_files`` fsyncs shards and the
         commit (False: faster, still atomic); ``overwrite=False`` refuses to replace a
         committed checkpoint; ``checksum``: "crc32" (default), "sha256" or "none";
-        ``consolidate``: rewrite as whole tensors after the commit. ``reuse_staging``
+        ``consolidate``: rewrite as whole tensors after the commit. ``files_per_rank``:
+        shard files per rank without a mapping (None/0: ``thread_count``; 1: one file
+        per rank); a mapping keeps one file per bucket per rank. ``reuse_staging``
         (torch's ``async_save``): stage into the process's reusable staged copy
         (pre-faulted after the first save; it stays allocated, as
         ``megackpt.async_save``'s pool does); False: a fresh copy per save.
@@ -438,10 +440,13 @@ def storage_classes(fw, module_name):
         _kind = "mega"
 
         def __init__(self, path, fqn_to_index_mapping=None, *, thread_count=2, sync_files=True,
-                     overwrite=True, checksum=None, consolidate=None, reuse_staging=True):
+                     overwrite=True, checksum=None, consolidate=None, reuse_staging=True,
+                     files_per_rank=None):
             super().__init__(path, _writer_options(
                 thread_count, sync_files, overwrite, fqn_to_index_mapping=fqn_to_index_mapping,
-                checksum=checksum, consolidate=consolidate), reuse_staging)
+                checksum=checksum, consolidate=consolidate,
+                files_per_rank=None if files_per_rank is None else int(files_per_rank)),
+                reuse_staging)
             self.fqn_to_index_mapping = fqn_to_index_mapping
 
     class MegaStorageReader(ReaderBase, fw.dcp.StorageReader):

@@ -14,7 +14,8 @@ namespace megackpt::python {
 namespace {
 
 const std::set<std::string> kWriterOptions = {"thread_count", "sync",     "overwrite",
-                                              "fqn_to_index_mapping", "checksum", "consolidate"};
+                                              "fqn_to_index_mapping", "checksum", "consolidate",
+                                              "files_per_rank"};
 const std::set<std::string> kReaderOptions = {"thread_count", "verify"};
 
 Status CheckKeys(nb::dict options, const std::set<std::string>& known, const std::string& what) {
@@ -67,7 +68,7 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
   const bool overwrite = Get<bool>(options, "overwrite", true);
   if (threads < 1) return InvalidArgumentError("save: thread_count must be >= 1");
   if (kind == "fs") {
-    for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate"}) {
+    for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate", "files_per_rank"}) {
       if (options.contains(only_mega) && !options[only_mega].is_none()) {
         return InvalidArgumentError(std::string("save: option '") + only_mega +
                                     "' needs storage='mega'");
@@ -87,6 +88,9 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
     MEGA_ASSIGN_OR_RETURN(o.checksum,
                           ChecksumFromName(Get<std::string>(options, "checksum", "crc32")));
     o.consolidate = Get<bool>(options, "consolidate", false);
+    // Shard files per rank without a mapping (0: thread_count; MegaStorageWriterOptions).
+    o.files_per_rank = Get<int>(options, "files_per_rank", 0);
+    if (o.files_per_rank < 0) return InvalidArgumentError("save: files_per_rank must be >= 0");
     std::optional<dcp::FqnToIndexMapping> mapping;
     if (options.contains("fqn_to_index_mapping") && !options["fqn_to_index_mapping"].is_none()) {
       mapping = nb::cast<std::map<std::string, int>>(options["fqn_to_index_mapping"]);

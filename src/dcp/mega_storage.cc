@@ -161,6 +161,37 @@ LayoutItem ItemFor(const WriteItem& w) {
   return it;
 }
 
+// The files of one rank's items in the default bucket: `want` files balanced
+// by bytes, largest item first onto the lightest file that does not hold its
+// fqn yet (a file names each tensor by its fqn); a further file when every file
+// holds it (several chunks of one fqn). Returns each item's file number k.
+std::vector<int> SplitOverFiles(const std::vector<WriteItem>& items, size_t want) {
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<uint64_t> nbytes(items.size());
+  for (size_t i = 0; i < items.size(); ++i) nbytes[i] = WriteItemNbytes(items[i]);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return nbytes[a] > nbytes[b]; });
+  struct Bin {
+    uint64_t bytes = 0;
+    std::set<std::string> fqns;
+  };
+  std::vector<Bin> bins(std::max<size_t>(want, 1));
+  std::vector<int> file_of(items.size(), 0);
+  for (size_t i : order) {
+    const std::string& fqn = items[i].index.fqn;
+    size_t best = bins.size();
+    for (size_t b = 0; b < bins.size(); ++b) {
+      if (bins[b].fqns.count(fqn)) continue;
+      if (best == bins.size() || bins[b].bytes < bins[best].bytes) best = b;
+    }
+    if (best == bins.size()) bins.emplace_back();
+    bins[best].bytes += nbytes[i];
+    bins[best].fqns.insert(fqn);
+    file_of[i] = static_cast<int>(best);
+  }
+  return file_of;
+}
+
 }  // namespace
 
 // ============================== writer =======================================
@@ -342,6 +373,15 @@ struct MegaStorageWriter::Impl {
     return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data), eo);
   }
 
+  // What this rank staged so far travels to the coordinator's Finish.
+  Result<std::vector<WriteResult>> ExportStaged(std::vector<WriteResult> results) {
+    if (!results.empty()) {
+      MEGA_ASSIGN_OR_RETURN(results.front().commit_token, txn->Export());
+    }
+    txn_stats = txn->stats();
+    return results;
+  }
+
   // Sinks without positioned writes (e.g. an upload stream): the whole file must
   // be in this call; the encoder computes checksums in a first pass, then streams.
   Status WriteSequentialFile(size_t f, const SavePlan& plan, const std::vector<size_t>& items,
@@ -471,10 +511,20 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
   const int rank_tag = RankTagFor(s.setup);
   // Group items by (bucket, rank, k): k separates several chunks of one fqn that
   // one rank holds in one bucket, so every tensor in a file is named by its fqn.
+  // Without a mapping (one bucket), k is the file of the rank's split over
+  // options.files_per_rank files (1: the (bucket, rank, k) rule alone).
   using GroupKey = std::tuple<int, int, int>;
   std::map<GroupKey, std::vector<std::pair<size_t, size_t>>> groups;  // -> (plan, item)
+  const size_t files_per_rank = s.options.files_per_rank > 0 ? static_cast<size_t>(s.options.files_per_rank)
+                                                            : static_cast<size_t>(s.options.thread_count);
   for (size_t r = 0; r < plans.size(); ++r) {
     const int rank = s.setup.use_collectives ? static_cast<int>(r) : s.setup.rank;
+    if (!s.mapping && files_per_rank > 1) {
+      const std::vector<int> file_of =
+          SplitOverFiles(plans[r].items, std::min(files_per_rank, plans[r].items.size()));
+      for (size_t i = 0; i < plans[r].items.size(); ++i) groups[{1, rank, file_of[i]}].push_back({r, i});
+      continue;
+    }
     std::map<std::pair<int, std::string>, int> seen;
     for (size_t i = 0; i < plans[r].items.size(); ++i) {
       const WriteItem& w = plans[r].items[i];
@@ -561,7 +611,7 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
     by_file[it->second.first].push_back(i);
   }
   std::vector<WriteResult> results(plan.items.size());
-  std::vector<size_t> positioned;  // items written with positioned writes
+  std::vector<size_t> files;  // files written with positioned writes
   for (auto& [f, items] : by_file) {
     if (s.slots[f].done) {
       return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
@@ -572,68 +622,83 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
       continue;
     }
     MEGA_RETURN_IF_ERROR(s.OpenSlot(f, plan.planner_data));
-    positioned.insert(positioned.end(), items.begin(), items.end());
+    files.push_back(f);
   }
-  // Largest first, so the threads finish together.
+  const auto write_item = [&](size_t i) -> Status {
+    const WriteItem& w = plan.items[i];
+    auto [f, pos] = target[i];
+    format::MegaEncoder& fw = *s.slots[f].writer;
+    WritableFile& file = *s.slots[f].file;
+    {
+      // Released before the next item is resolved (bounded staging pools).
+      MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(w));
+      if (w.type == WriteItemType::kByteIO) {
+        if (data.bytes.size() != w.bytes_size) {
+          return InternalError("planner resolved " + ToString(w.index) + " to " +
+                               std::to_string(data.bytes.size()) + " bytes, the plan says " +
+                               std::to_string(w.bytes_size));
+        }
+        MEGA_RETURN_IF_ERROR(fw.WriteTensorBytes(file, pos, AsBytes(data.bytes)));
+      } else {
+        MEGA_RETURN_IF_ERROR(fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));
+      }
+    }
+    WriteResult& r = results[i];
+    r.index = w.index;
+    r.size_in_bytes = fw.tensor_nbytes(pos);
+    r.storage_data.relative_path = s.layout.files[f].name;
+    r.storage_data.offset = fw.tensor_file_offset(pos);
+    r.storage_data.length = fw.tensor_nbytes(pos);
+    r.storage_data.checksum = mega_storage::MegaChecksumString(fw.tensor_info(pos));
+    return Status::OK();
+  };
+  // A file whose items are all in: header (+ fsync), closed.
+  const auto finish_if_complete = [&](size_t f) -> Status {
+    Impl::Slot& slot = s.slots[f];
+    if (!slot.writer || slot.done || !slot.writer->all_written()) return Status::OK();
+    MEGA_RETURN_IF_ERROR(slot.writer->FinishPositioned(*slot.file));
+    if (s.options.sync) MEGA_RETURN_IF_ERROR(slot.file->Sync());
+    slot.done = true;
+    return slot.file->Close();
+  };
+  const int par = s.options.thread_count;
+  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
+  const auto call_bytes = [&](size_t f) {
+    uint64_t n = 0;
+    for (size_t i : by_file.at(f)) n += WriteItemNbytes(plan.items[i]);
+    return n;
+  };
+  if (files.size() >= static_cast<size_t>(par)) {
+    // One task per file (largest first): its items in file order, then its
+    // header, so no two threads write one file (ext4 serialises writes to one
+    // inode) and one file's fsync overlaps the others' writes.
+    std::vector<uint64_t> bytes_of(s.slots.size(), 0);
+    for (size_t f : files) bytes_of[f] = call_bytes(f);
+    std::stable_sort(files.begin(), files.end(), [&](size_t a, size_t b) { return bytes_of[a] > bytes_of[b]; });
+    MEGA_RETURN_IF_ERROR(ParallelFor(
+        s.pool.get(), files.size(),
+        [&](size_t k) -> Status {
+          const size_t f = files[k];
+          std::vector<size_t> items = by_file.at(f);
+          std::sort(items.begin(), items.end(), [&](size_t a, size_t b) { return target[a].second < target[b].second; });
+          for (size_t i : items) MEGA_RETURN_IF_ERROR(write_item(i));
+          return finish_if_complete(f);
+        },
+        par));
+    return s.ExportStaged(std::move(results));
+  }
+  // Fewer files than threads: items in parallel, largest first so the threads
+  // finish together; then the complete files' headers, in parallel.
+  std::vector<size_t> positioned;
+  for (size_t f : files) positioned.insert(positioned.end(), by_file.at(f).begin(), by_file.at(f).end());
   std::stable_sort(positioned.begin(), positioned.end(), [&](size_t a, size_t b) {
     return WriteItemNbytes(plan.items[a]) > WriteItemNbytes(plan.items[b]);
   });
-  const int par = s.options.thread_count;
-  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
-  MEGA_RETURN_IF_ERROR(ParallelFor(
-      s.pool.get(), positioned.size(),
-      [&](size_t k) -> Status {
-        const size_t i = positioned[k];
-        const WriteItem& w = plan.items[i];
-        auto [f, pos] = target[i];
-        format::MegaEncoder& fw = *s.slots[f].writer;
-        WritableFile& file = *s.slots[f].file;
-        {
-          // Released before the next item is resolved (bounded staging pools).
-          MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(w));
-          if (w.type == WriteItemType::kByteIO) {
-            if (data.bytes.size() != w.bytes_size) {
-              return InternalError("planner resolved " + ToString(w.index) + " to " +
-                                   std::to_string(data.bytes.size()) + " bytes, the plan says " +
-                                   std::to_string(w.bytes_size));
-            }
-            MEGA_RETURN_IF_ERROR(fw.WriteTensorBytes(file, pos, AsBytes(data.bytes)));
-          } else {
-            MEGA_RETURN_IF_ERROR(
-                fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));
-          }
-        }
-        WriteResult& r = results[i];
-        r.index = w.index;
-        r.size_in_bytes = fw.tensor_nbytes(pos);
-        r.storage_data.relative_path = s.layout.files[f].name;
-        r.storage_data.offset = fw.tensor_file_offset(pos);
-        r.storage_data.length = fw.tensor_nbytes(pos);
-        r.storage_data.checksum = mega_storage::MegaChecksumString(fw.tensor_info(pos));
-        return Status::OK();
-      },
-      par));
-  // Finish the files that are complete now (header + fsync), in parallel.
-  std::vector<size_t> complete;
-  for (const auto& [f, items] : by_file) {
-    if (s.slots[f].writer && !s.slots[f].done && s.slots[f].writer->all_written()) complete.push_back(f);
-  }
-  MEGA_RETURN_IF_ERROR(ParallelFor(
-      s.pool.get(), complete.size(),
-      [&](size_t k) -> Status {
-        Impl::Slot& slot = s.slots[complete[k]];
-        MEGA_RETURN_IF_ERROR(slot.writer->FinishPositioned(*slot.file));
-        if (s.options.sync) MEGA_RETURN_IF_ERROR(slot.file->Sync());
-        slot.done = true;
-        return slot.file->Close();
-      },
-      par));
-  // What this rank staged so far travels to the coordinator's Finish.
-  if (!results.empty()) {
-    MEGA_ASSIGN_OR_RETURN(results.front().commit_token, s.txn->Export());
-  }
-  s.txn_stats = s.txn->stats();
-  return results;
+  MEGA_RETURN_IF_ERROR(
+      ParallelFor(s.pool.get(), positioned.size(), [&](size_t k) { return write_item(positioned[k]); }, par));
+  MEGA_RETURN_IF_ERROR(
+      ParallelFor(s.pool.get(), files.size(), [&](size_t k) { return finish_if_complete(files[k]); }, par));
+  return s.ExportStaged(std::move(results));
 }
 
 Status MegaStorageWriter::Finish(const Metadata& metadata,

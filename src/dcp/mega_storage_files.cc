@@ -331,25 +331,27 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
       return read.status();
     }
     index = std::move(*read);
+    // Errors name the index by its path (the folder, for a corrupt reference).
+    const std::string index_path = fs::JoinPath(p.dir, index_name);
     std::set<std::string> fs_set;
     for (const auto& [fqn, f] : index->weight_map) fs_set.insert(f);
     if (auto it = index->extra_fields.find(std::string(kDcpIndexShardedKey));
         it != index->extra_fields.end()) {
       json j = json::parse(it->second, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
-        return DataLossError(index_name + ": " + std::string(kDcpIndexShardedKey) + " is not an object");
+        return DataLossError(index_path + ": " + std::string(kDcpIndexShardedKey) + " is not an object");
       }
       for (auto e = j.begin(); e != j.end(); ++e) {
         if (!e.value().is_object() || !e.value().contains("chunks") || !e.value()["chunks"].is_array()) {
-          return DataLossError(index_name + ": sharded entry " + Quote(e.key()) + " has no chunks");
+          return DataLossError(index_path + ": sharded entry " + Quote(e.key()) + " has no chunks");
         }
         for (const json& c : e.value()["chunks"]) {
           if (!c.is_object() || !c.contains("file") || !c["file"].is_string()) {
-            return DataLossError(index_name + ": sharded entry " + Quote(e.key()) +
+            return DataLossError(index_path + ": sharded entry " + Quote(e.key()) +
                                  " has a chunk without a file");
           }
           std::string f = c["file"].get<std::string>();
-          MEGA_RETURN_IF_ERROR(format::ValidateShardFileName(f).WithContext(index_name));
+          MEGA_RETURN_IF_ERROR(format::ValidateShardFileName(f).WithContext(index_path));
           fs_set.insert(f);
         }
       }

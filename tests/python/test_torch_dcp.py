@@ -109,6 +109,19 @@ def test_fqn_to_index_mapping_buckets(tmp_path):
     assert all(torch.equal(dst[k], state[k]) for k in state)
 
 
+def test_files_per_rank(tmp_path):
+    state = {"a": torch.ones(400), "b": torch.zeros(300), "c": torch.full((200,), 2.0)}
+    counts = {}
+    for files in (None, 1, 3):
+        p = tmp_path / f"c{files}"
+        dcp.save(state, storage_writer=mt.MegaStorageWriter(p, files_per_rank=files))
+        counts[files] = len([n for n in os.listdir(p) if n.endswith(".mega")])
+        dst = {k: torch.empty_like(v) for k, v in state.items()}
+        dcp.load(dst, storage_reader=mt.MegaStorageReader(p))
+        assert all(torch.equal(dst[k], state[k]) for k in state)
+    assert counts == {None: 2, 1: 1, 3: 3}, counts
+
+
 def test_python_and_cpp_checkpoints_are_the_same_thing(tmp_path):
     """A checkpoint the C++ CLI saved (megackpt demo, 3 ranks) loads through
     torch DCP with our reader; what torch DCP saved loads through the CLI."""
@@ -156,7 +169,13 @@ def test_megatensors_reads_our_shards(tmp_path):
              "h": torch.randn(3).to(torch.bfloat16)}
     p = tmp_path / "c"
     dcp.save(state, storage_writer=mt.MegaStorageWriter(p))
-    loaded = megatensors.load_state_dict(str(p / "model.mega"))
+    # thread_count (2) shard files by default; megatensors reads each of them.
+    shards = sorted(n for n in os.listdir(p) if n.endswith(".mega"))
+    assert shards == ["model-00001-of-00002.mega", "model-00002-of-00002.mega"], shards
+    loaded = {}
+    for name in shards:
+        loaded.update(megatensors.load_state_dict(str(p / name)))
+    assert sorted(loaded) == sorted(state)
     for k, v in state.items():
         assert torch.equal(loaded[k], v), k
 

@@ -9,7 +9,9 @@
 //   model.mega | model-NNNNN-of-MMMMM.mega   shards (TensorPlay profile, CRC32 per
 //                                           tensor); with a save id in the name
 //                                           (model-<id>-NNNNN-of-MMMMM.mega) when
-//                                           the plain names are taken
+//                                           the plain names are taken; without a
+//                                           mapping files_per_rank (default
+//                                           thread_count) files per rank
 //   model.mega.index.json                   weight_map of every whole entry, the
 //                                           chunks of every sharded one
 //   .metadata                               the encoded dcp Metadata; its rename is
@@ -84,8 +86,18 @@ using FqnToIndexMapping = std::map<std::string, int>;
 enum class ConsolidateFormat { kMega, kSafetensors };
 
 struct MegaStorageWriterOptions {
-  // Worker threads per rank (items are written in parallel).
+  // Worker threads per rank (files, or items of one file, are written in
+  // parallel).
   int thread_count = 2;
+  // Shard files per rank when no fqn_to_index_mapping is given (the default
+  // bucket): 0 = automatic = thread_count; 1 = one file per rank (plus one per
+  // further chunk of an fqn the rank holds twice). The rank's items are
+  // balanced over the files by bytes (largest first onto the lightest file),
+  // never more files than items; each writer thread then writes whole files,
+  // so no two threads write one file at once (docs/mega-storage.md §1). An
+  // explicit mapping ignores this: one file per bucket per rank. < 0 is
+  // treated as 0.
+  int files_per_rank = 0;
   // fsync every shard before the commit and the commit itself. False: faster,
   // atomic against process crashes but not durable across a power loss.
   bool sync = true;
@@ -118,13 +130,17 @@ class MegaStorageWriter final : public StorageWriter {
   bool ValidateCheckpointId(std::string_view checkpoint_id) const override;
   Status SetUpStorageWriter(const StorageSetUp& setup) override;
   Result<SavePlan> PrepareLocalPlan(SavePlan plan) override;
-  // Assigns every item a shard file: one file per (bucket, rank, k) where k
-  // separates several chunks of one fqn held by one rank; files are numbered
-  // globally in (bucket, rank, k) order, so M in "-of-M" is the global count.
-  // InvalidArgument for a mapping value < 1.
+  // Assigns every item a shard file. With a mapping: one file per (bucket,
+  // rank, k) where k separates several chunks of one fqn held by one rank.
+  // Without: options.files_per_rank files per rank (k = 0..F-1; a rank's items
+  // balanced by bytes; a further file when every file holds the fqn already).
+  // Files are numbered globally in (bucket, rank, k) order, so M in "-of-M" is
+  // the global count. InvalidArgument for a mapping value < 1.
   Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override;
-  // Writes the items into their shards, in parallel; a shard's header is written
-  // (and the file fsynced) once all its items are in, so several calls with
+  // Writes the items into their shards, in parallel: with at least as many
+  // files in the call as threads, one task per file (its items in file order,
+  // then its header), else items in parallel. A shard's header is written (and
+  // the file fsynced) once all its items are in, so several calls with
   // disjoint subsets of the plan (async_save waves) are fine.
   Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) override;
   // Commits the coordinator's transaction: imports every rank's export
