@@ -197,7 +197,9 @@ TEST(ChecksumTest, KnownAnswers) {
 // for block sizes 64 B .. 64 KiB, short last blocks and unaligned starts.
 TEST(ChecksumTest, MatchesOneCrc32PerBlock) {
   std::mt19937_64 rng(11);
-  std::vector<std::byte> data((256u << 10) + 64);
+  // Large enough for the longest case below (11 blocks of 64 KiB + 48 bytes,
+  // from offset 7): every span must lie inside the buffer.
+  std::vector<std::byte> data(12u << 16);
   for (auto& b : data) b = static_cast<std::byte>(rng());
   // Known answers (zlib.crc32): bytes 0, 1, ..., n-1 as one block, and a
   // short block ("123456789").
@@ -214,6 +216,7 @@ TEST(ChecksumTest, MatchesOneCrc32PerBlock) {
     for (size_t start : {0u, 1u, 7u}) {
       for (uint64_t size : {block, 3 * block, 3 * block + 16, 4 * block, 5 * block + 1, 8 * block,
                             11 * block + 48, uint64_t{100u << 10}}) {
+        ASSERT_LE(start + size, data.size()) << "block " << block << " size " << size;
         std::span<const std::byte> bytes(data.data() + start, size);
         std::vector<uint32_t> got((size + block - 1) / block + 1, 0xdeadbeef);
         BlockCrc32s(bytes, block, got.data());
