@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -285,9 +286,16 @@ Status PlainIo::Read(int readers, uint64_t pread_bytes) {
   const std::string path = prefix_ + ".read";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(path + ": open", errno);
-  Status s = RunParallel(readers, [&](int i) -> Status {
-    const auto [begin, end] = PartRange(bytes_, i, readers);
-    return PreadAll(fd, dst_ + begin, end - begin, begin, path, pread_bytes ? pread_bytes : kLargeIo);
+  const uint64_t piece = pread_bytes ? pread_bytes : kLargeIo;
+  const uint64_t unit = std::max(kReadWorkUnit, piece);
+  std::atomic<uint64_t> next{0};
+  Status s = RunParallel(readers, [&](int) -> Status {
+    for (;;) {
+      const uint64_t begin = next.fetch_add(unit);
+      if (begin >= bytes_) return Status::OK();
+      const uint64_t end = std::min(bytes_, begin + unit);
+      MEGA_RETURN_IF_ERROR(PreadAll(fd, dst_ + begin, end - begin, begin, path, piece));
+    }
   });
   close(fd);
   return s;
@@ -345,37 +353,51 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& c
   return c;
 }
 
-namespace {
-
-// Interleaved rounds: round r runs every configuration once, in an order
-// rotated by r, so no configuration always follows the same neighbour and a
-// slow phase of the machine hits all of them alike.
-Result<Ceiling> MeasureAt(PlainIo& io, CeilingKind kind, const std::vector<CeilingConfig>& configs,
-                          int warmup, int reps) {
-  std::vector<std::vector<double>> secs(configs.size());
-  for (int r = 0; r < warmup + reps; ++r) {
-    for (size_t k = 0; k < configs.size(); ++k) {
-      const size_t i = (k + static_cast<size_t>(r)) % configs.size();
-      MEGA_ASSIGN_OR_RETURN(double dt, io.TimeOnce(kind, configs[i]));
-      if (r >= warmup) secs[i].push_back(dt);
-    }
+// Round r of a kind runs every configuration once, in an order rotated by r,
+// so no configuration always follows the same neighbour and a slow phase of
+// the machine hits all of them alike.
+Status CeilingRounds::Round(CeilingKind kind) {
+  Kind& k = kinds_[static_cast<int>(kind)];
+  if (k.configs.empty()) {
+    k.configs = CeilingConfigs(kind, n_);
+    k.secs.resize(k.configs.size());
   }
-  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite) io.PrepareWrite();
-  return CeilingFromSeconds(kind, configs, secs, io.bytes());
+  const int r = k.rounds++;
+  for (size_t j = 0; j < k.configs.size(); ++j) {
+    const size_t i = (j + static_cast<size_t>(r)) % k.configs.size();
+    MEGA_ASSIGN_OR_RETURN(double dt, io_.TimeOnce(kind, k.configs[i]));
+    if (r >= warmup_) k.secs[i].push_back(dt);
+  }
+  return Status::OK();
 }
+
+Ceiling CeilingRounds::Get(CeilingKind kind) const {
+  const Kind& k = kinds_[static_cast<int>(kind)];
+  if (k.configs.empty()) {
+    Ceiling c;
+    c.kind = kind;
+    return c;
+  }
+  return CeilingFromSeconds(kind, k.configs, k.secs, io_.bytes());
+}
+
+namespace {
 
 // One thread, for the single-stream paths (cas).
 Result<Summary> OneThread(const std::string& path, uint64_t bytes, CeilingKind kind, int warmup,
                           int reps) {
   MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(path, bytes));
-  MEGA_ASSIGN_OR_RETURN(Ceiling c, MeasureAt(*io, kind, CeilingConfigs(kind, 1), warmup, reps));
+  MEGA_ASSIGN_OR_RETURN(Ceiling c, MeasureCeiling(*io, kind, 1, warmup, reps));
   return c.best;
 }
 
 }  // namespace
 
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps) {
-  return MeasureAt(io, kind, CeilingConfigs(kind, n), warmup, reps);
+  CeilingRounds rounds(io, n, warmup);
+  for (int r = 0; r < warmup + reps; ++r) MEGA_RETURN_IF_ERROR(rounds.Round(kind));
+  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite) io.PrepareWrite();
+  return rounds.Get(kind);
 }
 
 Result<Summary> MemcpyGbps(uint64_t bytes, int warmup, int reps) {
@@ -420,20 +442,6 @@ void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio) {
     if (!out->contains("ceiling_too_low")) (*out)["ceiling_too_low"] = nlohmann::json::array();
     (*out)["ceiling_too_low"].push_back(ratio_key);
   }
-}
-
-Result<SaveLoadCeilings> MeasureSaveLoadCeilings(const std::string& prefix, uint64_t bytes, int n,
-                                                 int warmup, int reps, bool memcpy) {
-  MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(prefix, bytes));
-  SaveLoadCeilings c;
-  MEGA_ASSIGN_OR_RETURN(c.durable, MeasureCeiling(*io, CeilingKind::kDurableWrite, n, warmup, reps));
-  MEGA_ASSIGN_OR_RETURN(c.pagecache_write,
-                        MeasureCeiling(*io, CeilingKind::kPageCacheWrite, n, warmup, reps));
-  MEGA_ASSIGN_OR_RETURN(c.warm_read, MeasureCeiling(*io, CeilingKind::kWarmRead, n, warmup, reps));
-  if (memcpy) {
-    MEGA_ASSIGN_OR_RETURN(c.memcpy, MeasureCeiling(*io, CeilingKind::kMemcpy, n, warmup, reps));
-  }
-  return c;
 }
 
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {

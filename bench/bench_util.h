@@ -83,8 +83,12 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 //    with sync_file_range(SYNC_FILE_RANGE_WRITE), so the device works while the
 //    next bytes are copied. Without the hint the plain writer leaves all
 //    writeback to fdatasync and is not a limit for paths that overlap it.
-//  - kWarmRead: W threads pread byte ranges of one cached file of `bytes` into a
-//    reused, pre-faulted buffer (preads of 1, 4 or 64 MiB).
+//  - kWarmRead: W threads pread one cached file of `bytes` into a reused,
+//    pre-faulted buffer (preads of 1, 4 or 64 MiB). Like the library's readers
+//    (dcp/filesystem.cc, kReadUnit), the threads take work units of
+//    max(kReadWorkUnit, pread size) from a shared counter, so a thread slowed
+//    by the machine does not hold the others up (static byte ranges per
+//    thread would make the limit lower than the library's reads).
 //  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers.
 // Separate files for writers: buffered writes to one ext4 file serialize on the
 // inode lock, so W files is what W plain writers can do. The configurations run
@@ -93,6 +97,9 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 // The library's durable save paths start writeback every 32 MiB (kWritebackUnit
 // in dcp/filesystem.cc and dcp/mega_storage.cc); the ceiling tries it and 8 MiB.
 constexpr uint64_t kDurableWritebackUnit = 32ull << 20;
+// The library's readers hand out contiguous reads in work units of 32 MiB
+// (kReadUnit in dcp/filesystem.cc); the warm-read ceiling does the same.
+constexpr uint64_t kReadWorkUnit = 32ull << 20;
 
 enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy };
 
@@ -171,6 +178,33 @@ struct Ceiling {
   std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
 };
 
+// Rounds of ceiling measurements that a bench interleaves with its own rows,
+// so a row and its limit see the same machine state (a ceiling measured minutes
+// later is not a limit: the machine drifts). Each Round(kind) runs every
+// configuration of CeilingConfigs(kind, n) once, in an order rotated by the
+// round's index; the first `warmup` rounds of each kind are dropped.
+// Typical use, per repetition of a row: Round(kind), then the row itself.
+class CeilingRounds {
+ public:
+  // `io` must outlive this.
+  CeilingRounds(PlainIo& io, int n, int warmup) : io_(io), n_(n), warmup_(warmup) {}
+  PlainIo& io() { return io_; }
+  // One round of `kind`; stops at the first error.
+  Status Round(CeilingKind kind);
+  // The ceiling of `kind` over the rounds run so far (empty when none).
+  Ceiling Get(CeilingKind kind) const;
+
+ private:
+  struct Kind {
+    std::vector<CeilingConfig> configs;
+    std::vector<std::vector<double>> secs;
+    int rounds = 0;
+  };
+  PlainIo& io_;
+  int n_, warmup_;
+  Kind kinds_[4];
+};
+
 // Measures `kind` in each of CeilingConfigs(kind, n), interleaved: warmup +
 // reps rounds, GB/s of io.bytes(); the best median wins.
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps);
@@ -195,15 +229,12 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c);
 // array out["ceiling_too_low"].
 void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio);
 
-// The ceilings of a checkpoint save/load bench (bench dcp, bench mega), in
-// this order: write + fdatasync, page-cache write, warm read, and (when
-// `memcpy`) memcpy, each MeasureCeiling at parallelism n over `bytes`, in
-// files `prefix`.*; every buffer is freed before returning.
+// The ceilings of a checkpoint save/load bench (bench dcp, bench mega), each
+// gathered by CeilingRounds interleaved with the bench's rows; memcpy is empty
+// when the bench does not measure it.
 struct SaveLoadCeilings {
   Ceiling durable, pagecache_write, warm_read, memcpy;
 };
-Result<SaveLoadCeilings> MeasureSaveLoadCeilings(const std::string& prefix, uint64_t bytes, int n,
-                                                 int warmup, int reps, bool memcpy);
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c);

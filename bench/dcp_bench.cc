@@ -16,9 +16,12 @@
 //    of a cached file into a reused, pre-faulted buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
 //    before it (the state itself is already resident).
-//  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
-//  save, and before every write of the limits, PrepareFreshWrite (untimed)
-//  removes the target and writes back dirty pages: both start from the same state.
+//  Each: one dropped warm-up, then --reps runs; min/median/max. Every
+//  repetition runs the row's ceiling round right before the row (interleaved:
+//  a limit measured minutes later, in another machine state, is no limit).
+//  Before every save, and before every write of the limits, the other's files
+//  are removed and PrepareFreshWrite (untimed) writes back dirty pages: both
+//  start from the same state.
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,13 +170,58 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     for (const auto& x : all) peak_extra = std::max<uint64_t>(peak_extra, std::stoull(x));
   }
 
+  // Every repetition runs a row's ceiling round (bench_util.h CeilingRounds:
+  // best of 1, 2 and world x threads plain writers/readers) next to the row
+  // itself, so both see the same machine state. Rank 0 alone runs the ceilings;
+  // the other ranks wait for its status.
+  const int parallelism = world * std::max(1, o.threads);
+  std::unique_ptr<PlainIo> io;
+  std::unique_ptr<CeilingRounds> rounds;
+  if (my_rank == 0) {
+    MEGA_ASSIGN_OR_RETURN(io, PlainIo::Create(base + "/limit", bytes));
+    rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+  }
+  auto ceiling_round = [&](CeilingKind kind) -> Status {
+    Status s;
+    if (my_rank == 0) {
+      // A write round starts, like our saves, without the other's files.
+      if (kind != CeilingKind::kWarmRead) {
+        std::error_code rm_ec;
+        std::filesystem::remove_all(ckpt, rm_ec);
+      }
+      s = rounds->Round(kind);
+    }
+    if (mpi) MEGA_RETURN_IF_ERROR(mpi->AllReduceStatus(s));
+    return s;
+  };
+  // Our save starts without the ceiling's write files (then PrepareFreshWrite).
+  auto drop_ceiling_files = [&] {
+    if (my_rank == 0) io->PrepareWrite();
+  };
   runner.set_fresh_path(ckpt);
-  MEGA_ASSIGN_OR_RETURN(Summary save, runner.Gbps(bytes, o.reps, save_fn(true)));
-  MEGA_ASSIGN_OR_RETURN(Summary save_nosync, runner.Gbps(bytes, o.reps, save_fn(false)));
+  std::vector<double> save_secs, nosync_secs, unverified_secs, load_secs;
+  for (int i = 0; i < kWarmup + o.reps; ++i) {
+    MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
+    drop_ceiling_files();
+    MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(true)));
+    if (i >= kWarmup) save_secs.push_back(dt);
+    MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kPageCacheWrite));
+    drop_ceiling_files();
+    MEGA_ASSIGN_OR_RETURN(dt, runner.Run(save_fn(false)));  // the last one is loaded below
+    if (i >= kWarmup) nosync_secs.push_back(dt);
+  }
   runner.set_fresh_path("");
-  MEGA_ASSIGN_OR_RETURN(Summary load_unverified,
-                        runner.Gbps(bytes, o.reps, load_fn(dcp::VerifyMode::kOff)));
-  MEGA_ASSIGN_OR_RETURN(Summary load, runner.Gbps(bytes, o.reps, load_fn(dcp::VerifyMode::kAll)));
+  for (int i = 0; i < kWarmup + o.reps; ++i) {
+    MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kWarmRead));
+    MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(load_fn(dcp::VerifyMode::kOff)));
+    if (i >= kWarmup) unverified_secs.push_back(dt);
+    MEGA_ASSIGN_OR_RETURN(dt, runner.Run(load_fn(dcp::VerifyMode::kAll)));
+    if (i >= kWarmup) load_secs.push_back(dt);
+  }
+  const Summary save = Summarize(ToGbps(save_secs, bytes));
+  const Summary save_nosync = Summarize(ToGbps(nosync_secs, bytes));
+  const Summary load_unverified = Summarize(ToGbps(unverified_secs, bytes));
+  const Summary load = Summarize(ToGbps(load_secs, bytes));
   // The benchmark measures real loads: the last one must have restored the bytes.
   for (const RankState& st : states) {
     for (size_t i = 0; i < st.save_shards.size(); ++i) {
@@ -182,16 +230,14 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
       }
     }
   }
-  states.clear();  // free the state before measuring the limits
-
-  // The ceilings, with the parallelism of the path: best of 1, 2 and
-  // world x threads plain writers/readers (rank 0 alone runs them; the other
-  // ranks wait in a sleeping barrier).
-  const int parallelism = world * std::max(1, o.threads);
+  states.clear();
   SaveLoadCeilings ceil;
   if (my_rank == 0) {
-    MEGA_ASSIGN_OR_RETURN(ceil, MeasureSaveLoadCeilings(base + "/limit", bytes, parallelism, kWarmup,
-                                                        o.reps, /*memcpy=*/false));
+    ceil.durable = rounds->Get(CeilingKind::kDurableWrite);
+    ceil.pagecache_write = rounds->Get(CeilingKind::kPageCacheWrite);
+    ceil.warm_read = rounds->Get(CeilingKind::kWarmRead);
+    rounds.reset();
+    io.reset();  // removes the ceiling's files
   }
   const Summary& durable = ceil.durable.best;
   const Summary& pc_write = ceil.pagecache_write.best;

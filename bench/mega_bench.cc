@@ -16,9 +16,12 @@
 //    its tensors are staged and it may modify them), staging pool reused across
 //    saves, vs sync_save_seconds (the median durable save) and vs the time the
 //    memcpy ceiling (best of 1, 2, N threads) takes to copy the state.
-//  Each: one dropped warm-up, then --reps runs; min/median/max. Before every
-//  save, and before every write of the limits, PrepareFreshWrite (untimed)
-//  removes the target and writes back dirty pages: both start from the same state.
+//  Each: one dropped warm-up, then --reps runs; min/median/max. Every
+//  repetition runs the row's ceiling round right before the row (interleaved:
+//  a limit measured minutes later, in another machine state, is no limit).
+//  Before every save, and before every write of the limits, the other's files
+//  are removed and PrepareFreshWrite (untimed) writes back dirty pages: both
+//  start from the same state.
 #include "mega_bench.h"
 
 #include <algorithm>
@@ -107,9 +110,12 @@ class Bench {
     return dt;
   }
 
-  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
+  // `before` (untimed) runs before every repetition: the interleaved ceiling round.
+  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn,
+                                      const std::function<Status()>& before) {
     std::vector<double> secs;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
+      MEGA_RETURN_IF_ERROR(before());
       MEGA_ASSIGN_OR_RETURN(double dt, Run(fresh, fn));
       if (i >= kWarmup) secs.push_back(dt);
     }
@@ -140,10 +146,12 @@ class Bench {
   // save, so the caller is released as soon as everything is copied) exists
   // only for this row: its arena is made in the warm-up save and freed after the
   // row, so it is not resident during the other rows.
-  Result<std::vector<double>> AsyncBlocked() {
+  // `before` (untimed) runs before every save: the interleaved ceiling round.
+  Result<std::vector<double>> AsyncBlocked(const std::function<Status()>& before) {
     for (RankState& st : states_) st.pool = dcp::StagingPool::Create(st.bytes + (kTensors + 1) * 4096);
     std::vector<double> blocked;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
+      MEGA_RETURN_IF_ERROR(before());
       std::mutex mu;
       double worst = 0;
       MEGA_RETURN_IF_ERROR(Run(true, [&](dist::ProcessGroup& g, RankState& st) -> Status {
@@ -202,21 +210,41 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   MEGA_RETURN_IF_ERROR(bench.Setup());
   const uint64_t bytes = bench.bytes();
 
-  MEGA_ASSIGN_OR_RETURN(auto sync_secs, bench.Seconds(true, bench.SaveFn(true)));
-  MEGA_ASSIGN_OR_RETURN(auto nosync_secs, bench.Seconds(true, bench.SaveFn(false)));
-  MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked());
+  // Every repetition runs the row's ceiling round (bench_util.h CeilingRounds:
+  // best of 1, 2 and ranks x threads) right before the row: both see the same
+  // machine state.
+  const int parallelism = o.world_size * std::max(1, o.threads);
+  MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(base + "/limit", bytes));
+  CeilingRounds rounds(*io, parallelism, kWarmup);
+  // A write round starts without our checkpoint, our save without the
+  // ceiling's files (then PrepareFreshWrite), like each other.
+  auto write_round = [&](CeilingKind kind) {
+    return [&, kind]() -> Status {
+      std::error_code rm_ec;
+      std::filesystem::remove_all(ckpt, rm_ec);
+      MEGA_RETURN_IF_ERROR(rounds.Round(kind));
+      io->PrepareWrite();
+      return Status::OK();
+    };
+  };
+  MEGA_ASSIGN_OR_RETURN(auto sync_secs,
+                        bench.Seconds(true, bench.SaveFn(true), write_round(CeilingKind::kDurableWrite)));
+  MEGA_ASSIGN_OR_RETURN(auto nosync_secs,
+                        bench.Seconds(true, bench.SaveFn(false), write_round(CeilingKind::kPageCacheWrite)));
+  MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked([&] { return rounds.Round(CeilingKind::kMemcpy); }));
   // The folder now holds the last async save; load it.
-  MEGA_ASSIGN_OR_RETURN(auto load_secs, bench.Seconds(false, bench.LoadFn()));
+  MEGA_ASSIGN_OR_RETURN(auto load_secs, bench.Seconds(false, bench.LoadFn(),
+                                                      [&] { return rounds.Round(CeilingKind::kWarmRead); }));
   MEGA_RETURN_IF_ERROR(bench.CheckLoaded());
   bench.FreeState();
   std::error_code ec;
   std::filesystem::remove_all(ckpt, ec);
-
-  // The ceilings with the path's parallelism: best of 1, 2 and ranks x threads.
-  const int parallelism = o.world_size * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(SaveLoadCeilings ceil,
-                        MeasureSaveLoadCeilings(base + "/limit", bytes, parallelism, kWarmup, o.reps,
-                                                /*memcpy=*/true));
+  SaveLoadCeilings ceil;
+  ceil.durable = rounds.Get(CeilingKind::kDurableWrite);
+  ceil.pagecache_write = rounds.Get(CeilingKind::kPageCacheWrite);
+  ceil.warm_read = rounds.Get(CeilingKind::kWarmRead);
+  ceil.memcpy = rounds.Get(CeilingKind::kMemcpy);
+  io.reset();  // removes the ceiling's files
   const Summary& durable = ceil.durable.best;
   const Summary& pc_write = ceil.pagecache_write.best;
   const Summary& pc_read = ceil.warm_read.best;

@@ -490,8 +490,12 @@ class RangeReader {
     internal::BufferCache::Give(std::move(out_));
   }
 
+  // `direct` (optional): the caller's destination of [offset, offset + length)
+  // (clamped to the file); then `sink` is not called: pieces lying wholly inside
+  // are decoded (and verified) straight into it (one copy less), the edges are
+  // copied into place from out_.
   Status Read(const FileReconstruction& rec, uint64_t offset, uint64_t length, const ByteSink& sink,
-              ChunkCache* cache) {
+              ChunkCache* cache, std::span<std::byte> direct = {}) {
     if (offset > rec.size) {
       return OutOfRangeError("file " + rec.file_hash.ToHex() + ": offset " +
                              std::to_string(offset) + " is past its end (" +
@@ -550,10 +554,24 @@ class RangeReader {
           ++b;
         }
         std::span<const std::byte> piece;
+        if (!direct.empty() && a_pos >= offset && a_pos + piece_bytes <= end &&
+            !(b == a + 1 && cache && cache->xorb == t.xorb_hash && cache->index == a)) {
+          MEGA_RETURN_IF_ERROR(
+              FetchAndDecode(layout, a, b, direct.subspan(a_pos - offset, piece_bytes)));
+          a_pos += piece_bytes;
+          a = b;
+          continue;
+        }
         if (b == a + 1 && cache && cache->xorb == t.xorb_hash && cache->index == a) {
           piece = std::as_bytes(std::span(cache->data));
         } else {
-          MEGA_RETURN_IF_ERROR(FetchAndDecode(layout, a, b, piece_bytes));
+          if (out_.capacity() == 0) {
+            // Records are never larger than their chunks plus a header.
+            out_ = internal::BufferCache::Take(kFetchBytes + 2 * kMaxChunkSize);
+            out_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
+          }
+          out_.Resize(piece_bytes);
+          MEGA_RETURN_IF_ERROR(FetchAndDecode(layout, a, b, std::span<std::byte>(out_.data(), piece_bytes)));
           piece = out_.span();
           if (b == a + 1 && cache) {
             cache->xorb = t.xorb_hash;
@@ -563,7 +581,11 @@ class RangeReader {
         }
         // Trim to [offset, end).
         uint64_t lo = std::max(offset, a_pos), hi = std::min(end, a_pos + piece_bytes);
-        if (hi > lo) MEGA_RETURN_IF_ERROR(sink(piece.subspan(lo - a_pos, hi - lo)));
+        if (hi > lo && !direct.empty()) {
+          std::memcpy(direct.data() + (lo - offset), piece.data() + (lo - a_pos), hi - lo);
+        } else if (hi > lo) {
+          MEGA_RETURN_IF_ERROR(sink(piece.subspan(lo - a_pos, hi - lo)));
+        }
         a_pos += piece_bytes;
         a = b;
       }
@@ -581,33 +603,32 @@ class RangeReader {
     return layout;
   }
 
-  // Reads the records of chunks [a, b) and decodes them into out_, checking
-  // every chunk against its hash.
-  Status FetchAndDecode(const XorbLayout& layout, uint32_t a, uint32_t b, uint64_t bytes) {
+  // Reads the records of chunks [a, b) and decodes them into `out` (their
+  // unpacked bytes exactly), checking every chunk against its hash.
+  Status FetchAndDecode(const XorbLayout& layout, uint32_t a, uint32_t b, std::span<std::byte> out) {
     const uint64_t start = layout.chunks[a].byte_offset;
     const uint64_t stop = layout.RecordEnd(b - 1);
     if (fetch_.capacity() == 0) {
       fetch_ = internal::BufferCache::Take(kFetchBytes + 2 * kMaxChunkSize);
       fetch_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
     }
-    if (out_.capacity() == 0) {
-      // Records are never larger than their chunks plus a header.
-      out_ = internal::BufferCache::Take(kFetchBytes + 2 * kMaxChunkSize);
-      out_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
-    }
     fetch_.Resize(stop - start);
     std::span<std::byte> dst(fetch_.data(), fetch_.size());
     MEGA_RETURN_IF_ERROR(backend_->ReadXorbRange(layout.xorb_hash, start, dst));
-    out_.Resize(bytes);
     std::vector<uint64_t> out_pos(b - a + 1, 0);
     for (uint32_t c = a; c < b; ++c) out_pos[c - a + 1] = out_pos[c - a] + layout.chunks[c].unpacked_bytes;
+    if (out_pos.back() != out.size()) {
+      return InternalError("xorb " + layout.xorb_hash.ToHex() + ": chunks [" + std::to_string(a) + ", " +
+                           std::to_string(b) + ") hold " + std::to_string(out_pos.back()) +
+                           " bytes, destination " + std::to_string(out.size()));
+    }
     const std::span<const std::byte> fetched(fetch_.data(), fetch_.size());
     auto decode = [&](size_t k) -> Status {
       const uint32_t c = a + static_cast<uint32_t>(k);
       const std::string where = "xorb " + layout.xorb_hash.ToHex() + " chunk " + std::to_string(c);
       const uint64_t rec_start = layout.chunks[c].byte_offset - start;
       const uint64_t rec_end = layout.RecordEnd(c) - start;
-      std::span<std::byte> chunk(out_.data() + out_pos[k], layout.chunks[c].unpacked_bytes);
+      std::span<std::byte> chunk = out.subspan(out_pos[k], layout.chunks[c].unpacked_bytes);
       Result<size_t> next = DecodeChunkRecordTo(fetched.first(rec_end), rec_start, chunk);
       if (!next.ok()) return next.status().WithContext(where);
       if (*next != rec_end) {
@@ -646,15 +667,11 @@ class CasFile final : public RandomAccessFile {
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset >= rec_.size || dst.empty()) return size_t{0};
     std::lock_guard<std::mutex> lock(mu_);
-    size_t done = 0;
-    MEGA_RETURN_IF_ERROR(reader_.Read(rec_, offset, dst.size(),
-                                      [&](std::span<const std::byte> piece) {
-                                        std::memcpy(dst.data() + done, piece.data(), piece.size());
-                                        done += piece.size();
-                                        return Status::OK();
-                                      },
-                                      &cache_));
-    return done;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), rec_.size - offset));
+    MEGA_RETURN_IF_ERROR(reader_.Read(
+        rec_, offset, n, [](std::span<const std::byte>) { return Status::OK(); }, &cache_,
+        dst.first(n)));
+    return n;
   }
 
  private:

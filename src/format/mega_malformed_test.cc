@@ -648,29 +648,18 @@ TEST(MegaMalformedTest, ChunkChecksumMismatchNamesChunk) {
 
 struct TableSpec : Spec {
   TableSpec() {
-    MegaSegment s;
-    s.segment_id = 1;
-    s.layer_start = 0;
-    s.layer_end = 2;
-    s.payload_offset = 0;
-    s.payload_size = 24;
-    s.first_tensor_id = 0;
-    s.tensor_count = 1;
-    segments.push_back(s);
-    s.segment_id = 2;
-    s.payload_offset = 24;
-    s.payload_size = 4;
-    s.first_tensor_id = 1;
-    segments.push_back(s);
-    MegaMoeExpert m;
-    m.tensor_id = 0;
-    m.expert_id = 3;
-    m.segment_id = 1;
-    moe.push_back(m);
-    m.tensor_id = 1;
-    m.expert_id = 1;
-    m.segment_id = kMegaNoSegment;
-    moe.push_back(m);
+    // Two segments over layers 0..2 (tensor 0 in [0, 24), tensor 1 in [24, 28)) and two
+    // experts (tensor 1's outside any segment).
+    segments = {
+        {.segment_id = 1, .layer_start = 0, .layer_end = 2, .payload_offset = 0,
+         .payload_size = 24, .first_tensor_id = 0, .tensor_count = 1},
+        {.segment_id = 2, .layer_start = 0, .layer_end = 2, .payload_offset = 24,
+         .payload_size = 4, .first_tensor_id = 1, .tensor_count = 1},
+    };
+    moe = {
+        {.tensor_id = 0, .expert_id = 3, .segment_id = 1},
+        {.tensor_id = 1, .expert_id = 1, .segment_id = kMegaNoSegment},
+    };
     md.Set("mega.segment_directory.count", MetaValue::U32(2));
     md.Set("mega.segment_directory.format", MetaValue::String("v1"));
     md.Set("mega.moe.expert_table.count", MetaValue::U32(2));
