@@ -88,6 +88,62 @@ Crc32Shift::Crc32Shift(uint64_t len_b) : len_(len_b) {
   }
 }
 
+namespace {
+// The combine table for blocks of `len` bytes, kept per thread and rebuilt
+// (~10 us) only when the block size differs from the previous stream's.
+std::shared_ptr<const Crc32Shift> ShiftFor(uint64_t len) {
+  thread_local std::shared_ptr<const Crc32Shift> last;
+  if (!last || last->len() != len) last = std::make_shared<const Crc32Shift>(len);
+  return last;
+}
+}  // namespace
+
+BlockCrc32Stream::BlockCrc32Stream(uint64_t block, uint64_t expected_bytes) : block_(block) {
+  if (block_ == 0) return;
+  shift_ = ShiftFor(block_);
+  blocks_.reserve(static_cast<size_t>(expected_bytes / block_ + 1));
+}
+
+void BlockCrc32Stream::Add(std::span<const std::byte> data) {
+  if (block_ == 0) {
+    whole_ = Crc32Extend(whole_, data);
+    return;
+  }
+  if (in_block_ > 0) {  // finish the open block
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(block_ - in_block_, data.size()));
+    cur_ = Crc32Extend(cur_, data.first(n));
+    in_block_ += n;
+    data = data.subspan(n);
+    if (in_block_ == block_) CloseBlock();
+  }
+  if (const uint64_t k = data.size() / block_; k > 0) {  // whole blocks
+    const size_t old = blocks_.size();
+    blocks_.resize(old + static_cast<size_t>(k));
+    BlockCrc32s(data.first(static_cast<size_t>(k * block_)), block_, blocks_.data() + old);
+    for (size_t j = old; j < blocks_.size(); ++j) whole_ = shift_->Append(whole_, blocks_[j]);
+    data = data.subspan(static_cast<size_t>(k * block_));
+  }
+  if (!data.empty()) {  // opens a block
+    cur_ = Crc32Extend(0, data);
+    in_block_ = data.size();
+  }
+}
+
+void BlockCrc32Stream::Finish() {
+  if (in_block_ == 0) return;
+  whole_ = Crc32Combine(whole_, cur_, in_block_);  // the short last block
+  blocks_.push_back(cur_);
+  cur_ = 0;
+  in_block_ = 0;
+}
+
+void BlockCrc32Stream::CloseBlock() {
+  whole_ = shift_->Append(whole_, cur_);
+  blocks_.push_back(cur_);
+  cur_ = 0;
+  in_block_ = 0;
+}
+
 struct Sha256::Impl {
   EVP_MD_CTX* ctx = nullptr;
 };

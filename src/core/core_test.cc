@@ -238,6 +238,40 @@ TEST(ChecksumTest, MatchesOneCrc32PerBlock) {
   for (size_t j = 0; j < 8; ++j) EXPECT_EQ(before[j] != after[j], j == 3) << j;
 }
 
+// BlockCrc32Stream, fed in pieces that start and end anywhere, gives the same
+// table as one BlockCrc32s call over the whole stream and the whole stream's
+// Crc32 (combined from the blocks); block 0 gives the whole CRC only.
+TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
+  std::mt19937_64 rng(12);
+  std::vector<std::byte> data(300000);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  for (uint64_t block : {0u, 64u, 256u, 1000u, 65536u}) {
+    for (size_t size : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{4097}, data.size()}) {
+      const std::span<const std::byte> all(data.data(), size);
+      for (size_t max_piece : {size_t{1}, size_t{77}, size_t{256}, size_t{70000}}) {
+        if (max_piece == 1 && size > 5000) continue;  // byte by byte only on short streams
+        BlockCrc32Stream s(block, size);
+        for (size_t off = 0; off < size;) {
+          const size_t n = std::min<size_t>(size - off, 1 + rng() % max_piece);
+          s.Add(all.subspan(off, n));
+          off += n;
+        }
+        s.Finish();
+        const std::string where = "block " + std::to_string(block) + " size " + std::to_string(size) +
+                                  " pieces <= " + std::to_string(max_piece);
+        EXPECT_EQ(s.whole(), Crc32(all)) << where;
+        if (block == 0) {
+          EXPECT_TRUE(s.blocks().empty()) << where;
+          continue;
+        }
+        std::vector<uint32_t> want((size + block - 1) / block);
+        if (size > 0) BlockCrc32s(all, block, want.data());
+        EXPECT_EQ(s.blocks(), want) << where;
+      }
+    }
+  }
+}
+
 TEST(FileTest, AtomicWriteAndReads) {
   std::string dir = ::testing::TempDir() + "/core_file_test_" + std::to_string(getpid());
   ASSERT_TRUE(CreateDirectories(dir).ok());

@@ -102,81 +102,26 @@ uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
   return bs;
 }
 
-// Accumulates per-block CRCs of a byte stream written in order (pieces may
-// cross block boundaries), computed on each piece right after its pwrite, while
-// the bytes are still in cache, and the whole item's CRC. With blocks, the whole CRC is
-// combined from the block CRCs (a few table lookups per block) rather than
-// computed in a second pass over the bytes.
+// An item's checksums: core's BlockCrc32Stream, fed each piece right after
+// its pwrite, while the bytes are still in cache.
 class BlockCrc {
  public:
-  BlockCrc(uint64_t block_size, uint64_t item_bytes) : block_size_(block_size) {
-    if (block_size_ == 0) return;
-    shift_ = ShiftFor(block_size_);
-    blocks_.reserve(static_cast<size_t>((item_bytes + block_size_ - 1) / block_size_));
-  }
-
-  // The block CRCs of the piece's whole blocks come from core's BlockCrc32s,
-  // the edges from Crc32Extend.
-  void Add(std::span<const std::byte> data) {
-    if (block_size_ == 0) {
-      whole_ = Crc32Extend(whole_, data);
-      return;
-    }
-    if (in_block_ > 0) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(block_size_ - in_block_, data.size()));
-      cur_ = Crc32Extend(cur_, data.first(n));
-      in_block_ += n;
-      data = data.subspan(n);
-      if (in_block_ == block_size_) Close();
-    }
-    if (const uint64_t k = data.size() / block_size_; k > 0) {
-      const size_t old = blocks_.size();
-      blocks_.resize(old + k);
-      BlockCrc32s(data.first(static_cast<size_t>(k * block_size_)), block_size_, blocks_.data() + old);
-      for (size_t j = old; j < blocks_.size(); ++j) whole_ = shift_->Append(whole_, blocks_[j]);
-      data = data.subspan(static_cast<size_t>(k * block_size_));
-    }
-    if (!data.empty()) {
-      cur_ = Crc32Extend(0, data);
-      in_block_ = data.size();
-    }
-  }
+  BlockCrc(uint64_t block_size, uint64_t item_bytes) : crc_(block_size, item_bytes) {}
+  void Add(std::span<const std::byte> data) { crc_.Add(data); }
 
   // Sets the item's checksum and block size; returns its block CRC table as
   // stored in the data file (u32 little-endian per block; empty when
   // block_size is 0).
   std::span<const std::byte> Finish(StorageInfo* info) {
-    if (in_block_ > 0) {
-      whole_ = Crc32Combine(whole_, cur_, in_block_);  // the short last block
-      blocks_.push_back(cur_);
-      in_block_ = 0;
-    }
-    info->checksum = CrcString(whole_);
-    info->block_size = block_size_;
-    for (uint32_t& c : blocks_) StoreLE32(&c, c);
-    return std::as_bytes(std::span<const uint32_t>(blocks_));
+    crc_.Finish();
+    info->checksum = CrcString(crc_.whole());
+    info->block_size = crc_.block();
+    for (uint32_t& c : crc_.blocks()) StoreLE32(&c, c);
+    return std::as_bytes(std::span<const uint32_t>(crc_.blocks()));
   }
 
  private:
-  // The combine table for blocks of `len` bytes, kept per thread and rebuilt
-  // (~10 us) only when the block size differs from the previous item's.
-  static std::shared_ptr<const Crc32Shift> ShiftFor(uint64_t len) {
-    thread_local std::shared_ptr<const Crc32Shift> last;
-    if (!last || last->len() != len) last = std::make_shared<const Crc32Shift>(len);
-    return last;
-  }
-  void Close() {  // a full block
-    whole_ = shift_->Append(whole_, cur_);
-    blocks_.push_back(cur_);
-    cur_ = 0;
-    in_block_ = 0;
-  }
-  uint64_t block_size_;
-  std::shared_ptr<const Crc32Shift> shift_;
-  uint32_t cur_ = 0;
-  uint64_t in_block_ = 0;
-  uint32_t whole_ = 0;
-  std::vector<uint32_t> blocks_;
+  BlockCrc32Stream crc_;
 };
 
 // Calls fn(bytes) over the elements of `t` in row-major order, in pieces of at

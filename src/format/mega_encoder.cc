@@ -16,6 +16,7 @@
 #include "format/mega_internal.h"
 #include "format/quote.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/core/text.h"
 
 namespace megackpt::format {
@@ -74,7 +75,7 @@ uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape) {
   if (shape.size() <= 1) return 64u << 10;
   auto row = LogicalNbytes(dtype, std::span<const int64_t>(&shape.back(), 1));
   const uint64_t r = row.ok() ? *row : 0;
-  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 32, 1)), kMegaMinBlockSize, 64u << 10);
+  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 16, 1)), kMegaMinBlockSize, 64u << 10);
 }
 
 MegaEncoder::~MegaEncoder() = default;
@@ -333,10 +334,10 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   }
   const MegaChecksumType type = specs_[i].checksum;
   const uint64_t block = block_size_[i];
-  std::vector<uint32_t> crcs(block_crcs_[i].size());
+  const bool crc_wanted = block > 0 || type == MegaChecksumType::kCrc32;
+  BlockCrc32Stream crc(block, crc_wanted ? nbytes : 0);  // the tensor CRC too, combined from the blocks
   std::optional<Sha256> sha;
   if (type == MegaChecksumType::kSha256) sha.emplace();
-  uint32_t crc = 0;
   const uint64_t base = tensor_file_offset(i);
   uint64_t written_back = 0;  // tensor-relative: bytes handed to StartWriteback
   for (uint64_t off = 0; off < nbytes; off += max_piece) {
@@ -354,16 +355,14 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     } else {
       MEGA_RETURN_IF_ERROR(Append(file, base + off, bytes));
     }
-    if (block > 0) {
-      // Pieces start on block boundaries (max_piece is a multiple of block).
-      mega_internal::BlockCrc32s(bytes, block, crcs.data() + off / block);
-    }
-    if (type == MegaChecksumType::kCrc32) {
-      // One more pass over cached bytes is cheaper than combining the block
-      // CRCs (a serial chain of table lookups per block).
-      crc = Crc32Extend(crc, bytes);
-    }
+    if (crc_wanted) crc.Add(bytes);
     if (sha) sha->Update(bytes);
+  }
+  crc.Finish();
+  std::vector<uint32_t> crcs = std::move(crc.blocks());
+  if (crcs.size() != block_crcs_[i].size()) {
+    return InternalError(file_name_ + ": tensor " + Quote(specs_[i].name) + " has " + std::to_string(crcs.size()) +
+                         " CRC blocks, planned " + std::to_string(block_crcs_[i].size()));
   }
   if (!crcs.empty()) {
     const std::string table = EncodeBlockTable(crcs);
@@ -371,7 +370,7 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
     MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, AsBytes(table)) : Append(file, at, AsBytes(table)));
   }
   MegaChecksum sum{};
-  if (type == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc);
+  if (type == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc.whole());
   if (sha) sum = mega_internal::Sha256Field(sha->Finish());
   std::lock_guard<std::mutex> lock(mu_);
   infos_[i].checksum = sum;
@@ -455,9 +454,9 @@ bool MegaEncoder::all_written() const {
 }
 
 std::string MegaEncoder::EncodeBlockTable(const std::vector<uint32_t>& crcs) {
-  mega_internal::ByteWriter w;
-  for (uint32_t c : crcs) w.U32(c);
-  return std::move(w.data());
+  std::string out(crcs.size() * 4, '\0');  // u32 LE per block, sized once (tables reach MiBs)
+  for (size_t j = 0; j < crcs.size(); ++j) StoreLE32(out.data() + 4 * j, crcs[j]);
+  return out;
 }
 
 Status MegaEncoder::FinishPositioned(WritableFile& file) {

@@ -174,8 +174,8 @@ TEST(MegaEncoderTest, RejectsDuplicateNames) {
 }
 
 TEST(MegaEncoderTest, BlockSizeKnownAnswers) {
-  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {1024, 1024}), 128u);  // 4 KiB rows / 32
-  EXPECT_EQ(MegaBlockSizeFor(DType::kBF16, {4096, 4096}), 256u);
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {1024, 1024}), 256u);  // 4 KiB rows / 16
+  EXPECT_EQ(MegaBlockSizeFor(DType::kBF16, {4096, 4096}), 512u);
   EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {8, 3}), 64u);  // clamped up
   EXPECT_EQ(MegaBlockSizeFor(DType::kU8, {2, 1 << 22}), 64u << 10);  // clamped down
   EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {100000}), 64u << 10);  // 1-d

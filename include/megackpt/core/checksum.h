@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "megackpt/core/status.h"
 
@@ -46,6 +47,36 @@ class Crc32Shift {
  private:
   uint64_t len_;
   uint32_t table_[4][256];
+};
+
+// The block CRC table of a byte stream handed over in pieces of any size
+// (pieces may cross block boundaries): blocks()[j] = Crc32 of bytes
+// [j * block, (j + 1) * block), the last block possibly short, as
+// BlockCrc32s gives; and whole() = Crc32 of the entire stream, combined from the
+// block CRCs (a few table lookups per block) rather than computed in a second
+// pass. block == 0: no table, whole() streamed. The one block-CRC builder of
+// the writers (fs .distcp items and MEGA shards). Feed pieces while they are in
+// cache, e.g. right after their pwrite.
+class BlockCrc32Stream {
+ public:
+  // `expected_bytes` only reserves the table.
+  explicit BlockCrc32Stream(uint64_t block, uint64_t expected_bytes = 0);
+  void Add(std::span<const std::byte> data);
+  // Closes the short last block. REQUIRES: called once, after the last Add;
+  // whole() and blocks() are valid only after it.
+  void Finish();
+  uint64_t block() const { return block_; }
+  uint32_t whole() const { return whole_; }
+  std::vector<uint32_t>& blocks() { return blocks_; }
+
+ private:
+  void CloseBlock();
+  uint64_t block_;
+  std::shared_ptr<const Crc32Shift> shift_;  // Append for one whole block
+  uint32_t cur_ = 0;                         // CRC of the open block's bytes
+  uint64_t in_block_ = 0;                    // bytes in the open block
+  uint32_t whole_ = 0;
+  std::vector<uint32_t> blocks_;
 };
 
 using Sha256Digest = std::array<uint8_t, 32>;

@@ -60,10 +60,10 @@ inline constexpr uint64_t kMegaMinBlockSize = 64;
 inline constexpr uint64_t kMegaMaxBlockSize = 1ull << 20;
 
 // The block size the encoder picks for a raw tensor (0 = no blocks: empty
-// tensors): the power of two at or below 1/32 of the innermost dimension's
+// tensors): the power of two at or below 1/16 of the innermost dimension's
 // bytes, clamped to [64, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a
 // box is widened to whole blocks, so a box cutting the innermost dimension in
-// k parts reads about k/32 more than it needs (docs/mega-storage.md §5).
+// k parts reads about k/16 more than it needs (docs/mega-storage.md §5).
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape);
 
 // True when every string in v (STRING, arrays of strings, nested arrays) is
