@@ -371,6 +371,23 @@ Status CeilingRounds::Round(CeilingKind kind) {
   return Status::OK();
 }
 
+Status CeilingRounds::WriteRound(CeilingKind kind, const std::string& checkpoint) {
+  std::error_code ec;
+  std::filesystem::remove_all(checkpoint, ec);
+  MEGA_RETURN_IF_ERROR(Round(kind));
+  io_.PrepareWrite();
+  return Status::OK();
+}
+
+SaveLoadCeilings CeilingRounds::GetAll() const {
+  SaveLoadCeilings c;
+  c.durable = Get(CeilingKind::kDurableWrite);
+  c.pagecache_write = Get(CeilingKind::kPageCacheWrite);
+  c.warm_read = Get(CeilingKind::kWarmRead);
+  c.memcpy = Get(CeilingKind::kMemcpy);
+  return c;
+}
+
 Ceiling CeilingRounds::Get(CeilingKind kind) const {
   const Kind& k = kinds_[static_cast<int>(kind)];
   if (k.configs.empty()) {

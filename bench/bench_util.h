@@ -184,6 +184,13 @@ struct Ceiling {
 // configuration of CeilingConfigs(kind, n) once, in an order rotated by the
 // round's index; the first `warmup` rounds of each kind are dropped.
 // Typical use, per repetition of a row: Round(kind), then the row itself.
+// The ceilings of a checkpoint save/load bench (bench dcp, bench mega), each
+// gathered by CeilingRounds interleaved with the bench's rows; memcpy is empty
+// when the bench does not measure it.
+struct SaveLoadCeilings {
+  Ceiling durable, pagecache_write, warm_read, memcpy;
+};
+
 class CeilingRounds {
  public:
   // `io` must outlive this.
@@ -191,8 +198,15 @@ class CeilingRounds {
   PlainIo& io() { return io_; }
   // One round of `kind`; stops at the first error.
   Status Round(CeilingKind kind);
+  // A write round (page-cache write or write + fsync) next to a save into
+  // `checkpoint`: each starts without the other's files, as ours and the
+  // ceiling's fresh writes do. Removes `checkpoint`, runs Round(kind), then
+  // drops the ceiling's files (PlainIo::PrepareWrite).
+  Status WriteRound(CeilingKind kind, const std::string& checkpoint);
   // The ceiling of `kind` over the rounds run so far (empty when none).
   Ceiling Get(CeilingKind kind) const;
+  // Get of every kind.
+  SaveLoadCeilings GetAll() const;
 
  private:
   struct Kind {
@@ -229,12 +243,6 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c);
 // array out["ceiling_too_low"].
 void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio);
 
-// The ceilings of a checkpoint save/load bench (bench dcp, bench mega), each
-// gathered by CeilingRounds interleaved with the bench's rows; memcpy is empty
-// when the bench does not measure it.
-struct SaveLoadCeilings {
-  Ceiling durable, pagecache_write, warm_read, memcpy;
-};
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c);

@@ -97,15 +97,6 @@ class Runner {
     return worst;
   }
 
-  Result<Summary> Gbps(uint64_t bytes, int reps, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    std::vector<double> secs;
-    for (int i = 0; i < kWarmup + reps; ++i) {
-      MEGA_ASSIGN_OR_RETURN(double dt, Run(fn));
-      if (i >= kWarmup) secs.push_back(dt);
-    }
-    return Summarize(ToGbps(secs, bytes));
-  }
-
  private:
   std::vector<RankState>* states_;
   dist::ProcessGroup* mpi_;
@@ -183,30 +174,17 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   }
   auto ceiling_round = [&](CeilingKind kind) -> Status {
     Status s;
-    if (my_rank == 0) {
-      // A write round starts, like our saves, without the other's files.
-      if (kind != CeilingKind::kWarmRead) {
-        std::error_code rm_ec;
-        std::filesystem::remove_all(ckpt, rm_ec);
-      }
-      s = rounds->Round(kind);
-    }
+    if (my_rank == 0) s = kind == CeilingKind::kWarmRead ? rounds->Round(kind) : rounds->WriteRound(kind, ckpt);
     if (mpi) MEGA_RETURN_IF_ERROR(mpi->AllReduceStatus(s));
     return s;
-  };
-  // Our save starts without the ceiling's write files (then PrepareFreshWrite).
-  auto drop_ceiling_files = [&] {
-    if (my_rank == 0) io->PrepareWrite();
   };
   runner.set_fresh_path(ckpt);
   std::vector<double> save_secs, nosync_secs, unverified_secs, load_secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
-    drop_ceiling_files();
     MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(true)));
     if (i >= kWarmup) save_secs.push_back(dt);
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kPageCacheWrite));
-    drop_ceiling_files();
     MEGA_ASSIGN_OR_RETURN(dt, runner.Run(save_fn(false)));  // the last one is loaded below
     if (i >= kWarmup) nosync_secs.push_back(dt);
   }
@@ -233,9 +211,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   states.clear();
   SaveLoadCeilings ceil;
   if (my_rank == 0) {
-    ceil.durable = rounds->Get(CeilingKind::kDurableWrite);
-    ceil.pagecache_write = rounds->Get(CeilingKind::kPageCacheWrite);
-    ceil.warm_read = rounds->Get(CeilingKind::kWarmRead);
+    ceil = rounds->GetAll();
     rounds.reset();
     io.reset();  // removes the ceiling's files
   }

@@ -216,16 +216,8 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   const int parallelism = o.world_size * std::max(1, o.threads);
   MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(base + "/limit", bytes));
   CeilingRounds rounds(*io, parallelism, kWarmup);
-  // A write round starts without our checkpoint, our save without the
-  // ceiling's files (then PrepareFreshWrite), like each other.
   auto write_round = [&](CeilingKind kind) {
-    return [&, kind]() -> Status {
-      std::error_code rm_ec;
-      std::filesystem::remove_all(ckpt, rm_ec);
-      MEGA_RETURN_IF_ERROR(rounds.Round(kind));
-      io->PrepareWrite();
-      return Status::OK();
-    };
+    return [&, kind] { return rounds.WriteRound(kind, ckpt); };
   };
   MEGA_ASSIGN_OR_RETURN(auto sync_secs,
                         bench.Seconds(true, bench.SaveFn(true), write_round(CeilingKind::kDurableWrite)));
@@ -239,11 +231,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   bench.FreeState();
   std::error_code ec;
   std::filesystem::remove_all(ckpt, ec);
-  SaveLoadCeilings ceil;
-  ceil.durable = rounds.Get(CeilingKind::kDurableWrite);
-  ceil.pagecache_write = rounds.Get(CeilingKind::kPageCacheWrite);
-  ceil.warm_read = rounds.Get(CeilingKind::kWarmRead);
-  ceil.memcpy = rounds.Get(CeilingKind::kMemcpy);
+  const SaveLoadCeilings ceil = rounds.GetAll();
   io.reset();  // removes the ceiling's files
   const Summary& durable = ceil.durable.best;
   const Summary& pc_write = ceil.pagecache_write.best;

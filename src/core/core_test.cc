@@ -272,6 +272,39 @@ TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
   }
 }
 
+// FindBadBlock agrees with a comparison of one Crc32 per block: nullopt on
+// intact bytes, else the first damaged block and its computed CRC -- for any
+// block count (the four combined chains, their remainder, a short last block).
+TEST(ChecksumTest, FindBadBlockNamesTheFirstDamagedBlock) {
+  std::mt19937_64 rng(13);
+  std::vector<std::byte> data(70000);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  for (uint64_t block : {64u, 256u, 4096u}) {
+    for (size_t size : {size_t{64}, size_t{256}, size_t{300}, size_t{4096}, size_t{12345}, data.size()}) {
+      std::vector<std::byte> bytes(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
+      std::vector<uint32_t> table((size + block - 1) / block);
+      BlockCrc32s(bytes, block, table.data());
+      uint32_t got = 0xdeadbeef;
+      EXPECT_EQ(FindBadBlock(bytes, block, table, &got), std::nullopt) << block << " " << size;
+      for (size_t at : {size_t{0}, size / 2, size - 1}) {
+        std::vector<std::byte> bad = bytes;
+        bad[at] ^= std::byte{0x04};
+        auto j = FindBadBlock(bad, block, table, &got);
+        ASSERT_TRUE(j.has_value()) << block << " " << size << " flip at " << at;
+        EXPECT_EQ(*j, at / block);
+        const uint64_t len = std::min<uint64_t>(block, size - *j * block);
+        EXPECT_EQ(got, Crc32(std::span<const std::byte>(bad).subspan(*j * block, len)));
+        // A damaged table entry is found the same way.
+        std::vector<uint32_t> bad_table = table;
+        bad_table[at / block] ^= 1;
+        j = FindBadBlock(bytes, block, bad_table, &got);
+        ASSERT_TRUE(j.has_value());
+        EXPECT_EQ(*j, at / block);
+      }
+    }
+  }
+}
+
 TEST(FileTest, AtomicWriteAndReads) {
   std::string dir = ::testing::TempDir() + "/core_file_test_" + std::to_string(getpid());
   ASSERT_TRUE(CreateDirectories(dir).ok());

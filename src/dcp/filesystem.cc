@@ -50,15 +50,11 @@ constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
 constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
 constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
-// Largest pwrite: small enough that the piece is still in L2 (2 MiB a core
-// here) when its CRCs run after the pwrite.
-constexpr uint64_t kWriteUnit = 256ull << 10;
+constexpr uint64_t kWriteUnit = kCrcHotPiece;  // largest pwrite (CRC'd right after it)
 constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit
-// Verified reads: a smaller pread, so the piece is still in L2 (2 MiB a core
-// here; a pread passes source and destination through it) when its CRC runs.
-constexpr uint64_t kVerifiedReadPiece = 256ull << 10;
+constexpr uint64_t kVerifiedReadPiece = kCrcHotPiece;  // verified reads: CRC'd right after the pread
 constexpr uint64_t kMaxSegment = 2 * kReadUnit;  // runs sharing blocks: one read unit up to this
 constexpr uint64_t kDirectReadMin = 64ull << 10;  // shorter stretches go through the piece buffer
 // Automatic checksum blocks (FileSystemWriterOptions::checksum_block_size =
@@ -1037,7 +1033,23 @@ class FileSystemReaderImpl final : public StorageReader {
       constexpr uint64_t kBatch = 256;
       uint32_t got[kBatch];
       uint64_t whole = std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_;
-      while (whole > 0) {
+      if (whole > 0 && block_ >= table_->first && block_ + whole <= table_->end) {
+        // The usual case: the fetched table covers every block (one streamed CRC).
+        uint32_t got = 0;
+        const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first),
+                                             static_cast<size_t>(whole));
+        if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &got)) {
+          crc_ = got;
+          Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
+          return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
+        }
+        pos_ += whole * bs_;
+        block_ += whole;
+        block_end_ = std::min(st_.info->length, (block_ + 1) * bs_);
+        *data = data->subspan(static_cast<size_t>(whole * bs_));
+        return Status::OK();
+      }
+      while (whole > 0) {  // blocks outside the fetched table: names the first one
         const uint64_t k = std::min(whole, kBatch);
         BlockCrc32s(data->first(static_cast<size_t>(k * bs_)), bs_, got);
         for (uint64_t j = 0; j < k; ++j) {

@@ -26,10 +26,9 @@ using format_internal::Quote;
 using mega_internal::AddOverflows;
 using mega_internal::AlignUp;
 
-// pwrite + CRC granularity: small enough that a piece (and the page-cache pages
-// it was copied to) is still in this CPU's 2 MiB L2 when its CRCs run; a
-// multiple of every element size and block size.
-constexpr uint64_t kWritePiece = 256ull << 10;
+// pwrite + CRC granularity (core's kCrcHotPiece); a multiple of every element
+// size and of every block size (<= 64 KiB).
+constexpr uint64_t kWritePiece = kCrcHotPiece;
 constexpr uint64_t kMaxAlignment = 1ull << 30;
 
 // Scratch for gathering strided tensors, one per thread, pre-faulted once.

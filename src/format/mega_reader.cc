@@ -912,10 +912,8 @@ bool Verifies(const ReadContext& ctx, const Unit& u) {
 
 // Verified reads checksum each piece right after it lands, while it is still in
 // the core's cache (one pass over the bytes from memory, not two): pieces of at
-// most this size, whatever larger read_block_size the reader was given: a
-// pread passes source and destination through L2 (2 MiB a core on the bench
-// machine), so 1 MiB pieces were partly evicted before their CRC ran.
-constexpr uint64_t kFusedPiece = 256u << 10;
+// most kCrcHotPiece, whatever larger read_block_size the reader was given.
+constexpr uint64_t kFusedPiece = kCrcHotPiece;
 
 // The piece size of a read of ctx that checksums when `verify`.
 uint64_t PieceSize(const ReadContext& ctx, bool verify) {
@@ -1062,26 +1060,22 @@ Status VerifyWithBlocks(const ReadContext& ctx, const MegaTensorInfo& t) {
   MEGA_ASSIGN_OR_RETURN(auto buf, Scratch(std::min(piece_max, n)));
   const Unit u = TensorUnit(t);
   Checker ck(t.checksum_type);
-  std::vector<uint32_t> got_crcs;
   for (uint64_t off = 0; off < n; off += piece_max) {
     std::span<std::byte> piece(buf.get(), std::min(piece_max, n - off));
     MEGA_RETURN_IF_ERROR(ctx.file.ReadExactlyAt(t.file_offset + off, piece));
     ck.Update(piece);
-    got_crcs.resize((piece.size() + b - 1) / b);
-    mega_internal::BlockCrc32s(piece, b, got_crcs.data());
-    for (uint64_t o = 0, j = 0; o < piece.size(); o += b, ++j) {
-      const uint64_t k = (off + o) / b;
-      const uint64_t len = std::min<uint64_t>(b, piece.size() - o);
-      const uint32_t got = got_crcs[j];
-      if (got != table[k]) {
-        char text[64];
-        std::snprintf(text, sizeof text, "stored 0x%08x, computed 0x%08x", table[k], got);
-        return DataLossError(ctx.file.name() + ": " + u.what + ": block " + std::to_string(k) + " (bytes " +
-                             Range(k * b, k * b + len) + " of the tensor, at offset " +
-                             std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + text +
-                             " (the tensor's bytes or its block CRC table at offset " +
-                             std::to_string(t.block_table_offset + 4 * k) + " are corrupt)");
-      }
+    uint32_t got = 0;
+    const size_t nblocks = static_cast<size_t>((piece.size() + b - 1) / b);
+    if (auto j = FindBadBlock(piece, b, std::span<const uint32_t>(table).subspan(off / b, nblocks), &got)) {
+      const uint64_t k = off / b + *j;
+      const uint64_t len = std::min<uint64_t>(b, piece.size() - *j * b);
+      char text[64];
+      std::snprintf(text, sizeof text, "stored 0x%08x, computed 0x%08x", table[k], got);
+      return DataLossError(ctx.file.name() + ": " + u.what + ": block " + std::to_string(k) + " (bytes " +
+                           Range(k * b, k * b + len) + " of the tensor, at offset " +
+                           std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + text +
+                           " (the tensor's bytes or its block CRC table at offset " +
+                           std::to_string(t.block_table_offset + 4 * k) + " are corrupt)");
     }
   }
   const MegaChecksum got = ck.Finish();
@@ -1300,22 +1294,18 @@ Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, s
     g = h;
   }
   // `at` is block-aligned: every piece starts on a block boundary.
-  std::vector<uint32_t> got_crcs;
   auto check = [&](const Group& g, uint64_t at, std::span<const std::byte> bytes) -> Status {
-    got_crcs.resize((bytes.size() + b - 1) / b);
-    mega_internal::BlockCrc32s(bytes, b, got_crcs.data());
-    for (uint64_t o = 0, j = 0; o < bytes.size(); o += b, ++j) {
-      const uint64_t k = (at + o) / b;
-      const uint64_t len = std::min<uint64_t>(b, bytes.size() - o);
-      const uint32_t got = got_crcs[j];
-      const uint32_t want = crcs[g.crc_at + (k - g.b0)];
-      if (got != want) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "stored 0x%08x, computed 0x%08x", want, got);
-        return DataLossError(file.name() + ": tensor " + Quote(t.name) + ": block " + std::to_string(k) +
-                             " (bytes " + Range(k * b, k * b + len) + " of the tensor, at offset " +
-                             std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + buf);
-      }
+    uint32_t got = 0;
+    const size_t nblocks = static_cast<size_t>((bytes.size() + b - 1) / b);
+    const std::span<const uint32_t> table(crcs.data() + g.crc_at + (at / b - g.b0), nblocks);
+    if (auto j = FindBadBlock(bytes, b, table, &got)) {
+      const uint64_t k = at / b + *j;
+      const uint64_t len = std::min<uint64_t>(b, bytes.size() - *j * b);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "stored 0x%08x, computed 0x%08x", table[*j], got);
+      return DataLossError(file.name() + ": tensor " + Quote(t.name) + ": block " + std::to_string(k) +
+                           " (bytes " + Range(k * b, k * b + len) + " of the tensor, at offset " +
+                           std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + buf);
     }
     return Status::OK();
   };

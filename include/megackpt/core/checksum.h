@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,26 @@ inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, d
 // a library call on 128 bytes; other sizes call Crc32.
 // REQUIRES: block > 0; out has room for ceil(size / block) entries.
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out);
+
+// The largest piece to checksum right after a pread or pwrite copied it: such
+// a copy passes source and destination through the core's L2 (2 MiB on the
+// bench machine), so a piece this size is still there when its CRC runs (1 MiB
+// pieces were partly evicted). The one such constant of the readers and
+// writers (fs and MEGA). A power of two >= every CRC block size the writers pick.
+inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
+
+// Checks `bytes` against its block CRC table: expected[j] is the CRC of block
+// j (bytes [j * block, (j + 1) * block), the last possibly short), as
+// BlockCrc32s computes. Returns the first block whose CRC differs, with the
+// CRC computed for it in *got; nullopt when every block matches. Runs one
+// streamed CRC over the span and compares it with the table combined (four
+// independent chains of Crc32Shift lookups), about twice as fast as a CRC per
+// small block; the per-block CRCs run only when the two disagree. A damaged
+// span passes only when its errors cancel in the 32-bit combination (the
+// strength of one CRC-32 over the span).
+// REQUIRES: block > 0; expected.size() == ceil(bytes.size() / block).
+std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t block,
+                                   std::span<const uint32_t> expected, uint32_t* got);
 
 // CRC-32 of A||B from crc(A), crc(B) and len(B) (zlib crc32_combine semantics).
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
