@@ -1035,11 +1035,11 @@ class FileSystemReaderImpl final : public StorageReader {
       uint64_t whole = std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_;
       if (whole > 0 && block_ >= table_->first && block_ + whole <= table_->end) {
         // The usual case: the fetched table covers every block (one streamed CRC).
-        uint32_t got = 0;
+        uint32_t bad_crc = 0;
         const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first),
                                              static_cast<size_t>(whole));
-        if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &got)) {
-          crc_ = got;
+        if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &bad_crc)) {
+          crc_ = bad_crc;
           Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
           return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
         }
