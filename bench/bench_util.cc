@@ -178,7 +178,10 @@ const char* CeilingIoName(CeilingKind kind) {
 std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
   std::vector<CeilingConfig> out;
   for (int p : CeilingParallelisms(n)) {
-    for (uint64_t io : CeilingIoSizes(kind)) out.push_back({p, io});
+    for (uint64_t io : CeilingIoSizes(kind)) {
+      out.push_back({p, io});
+      if (kind == CeilingKind::kMemcpy) out.push_back({p, io, true});
+    }
   }
   return out;
 }
@@ -301,11 +304,15 @@ Status PlainIo::Read(int readers, uint64_t pread_bytes) {
   return s;
 }
 
-Status PlainIo::Memcpy(int threads) {
+Status PlainIo::Memcpy(int threads, bool streaming) {
   threads = std::max(1, threads);
   return RunParallel(threads, [&](int i) -> Status {
     const auto [begin, end] = PartRange(bytes_, i, threads);
-    std::memcpy(dst_ + begin, src_ + begin, end - begin);
+    if (streaming) {
+      StreamingCopy(dst_ + begin, src_ + begin, end - begin);
+    } else {
+      std::memcpy(dst_ + begin, src_ + begin, end - begin);
+    }
     return Status::OK();
   });
 }
@@ -315,7 +322,7 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
     case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
     case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
     case CeilingKind::kWarmRead: return Read(c.parallelism, c.io_bytes);
-    case CeilingKind::kMemcpy: return Memcpy(c.parallelism);
+    case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
   }
   return Status::OK();
 }
@@ -339,8 +346,10 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& c
     c.by_config.emplace_back(cfg, s);
     if (c.by_config.size() == 1 || s.median > c.best.median) {
       c.best = s;
+      c.best_by_round = ToGbps(secs[i], bytes);
       c.best_parallelism = cfg.parallelism;
       c.best_io_bytes = cfg.io_bytes;
+      c.best_streaming = cfg.streaming;
     }
     auto p = std::find_if(c.by_parallelism.begin(), c.by_parallelism.end(),
                           [&](const auto& e) { return e.first == cfg.parallelism; });
@@ -440,6 +449,7 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   (*out)[stem + "_parallelism"] = c.best_parallelism;
   const std::string io_name = CeilingIoName(c.kind);
   if (!io_name.empty()) (*out)[stem + "_" + io_name] = c.best_io_bytes;
+  if (c.kind == CeilingKind::kMemcpy) (*out)[stem + "_streaming"] = c.best_streaming;
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
@@ -461,6 +471,13 @@ void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio) {
   }
 }
 
+void PutPairedRatio(nlohmann::json* out, const std::string& ratio_key, const Summary& paired) {
+  if (paired.runs == 0) return;
+  (*out)[ratio_key + "_paired"] = paired.median;
+  (*out)[ratio_key + "_paired_min"] = paired.min;
+  (*out)[ratio_key + "_paired_max"] = paired.max;
+}
+
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {
   PutCeiling(out, "durable_write_gbps", c.durable);
   PutCeiling(out, "pagecache_write_gbps", c.pagecache_write);
@@ -471,11 +488,12 @@ void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {
 std::string ConfigText(const CeilingConfig& c) {
   std::string out = std::to_string(c.parallelism) + " thr";
   if (c.io_bytes > 0) out += ", " + IoSizeText(c.io_bytes);
+  if (c.streaming) out += ", streaming stores";
   return out;
 }
 
 std::string BestConfigText(const Ceiling& c) {
-  return ConfigText({c.best_parallelism, c.best_io_bytes});
+  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming});
 }
 
 namespace {
@@ -490,6 +508,7 @@ const char* IoUnitName(CeilingKind kind) {
 std::string CeilingRow(const std::string& label, const Ceiling& c) {
   std::string row = FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
   if (c.best_io_bytes > 0) row += "   " + IoSizeText(c.best_io_bytes) + " " + IoUnitName(c.kind);
+  if (c.kind == CeilingKind::kMemcpy) row += c.best_streaming ? "   streaming stores" : "   memcpy";
   return row;
 }
 
@@ -507,6 +526,7 @@ std::string DescribeCeiling(const Ceiling& c) {
     }
     out += std::string(" MiB ") + IoUnitName(c.kind);
   }
+  if (c.kind == CeilingKind::kMemcpy) out += " x memcpy/streaming stores";
   out += " is " + BestConfigText(c) + " (";
   char buf[64];
   for (size_t i = 0; i < c.by_parallelism.size(); ++i) {
@@ -555,12 +575,24 @@ void FillRandom(void* data, size_t n, uint64_t seed) {
   for (; i < n; ++i) p[i] = static_cast<unsigned char>(s >> (8 * (i % 8)));
 }
 
-std::string FormatRow(const std::string& name, const Summary& s, double ratio_to) {
-  char buf[256];
+Summary PairedRatio(const std::vector<double>& ours_gbps, const Ceiling& limit) {
+  std::vector<double> r;
+  for (size_t i = 0; i < ours_gbps.size() && i < limit.best_by_round.size(); ++i) {
+    if (limit.best_by_round[i] > 0) r.push_back(ours_gbps[i] / limit.best_by_round[i]);
+  }
+  return Summarize(std::move(r));
+}
+
+std::string FormatRow(const std::string& name, const Summary& s, double ratio_to, const Summary& paired) {
+  char buf[320];
   if (ratio_to > 0) {
     const double ratio = s.median / ratio_to;
-    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx%s", name.c_str(), s.min, s.median,
-                  s.max, ratio, ratio > kCeilingSlack ? kCeilingTooLow : "");
+    char per_rep[64] = "";
+    if (paired.runs > 0) {
+      std::snprintf(per_rep, sizeof per_rep, "  [%.2f %.2f %.2f]", paired.min, paired.median, paired.max);
+    }
+    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx%s%s", name.c_str(), s.min, s.median,
+                  s.max, ratio, per_rep, ratio > kCeilingSlack ? kCeilingTooLow : "");
   } else {
     std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f", name.c_str(), s.min, s.median, s.max);
   }

@@ -89,7 +89,8 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 //    max(kReadWorkUnit, pread size) from a shared counter, so a thread slowed
 //    by the machine does not hold the others up (static byte ranges per
 //    thread would make the limit lower than the library's reads).
-//  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers.
+//  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers,
+//    with memcpy or with streaming stores (core StreamingCopy).
 // Separate files for writers: buffered writes to one ext4 file serialize on the
 // inode lock, so W files is what W plain writers can do. The configurations run
 // interleaved (round r runs every configuration once), so a slow phase of the
@@ -120,8 +121,12 @@ const char* CeilingIoName(CeilingKind kind);
 struct CeilingConfig {
   int parallelism = 1;
   uint64_t io_bytes = 0;  // CeilingIoSizes; 0: the default size
+  // kMemcpy: copy with core StreamingCopy (non-temporal stores, what the async
+  // save's staging uses) instead of memcpy; on this VM it is up to 2x faster.
+  bool streaming = false;
 };
-// CeilingParallelisms(n) x CeilingIoSizes(kind).
+// CeilingParallelisms(n) x CeilingIoSizes(kind) (x memcpy / streaming stores
+// for kMemcpy).
 std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n);
 
 // The plain I/O the ceilings time: owns (or borrows) a pre-faulted source and
@@ -152,7 +157,7 @@ class PlainIo {
   // REQUIRES: EnsureReadFile() succeeded.
   Status Read(int readers, uint64_t pread_bytes = 0);
   // `threads` threads copy byte ranges of the source into the destination.
-  Status Memcpy(int threads);
+  Status Memcpy(int threads, bool streaming = false);
   // One untimed-preparation + timed run of `kind` in `config`: seconds.
   Result<double> TimeOnce(CeilingKind kind, const CeilingConfig& config);
   // The timed part alone (the caller prepares).
@@ -174,9 +179,21 @@ struct Ceiling {
   Summary best;          // GB/s of the configuration with the highest median
   int best_parallelism = 1;
   uint64_t best_io_bytes = 0;  // its I/O size (CeilingIoSizes)
+  bool best_streaming = false;  // kMemcpy: its copy is StreamingCopy
   std::vector<std::pair<int, Summary>> by_parallelism;  // for each of 1, 2, N: its best I/O size
   std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
+  // GB/s of the winning configuration in each kept round, in round order: the
+  // limit right before each repetition of an interleaved row (PairedRatio).
+  std::vector<double> best_by_round;
 };
+
+// Per-repetition ratios ours[i] / limit.best_by_round[i] (GB/s), for a row
+// whose i-th kept repetition ran right after the limit's i-th kept round;
+// min/median/max. On a VM whose page-cache speed jumps between modes
+// (docs/benchmarks.md), a repetition and the round just before it mostly share
+// a mode, so this is steadier than the ratio of the two medians. Empty (runs
+// 0) when either side has no values; extra values on either side are ignored.
+Summary PairedRatio(const std::vector<double>& ours_gbps, const Ceiling& limit);
 
 // Rounds of ceiling measurements that a bench interleaves with its own rows,
 // so a row and its limit see the same machine state (a ceiling measured minutes
@@ -242,6 +259,9 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c);
 // out[ratio_key + "_ceiling_too_low"] = true and ratio_key appended to the
 // array out["ceiling_too_low"].
 void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio);
+// out[ratio_key + "_paired"] = paired.median, and _paired_min, _paired_max
+// (PairedRatio); nothing when paired has no runs.
+void PutPairedRatio(nlohmann::json* out, const std::string& ratio_key, const Summary& paired);
 
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.
@@ -274,7 +294,9 @@ using TempDir = test_util::TempDir;
 
 // Formats a table row: name, then "min / median / max" and an optional ratio
 // (median / ratio_to); a ratio above kCeilingSlack gets kCeilingTooLow appended.
-std::string FormatRow(const std::string& name, const Summary& s, double ratio_to = 0);
+// With `paired` (runs > 0), the per-repetition ratios follow: "[min med max]".
+std::string FormatRow(const std::string& name, const Summary& s, double ratio_to = 0,
+                      const Summary& paired = Summary{});
 
 }  // namespace megackpt::bench
 

@@ -242,10 +242,19 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   auto ratio = [](const Summary& ours, const Summary& limit) {
     return limit.median > 0 ? ours.median / limit.median : 0.0;
   };
+  // Each repetition against the ceiling round run right before it.
+  const Summary save_p = PairedRatio(ToGbps(save_secs, bytes), ceil.durable);
+  const Summary nosync_p = PairedRatio(ToGbps(nosync_secs, bytes), ceil.pagecache_write);
+  const Summary load_p = PairedRatio(ToGbps(load_secs, bytes), ceil.warm_read);
+  const Summary unverified_p = PairedRatio(ToGbps(unverified_secs, bytes), ceil.warm_read);
   PutRatio(out, "save_vs_durable_write", ratio(save, durable));
   PutRatio(out, "save_nosync_vs_pagecache_write", ratio(save_nosync, pc_write));
   PutRatio(out, "load_vs_pagecache_read", ratio(load, pc_read));
   PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
+  PutPairedRatio(out, "save_vs_durable_write", save_p);
+  PutPairedRatio(out, "save_nosync_vs_pagecache_write", nosync_p);
+  PutPairedRatio(out, "load_vs_pagecache_read", load_p);
+  PutPairedRatio(out, "load_unverified_vs_pagecache_read", unverified_p);
   (*out)["load_verified_vs_unverified"] =
       load_unverified.median > 0 ? load.median / load_unverified.median : 0;
   (*out)["peak_extra_rss_bytes"] = peak_extra;
@@ -258,15 +267,16 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                 bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup);
   *table += head;
   char cols[128];
-  std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max", "vs ceiling");
+  std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max",
+                "vs ceiling  [per rep: min med max]");
   *table += cols;
   *table += CeilingRow("ceiling: write + fdatasync", ceil.durable) + "\n";
-  *table += FormatRow("save (durable, default)", save, durable.median) + "\n";
+  *table += FormatRow("save (durable, default)", save, durable.median, save_p) + "\n";
   *table += CeilingRow("ceiling: page-cache write", ceil.pagecache_write) + "\n";
-  *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
+  *table += FormatRow("save --no-sync", save_nosync, pc_write.median, nosync_p) + "\n";
   *table += CeilingRow("ceiling: warm read", ceil.warm_read) + "\n";
-  *table += FormatRow("load (verified, default)", load, pc_read.median) + "\n";
-  *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median) + "\n";
+  *table += FormatRow("load (verified, default)", load, pc_read.median, load_p) + "\n";
+  *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median, unverified_p) + "\n";
   *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
     *table += "  " + DescribeCeiling(*c) + "\n";

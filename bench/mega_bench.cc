@@ -12,6 +12,9 @@
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
 //    repetitions (warm page cache); ceiling pagecache_read_gbps: best of 1, 2
 //    and N threads preading byte ranges of a cached file into a reused buffer.
+//    load_unverified_gbps: the same with verify_checksums off, right before.
+//  - *_paired ratios: each repetition against the ceiling round right before
+//    it (bench_util.h PairedRatio), min/median/max.
 //  - async_blocked_seconds: how long the caller is blocked in AsyncSave (until
 //    its tensors are staged and it may modify them), staging pool reused across
 //    saves, vs sync_save_seconds (the median durable save) and vs the time the
@@ -132,10 +135,13 @@ class Bench {
     };
   }
 
-  std::function<Status(dist::ProcessGroup&, RankState&)> LoadFn() {
-    return [this](dist::ProcessGroup& g, RankState& st) -> Status {
+  // `verify` false: MegaStorageReaderOptions::verify_checksums off (the
+  // reader warns on stderr once per load).
+  std::function<Status(dist::ProcessGroup&, RankState&)> LoadFn(bool verify) {
+    return [this, verify](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageReaderOptions ro;
       ro.thread_count = o_.threads;
+      ro.verify_checksums = verify;
       dcp::MegaStorageReader reader(ckpt_, ro);
       return dcp::Load(st.load, reader, &g);
     };
@@ -224,9 +230,17 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   MEGA_ASSIGN_OR_RETURN(auto nosync_secs,
                         bench.Seconds(true, bench.SaveFn(false), write_round(CeilingKind::kPageCacheWrite)));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked([&] { return rounds.Round(CeilingKind::kMemcpy); }));
-  // The folder now holds the last async save; load it.
-  MEGA_ASSIGN_OR_RETURN(auto load_secs, bench.Seconds(false, bench.LoadFn(),
-                                                      [&] { return rounds.Round(CeilingKind::kWarmRead); }));
+  // The folder now holds the last async save; load it, unverified then
+  // verified, both right after one warm-read round.
+  std::vector<double> load_secs, unverified_secs;
+  for (int i = 0; i < kWarmup + o.reps; ++i) {
+    MEGA_RETURN_IF_ERROR(rounds.Round(CeilingKind::kWarmRead));
+    MEGA_ASSIGN_OR_RETURN(double unverified_dt, bench.Run(false, bench.LoadFn(false)));
+    MEGA_ASSIGN_OR_RETURN(double dt, bench.Run(false, bench.LoadFn(true)));
+    if (i < kWarmup) continue;
+    unverified_secs.push_back(unverified_dt);
+    load_secs.push_back(dt);
+  }
   MEGA_RETURN_IF_ERROR(bench.CheckLoaded());
   bench.FreeState();
   std::error_code ec;
@@ -240,6 +254,20 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   const Summary save = Summarize(ToGbps(sync_secs, bytes));
   const Summary save_nosync = Summarize(ToGbps(nosync_secs, bytes));
   const Summary load = Summarize(ToGbps(load_secs, bytes));
+  const Summary load_unverified = Summarize(ToGbps(unverified_secs, bytes));
+  // Each repetition against the ceiling round run right before it.
+  const Summary save_p = PairedRatio(ToGbps(sync_secs, bytes), ceil.durable);
+  const Summary nosync_p = PairedRatio(ToGbps(nosync_secs, bytes), ceil.pagecache_write);
+  const Summary load_p = PairedRatio(ToGbps(load_secs, bytes), ceil.warm_read);
+  const Summary unverified_p = PairedRatio(ToGbps(unverified_secs, bytes), ceil.warm_read);
+  // Blocked seconds over the memcpy round's seconds right before each save.
+  std::vector<double> blocked_vs_memcpy;
+  for (size_t i = 0; i < blocked.size() && i < ceil.memcpy.best_by_round.size(); ++i) {
+    if (ceil.memcpy.best_by_round[i] > 0) {
+      blocked_vs_memcpy.push_back(blocked[i] / (bytes / ceil.memcpy.best_by_round[i] / 1e9));
+    }
+  }
+  const Summary blocked_p = Summarize(blocked_vs_memcpy);
   const Summary sync_s = Summarize(sync_secs);
   const Summary blocked_s = Summarize(blocked);
 
@@ -256,6 +284,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   put("save_gbps", save);
   put("save_nosync_gbps", save_nosync);
   put("load_gbps", load);
+  put("load_unverified_gbps", load_unverified);
   PutSaveLoadCeilings(out, ceil);
   (*out)["ceiling_parallelism"] = parallelism;
   put("sync_save_seconds", sync_s);
@@ -266,35 +295,45 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   PutRatio(out, "save_vs_durable_write", ratio(save, durable));
   PutRatio(out, "save_nosync_vs_pagecache_write", ratio(save_nosync, pc_write));
   PutRatio(out, "load_vs_pagecache_read", ratio(load, pc_read));
+  PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
+  PutPairedRatio(out, "save_vs_durable_write", save_p);
+  PutPairedRatio(out, "save_nosync_vs_pagecache_write", nosync_p);
+  PutPairedRatio(out, "load_vs_pagecache_read", load_p);
+  PutPairedRatio(out, "load_unverified_vs_pagecache_read", unverified_p);
+  (*out)["load_verified_vs_unverified"] = load_unverified.median > 0 ? load.median / load_unverified.median : 0;
   (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
   // The caller's blocked time against the ceiling's time to copy the state
   // (goal <= 1.5); its inverse is a speed ratio, checked like the others.
   (*out)["memcpy_state_seconds"] = memcpy_seconds;
   (*out)["async_blocked_vs_memcpy"] = memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0;
+  PutPairedRatio(out, "async_blocked_vs_memcpy", blocked_p);
   PutRatio(out, "async_staging_vs_memcpy", blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 
   char head[256];
   std::snprintf(head, sizeof head,
                 "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
-                "(threads), %d reps after %d warm-up; GB/s min / median / max\n",
+                "(threads), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
+                "[per rep: min med max]\n",
                 bytes / 1e9, kTensors, o.world_size, o.reps, kWarmup);
   *table = head;
-  *table += FormatRow("save (durable)", save, durable.median) + "\n";
+  *table += FormatRow("save (durable)", save, durable.median, save_p) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";
-  *table += FormatRow("save --no-sync", save_nosync, pc_write.median) + "\n";
+  *table += FormatRow("save --no-sync", save_nosync, pc_write.median, nosync_p) + "\n";
   *table += CeilingRow("  ceiling: page-cache write", ceil.pagecache_write) + "\n";
-  *table += FormatRow("load (warm, reused tensors)", load, pc_read.median) + "\n";
+  *table += FormatRow("load (verified, reused tensors)", load, pc_read.median, load_p) + "\n";
+  *table += FormatRow("load, verify_checksums off", load_unverified, pc_read.median, unverified_p) + "\n";
   *table += CeilingRow("  ceiling: warm read", ceil.warm_read) + "\n";
   *table += CeilingRow("  ceiling: memcpy", ceil.memcpy) + "\n";
-  char tail[640];
+  char tail[768];
   std::snprintf(tail, sizeof tail,
                 "seconds min / median / max\n"
                 "  sync save          %8.4f %8.4f %8.4f\n"
                 "  async blocked      %8.4f %8.4f %8.4f   (%.1f%% of the sync save; %.2fx the "
-                "ceiling's memcpy of the state, %.4f s; goal <= 1.5x)%s\n",
+                "ceiling's memcpy of the state, %.4f s, per rep [%.2f %.2f %.2f]; goal <= 1.5x)%s\n",
                 sync_s.min, sync_s.median, sync_s.max, blocked_s.min, blocked_s.median, blocked_s.max,
                 sync_s.median > 0 ? 100.0 * blocked_s.median / sync_s.median : 0.0,
-                memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0.0, memcpy_seconds,
+                memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0.0, memcpy_seconds, blocked_p.min,
+                blocked_p.median, blocked_p.max,
                 blocked_s.median > 0 && memcpy_seconds / blocked_s.median > kCeilingSlack ? kCeilingTooLow : "");
   *table += tail;
   *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";

@@ -8,8 +8,10 @@ dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json,
 reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
 hub.json; missing
 files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
-is divided by (and the ceiling's winning parallelism), the ratio, the goal of
-issue 15 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
+is divided by (and the ceiling's winning parallelism), the ratio of the medians,
+the per-repetition ratios (each repetition against the ceiling round run right
+before it; min/median/max, where the bench records them), the goal of issue 15
+where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
 above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed.
 The reshard rows divide verified loads by the unverified ones (no ceiling).
 """
@@ -38,16 +40,16 @@ class Table:
         self.rows = []
 
     def add(self, bench, row, ours, ceiling=None, par=None, goal=None, lower_better=False, unit="GB/s",
-            is_ceiling=True, note=""):
+            is_ceiling=True, note="", paired=None):
         """ours/ceiling: (median, min, max) or None; is_ceiling=False for a budget (no too-low check);
-        note: printed in the flag column."""
-        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling, note))
+        note: printed in the flag column; paired: per-repetition ratios (median, min, max) or None."""
+        self.rows.append((bench, row, ours, ceiling, par, goal, lower_better, unit, is_ceiling, note, paired))
 
     def print(self):
-        head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling (thr, io)':>24} {'ratio':>6} {'goal':>7}  flag"
+        head = f"{'bench':<14} {'row':<34} {'ours median [min, max]':>27} {'ceiling (thr, io)':>24} {'ratio':>6} {'per rep [min med max]':>21} {'goal':>7}  flag"
         print(head)
         print("-" * len(head))
-        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling, note in self.rows:
+        for bench, row, ours, ceil, par, goal, lower, unit, is_ceiling, note, paired in self.rows:
             o = f"{ours[0]:8.3f} [{ours[1]:7.3f},{ours[2]:7.3f}]" if ours else "-"
             c = "-"
             ratio = None
@@ -55,6 +57,7 @@ class Table:
                 c = f"{ceil[0]:8.3f}" + (f" ({par})" if par else "")
                 ratio = ours[0] / ceil[0]
             r = f"{ratio:6.2f}" if ratio is not None else "     -"
+            pr = f"[{paired[1]:.2f} {paired[0]:.2f} {paired[2]:.2f}]" if paired else "-"
             g = "-"
             flag = ""
             if goal is not None:
@@ -69,7 +72,7 @@ class Table:
                     flag = (flag + "; " if flag else "") + "below goal"
             if note:
                 flag = (flag + "; " if flag else "") + note
-            print(f"{bench:<14} {row:<34} {o:>27} {c:>24} {r} {g:>7}  {flag}  ({unit})")
+            print(f"{bench:<14} {row:<34} {o:>27} {c:>24} {r} {pr:>21} {g:>7}  {flag}  ({unit})")
 
 
 def triple(j, key):
@@ -96,16 +99,17 @@ def par(j, stem):
     return config_text(j[stem + "_parallelism"], io)
 
 
-def save_load_rows(t, name, j, unverified=True):
+def save_load_rows(t, name, j):
     t.add(name, "save (durable)", triple(j, "save_gbps"), triple(j, "durable_write_gbps"),
-          par(j, "durable_write"), 0.9)
+          par(j, "durable_write"), 0.9, paired=triple(j, "save_vs_durable_write_paired"))
     t.add(name, "save --no-sync", triple(j, "save_nosync_gbps"), triple(j, "pagecache_write_gbps"),
-          par(j, "pagecache_write"), 0.85)
+          par(j, "pagecache_write"), 0.85, paired=triple(j, "save_nosync_vs_pagecache_write_paired"))
     t.add(name, "load (verified)", triple(j, "load_gbps"), triple(j, "pagecache_read_gbps"),
-          par(j, "pagecache_read"), 0.7)
-    if unverified and "load_unverified_gbps" in j:
+          par(j, "pagecache_read"), 0.7, paired=triple(j, "load_vs_pagecache_read_paired"))
+    if "load_unverified_gbps" in j:
         t.add(name, "load (unverified)", triple(j, "load_unverified_gbps"),
-              triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85)
+              triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85,
+              paired=triple(j, "load_unverified_vs_pagecache_read_paired"))
     if "peak_extra_rss_bytes" in j:
         mib = j["peak_extra_rss_bytes"] / 2**20
         # Below 1 MiB the peak never rose above the RSS before the save: not a measured zero.
@@ -135,9 +139,10 @@ def main(argv):
     for name in ("mega_w1", "mega_w2"):
         j = load(d, name + ".json")
         if j:
-            save_load_rows(t, name, j, unverified=False)
+            save_load_rows(t, name, j)
             t.add(name, "async save: caller blocked, s", triple(j, "async_blocked_seconds"),
-                  (j["memcpy_state_seconds"],) * 3, par(j, "memcpy"), 1.5, lower_better=True, unit="s")
+                  (j["memcpy_state_seconds"],) * 3, par(j, "memcpy"), 1.5, lower_better=True, unit="s",
+                  paired=triple(j, "async_blocked_vs_memcpy_paired"))
     for w in (1, 2):
         j = load(d, f"torch_w{w}.json")
         ref = load(d, f"dcp_w{w}.json")

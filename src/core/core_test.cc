@@ -150,6 +150,26 @@ TEST(TensorTest, CallerMemoryIsNotCopied) {
   EXPECT_EQ(t->data(), mem.data());
 }
 
+TEST(TensorTest, StreamingCopyEqualsMemcpyAtAnyAlignmentAndLength) {
+  // Source and destination offsets 0..17 against the 16-byte store alignment,
+  // lengths around the 64-byte loop and its head/tail; bytes around the
+  // destination range must stay untouched.
+  std::vector<std::byte> src(1024), dst(1024 + 64), want(1024 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  for (size_t so : {0, 1, 5, 16, 17}) {
+    for (size_t d0 : {0, 3, 8, 15, 16, 17}) {
+      for (size_t n : {0, 1, 15, 16, 63, 64, 65, 127, 128, 200, 777, 1000}) {
+        if (so + n > src.size()) continue;
+        std::fill(dst.begin(), dst.end(), std::byte{0xAA});
+        want = dst;
+        std::memcpy(want.data() + d0, src.data() + so, n);
+        StreamingCopy(dst.data() + d0, src.data() + so, n);
+        ASSERT_EQ(dst, want) << "src offset " << so << ", dst offset " << d0 << ", length " << n;
+      }
+    }
+  }
+}
+
 TEST(TensorTest, DLPackRoundTrip) {
   Tensor a = Iota(DType::kBF16, {3, 4});
   auto dl = ToDLPack(a);

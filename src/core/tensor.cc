@@ -3,9 +3,15 @@
 #include <dlpack/dlpack.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace megackpt::inline core {
 namespace {
@@ -148,6 +154,29 @@ Result<Tensor> Tensor::Narrow(int dim, int64_t start, int64_t length) const {
     t.data_ = static_cast<std::byte*>(data_) + elem_offset * DTypeSize(dtype_);
   }
   return t;
+}
+
+void StreamingCopy(std::byte* dst, const std::byte* src, size_t n) {
+#if defined(__x86_64__)
+  // Head: up to the first 16-byte aligned destination byte.
+  const size_t head = std::min<size_t>(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();  // streaming stores are weakly ordered
+#else
+  std::memcpy(dst, src, n);
+#endif
 }
 
 Status CopyTensor(const Tensor& src, const Tensor& dst) {

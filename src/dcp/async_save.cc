@@ -21,10 +21,6 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/core/thread_pool.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace megackpt::dcp {
 namespace {
 
@@ -302,35 +298,6 @@ uint64_t StagedBytes(const std::vector<Tensor*>& tensors) {
   return n;
 }
 
-// memcpy(dst, src, n) with non-temporal (streaming) stores: the staged copy is
-// read again only by the background writer, much later, so it need not pass
-// through the cache. Plain stores first read every destination line
-// (read-for-ownership), 3 memory transfers per copied byte instead of 2; glibc
-// streams only pieces above its non-temporal threshold (about 3/4 of the
-// shared cache per thread, 114 MiB here), larger than the pieces below.
-void StreamCopy(std::byte* dst, const std::byte* src, uint64_t n) {
-#if defined(__x86_64__)
-  // Head: up to the first 16-byte aligned destination byte.
-  const uint64_t head = std::min<uint64_t>(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  std::memcpy(dst, src, head);
-  uint64_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();  // streaming stores are weakly ordered: visible before the piece counts as done
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
-
 // Copies every tensor into the arena (REQUIRES: StagedBytes fits) and points the
 // state at the copies. Contiguous tensors are cut into byte ranges copied by
 // several threads; a state of kStreamFrom or more (far more than the cores'
@@ -367,7 +334,7 @@ Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
         const StageCopy& c = copies[k];
         if (c.src) {
           if (total >= kStreamFrom) {
-            StreamCopy(c.dst, c.src, c.len);
+            StreamingCopy(c.dst, c.src, c.len);
           } else {
             std::memcpy(c.dst, c.src, c.len);
           }

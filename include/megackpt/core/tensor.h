@@ -98,6 +98,15 @@ class Tensor {
 // contiguous. Contiguous inner runs are copied with memcpy.
 Status CopyTensor(const Tensor& src, const Tensor& dst);
 
+// memcpy(dst, src, n) with non-temporal (streaming) stores on x86-64 (plain
+// memcpy elsewhere), for copies whose destination is not read again soon (a
+// staging copy the background writer reads much later). Plain stores first
+// read every destination line (read-for-ownership): three memory transfers
+// per byte instead of two; glibc streams only pieces above its non-temporal
+// threshold. The stores are fenced before it returns, so another thread that
+// is told afterwards sees the bytes. REQUIRES: the ranges do not overlap.
+void StreamingCopy(std::byte* dst, const std::byte* src, size_t n);
+
 // True when both have the same dtype and shape and identical element bytes.
 bool TensorBytesEqual(const Tensor& a, const Tensor& b);
 
