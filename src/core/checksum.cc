@@ -99,7 +99,8 @@ std::shared_ptr<const Crc32Shift> ShiftFor(uint64_t len) {
 }  // namespace
 
 std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t block,
-                                   std::span<const uint32_t> expected, uint32_t* got) {
+                                   std::span<const uint32_t> expected, uint32_t* got,
+                                   std::optional<uint32_t> span_crc) {
   const uint64_t full = bytes.size() / block;
   const uint64_t tail = bytes.size() - full * block;
   if (expected.size() != full + (tail > 0 ? 1 : 0)) {
@@ -123,7 +124,7 @@ std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t bl
   combined = Crc32Combine(combined, c[2], m * block);
   combined = Crc32Combine(combined, c[3], (full - 3 * m) * block);
   if (tail > 0) combined = Crc32Combine(combined, e[full], tail);
-  if (Crc32(bytes) == combined) return std::nullopt;
+  if ((span_crc ? *span_crc : Crc32(bytes)) == combined) return std::nullopt;
   // They disagree: find the block, in batches of BlockCrc32s.
   constexpr uint64_t kBatch = 256;
   uint32_t batch[kBatch];
@@ -138,7 +139,9 @@ std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t bl
       }
     }
   }
-  return std::nullopt;  // unreachable: equal blocks combine to the span's CRC
+  // Every block matches: only a caller's span_crc that is not the bytes' own
+  // gets here (equal blocks combine to the span's CRC).
+  return std::nullopt;
 }
 
 BlockCrc32Stream::BlockCrc32Stream(uint64_t block, uint64_t expected_bytes) : block_(block) {

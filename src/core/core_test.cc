@@ -314,6 +314,12 @@ TEST(ChecksumTest, FindBadBlockNamesTheFirstDamagedBlock) {
         EXPECT_EQ(*j, at / block);
         const uint64_t len = std::min<uint64_t>(block, size - *j * block);
         EXPECT_EQ(got, Crc32(std::span<const std::byte>(bad).subspan(*j * block, len)));
+        // With the caller's span CRC: the same verdict, and the same block.
+        EXPECT_EQ(FindBadBlock(bad, block, table, &got, Crc32(bad)), j);
+        EXPECT_EQ(FindBadBlock(bytes, block, table, &got, Crc32(bytes)), std::nullopt);
+        // A span CRC that is not the bytes' own sends it to the per-block
+        // search, which finds every block intact.
+        EXPECT_EQ(FindBadBlock(bytes, block, table, &got, Crc32(bytes) ^ 1u), std::nullopt);
         // A damaged table entry is found the same way.
         std::vector<uint32_t> bad_table = table;
         bad_table[at / block] ^= 1;

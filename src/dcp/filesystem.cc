@@ -1025,47 +1025,28 @@ class FileSystemReaderImpl final : public StorageReader {
     }
 
    private:
-    // The whole blocks at the front of `data` when it starts on a block
-    // boundary: their CRCs in one BlockCrc32s call per batch, compared with
-    // the table; leaves the rest (a block's head or a short last block) in *data.
+    // The whole blocks at the front of `data` that the fetched table covers,
+    // when `data` starts on a block boundary: checked with one streamed CRC
+    // (FindBadBlock). Leaves the rest in *data for Feed's block-by-block loop:
+    // a block's head, a short last block, or a block outside the table (which
+    // CloseBlock reports).
     Status FeedWholeBlocks(std::span<const std::byte>* data) {
       if (sha256_ || !table_ || pos_ % bs_ != 0) return Status::OK();
-      constexpr uint64_t kBatch = 256;
-      uint32_t got[kBatch];
-      uint64_t whole = std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_;
-      if (whole > 0 && block_ >= table_->first && block_ + whole <= table_->end) {
-        // The usual case: the fetched table covers every block (one streamed CRC).
-        uint32_t bad_crc = 0;
-        const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first),
-                                             static_cast<size_t>(whole));
-        if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &bad_crc)) {
-          crc_ = bad_crc;
-          Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
-          return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
-        }
-        pos_ += whole * bs_;
-        block_ += whole;
-        block_end_ = std::min(st_.info->length, (block_ + 1) * bs_);
-        *data = data->subspan(static_cast<size_t>(whole * bs_));
-        return Status::OK();
+      if (block_ < table_->first || block_ >= table_->end) return Status::OK();
+      const uint64_t whole = std::min(std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_,
+                                      table_->end - block_);
+      if (whole == 0) return Status::OK();
+      uint32_t bad_crc = 0;
+      const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first), static_cast<size_t>(whole));
+      if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &bad_crc)) {
+        crc_ = bad_crc;
+        Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
+        return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
       }
-      while (whole > 0) {  // blocks outside the fetched table: names the first one
-        const uint64_t k = std::min(whole, kBatch);
-        BlockCrc32s(data->first(static_cast<size_t>(k * bs_)), bs_, got);
-        for (uint64_t j = 0; j < k; ++j) {
-          const uint64_t b = block_ + j;
-          if (b < table_->first || b >= table_->end || table_->crcs[b - table_->first] != got[j]) {
-            crc_ = got[j];
-            Status s = CloseBlock(b);  // the named DataLoss error
-            return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
-          }
-        }
-        pos_ += k * bs_;
-        block_ += k;
-        block_end_ = std::min(st_.info->length, (block_ + 1) * bs_);
-        *data = data->subspan(static_cast<size_t>(k * bs_));
-        whole -= k;
-      }
+      pos_ += whole * bs_;
+      block_ += whole;
+      block_end_ = std::min(st_.info->length, (block_ + 1) * bs_);
+      *data = data->subspan(static_cast<size_t>(whole * bs_));
       return Status::OK();
     }
 

@@ -199,13 +199,13 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
     enc->unit_done_[i].assign(s.units.size(), 0);
     if (options.block_checksums && t.is_plain() && s.checksum != MegaChecksumType::kNone) {
       enc->block_size_[i] = MegaBlockSizeFor(s.dtype, s.shape);
-      enc->block_crcs_[i].assign(BlockCount(logical, enc->block_size_[i]), 0);
       // The tensor's table follows its bytes: a re-save that changes some
       // tensors changes only their tables (content-defined dedup keeps the rest).
-      if (!enc->block_crcs_[i].empty()) {
+      // Its entries exist once the tensor is written (WriteRaw).
+      if (const uint64_t count = BlockCount(logical, enc->block_size_[i]); count > 0) {
         if (AlignUp(cursor, 4, &cursor)) return InvalidArgumentError(fn + ": payload size overflows");
         enc->table_offsets_[i] = cursor;
-        cursor += 4 * enc->block_crcs_[i].size();
+        cursor += 4 * count;
       }
     }
     enc->units_[i] = s.units;
@@ -359,9 +359,9 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   }
   crc.Finish();
   std::vector<uint32_t> crcs = std::move(crc.blocks());
-  if (crcs.size() != block_crcs_[i].size()) {
+  if (const uint64_t planned = BlockCount(infos_[i].logical_nbytes, block_size_[i]); crcs.size() != planned) {
     return InternalError(file_name_ + ": tensor " + Quote(specs_[i].name) + " has " + std::to_string(crcs.size()) +
-                         " CRC blocks, planned " + std::to_string(block_crcs_[i].size()));
+                         " CRC blocks, planned " + std::to_string(planned));
   }
   if (!crcs.empty()) {
     const std::string table = EncodeBlockTable(crcs);

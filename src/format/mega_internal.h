@@ -214,6 +214,12 @@ class Checker {
     if (type_ == MegaChecksumType::kCrc32) crc_ = Crc32Extend(crc_, data);
     if (type_ == MegaChecksumType::kSha256) sha_->Update(data);
   }
+  // Update(data) when the caller already has crc == Crc32(data): a CRC32
+  // checksum combines it instead of reading the bytes again.
+  void Update(std::span<const std::byte> data, uint32_t crc) {
+    if (type_ == MegaChecksumType::kCrc32) crc_ = Crc32Combine(crc_, crc, data.size());
+    if (type_ == MegaChecksumType::kSha256) sha_->Update(data);
+  }
   MegaChecksum Finish() {
     if (type_ == MegaChecksumType::kCrc32) return mega_internal::Crc32Field(crc_);
     if (type_ == MegaChecksumType::kSha256) return mega_internal::Sha256Field(sha_->Finish());

@@ -1063,10 +1063,13 @@ Status VerifyWithBlocks(const ReadContext& ctx, const MegaTensorInfo& t) {
   for (uint64_t off = 0; off < n; off += piece_max) {
     std::span<std::byte> piece(buf.get(), std::min(piece_max, n - off));
     MEGA_RETURN_IF_ERROR(ctx.file.ReadExactlyAt(t.file_offset + off, piece));
-    ck.Update(piece);
+    // One CRC pass over the piece feeds both checks.
+    const uint32_t piece_crc = Crc32(piece);
+    ck.Update(piece, piece_crc);
     uint32_t got = 0;
     const size_t nblocks = static_cast<size_t>((piece.size() + b - 1) / b);
-    if (auto j = FindBadBlock(piece, b, std::span<const uint32_t>(table).subspan(off / b, nblocks), &got)) {
+    if (auto j = FindBadBlock(piece, b, std::span<const uint32_t>(table).subspan(off / b, nblocks), &got,
+                              piece_crc)) {
       const uint64_t k = off / b + *j;
       const uint64_t len = std::min<uint64_t>(b, piece.size() - *j * b);
       char text[64];

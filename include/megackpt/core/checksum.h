@@ -46,9 +46,13 @@ inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
 // small block; the per-block CRCs run only when the two disagree. A damaged
 // span passes only when its errors cancel in the 32-bit combination (the
 // strength of one CRC-32 over the span).
+// `span_crc`, when given, is Crc32(bytes) computed by the caller (e.g. while
+// it also feeds a whole-tensor checksum): the span is then not read again
+// unless a block must be named.
 // REQUIRES: block > 0; expected.size() == ceil(bytes.size() / block).
 std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t block,
-                                   std::span<const uint32_t> expected, uint32_t* got);
+                                   std::span<const uint32_t> expected, uint32_t* got,
+                                   std::optional<uint32_t> span_crc = std::nullopt);
 
 // CRC-32 of A||B from crc(A), crc(B) and len(B) (zlib crc32_combine semantics).
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

@@ -198,7 +198,7 @@ class MegaEncoder {
   std::vector<std::vector<uint64_t>> unit_offsets_;    // payload-relative
   std::vector<std::vector<uint8_t>> unit_done_;
   std::vector<uint64_t> block_size_;                   // per tensor, 0 = none
-  std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor
+  std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor, once written
   std::vector<uint64_t> table_offsets_;                // per tensor, payload-relative
   uint32_t payload_crc_ = 0;
   Sha256Digest payload_sha_{};
