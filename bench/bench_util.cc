@@ -143,6 +143,7 @@ const char* CeilingName(CeilingKind kind) {
     case CeilingKind::kPageCacheWrite: return "page-cache write";
     case CeilingKind::kDurableWrite: return "write + fdatasync";
     case CeilingKind::kWarmRead: return "warm read";
+    case CeilingKind::kColdRead: return "device read (cold)";
     case CeilingKind::kMemcpy: return "memcpy";
   }
   return "?";
@@ -160,6 +161,7 @@ std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
     case CeilingKind::kPageCacheWrite: return {kMiB, kLargeIo};
     case CeilingKind::kDurableWrite: return {8 * kMiB, kDurableWritebackUnit};
     case CeilingKind::kWarmRead: return {kMiB, 4 * kMiB, kLargeIo};
+    case CeilingKind::kColdRead: return {kMiB, 8 * kMiB};
     case CeilingKind::kMemcpy: return {0};
   }
   return {0};
@@ -170,6 +172,7 @@ const char* CeilingIoName(CeilingKind kind) {
     case CeilingKind::kPageCacheWrite: return "pwrite_bytes";
     case CeilingKind::kDurableWrite: return "writeback_bytes";
     case CeilingKind::kWarmRead: return "pread_bytes";
+    case CeilingKind::kColdRead: return "pread_bytes";
     case CeilingKind::kMemcpy: return "";
   }
   return "";
@@ -284,6 +287,20 @@ Status PlainIo::EnsureReadFile() {
   return s;
 }
 
+Status PlainIo::DropReadFileCache() {
+  const std::string path = prefix_ + ".read";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(path + ": open", errno);
+  Status s;
+  if (fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
+  if (s.ok()) {
+    const int e = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (e != 0) s = ErrnoToStatus(path + ": posix_fadvise(DONTNEED)", e);
+  }
+  close(fd);
+  return s;
+}
+
 Status PlainIo::Read(int readers, uint64_t pread_bytes) {
   readers = std::max(1, readers);
   const std::string path = prefix_ + ".read";
@@ -322,6 +339,7 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
     case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
     case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
     case CeilingKind::kWarmRead: return Read(c.parallelism, c.io_bytes);
+    case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes);
     case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
   }
   return Status::OK();
@@ -331,6 +349,10 @@ Result<double> PlainIo::TimeOnce(CeilingKind kind, const CeilingConfig& config) 
   const bool write = kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite;
   if (write) PrepareWrite(config.parallelism);
   if (kind == CeilingKind::kWarmRead) MEGA_RETURN_IF_ERROR(EnsureReadFile());
+  if (kind == CeilingKind::kColdRead) {
+    MEGA_RETURN_IF_ERROR(EnsureReadFile());
+    MEGA_RETURN_IF_ERROR(DropReadFileCache());
+  }
   const double t0 = NowSeconds();
   MEGA_RETURN_IF_ERROR(Run(kind, config));
   return NowSeconds() - t0;
@@ -499,7 +521,7 @@ std::string BestConfigText(const Ceiling& c) {
 namespace {
 // "preads", "writeback units", "pwrites": what the I/O size of `kind` is.
 const char* IoUnitName(CeilingKind kind) {
-  return kind == CeilingKind::kWarmRead       ? "preads"
+  return kind == CeilingKind::kWarmRead || kind == CeilingKind::kColdRead ? "preads"
          : kind == CeilingKind::kDurableWrite ? "writeback units"
                                               : "pwrites";
 }

@@ -83,6 +83,10 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 //    with sync_file_range(SYNC_FILE_RANGE_WRITE), so the device works while the
 //    next bytes are copied. Without the hint the plain writer leaves all
 //    writeback to fdatasync and is not a limit for paths that overlap it.
+//  - kColdRead: the same as kWarmRead from the device: before each run,
+//    untimed, the read file's pages are dropped from the page cache
+//    (fdatasync + posix_fadvise(DONTNEED)); 1 or 8 MiB preads. The limit of a
+//    path that reads data that is not cached (mega:// xorbs written O_DIRECT).
 //  - kWarmRead: W threads pread one cached file of `bytes` into a reused,
 //    pre-faulted buffer (preads of 1, 4 or 64 MiB). Like the library's readers
 //    (dcp/filesystem.cc, kReadUnit), the threads take work units of
@@ -102,7 +106,7 @@ constexpr uint64_t kDurableWritebackUnit = 32ull << 20;
 // (kReadUnit in dcp/filesystem.cc); the warm-read ceiling does the same.
 constexpr uint64_t kReadWorkUnit = 32ull << 20;
 
-enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy };
+enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy, kColdRead };
 
 // "page-cache write", "write + fdatasync", "warm read", "memcpy".
 const char* CeilingName(CeilingKind kind);
@@ -156,6 +160,9 @@ class PlainIo {
   // with preads of `pread_bytes` (0: 64 MiB).
   // REQUIRES: EnsureReadFile() succeeded.
   Status Read(int readers, uint64_t pread_bytes = 0);
+  // Writes back and drops the read file's cached pages (kColdRead's
+  // preparation). REQUIRES: EnsureReadFile() succeeded.
+  Status DropReadFileCache();
   // `threads` threads copy byte ranges of the source into the destination.
   Status Memcpy(int threads, bool streaming = false);
   // One untimed-preparation + timed run of `kind` in `config`: seconds.
@@ -233,7 +240,7 @@ class CeilingRounds {
   };
   PlainIo& io_;
   int n_, warmup_;
-  Kind kinds_[4];
+  Kind kinds_[5];
 };
 
 // Measures `kind` in each of CeilingConfigs(kind, n), interleaved: warmup +
