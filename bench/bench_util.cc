@@ -171,7 +171,7 @@ const char* CeilingIoName(CeilingKind kind) {
   switch (kind) {
     case CeilingKind::kPageCacheWrite: return "pwrite_bytes";
     case CeilingKind::kDurableWrite: return "writeback_bytes";
-    case CeilingKind::kWarmRead: return "pread_bytes";
+    case CeilingKind::kWarmRead:
     case CeilingKind::kColdRead: return "pread_bytes";
     case CeilingKind::kMemcpy: return "";
   }
@@ -338,7 +338,7 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
   switch (kind) {
     case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
     case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
-    case CeilingKind::kWarmRead: return Read(c.parallelism, c.io_bytes);
+    case CeilingKind::kWarmRead:
     case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes);
     case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
   }

@@ -1019,6 +1019,8 @@ class FileSystemReaderImpl final : public StorageReader {
           crc_ = 0;
           ++block_;
           block_end_ = std::min(st_.info->length, block_end_ + bs_);
+          // On a block boundary again: the rest goes through the streamed check.
+          MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data));
         }
       }
       return Status::OK();
