@@ -117,13 +117,9 @@ Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path,
                 uint64_t writeback_unit = 0) {
   uint64_t off = 0, written_back = 0;
   while (off < n) {
-    size_t len = static_cast<size_t>(std::min(block, n - off));
-    ssize_t w = pwrite(fd, p + off, len, static_cast<off_t>(off));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(path + ": pwrite", errno);
-    }
-    off += static_cast<uint64_t>(w);
+    const size_t len = static_cast<size_t>(std::min(block, n - off));
+    MEGA_RETURN_IF_ERROR(PwriteFull(fd, p + off, len, off, path, len));
+    off += len;
     if (writeback_unit > 0 && off - written_back >= writeback_unit) {
       // A hint: failure only leaves all the work to fdatasync.
       (void)sync_file_range(fd, static_cast<off_t>(written_back), static_cast<off_t>(off - written_back),
@@ -216,17 +212,8 @@ Status RunParallel(int n, const std::function<Status(int)>& fn) {
 
 Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path,
                 uint64_t block) {
-  uint64_t done = 0;
-  while (done < n) {
-    size_t len = static_cast<size_t>(std::min(block, n - done));
-    ssize_t r = pread(fd, p + done, len, static_cast<off_t>(file_off + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(path + ": pread at " + std::to_string(file_off + done), errno);
-    }
-    if (r == 0) return DataLossError(path + ": short read at " + std::to_string(file_off + done));
-    done += static_cast<uint64_t>(r);
-  }
+  MEGA_ASSIGN_OR_RETURN(size_t done, PreadFull(fd, p, n, file_off, path, block));
+  if (done < n) return DataLossError(path + ": short read at " + std::to_string(file_off + done));
   return Status::OK();
 }
 
@@ -464,9 +451,7 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 }
 
 void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
-  (*out)[key] = c.best.median;
-  (*out)[key + "_min"] = c.best.min;
-  (*out)[key + "_max"] = c.best.max;
+  PutSummary(out, key, c.best);
   const std::string stem = key.size() > 5 && key.ends_with("_gbps") ? key.substr(0, key.size() - 5) : key;
   (*out)[stem + "_parallelism"] = c.best_parallelism;
   const std::string io_name = CeilingIoName(c.kind);
@@ -498,6 +483,49 @@ void PutPairedRatio(nlohmann::json* out, const std::string& ratio_key, const Sum
   (*out)[ratio_key + "_paired"] = paired.median;
   (*out)[ratio_key + "_paired_min"] = paired.min;
   (*out)[ratio_key + "_paired_max"] = paired.max;
+}
+
+void PutSummary(nlohmann::json* out, const std::string& key, const Summary& s) {
+  (*out)[key] = s.median;
+  (*out)[key + "_min"] = s.min;
+  (*out)[key + "_max"] = s.max;
+}
+
+SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const SaveLoadCeilings& c) {
+  SaveLoadRows r;
+  const std::vector<double> save = ToGbps(secs.save, bytes), nosync = ToGbps(secs.save_nosync, bytes);
+  const std::vector<double> load = ToGbps(secs.load, bytes), unverified = ToGbps(secs.load_unverified, bytes);
+  r.save = Summarize(save);
+  r.save_nosync = Summarize(nosync);
+  r.load = Summarize(load);
+  r.load_unverified = Summarize(unverified);
+  r.save_paired = PairedRatio(save, c.durable);
+  r.nosync_paired = PairedRatio(nosync, c.pagecache_write);
+  r.load_paired = PairedRatio(load, c.warm_read);
+  r.unverified_paired = PairedRatio(unverified, c.warm_read);
+  return r;
+}
+
+void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism) {
+  PutSummary(out, "save_gbps", r.save);
+  PutSummary(out, "save_nosync_gbps", r.save_nosync);
+  PutSummary(out, "load_gbps", r.load);
+  PutSummary(out, "load_unverified_gbps", r.load_unverified);
+  PutSaveLoadCeilings(out, c);
+  (*out)["ceiling_parallelism"] = parallelism;
+  auto ratio = [](const Summary& ours, const Ceiling& limit) {
+    return limit.best.median > 0 ? ours.median / limit.best.median : 0.0;
+  };
+  PutRatio(out, "save_vs_durable_write", ratio(r.save, c.durable));
+  PutRatio(out, "save_nosync_vs_pagecache_write", ratio(r.save_nosync, c.pagecache_write));
+  PutRatio(out, "load_vs_pagecache_read", ratio(r.load, c.warm_read));
+  PutRatio(out, "load_unverified_vs_pagecache_read", ratio(r.load_unverified, c.warm_read));
+  PutPairedRatio(out, "save_vs_durable_write", r.save_paired);
+  PutPairedRatio(out, "save_nosync_vs_pagecache_write", r.nosync_paired);
+  PutPairedRatio(out, "load_vs_pagecache_read", r.load_paired);
+  PutPairedRatio(out, "load_unverified_vs_pagecache_read", r.unverified_paired);
+  (*out)["load_verified_vs_unverified"] =
+      r.load_unverified.median > 0 ? r.load.median / r.load_unverified.median : 0;
 }
 
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {

@@ -270,6 +270,28 @@ void PutRatio(nlohmann::json* out, const std::string& ratio_key, double ratio);
 // (PairedRatio); nothing when paired has no runs.
 void PutPairedRatio(nlohmann::json* out, const std::string& ratio_key, const Summary& paired);
 
+// out[key] = s.median, out[key + "_min"] = s.min, out[key + "_max"] = s.max.
+void PutSummary(nlohmann::json* out, const std::string& key, const Summary& s);
+
+// The four timed rows of a save/load bench (bench dcp, bench mega): seconds of
+// each measured repetition, in order, each run right after its ceiling round.
+struct SaveLoadSeconds {
+  std::vector<double> save, save_nosync, load, load_unverified;
+};
+// Those rows in GB/s, and each repetition over the ceiling round before it.
+struct SaveLoadRows {
+  Summary save, save_nosync, load, load_unverified;
+  Summary save_paired, nosync_paired, load_paired, unverified_paired;
+};
+SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const SaveLoadCeilings& c);
+// Puts the rows (save_gbps, save_nosync_gbps, load_gbps, load_unverified_gbps
+// with PutSummary), the ceilings (PutSaveLoadCeilings), ceiling_parallelism,
+// each row over its ceiling as a ratio of medians (PutRatio: save_vs_durable_write,
+// save_nosync_vs_pagecache_write, load_vs_pagecache_read,
+// load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio), and
+// load_verified_vs_unverified.
+void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism);
+
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c);

@@ -179,27 +179,23 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     return s;
   };
   runner.set_fresh_path(ckpt);
-  std::vector<double> save_secs, nosync_secs, unverified_secs, load_secs;
+  SaveLoadSeconds secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
     MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(true)));
-    if (i >= kWarmup) save_secs.push_back(dt);
+    if (i >= kWarmup) secs.save.push_back(dt);
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kPageCacheWrite));
     MEGA_ASSIGN_OR_RETURN(dt, runner.Run(save_fn(false)));  // the last one is loaded below
-    if (i >= kWarmup) nosync_secs.push_back(dt);
+    if (i >= kWarmup) secs.save_nosync.push_back(dt);
   }
   runner.set_fresh_path("");
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kWarmRead));
     MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(load_fn(dcp::VerifyMode::kOff)));
-    if (i >= kWarmup) unverified_secs.push_back(dt);
+    if (i >= kWarmup) secs.load_unverified.push_back(dt);
     MEGA_ASSIGN_OR_RETURN(dt, runner.Run(load_fn(dcp::VerifyMode::kAll)));
-    if (i >= kWarmup) load_secs.push_back(dt);
+    if (i >= kWarmup) secs.load.push_back(dt);
   }
-  const Summary save = Summarize(ToGbps(save_secs, bytes));
-  const Summary save_nosync = Summarize(ToGbps(nosync_secs, bytes));
-  const Summary load_unverified = Summarize(ToGbps(unverified_secs, bytes));
-  const Summary load = Summarize(ToGbps(load_secs, bytes));
   // The benchmark measures real loads: the last one must have restored the bytes.
   for (const RankState& st : states) {
     for (size_t i = 0; i < st.save_shards.size(); ++i) {
@@ -215,48 +211,18 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     rounds.reset();
     io.reset();  // removes the ceiling's files
   }
-  const Summary& durable = ceil.durable.best;
-  const Summary& pc_write = ceil.pagecache_write.best;
-  const Summary& pc_read = ceil.warm_read.best;
   if (mpi) MEGA_RETURN_IF_ERROR(mpi->Barrier());
   if (my_rank != 0) return Status::OK();
   std::error_code ec;
   if (!o.dir.empty()) std::filesystem::remove_all(ckpt, ec);
 
-  auto put = [&](const std::string& key, const Summary& s) {
-    (*out)[key] = s.median;
-    (*out)[key + "_min"] = s.min;
-    (*out)[key + "_max"] = s.max;
-  };
   (*out)["size_bytes"] = bytes;
   (*out)["world_size"] = world;
   (*out)["backend"] = mpi ? "mpi" : "threads";
   (*out)["threads_per_rank"] = o.threads;
   (*out)["reps"] = o.reps;
-  put("save_gbps", save);
-  put("save_nosync_gbps", save_nosync);
-  put("load_gbps", load);
-  put("load_unverified_gbps", load_unverified);
-  PutSaveLoadCeilings(out, ceil);
-  (*out)["ceiling_parallelism"] = parallelism;
-  auto ratio = [](const Summary& ours, const Summary& limit) {
-    return limit.median > 0 ? ours.median / limit.median : 0.0;
-  };
-  // Each repetition against the ceiling round run right before it.
-  const Summary save_p = PairedRatio(ToGbps(save_secs, bytes), ceil.durable);
-  const Summary nosync_p = PairedRatio(ToGbps(nosync_secs, bytes), ceil.pagecache_write);
-  const Summary load_p = PairedRatio(ToGbps(load_secs, bytes), ceil.warm_read);
-  const Summary unverified_p = PairedRatio(ToGbps(unverified_secs, bytes), ceil.warm_read);
-  PutRatio(out, "save_vs_durable_write", ratio(save, durable));
-  PutRatio(out, "save_nosync_vs_pagecache_write", ratio(save_nosync, pc_write));
-  PutRatio(out, "load_vs_pagecache_read", ratio(load, pc_read));
-  PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
-  PutPairedRatio(out, "save_vs_durable_write", save_p);
-  PutPairedRatio(out, "save_nosync_vs_pagecache_write", nosync_p);
-  PutPairedRatio(out, "load_vs_pagecache_read", load_p);
-  PutPairedRatio(out, "load_unverified_vs_pagecache_read", unverified_p);
-  (*out)["load_verified_vs_unverified"] =
-      load_unverified.median > 0 ? load.median / load_unverified.median : 0;
+  const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
+  PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
@@ -271,12 +237,13 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                 "vs ceiling  [per rep: min med max]");
   *table += cols;
   *table += CeilingRow("ceiling: write + fdatasync", ceil.durable) + "\n";
-  *table += FormatRow("save (durable, default)", save, durable.median, save_p) + "\n";
+  *table += FormatRow("save (durable, default)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("ceiling: page-cache write", ceil.pagecache_write) + "\n";
-  *table += FormatRow("save --no-sync", save_nosync, pc_write.median, nosync_p) + "\n";
+  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median, r.nosync_paired) + "\n";
   *table += CeilingRow("ceiling: warm read", ceil.warm_read) + "\n";
-  *table += FormatRow("load (verified, default)", load, pc_read.median, load_p) + "\n";
-  *table += FormatRow("load, verification off (kOff)", load_unverified, pc_read.median, unverified_p) + "\n";
+  *table += FormatRow("load (verified, default)", r.load, ceil.warm_read.best.median, r.load_paired) + "\n";
+  *table += FormatRow("load, verification off (kOff)", r.load_unverified, ceil.warm_read.best.median,
+                      r.unverified_paired) + "\n";
   *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
     *table += "  " + DescribeCeiling(*c) + "\n";

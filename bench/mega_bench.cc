@@ -225,21 +225,21 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   auto write_round = [&](CeilingKind kind) {
     return [&, kind] { return rounds.WriteRound(kind, ckpt); };
   };
-  MEGA_ASSIGN_OR_RETURN(auto sync_secs,
+  SaveLoadSeconds secs;
+  MEGA_ASSIGN_OR_RETURN(secs.save,
                         bench.Seconds(true, bench.SaveFn(true), write_round(CeilingKind::kDurableWrite)));
-  MEGA_ASSIGN_OR_RETURN(auto nosync_secs,
+  MEGA_ASSIGN_OR_RETURN(secs.save_nosync,
                         bench.Seconds(true, bench.SaveFn(false), write_round(CeilingKind::kPageCacheWrite)));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked([&] { return rounds.Round(CeilingKind::kMemcpy); }));
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
-  std::vector<double> load_secs, unverified_secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(rounds.Round(CeilingKind::kWarmRead));
     MEGA_ASSIGN_OR_RETURN(double unverified_dt, bench.Run(false, bench.LoadFn(false)));
     MEGA_ASSIGN_OR_RETURN(double dt, bench.Run(false, bench.LoadFn(true)));
     if (i < kWarmup) continue;
-    unverified_secs.push_back(unverified_dt);
-    load_secs.push_back(dt);
+    secs.load_unverified.push_back(unverified_dt);
+    secs.load.push_back(dt);
   }
   MEGA_RETURN_IF_ERROR(bench.CheckLoaded());
   bench.FreeState();
@@ -247,19 +247,8 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   std::filesystem::remove_all(ckpt, ec);
   const SaveLoadCeilings ceil = rounds.GetAll();
   io.reset();  // removes the ceiling's files
-  const Summary& durable = ceil.durable.best;
-  const Summary& pc_write = ceil.pagecache_write.best;
-  const Summary& pc_read = ceil.warm_read.best;
   const double memcpy_seconds = ceil.memcpy.best.median > 0 ? bytes / ceil.memcpy.best.median / 1e9 : 0;
-  const Summary save = Summarize(ToGbps(sync_secs, bytes));
-  const Summary save_nosync = Summarize(ToGbps(nosync_secs, bytes));
-  const Summary load = Summarize(ToGbps(load_secs, bytes));
-  const Summary load_unverified = Summarize(ToGbps(unverified_secs, bytes));
-  // Each repetition against the ceiling round run right before it.
-  const Summary save_p = PairedRatio(ToGbps(sync_secs, bytes), ceil.durable);
-  const Summary nosync_p = PairedRatio(ToGbps(nosync_secs, bytes), ceil.pagecache_write);
-  const Summary load_p = PairedRatio(ToGbps(load_secs, bytes), ceil.warm_read);
-  const Summary unverified_p = PairedRatio(ToGbps(unverified_secs, bytes), ceil.warm_read);
+  const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
   // Blocked seconds over the memcpy round's seconds right before each save.
   std::vector<double> blocked_vs_memcpy;
   for (size_t i = 0; i < blocked.size() && i < ceil.memcpy.best_by_round.size(); ++i) {
@@ -268,39 +257,17 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
     }
   }
   const Summary blocked_p = Summarize(blocked_vs_memcpy);
-  const Summary sync_s = Summarize(sync_secs);
+  const Summary sync_s = Summarize(secs.save);
   const Summary blocked_s = Summarize(blocked);
 
-  auto put = [&](const std::string& key, const Summary& s) {
-    (*out)[key] = s.median;
-    (*out)[key + "_min"] = s.min;
-    (*out)[key + "_max"] = s.max;
-  };
   (*out)["bench"] = "mega";
   (*out)["bytes"] = bytes;
   (*out)["tensors"] = kTensors;
   (*out)["world_size"] = o.world_size;
   (*out)["reps"] = o.reps;
-  put("save_gbps", save);
-  put("save_nosync_gbps", save_nosync);
-  put("load_gbps", load);
-  put("load_unverified_gbps", load_unverified);
-  PutSaveLoadCeilings(out, ceil);
-  (*out)["ceiling_parallelism"] = parallelism;
-  put("sync_save_seconds", sync_s);
-  put("async_blocked_seconds", blocked_s);
-  auto ratio = [](const Summary& ours, const Summary& limit) {
-    return limit.median > 0 ? ours.median / limit.median : 0.0;
-  };
-  PutRatio(out, "save_vs_durable_write", ratio(save, durable));
-  PutRatio(out, "save_nosync_vs_pagecache_write", ratio(save_nosync, pc_write));
-  PutRatio(out, "load_vs_pagecache_read", ratio(load, pc_read));
-  PutRatio(out, "load_unverified_vs_pagecache_read", ratio(load_unverified, pc_read));
-  PutPairedRatio(out, "save_vs_durable_write", save_p);
-  PutPairedRatio(out, "save_nosync_vs_pagecache_write", nosync_p);
-  PutPairedRatio(out, "load_vs_pagecache_read", load_p);
-  PutPairedRatio(out, "load_unverified_vs_pagecache_read", unverified_p);
-  (*out)["load_verified_vs_unverified"] = load_unverified.median > 0 ? load.median / load_unverified.median : 0;
+  PutSaveLoadRows(out, r, ceil, parallelism);
+  PutSummary(out, "sync_save_seconds", sync_s);
+  PutSummary(out, "async_blocked_seconds", blocked_s);
   (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
   // The caller's blocked time against the ceiling's time to copy the state
   // (goal <= 1.5); its inverse is a speed ratio, checked like the others.
@@ -316,12 +283,13 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
                 "[per rep: min med max]\n",
                 bytes / 1e9, kTensors, o.world_size, o.reps, kWarmup);
   *table = head;
-  *table += FormatRow("save (durable)", save, durable.median, save_p) + "\n";
+  *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";
-  *table += FormatRow("save --no-sync", save_nosync, pc_write.median, nosync_p) + "\n";
+  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median, r.nosync_paired) + "\n";
   *table += CeilingRow("  ceiling: page-cache write", ceil.pagecache_write) + "\n";
-  *table += FormatRow("load (verified, reused tensors)", load, pc_read.median, load_p) + "\n";
-  *table += FormatRow("load, verify_checksums off", load_unverified, pc_read.median, unverified_p) + "\n";
+  *table += FormatRow("load (verified, reused tensors)", r.load, ceil.warm_read.best.median, r.load_paired) + "\n";
+  *table += FormatRow("load, verify_checksums off", r.load_unverified, ceil.warm_read.best.median,
+                      r.unverified_paired) + "\n";
   *table += CeilingRow("  ceiling: warm read", ceil.warm_read) + "\n";
   *table += CeilingRow("  ceiling: memcpy", ceil.memcpy) + "\n";
   char tail[768];

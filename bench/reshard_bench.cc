@@ -176,9 +176,7 @@ Status Bench(const ReshardBenchOptions& o, nlohmann::json* out, std::string* tab
       MEGA_ASSIGN_OR_RETURN(LoadRow on, b.Load(world, true));
       const std::string key = storage + (resharded ? "_reshard_load" : "_load");
       auto put = [&](const std::string& k, const LoadRow& r) {
-        (*out)[k + "_gbps"] = r.gbps.median;
-        (*out)[k + "_gbps_min"] = r.gbps.min;
-        (*out)[k + "_gbps_max"] = r.gbps.max;
+        PutSummary(out, k + "_gbps", r.gbps);
         (*out)[k + "_bytes_read_ratio"] = r.bytes_read_ratio;
       };
       put(key, on);

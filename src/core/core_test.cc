@@ -182,6 +182,43 @@ TEST(TensorTest, DLPackRoundTrip) {
   EXPECT_FALSE(ToDLPack(Iota(DType::kF8_E4M3, {2})).ok());
 }
 
+// The DLPack type codes, by the DLPack 1.1 numbering (known answers, not the
+// table in tensor.cc): import knows all, export only the 0.6 codes.
+TEST(TensorTest, DLPackDTypeCodesBothWays) {
+  struct Case {
+    DType dtype;
+    uint8_t code, bits;
+    bool exported;   // ToDLPack gives (code, bits)
+  };
+  const Case cases[] = {
+      {DType::kI8, 0, 8, true},      {DType::kI16, 0, 16, true},    {DType::kI32, 0, 32, true},
+      {DType::kI64, 0, 64, true},    {DType::kU8, 1, 8, true},      {DType::kU16, 1, 16, true},
+      {DType::kU32, 1, 32, true},    {DType::kU64, 1, 64, true},    {DType::kF16, 2, 16, true},
+      {DType::kF32, 2, 32, true},    {DType::kF64, 2, 64, true},    {DType::kBF16, 4, 16, true},
+      {DType::kBool, 6, 8, false},   {DType::kF8_E4M3, 10, 8, false}, {DType::kF8_E5M2, 12, 8, false},
+      {DType::kF8_E8M0, 14, 8, false},
+  };
+  for (const Case& c : cases) {
+    auto d = DTypeFromDLPack(c.code, c.bits, 1);
+    ASSERT_TRUE(d.ok()) << DTypeName(c.dtype);
+    EXPECT_EQ(*d, c.dtype);
+    EXPECT_FALSE(DTypeFromDLPack(c.code, c.bits, 2).ok()) << DTypeName(c.dtype) << " with 2 lanes";
+    auto dl = ToDLPack(Iota(c.dtype, {2}));
+    EXPECT_EQ(dl.ok(), c.exported || c.dtype == DType::kBool) << DTypeName(c.dtype);
+    if (!dl.ok()) continue;
+    // Bool leaves as uint8 (DLPack 0.6 has no bool code).
+    EXPECT_EQ((*dl)->dl_tensor.dtype.code, c.dtype == DType::kBool ? 1 : c.code) << DTypeName(c.dtype);
+    EXPECT_EQ((*dl)->dl_tensor.dtype.bits, c.bits) << DTypeName(c.dtype);
+    (*dl)->deleter(*dl);
+  }
+  for (auto [code, bits] : {std::pair<uint8_t, uint8_t>{2, 8}, {4, 32}, {0, 4}, {3, 64}, {6, 16}}) {
+    auto d = DTypeFromDLPack(code, bits, 1, "arr");
+    ASSERT_FALSE(d.ok()) << int(code) << "/" << int(bits);
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(d.status().message().rfind("arr: unsupported array dtype", 0), 0u) << d.status().message();
+  }
+}
+
 TEST(ThreadPoolTest, ParallelForRunsAllAndNests) {
   ThreadPool pool(2);
   std::atomic<int> sum{0};

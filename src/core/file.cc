@@ -41,18 +41,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   const std::byte* mapped_data() const override { return static_cast<const std::byte*>(map_); }
 
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
-    size_t done = 0;
-    while (done < dst.size()) {
-      ssize_t n = pread(fd_, dst.data() + done, std::min<size_t>(dst.size() - done, 1u << 30),
-                        static_cast<off_t>(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(name_ + ": pread at " + std::to_string(offset + done), errno);
-      }
-      if (n == 0) break;
-      done += static_cast<size_t>(n);
-    }
-    return done;
+    return PreadFull(fd_, dst.data(), dst.size(), offset, name_);
   }
 
  private:
@@ -79,16 +68,7 @@ class PosixWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
     if (fd_ < 0) return FailedPreconditionError(name_ + ": write after close");
-    size_t done = 0;
-    while (done < data.size()) {
-      ssize_t n = pwrite(fd_, data.data() + done, std::min<size_t>(data.size() - done, 1u << 30),
-                         static_cast<off_t>(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(name_ + ": pwrite at " + std::to_string(offset + done), errno);
-      }
-      done += static_cast<size_t>(n);
-    }
+    MEGA_RETURN_IF_ERROR(PwriteFull(fd_, data.data(), data.size(), offset, name_));
     uint64_t new_end = offset + data.size();
     uint64_t cur = end_.load();
     while (new_end > cur && !end_.compare_exchange_weak(cur, new_end)) {
@@ -191,6 +171,37 @@ Result<std::string> ReadAll(const RandomAccessFile& file, uint64_t max_size) {
 Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size) {
   MEGA_ASSIGN_OR_RETURN(auto file, OpenLocalFile(path, false));
   return ReadAll(*file, max_size);
+}
+
+Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::string_view what,
+                         size_t max_call) {
+  auto* p = static_cast<std::byte*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, p + done, std::min(n - done, max_call), static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(std::string(what) + ": pread at " + std::to_string(offset + done), errno);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::string_view what,
+                  size_t max_call) {
+  const auto* p = static_cast<const std::byte*>(src);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::pwrite(fd, p + done, std::min(n - done, max_call), static_cast<off_t>(offset + done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(std::string(what) + ": pwrite at " + std::to_string(offset + done), errno);
+    }
+    done += static_cast<size_t>(w);
+  }
+  return Status::OK();
 }
 
 Status SyncDirectory(const std::string& dir) {

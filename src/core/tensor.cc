@@ -253,29 +253,38 @@ namespace {
 constexpr uint8_t kDLBoolCode = 6, kDLFloat8E4M3FnCode = 10, kDLFloat8E5M2Code = 12,
                   kDLFloat8E8M0FnuCode = 14;
 
+// Every dtype with a DLPack 1.1 type code (its bits are the dtype's): the one
+// map both directions use.
+struct DLCode {
+  DType dtype;
+  uint8_t code;
+};
+constexpr DLCode kDLCodes[] = {
+    {DType::kI8, kDLInt},         {DType::kI16, kDLInt},         {DType::kI32, kDLInt},
+    {DType::kI64, kDLInt},        {DType::kU8, kDLUInt},         {DType::kU16, kDLUInt},
+    {DType::kU32, kDLUInt},       {DType::kU64, kDLUInt},        {DType::kF16, kDLFloat},
+    {DType::kF32, kDLFloat},      {DType::kF64, kDLFloat},       {DType::kBF16, kDLBfloat},
+    {DType::kBool, kDLBoolCode},  {DType::kF8_E4M3, kDLFloat8E4M3FnCode},
+    {DType::kF8_E5M2, kDLFloat8E5M2Code}, {DType::kF8_E8M0, kDLFloat8E8M0FnuCode},
+};
 
+// Export speaks DLPack 0.6 (codes int, uint, float, bfloat): bool goes out as
+// uint8, the newer codes not at all.
 Result<DLDataType> DTypeToDL(DType d) {
   DLDataType t;
   t.lanes = 1;
   t.bits = static_cast<uint8_t>(DTypeBits(d));
-  switch (d) {
-    case DType::kBool:
-    case DType::kU8:
-    case DType::kU16:
-    case DType::kU32:
-    case DType::kU64: t.code = kDLUInt; return t;
-    case DType::kI8:
-    case DType::kI16:
-    case DType::kI32:
-    case DType::kI64: t.code = kDLInt; return t;
-    case DType::kF16:
-    case DType::kF32:
-    case DType::kF64: t.code = kDLFloat; return t;
-    case DType::kBF16: t.code = kDLBfloat; return t;
-    default:
-      return InvalidArgumentError("dlpack: dtype " + std::string(DTypeName(d)) +
-                                  " has no DLPack 0.6 code");
+  if (d == DType::kBool) {
+    t.code = kDLUInt;
+    return t;
   }
+  for (const DLCode& c : kDLCodes) {
+    if (c.dtype == d && c.code <= kDLBfloat) {
+      t.code = c.code;
+      return t;
+    }
+  }
+  return InvalidArgumentError("dlpack: dtype " + std::string(DTypeName(d)) + " has no DLPack 0.6 code");
 }
 
 struct DLExportContext {
@@ -326,43 +335,8 @@ Result<DLManagedTensor*> ToDLPack(const Tensor& tensor) {
 }
 
 Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes, std::string_view what) {
-  if (lanes == 1) {
-    switch (code) {
-      case kDLInt:
-        if (bits == 8) return DType::kI8;
-        if (bits == 16) return DType::kI16;
-        if (bits == 32) return DType::kI32;
-        if (bits == 64) return DType::kI64;
-        break;
-      case kDLUInt:
-        if (bits == 8) return DType::kU8;
-        if (bits == 16) return DType::kU16;
-        if (bits == 32) return DType::kU32;
-        if (bits == 64) return DType::kU64;
-        break;
-      case kDLFloat:
-        if (bits == 16) return DType::kF16;
-        if (bits == 32) return DType::kF32;
-        if (bits == 64) return DType::kF64;
-        break;
-      case kDLBfloat:
-        if (bits == 16) return DType::kBF16;
-        break;
-      case kDLBoolCode:
-        if (bits == 8) return DType::kBool;
-        break;
-      case kDLFloat8E4M3FnCode:
-        if (bits == 8) return DType::kF8_E4M3;
-        break;
-      case kDLFloat8E5M2Code:
-        if (bits == 8) return DType::kF8_E5M2;
-        break;
-      case kDLFloat8E8M0FnuCode:
-        if (bits == 8) return DType::kF8_E8M0;
-        break;
-      default:
-        break;
-    }
+  for (const DLCode& c : kDLCodes) {
+    if (lanes == 1 && c.code == code && DTypeBits(c.dtype) == bits) return c.dtype;
   }
   return InvalidArgumentError(std::string(what) + ": unsupported array dtype (DLPack code " +
                               std::to_string(code) + ", " + std::to_string(bits) + " bits, " +

@@ -133,6 +133,20 @@ bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir) {
   return first == std::byte{0x80};
 }
 
+Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir, const std::string& name) {
+  const std::string path = fs::JoinPath(dir, name);
+  auto text = fs.ReadWhole(path, kMaxMetadataBytes);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no checkpoint at " + dir + ": " + name + " not found");
+    }
+    return text.status();
+  }
+  auto md = DecodeMetadata(*text);
+  if (!md.ok()) return Status(md.status().code(), path + ": " + md.status().message());
+  return std::move(*md);
+}
+
 Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir) {
   MEGA_ASSIGN_OR_RETURN(FolderListing l, ListCheckpointFolder(fs, dir));
   if (l.has_metadata && !HasForeignMetadata(fs, dir)) {

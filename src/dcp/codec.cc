@@ -90,23 +90,9 @@ json StorageInfoJson(const StorageInfo& info) {
   return j;
 }
 
-json PathJson(const ObjectPath& path) {
-  json j = json::array();
-  for (const auto& k : path) {
-    if (const auto* s = std::get_if<std::string>(&k.key)) {
-      j.push_back(*s);
-    } else {
-      j.push_back(std::get<int64_t>(k.key));
-    }
-  }
-  return j;
-}
-
 json PlannerDataJson(const PlannerData& pd) {
-  json paths = json::object();
-  for (const auto& [fqn, path] : pd.object_paths) paths[fqn] = PathJson(path);
   json j = json::object();
-  j["object_paths"] = std::move(paths);
+  j["object_paths"] = internal::ObjectPathsJson(pd.object_paths);
   if (!pd.extra.empty()) j["extra"] = pd.extra;
   return j;
 }
@@ -411,6 +397,17 @@ Result<StorageMeta> ParseStorageMeta(const Node& n) {
   return m;
 }
 
+// The item type whose name (WriteItemTypeName / LoadItemTypeName) is `name`.
+std::string_view ItemTypeName(WriteItemType t) { return WriteItemTypeName(t); }
+std::string_view ItemTypeName(LoadItemType t) { return LoadItemTypeName(t); }
+template <typename E>
+Result<E> ItemTypeNamed(const Node& n, const std::string& name, const char* kind, std::initializer_list<E> all) {
+  for (E e : all) {
+    if (ItemTypeName(e) == name) return e;
+  }
+  return n.Error(std::string("unknown ") + kind + " item type \"" + EscapeBytes(name) + "\"");
+}
+
 Result<WriteItem> ParseWriteItem(const Node& n) {
   MEGA_RETURN_IF_ERROR(n.ExpectObject());
   WriteItem item;
@@ -418,15 +415,9 @@ Result<WriteItem> ParseWriteItem(const Node& n) {
   MEGA_ASSIGN_OR_RETURN(item.index, ParseIndex(idx));
   MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
   MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
-  if (t == "TENSOR") {
-    item.type = WriteItemType::kTensor;
-  } else if (t == "SHARD") {
-    item.type = WriteItemType::kShard;
-  } else if (t == "BYTE_IO") {
-    item.type = WriteItemType::kByteIO;
-  } else {
-    return type.Error("unknown write item type \"" + EscapeBytes(t) + "\"");
-  }
+  MEGA_ASSIGN_OR_RETURN(item.type, ItemTypeNamed(type, t, "write",
+                                                  {WriteItemType::kTensor, WriteItemType::kShard,
+                                                   WriteItemType::kByteIO}));
   if (item.type == WriteItemType::kByteIO) {
     MEGA_ASSIGN_OR_RETURN(item.bytes_size, n.OptUint("bytes_size"));
     return item;
@@ -449,13 +440,8 @@ Result<ReadItem> ParseReadItem(const Node& n) {
   ReadItem item;
   MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
   MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
-  if (t == "TENSOR") {
-    item.type = LoadItemType::kTensor;
-  } else if (t == "BYTE_IO") {
-    item.type = LoadItemType::kByteIO;
-  } else {
-    return type.Error("unknown read item type \"" + EscapeBytes(t) + "\"");
-  }
+  MEGA_ASSIGN_OR_RETURN(item.type,
+                        ItemTypeNamed(type, t, "read", {LoadItemType::kTensor, LoadItemType::kByteIO}));
   MEGA_ASSIGN_OR_RETURN(Node di, n.Member("dest_index"));
   MEGA_ASSIGN_OR_RETURN(item.dest_index, ParseIndex(di));
   MEGA_ASSIGN_OR_RETURN(Node dof, n.Member("dest_offsets"));
@@ -647,6 +633,22 @@ Result<Metadata> DecodeMetadata(std::string_view encoded) {
 }
 
 namespace internal {
+
+json ObjectPathsJson(const std::map<std::string, ObjectPath>& paths) {
+  json out = json::object();
+  for (const auto& [fqn, path] : paths) {
+    json arr = json::array();
+    for (const PathKey& k : path) {
+      if (const auto* s = std::get_if<std::string>(&k.key)) {
+        arr.push_back(*s);
+      } else {
+        arr.push_back(std::get<int64_t>(k.key));
+      }
+    }
+    out[fqn] = std::move(arr);
+  }
+  return out;
+}
 
 namespace {
 

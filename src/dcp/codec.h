@@ -3,9 +3,12 @@
 #ifndef MEGACKPT_SRC_DCP_CODEC_H_
 #define MEGACKPT_SRC_DCP_CODEC_H_
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/planner.h"
@@ -21,6 +24,10 @@ Result<LoadPlan> DecodeLoadPlan(std::string_view encoded);
 
 std::string EncodeWriteResults(const std::vector<WriteResult>& results);
 Result<std::vector<WriteResult>> DecodeWriteResults(std::string_view encoded);
+
+// {fqn: [key or index, ...]}: the one JSON form of object paths (the planner
+// data's "object_paths"; a MEGA shard's tensorplay.dcp.object_paths).
+nlohmann::json ObjectPathsJson(const std::map<std::string, ObjectPath>& paths);
 
 // A blob exchanged in a collective: either a status (error) or a payload.
 std::string EncodeEnvelope(const Status& status, std::string_view payload);

@@ -1,5 +1,6 @@
 #include "dcp/entry_io.h"
 
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/fs/filesystem.h"
@@ -15,17 +16,7 @@ std::string StorageKindOf(const Metadata& metadata, std::string_view fallback) {
 
 Result<Metadata> ReadCheckpointMetadata(const std::string& dir) {
   MEGA_ASSIGN_OR_RETURN(auto fs, fs::FileSystemForPath(dir));
-  const std::string path = fs::JoinPath(dir, kMetadataFileName);
-  auto text = fs->ReadWhole(path, kMaxMetadataBytes);
-  if (!text.ok()) {
-    if (text.status().code() == StatusCode::kNotFound) {
-      return NotFoundError("no checkpoint at " + dir + ": " + path + " not found");
-    }
-    return text.status();
-  }
-  auto md = DecodeMetadata(*text);
-  if (!md.ok()) return Status(md.status().code(), path + ": " + md.status().message());
-  return std::move(*md);
+  return ReadMetadataFile(*fs, dir, std::string(kMetadataFileName));
 }
 
 Result<StateValue> LoadEntryWhole(const std::string& kind, const std::string& dir,

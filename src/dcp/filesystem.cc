@@ -333,21 +333,11 @@ class FileSystemWriterImpl final : public StorageWriter {
       };
       {
         MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(item));
+        MEGA_RETURN_IF_ERROR(CheckResolvedData(item, data));
         if (item.type == WriteItemType::kByteIO) {
-          if (data.bytes.size() != item.bytes_size) {
-            return InternalError("planner resolved " + ToString(item.index) + " to " +
-                                 std::to_string(data.bytes.size()) + " bytes, plan says " +
-                                 std::to_string(item.bytes_size));
-          }
           MEGA_RETURN_IF_ERROR(write(AsBytes(data.bytes)));
         } else {
           const Tensor& t = data.tensor;
-          if (!t.defined() || !item.tensor_data ||
-              t.dtype() != item.tensor_data->properties.dtype ||
-              t.shape() != item.tensor_data->chunk.sizes) {
-            return InternalError("planner resolved " + ToString(item.index) +
-                                 " to a tensor that does not match the plan");
-          }
           if (!t.is_contiguous() && !buffer) {
             MEGA_ASSIGN_OR_RETURN(buffer, AllocateBuffer(options_.max_write_bytes));
           }
@@ -486,20 +476,11 @@ class FileSystemReaderImpl final : public StorageReader {
                            ? std::string(kMetadataFileName) + ".rank" +
                                  std::to_string(options_.metadata_rank)
                            : std::string(kMetadataFileName);
-    const std::string full = fs::JoinPath(path_, name);
-    MEGA_RETURN_IF_ERROR(CheckResolvesInside(path_, full));
-    auto text = fs_->ReadWhole(full, kMaxMetadataBytes);
-    if (!text.ok()) {
-      if (text.status().code() == StatusCode::kNotFound) {
-        return NotFoundError("no checkpoint at " + path_ + ": " + name + " not found");
-      }
-      return text.status();
-    }
-    auto md = DecodeMetadata(*text);
-    if (!md.ok()) return Status(md.status().code(), full + ": " + md.status().message());
-    if (!md->storage_meta) md->storage_meta = StorageMeta();
-    md->storage_meta->load_id = RandomHex(8);
-    return std::move(*md);
+    MEGA_RETURN_IF_ERROR(CheckResolvesInside(path_, fs::JoinPath(path_, name)));
+    MEGA_ASSIGN_OR_RETURN(Metadata md, ReadMetadataFile(*fs_, path_, name));
+    if (!md.storage_meta) md.storage_meta = StorageMeta();
+    md.storage_meta->load_id = RandomHex(8);
+    return md;
   }
 
   Status SetUpStorageReader(const Metadata& metadata, const StorageSetUp& setup) override {

@@ -632,12 +632,8 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
     {
       // Released before the next item is resolved (bounded staging pools).
       MEGA_ASSIGN_OR_RETURN(ResolvedData data, planner.ResolveData(w));
+      MEGA_RETURN_IF_ERROR(CheckResolvedData(w, data));
       if (w.type == WriteItemType::kByteIO) {
-        if (data.bytes.size() != w.bytes_size) {
-          return InternalError("planner resolved " + ToString(w.index) + " to " +
-                               std::to_string(data.bytes.size()) + " bytes, the plan says " +
-                               std::to_string(w.bytes_size));
-        }
         MEGA_RETURN_IF_ERROR(fw.WriteTensorBytes(file, pos, AsBytes(data.bytes)));
       } else {
         MEGA_RETURN_IF_ERROR(fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));

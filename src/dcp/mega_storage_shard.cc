@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcp/codec.h"
+
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/core/checksum.h"
@@ -109,19 +111,7 @@ Result<std::map<std::string, ShardEntry>> DecodeShardEntries(std::string_view fi
 }
 
 std::string EncodeObjectPaths(const std::map<std::string, ObjectPath>& paths) {
-  json j = json::object();
-  for (const auto& [fqn, path] : paths) {
-    json arr = json::array();
-    for (const PathKey& k : path) {
-      if (const auto* s = std::get_if<std::string>(&k.key)) {
-        arr.push_back(*s);
-      } else {
-        arr.push_back(std::get<int64_t>(k.key));
-      }
-    }
-    j[fqn] = std::move(arr);
-  }
-  return j.dump();
+  return internal::ObjectPathsJson(paths).dump();
 }
 
 Result<std::map<std::string, ObjectPath>> DecodeObjectPaths(std::string_view file,

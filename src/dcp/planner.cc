@@ -26,6 +26,20 @@ std::string_view LoadItemTypeName(LoadItemType type) {
   return type == LoadItemType::kTensor ? "TENSOR" : "BYTE_IO";
 }
 
+Status CheckResolvedData(const WriteItem& item, const ResolvedData& data) {
+  if (item.type == WriteItemType::kByteIO) {
+    if (data.bytes.size() == item.bytes_size) return Status::OK();
+    return InternalError("planner resolved " + ToString(item.index) + " to " + std::to_string(data.bytes.size()) +
+                         " bytes, the plan says " + std::to_string(item.bytes_size));
+  }
+  const Tensor& t = data.tensor;
+  if (t.defined() && item.tensor_data && t.dtype() == item.tensor_data->properties.dtype &&
+      t.shape() == item.tensor_data->chunk.sizes) {
+    return Status::OK();
+  }
+  return InternalError("planner resolved " + ToString(item.index) + " to a tensor that does not match the plan");
+}
+
 uint64_t WriteItemNbytes(const WriteItem& item) {
   if (item.type == WriteItemType::kByteIO || !item.tensor_data) return item.bytes_size;
   auto n = LogicalNbytes(item.tensor_data->properties.dtype, item.tensor_data->chunk.sizes);

@@ -87,33 +87,18 @@ const std::byte* ByteSource::At() const {
   return reinterpret_cast<const std::byte*>(buffer_.data()) + (pos_ - begin_);
 }
 
-Result<uint8_t> ByteSource::U8(std::string_view what) {
-  MEGA_RETURN_IF_ERROR(Need(1, what));
-  uint8_t v = static_cast<uint8_t>(*At());
-  pos_ += 1;
+template <typename T>
+Result<T> ByteSource::Fixed(std::string_view what) {
+  MEGA_RETURN_IF_ERROR(Need(sizeof(T), what));
+  const T v = LoadLE<T>(At());
+  pos_ += sizeof(T);
   return v;
 }
 
-Result<uint16_t> ByteSource::U16(std::string_view what) {
-  MEGA_RETURN_IF_ERROR(Need(2, what));
-  uint16_t v = LoadLE16(At());
-  pos_ += 2;
-  return v;
-}
-
-Result<uint32_t> ByteSource::U32(std::string_view what) {
-  MEGA_RETURN_IF_ERROR(Need(4, what));
-  uint32_t v = LoadLE32(At());
-  pos_ += 4;
-  return v;
-}
-
-Result<uint64_t> ByteSource::U64(std::string_view what) {
-  MEGA_RETURN_IF_ERROR(Need(8, what));
-  uint64_t v = LoadLE64(At());
-  pos_ += 8;
-  return v;
-}
+Result<uint8_t> ByteSource::U8(std::string_view what) { return Fixed<uint8_t>(what); }
+Result<uint16_t> ByteSource::U16(std::string_view what) { return Fixed<uint16_t>(what); }
+Result<uint32_t> ByteSource::U32(std::string_view what) { return Fixed<uint32_t>(what); }
+Result<uint64_t> ByteSource::U64(std::string_view what) { return Fixed<uint64_t>(what); }
 
 Result<std::span<const std::byte>> ByteSource::Bytes(uint64_t n, std::string_view what) {
   MEGA_RETURN_IF_ERROR(Need(n, what));
@@ -462,23 +447,6 @@ std::string PyJsonQuote(std::string_view s) {
   return out;
 }
 
-namespace {
-
-// The value of the "tensorplay.checksum" metadata key: "none" | "crc32" | "sha256".
-std::string_view TensorplayChecksumName(MegaChecksumType t) {
-  switch (t) {
-    case MegaChecksumType::kNone:
-      return "none";
-    case MegaChecksumType::kCrc32:
-      return "crc32";
-    case MegaChecksumType::kSha256:
-      return "sha256";
-  }
-  return "none";
-}
-
-}  // namespace
-
 Status AddTensorplayProfile(const std::vector<MegaTensorInfo>& tensors, uint64_t alignment,
                             std::string_view container, MegaChecksumType checksum,
                             MegaMetadata* md) {
@@ -496,7 +464,8 @@ Status AddTensorplayProfile(const std::vector<MegaTensorInfo>& tensors, uint64_t
     }
   }
   MEGA_RETURN_IF_ERROR(md->Add("tensorplay.tensor_devices", MetaValue::String(devices + "}")));
-  const std::string checksum_name(TensorplayChecksumName(checksum));
+  // The "tensorplay.checksum" value: "none" | "crc32" | "sha256".
+  const std::string checksum_name = ToLower(MegaChecksumTypeName(checksum));
   MEGA_RETURN_IF_ERROR(md->Add("tensorplay.checksum", MetaValue::String(checksum_name)));
   return md->Add("tensorplay.tensor_checksums", MetaValue::String(sums + "}"));
 }

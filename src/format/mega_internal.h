@@ -104,6 +104,9 @@ class ByteSource {
   Status ErrorAt(uint64_t offset, std::string_view message) const;
 
  private:
+  // A little-endian value of sizeof(T) bytes (U8 ... U64).
+  template <typename T>
+  Result<T> Fixed(std::string_view what);
   Status Need(uint64_t n, std::string_view what);
   const std::byte* At() const;
 

@@ -265,11 +265,7 @@ Status MegaParser::CheckCountKey(const MegaMetadata& md, const std::string& name
 
 // §1: magic, version, tensor_count, metadata_kv_count.
 Status MegaParser::ParsePreamble(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  ByteSource& src = p.src;
   MEGA_ASSIGN_OR_RETURN(uint32_t magic, src.U32("magic"));
   if (magic != kMegaMagic) {
     char buf[16];
@@ -286,22 +282,17 @@ Status MegaParser::ParsePreamble(ParseState& p) {
 }
 // §2: the header metadata entries (types, unique keys, clean text).
 Status MegaParser::ParseMetadata(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  ByteSource& src = p.src;
   MEGA_RETURN_IF_ERROR(MetaCodec::DecodeEntries(src, p.kv_count, "header metadata", &r->header_metadata_));
   p.metadata_end = src.position();
   return Status::OK();
 }
 // §2 / §8.13: general.alignment, mega.tensor_info.format, the *.count keys.
 Status MegaParser::CheckStructuralKeys(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  const std::string& name = p.name;
+  const MegaMetadata& md = r->header_metadata_;
   if (const MetaValue* a = md.Find("general.alignment")) {
     auto v = a->AsUint64();
     if (!v.ok()) {
@@ -336,11 +327,9 @@ Status MegaParser::CheckStructuralKeys(ParseState& p) {
 }
 // §3: tensor directory entries and their field consistency.
 Status MegaParser::ParseDirectory(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  ByteSource& src = p.src;
+  auto& tensors = r->tensors_;
   uint64_t min_dir;
   if (p.tensor_count > (1ull << 32) ||
       MulOverflows(p.tensor_count, mega_internal::kMinTensorEntryBytes, &min_dir) ||
@@ -457,11 +446,9 @@ Status MegaParser::ParseDirectory(ParseState& p) {
 }
 // §4: chunk records (88 bytes each).
 Status MegaParser::ParseChunkRecords(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  ByteSource& src = p.src;
+  auto& tensors = r->tensors_;
   MEGA_RETURN_IF_ERROR(
       RecordsFit(src, p.chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count"));
   std::unordered_set<uint64_t> chunk_ids;
@@ -537,11 +524,9 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
 }
 // §4: the chunks of each chunked tensor tile its logical bytes exactly.
 Status MegaParser::CheckChunkTiling(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  const std::string& name = p.name;
+  auto& tensors = r->tensors_;
   for (MegaTensorInfo& t : tensors) {
     if (!t.chunked()) continue;
     std::sort(t.chunks.begin(), t.chunks.end(),
@@ -569,11 +554,9 @@ Status MegaParser::CheckChunkTiling(ParseState& p) {
 }
 // §5: segment records (72 bytes each).
 Status MegaParser::ParseSegmentRecords(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  ByteSource& src = p.src;
+  auto& tensors = r->tensors_;
   MEGA_RETURN_IF_ERROR(
       RecordsFit(src, p.segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count"));
   for (uint64_t i = 0; i < p.segment_count; ++i) {
@@ -611,11 +594,9 @@ Status MegaParser::ParseSegmentRecords(ParseState& p) {
 }
 // §6: MoE expert records (32 bytes each).
 Status MegaParser::ParseMoeRecords(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  ByteSource& src = p.src;
+  auto& tensors = r->tensors_;
   MEGA_RETURN_IF_ERROR(
       RecordsFit(src, p.moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count"));
   std::unordered_set<uint32_t> moe_tensors;
@@ -648,11 +629,10 @@ Status MegaParser::ParseMoeRecords(ParseState& p) {
 }
 // §1 / §9: header_length, and every stored range inside the payload, pairwise disjoint.
 Status MegaParser::CheckStoredRanges(ParseState& p) {
-  [[maybe_unused]] MegaReader* r = p.r;
-  [[maybe_unused]] const std::string& name = p.name;
-  [[maybe_unused]] ByteSource& src = p.src;
-  [[maybe_unused]] auto& tensors = r->tensors_;
-  [[maybe_unused]] const MegaMetadata& md = r->header_metadata_;
+  MegaReader* r = p.r;
+  const std::string& name = p.name;
+  ByteSource& src = p.src;
+  auto& tensors = r->tensors_;
   const uint64_t records_end = src.position();
   uint64_t header_length;
   if (mega_internal::AlignUp(records_end, r->alignment_, &header_length) ||

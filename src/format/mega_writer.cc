@@ -776,17 +776,10 @@ Result<MegaFooterOverlayInfo> AppendFooterOverlay(const std::string& path,
 
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(path + ": open for append", errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done,
-                         static_cast<off_t>(next.overlay_offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoToStatus(path + ": pwrite footer overlay", err);
-    }
-    done += static_cast<size_t>(n);
+  if (Status st = PwriteFull(fd, bytes.data(), bytes.size(), next.overlay_offset, path + " (footer overlay)");
+      !st.ok()) {
+    ::close(fd);
+    return st;
   }
   if (sync && ::fdatasync(fd) != 0) {
     int err = errno;

@@ -109,14 +109,7 @@ class MegaTransaction final : public fs::Transaction {
     return out;
   }
 
-  fs::TransactionStats stats() const override {
-    const TransactionStats s = txn_->stats();
-    fs::TransactionStats out;
-    out.files_written = s.files_written;
-    out.bytes_written = s.bytes_written;
-    out.new_bytes = s.new_bytes;
-    return out;
-  }
+  fs::TransactionStats stats() const override { return txn_->stats(); }
 
   Result<std::string> Commit() override {
     auto c = txn_->Commit();

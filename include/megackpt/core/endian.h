@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace megackpt::inline core {
 
@@ -43,6 +44,12 @@ inline uint32_t LoadLE24(const void* p) {
 }
 inline uint32_t LoadLE32(const void* p) { return endian_internal::Load<uint32_t>(p); }
 inline uint64_t LoadLE64(const void* p) { return endian_internal::Load<uint64_t>(p); }
+// The same for an unsigned T of 1, 2, 4 or 8 bytes (LoadLE<uint32_t> is LoadLE32).
+template <typename T>
+inline T LoadLE(const void* p) {
+  static_assert(std::is_unsigned_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8));
+  return endian_internal::Load<T>(p);
+}
 
 // Stores v little-endian at p (24: the low 3 bytes). REQUIRES: that many writable bytes.
 inline void StoreLE16(void* p, uint16_t v) { endian_internal::Store(p, v); }

@@ -132,6 +132,17 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// Whole-range positioned I/O on a raw descriptor (the one pread/pwrite loop
+// of the project): calls of at most `max_call` bytes each, EINTR retried.
+// PreadFull returns the bytes read, fewer than n only at end of file;
+// PwriteFull writes all n bytes. Errors: the errno's Status with the context
+// "<what>: pread at <offset>" (pwrite), the offset being that of the failed call.
+inline constexpr size_t kMaxIoCall = size_t{1} << 30;
+Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::string_view what,
+                         size_t max_call = kMaxIoCall);
+Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::string_view what,
+                  size_t max_call = kMaxIoCall);
+
 // fsync of a directory (makes renames and creations in it durable).
 Status SyncDirectory(const std::string& dir);
 

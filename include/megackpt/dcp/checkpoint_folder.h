@@ -57,6 +57,11 @@ Result<FolderListing> ListCheckpointFolder(fs::FileSystem& fs, const std::string
 // its first byte '{' into 0x80. False when there is no readable .metadata.
 bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir);
 
+// Reads and decodes the metadata file `name` (".metadata", or a per-rank one)
+// of the checkpoint folder `dir`. NotFound "no checkpoint at <dir>: <name> not
+// found" when it is missing; a decode error (DataLoss) names the file.
+Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir, const std::string& name);
+
 // The layout a folder holds: from its `.metadata` when present and megackpt's
 // (see HasForeignMetadata), else kIndexOnly when it has shards or an index.
 Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir);

@@ -116,6 +116,12 @@ struct ResolvedData {
   std::shared_ptr<const void> hold;  // keeps staged memory alive; may be null
 };
 
+// OK when `data` is what the plan asks for `item`: item.bytes_size bytes
+// (BYTE_IO), or a defined tensor of the chunk's dtype and shape; otherwise
+// Internal "planner resolved <index> to ...". Storage writers check every
+// SavePlanner::ResolveData result with it before writing.
+Status CheckResolvedData(const WriteItem& item, const ResolvedData& data);
+
 struct GlobalSavePlan {
   std::vector<SavePlan> plans;  // one per rank, index = rank
   Metadata metadata;

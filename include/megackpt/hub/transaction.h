@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "megackpt/core/file.h"
+#include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/types.h"
 #include "megackpt/hub/mega_uri.h"
@@ -71,13 +72,10 @@ struct TransactionOptions {
   bool create_private = false;
 };
 
-struct TransactionStats {
-  uint64_t files_written = 0;  // files closed through OpenForWrite/Put
-  uint64_t bytes_written = 0;  // their bytes
-  // Serialized bytes of the xorbs those uploads added to the hub's CAS
-  // (what travelled for a remote hub; dedup keeps it below bytes_written).
-  uint64_t new_bytes = 0;
-};
+// The fs seam's counts: new_bytes are the serialized bytes of the xorbs the
+// uploads added to the hub's CAS (what travelled for a remote hub; dedup keeps
+// it below bytes_written).
+using TransactionStats = fs::TransactionStats;
 
 class HubTransaction {
  public:
