@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/test_files.h"
+#include "core/test_tensors.h"
 #include "megackpt/core/file.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/fs/filesystem.h"
@@ -53,11 +54,7 @@ class CliFormatTest : public ::testing::Test {
   // A model with every dtype (incl. F4), a 0-d and an empty tensor, and a
   // few bigger tensors so sharding has something to split.
   std::vector<std::pair<std::string, Tensor>> Model() {
-    std::vector<std::pair<std::string, Tensor>> ts;
-    for (int i = 0; i < kNumDTypes; ++i) {
-      DType d = static_cast<DType>(i);
-      ts.emplace_back("small." + std::string(DTypeName(d)), Filled(d, {2, 6}, i));
-    }
+    auto ts = test_util::OneOfEveryDType("small.", {2, 6}, Filled);
     ts.emplace_back("scalar", Filled(DType::kF32, {}, 40));
     ts.emplace_back("empty", Filled(DType::kBF16, {0, 16}, 41));
     for (int i = 0; i < 5; ++i) {

@@ -81,6 +81,16 @@ StepInfo Info(CheckpointManager& m, int64_t step) {
   return {};
 }
 
+// Saves the state of `gen` as steps 1 and 2 of `m`: nothing changed, so step
+// 2 writes no byte and references every item of step 1. A failed save is a
+// fatal failure.
+void SaveTwiceUnchanged(CheckpointManager& m, const std::vector<int>& gen) {
+  State s = MakeState(gen);
+  ASSERT_TRUE(m.Save(1, s.sd).ok());
+  ASSERT_TRUE(m.Save(2, s.sd).ok());
+  EXPECT_EQ(Info(m, 2).bytes_written, 0u);
+}
+
 // Bytes of the data files a step's own save wrote (named by its save id).
 uint64_t OwnFileBytes(const std::string& dir) {
   std::string md;
@@ -287,10 +297,7 @@ TEST(IncrementalTest, FlippedByteInAReferencedFileIsCaughtByEveryStepUsingIt) {
   TempDir tmp("incr-flip");
   auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
   std::vector<int> gen(kTensors, 1);
-  State s = MakeState(gen);
-  ASSERT_TRUE(m->Save(1, s.sd).ok());
-  ASSERT_TRUE(m->Save(2, s.sd).ok());  // nothing changed: every item referenced
-  EXPECT_EQ(Info(*m, 2).bytes_written, 0u);
+  ASSERT_NO_FATAL_FAILURE(SaveTwiceUnchanged(*m, gen));
   std::string file;
   for (const auto& e : stdfs::directory_iterator(m->StepPath(1))) {
     if (e.path().extension() == ".distcp" && e.file_size() > kTensorBytes) file = e.path().string();
@@ -314,10 +321,7 @@ TEST(IncrementalTest, FlippedTableByteInAReferencedFileIsCaughtByTheLaterStep) {
   TempDir tmp("incr-table-flip");
   auto m = CheckpointManager::Open(tmp.path("run"), IncrementalOptions()).value();
   std::vector<int> gen(kTensors, 1);
-  State s = MakeState(gen);
-  ASSERT_TRUE(m->Save(1, s.sd).ok());
-  ASSERT_TRUE(m->Save(2, s.sd).ok());
-  EXPECT_EQ(Info(*m, 2).bytes_written, 0u);
+  ASSERT_NO_FATAL_FAILURE(SaveTwiceUnchanged(*m, gen));
   std::ifstream in(m->StepPath(2) + "/.metadata", std::ios::binary);
   auto md = DecodeMetadata(std::string(std::istreambuf_iterator<char>(in), {}));
   ASSERT_TRUE(md.ok()) << md.status().ToString();

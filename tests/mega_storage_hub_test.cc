@@ -151,6 +151,14 @@ struct VersionedState {
   }
 
   uint64_t TotalBytes() const { return static_cast<uint64_t>(count) * rows * 256 * 4; }
+
+  // This state with every tensor at version `v` (every tensor changed when v
+  // differs from all of this state's versions).
+  VersionedState AllAtVersion(int v) const {
+    VersionedState out = *this;
+    for (int& x : out.version) x = v;
+    return out;
+  }
 };
 
 // ---- The crash child of CrashBeforeTheCommitLeavesTheOldRevision ----------
@@ -162,11 +170,7 @@ struct VersionedState {
 constexpr char kCrashChildFlag[] = "--mega-storage-crash-child";
 
 // What the child saves over the parent's VersionedState{}: every tensor changed.
-VersionedState CrashChildState() {
-  VersionedState changed;
-  for (int& v : changed.version) v = 9;
-  return changed;
-}
+VersionedState CrashChildState() { return VersionedState().AllAtVersion(9); }
 
 // Starts `<this binary> kCrashChildFlag args...` (posix_spawn: no fork of
 // this process's threads). Returns the child's pid.
@@ -416,8 +420,7 @@ TEST_P(MegaStorageHubTest, FailuresLeaveTheBranchUntouched) {
   const std::string path = Path();
   ASSERT_TRUE(SaveVersioned(state, path, 2).ok());
   const std::string head = Head();
-  VersionedState changed = state;
-  for (int& v : changed.version) v = 5;
+  const VersionedState changed = state.AllAtVersion(5);
 
   // (a) an error on rank 1 after it uploaded its shards; (b) a failure right
   // before the commit (the framework aborts every rank).
@@ -558,8 +561,7 @@ TEST_P(MegaStorageHubTest, AsyncSaveIsOneCommit) {
         },
         Quick()));
   };
-  VersionedState changed = state;
-  for (int& v : changed.version) v = 3;
+  const VersionedState changed = state.AllAtVersion(3);
   const size_t before = Commits();
   Status s = async_save(changed, 64ull << 20);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -579,8 +581,7 @@ TEST_P(MegaStorageHubTest, PinnedReaderKeepsItsRevisionWhileANewSaveLands) {
   const std::string path = Path();
   ASSERT_TRUE(SaveVersioned(v1, path, 2).ok());
   const std::string old_commit = Head();
-  VersionedState v2 = v1;
-  for (int& v : v2.version) v = 2;
+  const VersionedState v2 = v1.AllAtVersion(2);
 
   MegaStorageReader reader(path, ReaderOptions());
   auto md = reader.ReadMetadata();  // pins the revision

@@ -58,6 +58,23 @@ WriterFactory MegaWriterAt(const std::string& dir, std::optional<FqnToIndexMappi
   return [=](int) { return std::make_unique<MegaStorageWriter>(dir, mapping, o); };
 }
 
+// A `dtype` tensor of `shape` whose element i is start + step * i, stored as a
+// T (the C++ type of dtype's elements).
+template <typename T>
+Result<Tensor> Ramp(DType dtype, Shape shape, double start, double step = 1) {
+  MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, std::move(shape)));
+  T* p = static_cast<T*>(t.data());
+  for (uint64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(start + step * static_cast<double>(i));
+  return t;
+}
+
+// A ShardedTensor of `global` (of `shard`'s dtype) whose only local shard is
+// `shard` at `offsets` (the same tensor: a load writes into `shard`).
+ShardedTensor OneShard(Shape global, Shape offsets, Tensor shard) {
+  const DType dtype = shard.dtype();
+  return ShardedTensor{dtype, std::move(global), {Shard{std::move(offsets), std::move(shard)}}};
+}
+
 Status SaveSynthetic(const synthetic::Spec& spec, int world, const WriterFactory& make,
                      int variant = 0) {
   return RunThreadRanksForTest(world, [&](dist::ProcessGroup& g) -> Status {
@@ -307,9 +324,7 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
       2,
       [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
-        MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {4, 4}));
-        float* p = static_cast<float*>(t.data());
-        for (int i = 0; i < 16; ++i) p[i] = static_cast<float>(g.rank() * 100 + i);
+        MEGA_ASSIGN_OR_RETURN(Tensor t, Ramp<float>(DType::kF32, {4, 4}, g.rank() * 100));
         sd.Set("w", t);
         MegaStorageWriter writer(ckpt);
         SaveOptions so;
@@ -345,20 +360,14 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
       3,
       [&](dist::ProcessGroup& g) -> Status {
         StateDict sd;
-        MEGA_ASSIGN_OR_RETURN(Tensor own, Tensor::Empty(DType::kI32, {8}));
-        for (int i = 0; i < 8; ++i) static_cast<int32_t*>(own.data())[i] = g.rank() * 1000 + i;
+        MEGA_ASSIGN_OR_RETURN(Tensor own, Ramp<int32_t>(DType::kI32, {8}, g.rank() * 1000));
         sd.Set("rank" + std::to_string(g.rank()) + ".w", own);
         MEGA_ASSIGN_OR_RETURN(Tensor rep, Tensor::Empty(DType::kI32, {2}));
         static_cast<int32_t*>(rep.data())[0] = 7;
         static_cast<int32_t*>(rep.data())[1] = 9;
         sd.Set("replicated", rep);
-        ShardedTensor st;
-        st.dtype = DType::kI32;
-        st.global_shape = {6, 2};
-        MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kI32, {2, 2}));
-        for (int i = 0; i < 4; ++i) static_cast<int32_t*>(part.data())[i] = g.rank() * 4 + i;
-        st.shards.push_back({{2 * g.rank(), 0}, part});
-        sd.Set("sharded", st);
+        MEGA_ASSIGN_OR_RETURN(Tensor part, Ramp<int32_t>(DType::kI32, {2, 2}, g.rank() * 4));
+        sd.Set("sharded", OneShard({6, 2}, {2 * g.rank(), 0}, part));
         return Save(sd, *MegaWriterAt(ckpt)(g.rank()), &g);
       });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
@@ -555,14 +564,10 @@ TEST(MegaStorageSeedDefects, SeedDefect6_ReadsOnlyNeededRanges) {
     // A destination holding 16 rows (or 16 columns) of "big" only.
     auto counting = std::make_shared<testing::InstrumentedFileSystem>();
     counting->data_marker = ".mega";
-    ShardedTensor st;
-    st.dtype = DType::kF32;
-    st.global_shape = {1024, 1024};
     Shape box = rows ? Shape{16, 1024} : Shape{1024, 16};
     Shard shard{rows ? Shape{512, 0} : Shape{0, 512}, *Tensor::Empty(DType::kF32, box, true)};
-    st.shards.push_back(shard);
     StateDict dst;
-    dst.Set("big", st);
+    dst.Set("big", OneShard({1024, 1024}, shard.offsets, shard.tensor));
     MegaStorageReaderOptions o;
     o.fs = counting;
     MegaStorageReader reader(ckpt, o);
@@ -608,10 +613,8 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
   // model.mega.index.json and a pickle .metadata.
   const std::string tp = dir.path("tp");
   stdfs::create_directories(tp);
-  Tensor a = *Tensor::Empty(DType::kF32, {6, 4});
-  for (int i = 0; i < 24; ++i) static_cast<float*>(a.data())[i] = i * 0.5f;
-  Tensor b = *Tensor::Empty(DType::kI64, {3});
-  for (int i = 0; i < 3; ++i) static_cast<int64_t*>(b.data())[i] = -i;
+  Tensor a = *Ramp<float>(DType::kF32, {6, 4}, 0, 0.5);
+  Tensor b = *Ramp<int64_t>(DType::kI64, {3}, 0, -1);
   format::MegaWriter w1, w2;
   ASSERT_TRUE(w1.AddTensor("layer.a", a).ok());
   ASSERT_TRUE(w2.AddTensor("layer.b", b).ok());
@@ -629,13 +632,9 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
   Status ranks = RunThreadRanksForTest(
       2,
       [&](dist::ProcessGroup& g) -> Status {
-        ShardedTensor st;
-        st.dtype = DType::kF32;
-        st.global_shape = {6, 4};
         MEGA_ASSIGN_OR_RETURN(Tensor half, Tensor::Empty(DType::kF32, {3, 4}, true));
-        st.shards.push_back({{3 * g.rank(), 0}, half});
         StateDict sd;
-        sd.Set("layer.a", st);
+        sd.Set("layer.a", OneShard({6, 4}, {3 * g.rank(), 0}, half));
         MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kI64, {3}, true));
         sd.Set("layer.b", bb);
         MegaStorageReader r(tp);
@@ -746,12 +745,8 @@ TEST(MegaStorage, PartialReadVerifyPassCatchesCorruptionOutsideTheSlice) {
   FlipByte(ckpt + "/model.mega", (*reader)->Find("w")->file_offset + 4 * 64 * 60);  // row 60
   reader->reset();
   auto load_rows_0_to_8 = [&](bool verify) {
-    ShardedTensor st;
-    st.dtype = DType::kF32;
-    st.global_shape = {64, 64};
-    st.shards.push_back({{0, 0}, *Tensor::Empty(DType::kF32, {8, 64}, true)});
     StateDict dst;
-    dst.Set("w", st);
+    dst.Set("w", OneShard({64, 64}, {0, 0}, *Tensor::Empty(DType::kF32, {8, 64}, true)));
     MegaStorageReaderOptions o;
     o.verify_partial_reads = verify;
     MegaStorageReader r(ckpt, o);
@@ -811,10 +806,8 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
   TempDir dir;
   const std::string hf = dir.path("hf");
   stdfs::create_directories(hf);
-  Tensor w = *Tensor::Empty(DType::kBF16, {10, 6});
-  for (int i = 0; i < 60; ++i) static_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(i * 3);
-  Tensor b = *Tensor::Empty(DType::kF32, {6});
-  for (int i = 0; i < 6; ++i) static_cast<float*>(b.data())[i] = i + 0.25f;
+  Tensor w = *Ramp<uint16_t>(DType::kBF16, {10, 6}, 0, 3);  // raw BF16 bits 0, 3, 6, ...
+  Tensor b = *Ramp<float>(DType::kF32, {6}, 0.25);
   std::vector<std::pair<std::string, Tensor>> f1{{"model.w", w}};
   std::vector<std::pair<std::string, Tensor>> f2{{"model.b", b}};
   ASSERT_TRUE(format::SaveSafetensorsFile(hf + "/model-00001-of-00002.safetensors", f1, {{"format", "pt"}}).ok());
@@ -829,13 +822,9 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
         2,
         [&](dist::ProcessGroup& g) -> Status {
           // Column split: rank r holds columns [3r, 3r+3) of model.w (strided reads).
-          ShardedTensor st;
-          st.dtype = DType::kBF16;
-          st.global_shape = {10, 6};
           MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kBF16, {10, 3}, true));
-          st.shards.push_back({{0, 3 * g.rank()}, part});
           StateDict sd;
-          sd.Set("model.w", st);
+          sd.Set("model.w", OneShard({10, 6}, {0, 3 * g.rank()}, part));
           MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kF32, {6}, true));
           sd.Set("model.b", bb);
           MegaStorageReader reader(path);
@@ -1079,15 +1068,11 @@ TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
   ASSERT_TRUE(dist::RunThreadRanks(2, [&](dist::ProcessGroup& g) -> Status {
                 StateDict sd;
                 for (int t = 0; t < kTensors; ++t) {
-                  ShardedTensor st;
-                  st.dtype = DType::kF32;
-                  st.global_shape = {1024, 1024};
                   MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kF32, {512, 1024}, true));
                   static_cast<float*>(part.data())[7] = static_cast<float>(t + g.rank());
-                  st.shards.push_back({{512 * g.rank(), 0}, part});
                   std::string name = "t";
                   name += std::to_string(t);
-                  sd.Set(std::move(name), st);
+                  sd.Set(std::move(name), OneShard({1024, 1024}, {512 * g.rank(), 0}, part));
                 }
                 MegaStorageWriter w(dir.path("src"));
                 return Save(sd, w, &g);

@@ -358,33 +358,49 @@ void SaveThreeRowShards(const Tensor& full, const std::string& dir) {
   ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
+// The data bytes a partial load read and the bytes of its destination box.
+struct PartialLoad {
+  uint64_t bytes_read = 0, bytes_needed = 0;
+  double ratio() const { return static_cast<double>(bytes_read) / bytes_needed; }
+};
+
+// Loads box `c` of `full` (saved by SaveThreeRowShards at `dir`) into a
+// poisoned destination through a FileSystemReader with options `ro` (its fs
+// replaced by a byte-counting one), checks every element and fills *load. A
+// failed load is a fatal failure.
+void LoadPartialBox(const Tensor& full, const std::string& dir, const Box& c,
+                    FileSystemReaderOptions ro, PartialLoad* load) {
+  auto counting = std::make_shared<testing::InstrumentedFileSystem>();
+  ro.fs = counting;
+  Tensor dst = Poisoned(full, c.offsets, c.sizes);
+  StateDict dest;
+  dest.Set("w", StateValue(ShardedTensor{DType::kF4, kPartialGlobal, {Shard{c.offsets, dst}}}));
+  Status s = Load(dest, *NewFileSystemReader(dir, ro));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  Status cmp = CompareBox("w", full, c.offsets, dst);
+  EXPECT_TRUE(cmp.ok()) << cmp.ToString();
+  load->bytes_read = counting->data_bytes_read.load();
+  load->bytes_needed = dst.nbytes();
+}
+
 // Partial F4 boxes read little more than they need: whole-row ranges starting
 // mid-byte, column slices and 2-D blocks of odd widths (the same 1.05x bound as
 // other dtypes; each run costs at most one extra byte).
 TEST(F4ReshardFs, ReadsAboutWhatItNeeds) {
   TempDir dir("f4-reshard-bytes");
-  const Shape global = kPartialGlobal;
-  const Tensor full = RandomF4(global, 21);
+  const Tensor full = RandomF4(kPartialGlobal, 21);
   ASSERT_NO_FATAL_FAILURE(SaveThreeRowShards(full, dir.path()));
+  // The exact-range read path: verified loads read whole checksum blocks,
+  // which for 64-byte column slices of 512-byte F4 rows is about twice the
+  // bytes (VerifiedReadsWholeBlocksOnce below).
+  FileSystemReaderOptions ro;
+  ro.verify = VerifyMode::kOff;
   for (const Box& c : kPartialBoxes) {
-    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-    FileSystemReaderOptions ro;
-    ro.fs = counting;
-    // The exact-range read path: verified loads read whole checksum blocks,
-    // which for 64-byte column slices of 512-byte F4 rows is about twice the
-    // bytes (VerifiedReadsWholeBlocksOnce below).
-    ro.verify = VerifyMode::kOff;
-    Tensor dst = Poisoned(full, c.offsets, c.sizes);
-    StateDict dest;
-    dest.Set("w", StateValue(ShardedTensor{DType::kF4, global, {Shard{c.offsets, dst}}}));
-    Status s = Load(dest, *NewFileSystemReader(dir.path(), ro));
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    Status cmp = CompareBox("w", full, c.offsets, dst);
-    EXPECT_TRUE(cmp.ok()) << cmp.ToString();
-    const double ratio = static_cast<double>(counting->data_bytes_read.load()) / dst.nbytes();
-    EXPECT_LE(ratio, 1.05) << ShapeToString(c.offsets) << ShapeToString(c.sizes) << ": read "
-                           << counting->data_bytes_read.load() << " for " << dst.nbytes();
-    EXPECT_GE(ratio, 1.0);
+    PartialLoad load;
+    ASSERT_NO_FATAL_FAILURE(LoadPartialBox(full, dir.path(), c, ro, &load));
+    EXPECT_LE(load.ratio(), 1.05) << ShapeToString(c.offsets) << ShapeToString(c.sizes) << ": read "
+                                  << load.bytes_read << " for " << load.bytes_needed;
+    EXPECT_GE(load.ratio(), 1.0);
   }
 }
 
@@ -394,24 +410,14 @@ TEST(F4ReshardFs, ReadsAboutWhatItNeeds) {
 // the box touches fails the load.
 TEST(F4ReshardFs, VerifiedReadsWholeBlocksOnce) {
   TempDir dir("f4-reshard-verified");
-  const Shape global = kPartialGlobal;
-  const Tensor full = RandomF4(global, 21);
+  const Tensor full = RandomF4(kPartialGlobal, 21);
   ASSERT_NO_FATAL_FAILURE(SaveThreeRowShards(full, dir.path()));
   for (const Box& c : kPartialBoxes) {
-    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-    FileSystemReaderOptions ro;
-    ro.fs = counting;
-    Tensor dst = Poisoned(full, c.offsets, c.sizes);
-    StateDict dest;
-    dest.Set("w", StateValue(ShardedTensor{DType::kF4, global, {Shard{c.offsets, dst}}}));
-    Status s = Load(dest, *NewFileSystemReader(dir.path(), ro));
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    Status cmp = CompareBox("w", full, c.offsets, dst);
-    EXPECT_TRUE(cmp.ok()) << cmp.ToString();
-    const double ratio = static_cast<double>(counting->data_bytes_read.load()) / dst.nbytes();
+    PartialLoad load;
+    ASSERT_NO_FATAL_FAILURE(LoadPartialBox(full, dir.path(), c, FileSystemReaderOptions{}, &load));
     // Whole blocks, plus their CRC table entries (4 B per 64 B block, read from the data file).
-    EXPECT_LE(ratio, 2.1 * (1 + 4.0 / 64)) << ShapeToString(c.offsets) << ShapeToString(c.sizes);
-    EXPECT_GE(ratio, 1.0);
+    EXPECT_LE(load.ratio(), 2.1 * (1 + 4.0 / 64)) << ShapeToString(c.offsets) << ShapeToString(c.sizes);
+    EXPECT_GE(load.ratio(), 1.0);
   }
 }
 

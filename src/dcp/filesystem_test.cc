@@ -105,46 +105,65 @@ TEST(FileSystemCheckpoint, StridedSourceAndDestination) {
   EXPECT_TRUE(TensorBytesEqual(dview, src));
 }
 
-// A resharded load reads at most 1.05x the bytes its destination needs.
-TEST(FileSystemCheckpoint, ReshardedLoadReadsOnlyWhatItNeeds) {
-  TempDir dir;
-  const Shape global{768, 512};  // F32: 1.5 MiB
-  Tensor full = Iota(DType::kF32, global, 11);
-  // Saved as 3 row blocks.
+// ---- resharded loads of a tensor saved in 3 row blocks ----------------------
+
+// The tensor of the resharded-read tests: F32, 1.5 MiB.
+const Shape kRowBlocksGlobal{768, 512};
+
+// Saves `full` (a "w" of kRowBlocksGlobal) at `dir` as 3 row blocks of 256 rows.
+void SaveInThreeRowBlocks(const Tensor& full, const std::string& dir) {
   std::vector<Shard> shards;
   for (int r = 0; r < 3; ++r) shards.push_back(Shard{{256 * r, 0}, full.Narrow(0, 256 * r, 256).value()});
   StateDict sd;
-  sd.Set("w", StateValue(ShardedTensor{DType::kF32, global, shards}));
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path())).ok());
+  sd.Set("w", StateValue(ShardedTensor{DType::kF32, kRowBlocksGlobal, shards}));
+  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir)).ok());
+}
 
-  struct Case {
-    const char* name;
-    Shape offsets, sizes;
-  };
-  const Case cases[] = {
-      {"rows crossing chunks", {200, 0}, {300, 512}},
-      {"columns", {0, 128}, {768, 256}},
-      {"2-D block", {100, 64}, {400, 200}},
-      {"single row", {500, 0}, {1, 512}},
-  };
-  for (const Case& c : cases) {
-    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-    FileSystemReaderOptions ro;
-    ro.fs = counting;
-    ro.verify = VerifyMode::kOff;  // the exact-range path; verified: the next test
-    Tensor dst = Tensor::Empty(DType::kF32, c.sizes, true).value();
-    StateDict dest;
-    dest.Set("w", StateValue(ShardedTensor{DType::kF32, global, {Shard{c.offsets, dst}}}));
-    auto reader = NewFileSystemReader(dir.path(), ro);
-    Status s = Load(dest, *reader);
-    ASSERT_TRUE(s.ok()) << c.name << ": " << s.ToString();
-    Tensor want = full;
-    for (int d = 0; d < 2; ++d) want = want.Narrow(d, c.offsets[d], c.sizes[d]).value();
-    EXPECT_TRUE(TensorBytesEqual(dst, want)) << c.name;
-    const double needed = static_cast<double>(dst.nbytes());
-    const double ratio = counting->data_bytes_read.load() / needed;
-    EXPECT_LE(ratio, 1.05) << c.name << ": read " << counting->data_bytes_read.load() << " for "
-                           << dst.nbytes();
+// The destination boxes of the resharded-read tests.
+struct ReadBox {
+  const char* name;
+  Shape offsets, sizes;
+  uint64_t runs;  // storage runs of the box (rows, or 1 per chunk for whole rows)
+};
+const ReadBox kReadBoxes[] = {
+    {"rows crossing chunks", {200, 0}, {300, 512}, 2},
+    {"columns", {0, 128}, {768, 256}, 768},
+    {"2-D block", {100, 64}, {400, 200}, 400},
+    {"single row", {500, 0}, {1, 512}, 1},
+};
+
+// Loads box `c` of `full` (saved by SaveInThreeRowBlocks at `dir`) through a
+// FileSystemReader with options `ro` (its fs replaced by a byte-counting one),
+// expects exactly the box's bytes, and sets *bytes_read to the data bytes read
+// and *bytes_needed to the box's. A failed load is a fatal failure.
+void LoadBoxCountingReads(const Tensor& full, const std::string& dir, const ReadBox& c,
+                          FileSystemReaderOptions ro, uint64_t* bytes_read, uint64_t* bytes_needed) {
+  auto counting = std::make_shared<testing::InstrumentedFileSystem>();
+  ro.fs = counting;
+  Tensor dst = Tensor::Empty(DType::kF32, c.sizes, true).value();
+  StateDict dest;
+  dest.Set("w", StateValue(ShardedTensor{DType::kF32, kRowBlocksGlobal, {Shard{c.offsets, dst}}}));
+  Status s = Load(dest, *NewFileSystemReader(dir, ro));
+  ASSERT_TRUE(s.ok()) << c.name << ": " << s.ToString();
+  Tensor want = full;
+  for (int d = 0; d < 2; ++d) want = want.Narrow(d, c.offsets[d], c.sizes[d]).value();
+  EXPECT_TRUE(TensorBytesEqual(dst, want)) << c.name;
+  *bytes_read = counting->data_bytes_read.load();
+  *bytes_needed = dst.nbytes();
+}
+
+// A resharded load reads at most 1.05x the bytes its destination needs.
+TEST(FileSystemCheckpoint, ReshardedLoadReadsOnlyWhatItNeeds) {
+  TempDir dir;
+  Tensor full = Iota(DType::kF32, kRowBlocksGlobal, 11);
+  ASSERT_NO_FATAL_FAILURE(SaveInThreeRowBlocks(full, dir.path()));
+  FileSystemReaderOptions ro;
+  ro.verify = VerifyMode::kOff;  // the exact-range path; verified: the next test
+  for (const ReadBox& c : kReadBoxes) {
+    uint64_t read = 0, needed = 0;
+    ASSERT_NO_FATAL_FAILURE(LoadBoxCountingReads(full, dir.path(), c, ro, &read, &needed));
+    const double ratio = static_cast<double>(read) / static_cast<double>(needed);
+    EXPECT_LE(ratio, 1.05) << c.name << ": read " << read << " for " << needed;
     EXPECT_GE(ratio, 1.0) << c.name;
   }
 }
@@ -154,48 +173,24 @@ TEST(FileSystemCheckpoint, ReshardedLoadReadsOnlyWhatItNeeds) {
 // block size (1/16 of a 2 KiB row here: 128 B).
 TEST(FileSystemCheckpoint, VerifiedReshardedLoadReadsWholeBlocksOnly) {
   TempDir dir;
-  const Shape global{768, 512};
-  Tensor full = Iota(DType::kF32, global, 11);
-  std::vector<Shard> shards;
-  for (int r = 0; r < 3; ++r) shards.push_back(Shard{{256 * r, 0}, full.Narrow(0, 256 * r, 256).value()});
-  StateDict sd;
-  sd.Set("w", StateValue(ShardedTensor{DType::kF32, global, shards}));
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path())).ok());
+  Tensor full = Iota(DType::kF32, kRowBlocksGlobal, 11);
+  ASSERT_NO_FATAL_FAILURE(SaveInThreeRowBlocks(full, dir.path()));
   auto md = NewFileSystemReader(dir.path())->ReadMetadata();
   ASSERT_TRUE(md.ok()) << md.status().ToString();
   const uint64_t bs = md->storage_data.begin()->second.block_size;
   EXPECT_EQ(bs, 128u);
-  struct Case {
-    const char* name;
-    Shape offsets, sizes;
-    uint64_t runs;  // storage runs of the box (rows, or 1 per chunk for whole rows)
-  };
-  const Case cases[] = {
-      {"rows crossing chunks", {200, 0}, {300, 512}, 2},
-      {"columns", {0, 128}, {768, 256}, 768},
-      {"2-D block", {100, 64}, {400, 200}, 400},
-      {"single row", {500, 0}, {1, 512}, 1},
-  };
-  for (const Case& c : cases) {
-    auto counting = std::make_shared<testing::InstrumentedFileSystem>();
-    FileSystemReaderOptions ro;
-    ro.fs = counting;
-    Tensor dst = Tensor::Empty(DType::kF32, c.sizes, true).value();
-    StateDict dest;
-    dest.Set("w", StateValue(ShardedTensor{DType::kF32, global, {Shard{c.offsets, dst}}}));
-    Status s = Load(dest, *NewFileSystemReader(dir.path(), ro));
-    ASSERT_TRUE(s.ok()) << c.name << ": " << s.ToString();
-    Tensor want = full;
-    for (int d = 0; d < 2; ++d) want = want.Narrow(d, c.offsets[d], c.sizes[d]).value();
-    EXPECT_TRUE(TensorBytesEqual(dst, want)) << c.name;
+  for (const ReadBox& c : kReadBoxes) {
+    uint64_t read = 0, needed = 0;
+    ASSERT_NO_FATAL_FAILURE(
+        LoadBoxCountingReads(full, dir.path(), c, FileSystemReaderOptions{}, &read, &needed));
     // Data: whole blocks only, at most two partial blocks per run. Tables (in
     // the data file, so counted too): 4 bytes per block of at most the stored
     // rows the box touches (a read fetches the table slice of a group of runs
     // at once, gaps between its runs included).
     const uint64_t row_blocks = 512 * 4 / bs;
     const uint64_t table_bytes = 4 * row_blocks * static_cast<uint64_t>(c.sizes[0]);
-    EXPECT_GE(counting->data_bytes_read.load(), dst.nbytes()) << c.name;
-    EXPECT_LE(counting->data_bytes_read.load(), dst.nbytes() + 2 * bs * c.runs + table_bytes) << c.name;
+    EXPECT_GE(read, needed) << c.name;
+    EXPECT_LE(read, needed + 2 * bs * c.runs + table_bytes) << c.name;
   }
 }
 
@@ -444,13 +439,21 @@ TEST(FileSystemCheckpoint, MissingTruncatedAndCorruptFiles) {
   }
 }
 
+// Sets *sd to a one-entry state ("x": bytes "1") and saves it at `dir`: the
+// existing checkpoint of the overwrite = false tests. Returns writer options
+// that refuse to overwrite it.
+FileSystemWriterOptions SaveExistingCheckpoint(const std::string& dir, StateDict* sd) {
+  sd->Set("x", StateValue::Bytes("1"));
+  EXPECT_TRUE(Save(*sd, *NewFileSystemWriter(dir)).ok());
+  FileSystemWriterOptions wo;
+  wo.overwrite = false;
+  return wo;
+}
+
 TEST(FileSystemCheckpoint, OverwriteFalseRefusesExistingCheckpoint) {
   TempDir dir;
   StateDict sd;
-  sd.Set("x", StateValue::Bytes("1"));
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path())).ok());
-  FileSystemWriterOptions wo;
-  wo.overwrite = false;
+  const FileSystemWriterOptions wo = SaveExistingCheckpoint(dir.path(), &sd);
   Status s = Save(sd, *NewFileSystemWriter(dir.path(), wo));
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
   EXPECT_TRUE(Save(sd, *NewFileSystemWriter(dir.path("fresh"), wo)).ok());
@@ -592,10 +595,7 @@ TEST(AsyncSave, StagesInPiecesThroughABoundedReusablePool) {
 TEST(AsyncSave, FailureReachesBothFutures) {
   TempDir dir;
   StateDict sd;
-  sd.Set("x", StateValue::Bytes("1"));
-  ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir.path())).ok());
-  FileSystemWriterOptions wo;
-  wo.overwrite = false;
+  const FileSystemWriterOptions wo = SaveExistingCheckpoint(dir.path(), &sd);
   AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path(), wo));
   EXPECT_EQ(h.done.get().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(h.staged.get().code(), StatusCode::kAlreadyExists);

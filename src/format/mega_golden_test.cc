@@ -67,11 +67,7 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
     });
     EXPECT_TRUE(r.VerifyAll().ok());
 
-    const json& ws = want.at("segments");
-    ASSERT_EQ(r.segments().size(), ws.size());
-    for (size_t i = 0; i < ws.size(); ++i) {
-      const MegaSegment& s = r.segments()[i];
-      const json& w = ws[i];
+    mega_test::ExpectEach(r.segments(), want.at("segments"), [](const MegaSegment& s, const json& w) {
       EXPECT_EQ(s.segment_id, w.at("segment_id").get<uint32_t>());
       EXPECT_EQ(s.kind, w.at("kind").get<uint32_t>());
       EXPECT_EQ(s.priority, w.at("priority").get<uint32_t>());
@@ -87,12 +83,8 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
       EXPECT_EQ(s.prefetch_group, w.at("prefetch_group").get<uint32_t>());
       EXPECT_EQ(s.device_hint, w.at("device_hint").get<uint32_t>());
       EXPECT_EQ(s.cache_policy, w.at("cache_policy").get<uint32_t>());
-    }
-    const json& wm = want.at("moe_experts");
-    ASSERT_EQ(r.moe_experts().size(), wm.size());
-    for (size_t i = 0; i < wm.size(); ++i) {
-      const MegaMoeExpert& m = r.moe_experts()[i];
-      const json& w = wm[i];
+    });
+    mega_test::ExpectEach(r.moe_experts(), want.at("moe_experts"), [](const MegaMoeExpert& m, const json& w) {
       EXPECT_EQ(m.tensor_id, w.at("tensor_id").get<uint32_t>());
       EXPECT_EQ(m.layer_id, w.at("layer_id").get<uint32_t>());
       EXPECT_EQ(m.expert_id, w.at("expert_id").get<uint32_t>());
@@ -100,7 +92,7 @@ TEST_P(MegaGoldenTest, ParsesEveryExpectedField) {
       EXPECT_EQ(m.segment_id, w.at("segment_id").get<uint32_t>());
       EXPECT_EQ(m.prefetch_group, w.at("prefetch_group").get<uint32_t>());
       EXPECT_EQ(m.cache_policy, w.at("cache_policy").get<uint32_t>());
-    }
+    });
     const json& fo = want.at("footer_overlay");
     const MegaFooterOverlayInfo& ov = r.footer_overlay();
     mega_test::ExpectOverlayFields(ov, fo);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/test_tensors.h"
 #include "megackpt/core/checksum.h"
 #include "format/mega_test_util.h"
 #include "megackpt/core/file.h"
@@ -55,11 +56,7 @@ std::string WriteString(const std::string& path, const std::string& bytes) {
 std::string ReadString(const std::string& path) { return *ReadLocalFile(path); }
 
 std::vector<std::pair<std::string, Tensor>> EveryDType() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (int i = 0; i < kNumDTypes; ++i) {
-    DType d = static_cast<DType>(i);
-    out.emplace_back("t." + std::string(DTypeName(d)), Filled(d, {3, 4}, i));
-  }
+  auto out = test_util::OneOfEveryDType("t.", {3, 4}, Filled);
   out.emplace_back("scalar", Filled(DType::kF64, {}, 99));
   out.emplace_back("empty", Filled(DType::kF32, {0, 5}, 98));
   out.emplace_back("empty.f4", Filled(DType::kF4, {0}, 97));

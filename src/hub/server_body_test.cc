@@ -20,6 +20,7 @@ namespace megackpt::hub {
 namespace {
 
 using cas::testing::RandomBytes;
+using testing::ExpectAnswer;
 using testing::RawConnection;
 
 // A serialized xorb of `chunks` random chunks of 64 KiB and its hash.
@@ -61,15 +62,12 @@ TEST_F(HubServerBodyTest, PipelinedRequestsBehindLargeBodiesStayInSync) {
   // by the next request's bytes.
   std::string wire = PostHead(h1, x1.size()) + x1 + PostHead(h2, x2.size()) + x2 + RangeGet(h1, 5, 104);
   auto a1 = c.Exchange(wire);
-  ASSERT_TRUE(a1.has_value());
-  EXPECT_EQ(a1->status, 200) << a1->body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a1, 200));
   EXPECT_NE(a1->body.find("\"was_inserted\":true"), std::string::npos) << a1->body;
   auto a2 = c.Read();
-  ASSERT_TRUE(a2.has_value());
-  EXPECT_EQ(a2->status, 200) << a2->body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a2, 200));
   auto a3 = c.Read();
-  ASSERT_TRUE(a3.has_value());
-  EXPECT_EQ(a3->status, 206);
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a3, 206));
   EXPECT_EQ(a3->body, x1.substr(5, 100));
   HubServerStats st = server_->stats();
   EXPECT_EQ(st.xorbs_received, 2u);
@@ -89,19 +87,16 @@ TEST_F(HubServerBodyTest, SlowBodyAndCorruptBodyKeepTheConnectionUsable) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   auto a = c.Read();
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->status, 200) << a->body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a, 200));
   // A corrupt body (one byte of a chunk flipped) is refused (400) and the
   // connection still answers the next request.
   std::string bad = x;
   bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x5a);
   auto [y, hy] = MakeXorb(2, 55);
   auto refused = c.Exchange(PostHead(hy, bad.size()) + bad + RangeGet(h, 0, 9));
-  ASSERT_TRUE(refused.has_value());
-  EXPECT_EQ(refused->status, 400) << refused->body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(refused, 400));
   auto after = c.Read();
-  ASSERT_TRUE(after.has_value());
-  EXPECT_EQ(after->status, 206);
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(after, 206));
   EXPECT_EQ(after->body, x.substr(0, 10));
 }
 
@@ -117,8 +112,7 @@ TEST_F(HubServerBodyTest, TinyBodiesAndManyUploadsOnOneConnection) {
   auto fin = b.Finish();
   std::string xs(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size());
   auto tiny = c.Exchange(PostHead(fin.layout.xorb_hash.ToHex(), xs.size()) + xs);
-  ASSERT_TRUE(tiny.has_value());
-  EXPECT_EQ(tiny->status, 200) << tiny->body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAnswer(tiny, 200));
   std::string wire;
   std::vector<std::pair<std::string, std::string>> more;
   for (int i = 0; i < 4; ++i) {
@@ -127,14 +121,12 @@ TEST_F(HubServerBodyTest, TinyBodiesAndManyUploadsOnOneConnection) {
   }
   ASSERT_TRUE(c.Send(wire));
   for (int i = 0; i < 4; ++i) {
-    auto a = c.Read();
-    ASSERT_TRUE(a.has_value()) << i;
-    EXPECT_EQ(a->status, 200) << i << ": " << a->body;
+    SCOPED_TRACE(i);
+    ASSERT_NO_FATAL_FAILURE(ExpectAnswer(c.Read(), 200));
   }
   for (const auto& [bytes, hash] : more) {
     auto a = c.Exchange(RangeGet(hash, bytes.size() - 50, bytes.size() - 1));
-    ASSERT_TRUE(a.has_value());
-    EXPECT_EQ(a->status, 206);
+    ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a, 206));
     EXPECT_EQ(a->body, bytes.substr(bytes.size() - 50));
   }
 }

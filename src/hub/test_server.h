@@ -110,6 +110,14 @@ class RawConnection {
   std::string buf_;
 };
 
+// `a` (an answer read from a RawConnection) came, with HTTP status `status`
+// (its body in the message when not). No answer is a fatal failure: call as
+// ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a, 200)).
+inline void ExpectAnswer(const std::optional<Answer>& a, int status) {
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->status, status) << a->body;
+}
+
 // A fixture base: SetUp opens a store under $TMPDIR/<prefix>-XXXXXX/hub (no
 // fsync), creates a write token and serves it on 127.0.0.1; TearDown stops the
 // server and removes the folder.
