@@ -83,19 +83,28 @@ MerkleHash HashAt(const uint8_t* p) {
   return h;
 }
 
-// The next entry of a section ("file info", "CAS info"), or null at the
-// section's bookend (whose bytes 32..47 must be zero).
-Result<const uint8_t*> NextSectionEntry(Reader& r, const char* section) {
-  if (r.remaining() < kShardEntrySize) {  // the message is built only then
-    return r.Need(kShardEntrySize, (std::string(section) + " entry (no bookend?)").c_str());
+// Calls `fn(at, e)` for each entry `e` (at offset `at`) of a section ("file
+// info", "CAS info") up to its bookend, whose bytes 32..47 must be zero. A
+// record past the `max` the limits allow fails, naming them `records`
+// ("files", "xorbs"); so does the first error `fn` returns.
+template <typename Fn>
+Status ForEachSectionEntry(Reader& r, const char* section, uint64_t max, const char* records,
+                           Fn&& fn) {
+  for (uint64_t count = 0;; ++count) {
+    if (r.remaining() < kShardEntrySize) {  // the message is built only then
+      return r.Need(kShardEntrySize, (std::string(section) + " entry (no bookend?)").c_str());
+    }
+    const size_t at = r.offset();
+    const uint8_t* e = r.Take(kShardEntrySize);
+    if (IsBookendHash(e)) {
+      for (int i = 32; i < 48; ++i) {
+        if (e[i] != 0) return Bad(at, std::string("malformed ") + section + " bookend");
+      }
+      return Status::OK();
+    }
+    if (count >= max) return Bad(at, "more than " + std::to_string(max) + " " + records);
+    MEGA_RETURN_IF_ERROR(fn(at, e));
   }
-  const size_t at = r.offset();
-  const uint8_t* e = r.Take(kShardEntrySize);
-  if (!IsBookendHash(e)) return e;
-  for (int i = 32; i < 48; ++i) {
-    if (e[i] != 0) return Bad(at, std::string("malformed ") + section + " bookend");
-  }
-  return static_cast<const uint8_t*>(nullptr);
 }
 
 }  // namespace
@@ -236,93 +245,87 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
   Reader r(data, body_end);
   r.Take(kShardHeaderSize);
   // ---- file info section ----
-  while (true) {
-    const size_t at = r.offset();
-    MEGA_ASSIGN_OR_RETURN(const uint8_t* e, NextSectionEntry(r, "file info"));
-    if (e == nullptr) break;  // the bookend
-    if (shard.files.size() >= limits.max_files) {
-      return Bad(at, "more than " + std::to_string(limits.max_files) + " files");
-    }
-    ShardFileInfo info;
-    FileReconstruction& rec = info.reconstruction;
-    rec.file_hash = HashAt(e);
-    uint32_t flags = LoadLE32(e + 32);
-    uint32_t n = LoadLE32(e + 36);
-    const std::string file = "file " + rec.file_hash.ToHex();
-    if (flags & ~kKnownFileFlags) {
-      return Bad(at + 32, file + ": unsupported flags 0x" + [&] {
-        char b[16];
-        std::snprintf(b, sizeof(b), "%08x", flags);
-        return std::string(b);
-      }());
-    }
-    if (n > limits.max_entries_per_record) {
-      return Bad(at + 36, file + ": " + std::to_string(n) + " entries exceeds the limit");
-    }
-    uint64_t sections = uint64_t{n} * ((flags & kShardFileFlagWithVerification) ? 2 : 1) +
-                        ((flags & kShardFileFlagWithMetadataExt) ? 1 : 0);
-    if (sections > r.remaining() / kShardEntrySize) {
-      return Bad(at + 36, file + ": " + std::to_string(n) + " entries do not fit in the shard");
-    }
-    rec.terms.resize(n);
-    uint64_t size = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      size_t eat = r.offset();
-      const uint8_t* t = r.Take(kShardEntrySize);
-      ReconstructionTerm& term = rec.terms[i];
-      term.xorb_hash = HashAt(t);
-      term.unpacked_bytes = LoadLE32(t + 36);
-      term.chunk_start = LoadLE32(t + 40);
-      term.chunk_end = LoadLE32(t + 44);
-      if (term.chunk_end <= term.chunk_start) {
-        return Bad(eat, file + " term " + std::to_string(i) + ": empty chunk range [" +
-                            std::to_string(term.chunk_start) + ", " +
-                            std::to_string(term.chunk_end) + ")");
-      }
-      if (term.unpacked_bytes == 0) {
-        return Bad(eat, file + " term " + std::to_string(i) + ": 0 unpacked bytes");
-      }
-      size += term.unpacked_bytes;
-    }
-    rec.size = size;
-    if (flags & kShardFileFlagWithVerification) {
-      for (uint32_t i = 0; i < n; ++i) rec.terms[i].verification_hash = HashAt(r.Take(kShardEntrySize));
-    }
-    if (flags & kShardFileFlagWithMetadataExt) {
-      info.sha256 = SwapSha256Groups(r.Take(kShardEntrySize));
-    }
-    shard.files.push_back(std::move(info));
-  }
+  MEGA_RETURN_IF_ERROR(ForEachSectionEntry(
+      r, "file info", limits.max_files, "files", [&](size_t at, const uint8_t* e) -> Status {
+        ShardFileInfo info;
+        FileReconstruction& rec = info.reconstruction;
+        rec.file_hash = HashAt(e);
+        uint32_t flags = LoadLE32(e + 32);
+        uint32_t n = LoadLE32(e + 36);
+        const std::string file = "file " + rec.file_hash.ToHex();
+        if (flags & ~kKnownFileFlags) {
+          return Bad(at + 32, file + ": unsupported flags 0x" + [&] {
+            char b[16];
+            std::snprintf(b, sizeof(b), "%08x", flags);
+            return std::string(b);
+          }());
+        }
+        if (n > limits.max_entries_per_record) {
+          return Bad(at + 36, file + ": " + std::to_string(n) + " entries exceeds the limit");
+        }
+        uint64_t sections = uint64_t{n} * ((flags & kShardFileFlagWithVerification) ? 2 : 1) +
+                            ((flags & kShardFileFlagWithMetadataExt) ? 1 : 0);
+        if (sections > r.remaining() / kShardEntrySize) {
+          return Bad(at + 36, file + ": " + std::to_string(n) + " entries do not fit in the shard");
+        }
+        rec.terms.resize(n);
+        uint64_t size = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+          size_t eat = r.offset();
+          const uint8_t* t = r.Take(kShardEntrySize);
+          ReconstructionTerm& term = rec.terms[i];
+          term.xorb_hash = HashAt(t);
+          term.unpacked_bytes = LoadLE32(t + 36);
+          term.chunk_start = LoadLE32(t + 40);
+          term.chunk_end = LoadLE32(t + 44);
+          if (term.chunk_end <= term.chunk_start) {
+            return Bad(eat, file + " term " + std::to_string(i) + ": empty chunk range [" +
+                                std::to_string(term.chunk_start) + ", " +
+                                std::to_string(term.chunk_end) + ")");
+          }
+          if (term.unpacked_bytes == 0) {
+            return Bad(eat, file + " term " + std::to_string(i) + ": 0 unpacked bytes");
+          }
+          size += term.unpacked_bytes;
+        }
+        rec.size = size;
+        if (flags & kShardFileFlagWithVerification) {
+          for (uint32_t i = 0; i < n; ++i) {
+            rec.terms[i].verification_hash = HashAt(r.Take(kShardEntrySize));
+          }
+        }
+        if (flags & kShardFileFlagWithMetadataExt) {
+          info.sha256 = SwapSha256Groups(r.Take(kShardEntrySize));
+        }
+        shard.files.push_back(std::move(info));
+        return Status::OK();
+      }));
   // ---- CAS info section ----
   if (footer_size && r.offset() != footer_cas_offset) {
     return Bad(r.offset(), "CAS info section starts here but the footer says " +
                                std::to_string(footer_cas_offset));
   }
-  while (true) {
-    const size_t at = r.offset();
-    MEGA_ASSIGN_OR_RETURN(const uint8_t* e, NextSectionEntry(r, "CAS info"));
-    if (e == nullptr) break;  // the bookend
-    if (shard.xorbs.size() >= limits.max_xorbs) {
-      return Bad(at, "more than " + std::to_string(limits.max_xorbs) + " xorbs");
-    }
-    ShardXorbInfo x;
-    x.xorb_hash = HashAt(e);
-    uint32_t n = LoadLE32(e + 36);
-    x.unpacked_bytes = LoadLE32(e + 40);
-    x.bytes_on_disk = LoadLE32(e + 44);
-    if (n > limits.max_entries_per_record || n > r.remaining() / kShardEntrySize) {
-      return Bad(at + 36, "xorb " + x.xorb_hash.ToHex() + ": " + std::to_string(n) +
-                              " chunk entries do not fit in the shard");
-    }
-    x.chunks.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint8_t* c = r.Take(kShardEntrySize);
-      x.chunks[i].hash = HashAt(c);
-      x.chunks[i].unpacked_offset = LoadLE32(c + 32);
-      x.chunks[i].unpacked_bytes = LoadLE32(c + 36);
-    }
-    shard.xorbs.push_back(std::move(x));
-  }
+  MEGA_RETURN_IF_ERROR(ForEachSectionEntry(
+      r, "CAS info", limits.max_xorbs, "xorbs", [&](size_t at, const uint8_t* e) -> Status {
+        ShardXorbInfo x;
+        x.xorb_hash = HashAt(e);
+        uint32_t n = LoadLE32(e + 36);
+        x.unpacked_bytes = LoadLE32(e + 40);
+        x.bytes_on_disk = LoadLE32(e + 44);
+        if (n > limits.max_entries_per_record || n > r.remaining() / kShardEntrySize) {
+          return Bad(at + 36, "xorb " + x.xorb_hash.ToHex() + ": " + std::to_string(n) +
+                                  " chunk entries do not fit in the shard");
+        }
+        x.chunks.resize(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          const uint8_t* c = r.Take(kShardEntrySize);
+          x.chunks[i].hash = HashAt(c);
+          x.chunks[i].unpacked_offset = LoadLE32(c + 32);
+          x.chunks[i].unpacked_bytes = LoadLE32(c + 36);
+        }
+        shard.xorbs.push_back(std::move(x));
+        return Status::OK();
+      }));
   if (!footer_size && r.remaining() != 0) {
     return Bad(r.offset(), std::to_string(r.remaining()) + " unexpected bytes after the CAS info bookend");
   }

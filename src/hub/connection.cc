@@ -2,6 +2,7 @@
 // (HTTP client of megahub), plus ConnectHub's endpoint resolution.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -284,35 +285,28 @@ class RemoteHub final : public HubConnection {
   Result<std::vector<CommitInfo>> ListCommits(std::string_view repo, std::string_view rev,
                                               size_t limit) override {
     std::vector<CommitInfo> out;
-    std::string cursor;
-    while (out.size() < limit) {
-      std::string target = "/api/repos/" + RepoPath(repo) + "/commits?limit=" +
-                           std::to_string(std::min<size_t>(100, limit - out.size())) +
-                           "&revision=" + PercentEncode(rev);
-      if (!cursor.empty()) target += "&cursor=" + PercentEncode(cursor);
-      MEGA_ASSIGN_OR_RETURN(auto j, Get(target));
-      if (!j.contains("commits") || !j["commits"].is_array()) return DataLossError("bad commit list");
-      for (const auto& c : j["commits"]) out.push_back(CommitFromJson(c));
-      if (!j.contains("next_cursor") || !j["next_cursor"].is_string()) break;
-      std::string next = j["next_cursor"].get<std::string>();
-      if (next.empty() || next == cursor) break;
-      cursor = next;
-    }
+    if (limit == 0) return out;
+    auto target = [&] {
+      return "/api/repos/" + RepoPath(repo) + "/commits?limit=" +
+             std::to_string(std::min<size_t>(100, limit - out.size())) +
+             "&revision=" + PercentEncode(rev);
+    };
+    auto take = [&](const json& commits) {
+      for (const auto& c : commits) out.push_back(CommitFromJson(c));
+      return out.size() < limit;
+    };
+    MEGA_RETURN_IF_ERROR(GetPages(target, "commits", "bad commit list", take));
     return out;
   }
 
   Result<std::vector<FileEntry>> ListFiles(std::string_view repo, std::string_view commit,
                                            std::string_view prefix) override {
+    std::string target = "/api/repos/" + RepoPath(repo) + "/files?revision=" +
+                         PercentEncode(commit) + "&limit=1000";
+    if (!prefix.empty()) target += "&prefix=" + PercentEncode(prefix);
     std::vector<FileEntry> out;
-    std::string cursor;
-    while (true) {
-      std::string target = "/api/repos/" + RepoPath(repo) + "/files?revision=" +
-                           PercentEncode(commit) + "&limit=1000";
-      if (!prefix.empty()) target += "&prefix=" + PercentEncode(prefix);
-      if (!cursor.empty()) target += "&cursor=" + PercentEncode(cursor);
-      MEGA_ASSIGN_OR_RETURN(auto j, Get(target));
-      if (!j.contains("files") || !j["files"].is_array()) return DataLossError("bad file list");
-      for (const auto& f : j["files"]) {
+    auto take = [&](const json& files) {
+      for (const auto& f : files) {
         FileEntry e;
         e.path = StrOr(f, "path");
         e.size = U64Or(f, "size");
@@ -320,11 +314,9 @@ class RemoteHub final : public HubConnection {
         e.xet_hash = StrOr(f, "xet_hash");
         out.push_back(std::move(e));
       }
-      if (!j.contains("next_cursor") || !j["next_cursor"].is_string()) break;
-      std::string next = j["next_cursor"].get<std::string>();
-      if (next.empty() || next == cursor) break;
-      cursor = next;
-    }
+      return true;
+    };
+    MEGA_RETURN_IF_ERROR(GetPages([&] { return target; }, "files", "bad file list", take));
     return out;
   }
 
@@ -536,6 +528,26 @@ class RemoteHub final : public HubConnection {
     req.headers.push_back({"Accept", "application/json"});
     MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
     return ParseJson(res, target);
+  }
+
+  // Reads a cursor-paged list: GETs `target()` (with "&cursor=..." after the
+  // first page) and hands each answer's array `key` to `take`, until the
+  // answer names no new next_cursor or `take` returns false. An answer
+  // without the array is DataLoss(`bad_answer`).
+  Status GetPages(const std::function<std::string()>& target, const char* key,
+                  const char* bad_answer, const std::function<bool(const json&)>& take) {
+    std::string cursor;
+    while (true) {
+      std::string page = target();
+      if (!cursor.empty()) page += "&cursor=" + PercentEncode(cursor);
+      MEGA_ASSIGN_OR_RETURN(auto j, Get(page));
+      if (!j.contains(key) || !j[key].is_array()) return DataLossError(bad_answer);
+      if (!take(j[key])) return Status::OK();
+      if (!j.contains("next_cursor") || !j["next_cursor"].is_string()) return Status::OK();
+      std::string next = j["next_cursor"].get<std::string>();
+      if (next.empty() || next == cursor) return Status::OK();
+      cursor = std::move(next);
+    }
   }
 
   Status Delete(const std::string& target) {

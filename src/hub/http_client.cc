@@ -17,6 +17,18 @@ bool RetryableStatus(int status) {
          status == 504;
 }
 
+// The HTTP error statuses with one meaning each (409 depends on the message).
+struct HttpErrorCode {
+  int http_status;
+  StatusCode code;
+};
+constexpr HttpErrorCode kHttpErrorCodes[] = {
+    {400, StatusCode::kInvalidArgument},    {401, StatusCode::kUnauthenticated},
+    {403, StatusCode::kPermissionDenied},   {404, StatusCode::kNotFound},
+    {412, StatusCode::kFailedPrecondition}, {413, StatusCode::kResourceExhausted},
+    {416, StatusCode::kOutOfRange},         {501, StatusCode::kUnimplemented},
+};
+
 }  // namespace
 
 std::string HttpResponse::Header(std::string_view key) const {
@@ -41,29 +53,14 @@ Status ErrorFromHttp(const HttpResponse& r, std::string_view what) {
   if (msg.empty()) msg = r.Header("X-Error-Message");
   if (msg.empty()) msg = r.body.substr(0, 200);
   std::string text = std::string(what) + ": HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + msg);
-  switch (r.status) {
-    case 400:
-      return InvalidArgumentError(text);
-    case 401:
-      return UnauthenticatedError(text);
-    case 403:
-      return PermissionDeniedError(text);
-    case 404:
-      return NotFoundError(text);
-    case 409:
-      return msg.find("conflict") != std::string::npos ? AbortedError(text) : AlreadyExistsError(text);
-    case 412:
-      return FailedPreconditionError(text);
-    case 413:
-      return ResourceExhaustedError(text);
-    case 416:
-      return OutOfRangeError(text);
-    case 501:
-      return UnimplementedError(text);
-    default:
-      if (RetryableStatus(r.status)) return UnavailableError(text);
-      return InternalError(text);
+  if (r.status == 409) {
+    return msg.find("conflict") != std::string::npos ? AbortedError(text) : AlreadyExistsError(text);
   }
+  for (const HttpErrorCode& e : kHttpErrorCodes) {
+    if (e.http_status == r.status) return Status(e.code, text);
+  }
+  if (RetryableStatus(r.status)) return UnavailableError(text);
+  return InternalError(text);
 }
 
 namespace {

@@ -32,6 +32,14 @@ std::string Quote(std::string_view s) {
   return out;
 }
 
+// InvalidArgument when the `what` ("path", "revision") `s` is longer than
+// `max` bytes; the message quotes its first 64 bytes.
+Status CheckLength(std::string_view what, std::string_view s, size_t max) {
+  if (s.size() <= max) return Status::OK();
+  return InvalidArgumentError(std::string(what) + " " + Quote(s.substr(0, 64)) +
+                              "... is longer than " + std::to_string(max) + " bytes");
+}
+
 bool IsDigits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
@@ -160,10 +168,7 @@ Status ValidateRepoNamePart(std::string_view part, std::string_view what) {
 
 Status ValidateRepoPath(std::string_view path) {
   if (path.empty()) return InvalidArgumentError("empty file path");
-  if (path.size() > kMaxPath) {
-    return InvalidArgumentError("path " + Quote(path.substr(0, 64)) + "... is longer than " +
-                                std::to_string(kMaxPath) + " bytes");
-  }
+  MEGA_RETURN_IF_ERROR(CheckLength("path", path, kMaxPath));
   if (path.front() == '/') {
     return InvalidArgumentError("path " + Quote(path) + " is absolute (starts with '/')");
   }
@@ -195,10 +200,7 @@ Status ValidateRepoPath(std::string_view path) {
 
 Status ValidateRevision(std::string_view rev) {
   if (rev.empty()) return InvalidArgumentError("empty revision");
-  if (rev.size() > kMaxRevision) {
-    return InvalidArgumentError("revision " + Quote(rev.substr(0, 64)) + "... is longer than " +
-                                std::to_string(kMaxRevision) + " bytes");
-  }
+  MEGA_RETURN_IF_ERROR(CheckLength("revision", rev, kMaxRevision));
   for (char c : rev) {
     unsigned char u = static_cast<unsigned char>(c);
     if (u <= 0x20 || u == 0x7f || c == '\\' || c == '~' || c == '^' || c == ':' || c == '?' ||

@@ -56,17 +56,7 @@ BucketEntry ReadBucketEntry(const SqliteStmt& st) {
 
 Result<BucketInfo> HubStore::CreateBucket(std::string_view ns, std::string_view name,
                                           bool is_private, bool exist_ok) {
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(ns, "namespace"));
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(name, "name"));
-  std::string id = std::string(ns) + "/" + std::string(name);
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  return WithWriteTxn(db.db(), [&]() -> Result<BucketInfo> {
-    auto existing = FindBucket(db.db(), id);
-    if (existing.ok()) {
-      if (exist_ok) return existing->info;
-      return AlreadyExistsError("bucket " + Quote(id) + " already exists");
-    }
-    if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  auto insert = [&](SqliteDb* db, const std::string&) -> Result<BucketInfo> {
     int64_t now = NowMs();
     MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
         "INSERT INTO buckets(ns, name, private, created_ms) VALUES(?, ?, ?, ?)"));
@@ -77,22 +67,16 @@ Result<BucketInfo> HubStore::CreateBucket(std::string_view ns, std::string_view 
     info.is_private = is_private;
     info.created_ms = now;
     return info;
-  });
+  };
+  return CreateNamed(*impl_->pool, FindBucket, "bucket", ns, name, exist_ok, insert);
 }
 
 Result<BucketInfo> HubStore::GetBucket(std::string_view bucket) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto row, FindBucket(db.db(), bucket));
-  return row.info;
+  return GetNamed(*impl_->pool, FindBucket, bucket);
 }
 
 Status HubStore::DeleteBucket(std::string_view bucket) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  return WithWriteTxn(db.db(), [&]() -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto row, FindBucket(db.db(), bucket));
-    MEGA_ASSIGN_OR_RETURN(auto del, db->Prepare("DELETE FROM buckets WHERE id = ?"));
-    return del.Bind(1, row.id).Run();
-  });
+  return DeleteNamed(*impl_->pool, FindBucket, "buckets", bucket);
 }
 
 Status HubStore::BucketBatch(std::string_view bucket, const std::vector<BucketOperation>& ops,
@@ -148,19 +132,12 @@ Result<std::vector<BucketEntry>> HubStore::ListBucket(std::string_view bucket,
                                                       std::string_view after, size_t limit) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_ASSIGN_OR_RETURN(auto row, FindBucket(db.db(), bucket));
-  std::string sql =
+  MEGA_ASSIGN_OR_RETURN(auto st, PreparePathPage(
+      db.db(),
       "SELECT path, size, xet_hash, sha256, content_type, mtime_ms, uploaded_ms FROM bucket_entries "
-      "WHERE bucket_id = ? AND path >= ? AND path > ? ";
-  if (!prefix.empty()) sql += "AND substr(path, 1, ?) = ? ";
-  sql += "ORDER BY path LIMIT ?";
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(sql));
-  st.Bind(1, row.id).Bind(2, prefix).Bind(3, after);
-  int i = 4;
-  if (!prefix.empty()) {
-    st.Bind(4, static_cast<int64_t>(prefix.size())).Bind(5, prefix);
-    i = 6;
-  }
-  st.Bind(i, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+      "WHERE bucket_id = ? ",
+      1, prefix, after, limit));
+  st.Bind(1, row.id);
   std::vector<BucketEntry> out;
   while (true) {
     MEGA_ASSIGN_OR_RETURN(bool has, st.Step());

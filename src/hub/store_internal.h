@@ -15,6 +15,7 @@
 
 #include "hub/sqlite.h"
 #include "megackpt/core/text.h"
+#include "megackpt/hub/mega_uri.h"
 #include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
@@ -48,6 +49,56 @@ auto WithWriteTxn(SqliteDb* db, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// ---- rows named "ns/name" (repos, buckets) ----
+// A `find(db, id)` returns the row {int64_t id; Info info;} named `id`, or
+// NotFound.
+template <typename Row>
+using FindNamedFn = Result<Row> (*)(SqliteDb* db, std::string_view id);
+
+// The info of the row `find` returns for `id`.
+template <typename Row>
+Result<decltype(Row::info)> GetNamed(SqlitePool& pool, FindNamedFn<Row> find, std::string_view id) {
+  MEGA_ASSIGN_OR_RETURN(auto db, pool.Acquire());
+  MEGA_ASSIGN_OR_RETURN(auto row, find(db.db(), id));
+  return row.info;
+}
+
+// Deletes the row `find` returns for `id` from `table` (what refers to it
+// goes by ON DELETE CASCADE).
+template <typename Row>
+Status DeleteNamed(SqlitePool& pool, FindNamedFn<Row> find, std::string_view table,
+                   std::string_view id) {
+  MEGA_ASSIGN_OR_RETURN(auto db, pool.Acquire());
+  return WithWriteTxn(db.db(), [&]() -> Status {
+    MEGA_ASSIGN_OR_RETURN(auto row, find(db.db(), id));
+    MEGA_ASSIGN_OR_RETURN(auto del,
+                          db->Prepare("DELETE FROM " + std::string(table) + " WHERE id = ?"));
+    return del.Bind(1, row.id).Run();
+  });
+}
+
+// Creates the `what` ("repo", "bucket") named ns/name: validates both parts,
+// then in one write transaction returns the existing row's info when
+// `exist_ok` (AlreadyExists when not), or else what `insert(db, id)` returns.
+template <typename Row, typename Insert>
+Result<decltype(Row::info)> CreateNamed(SqlitePool& pool, FindNamedFn<Row> find,
+                                        std::string_view what, std::string_view ns,
+                                        std::string_view name, bool exist_ok, Insert&& insert) {
+  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(ns, "namespace"));
+  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(name, "name"));
+  const std::string id = std::string(ns) + "/" + std::string(name);
+  MEGA_ASSIGN_OR_RETURN(auto db, pool.Acquire());
+  return WithWriteTxn(db.db(), [&]() -> Result<decltype(Row::info)> {
+    auto existing = find(db.db(), id);
+    if (existing.ok()) {
+      if (exist_ok) return existing->info;
+      return AlreadyExistsError(std::string(what) + " " + Quote(id) + " already exists");
+    }
+    if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+    return insert(db.db(), id);
+  });
+}
+
 inline TokenScope ScopeFromText(std::string_view s) {
   return s == "write" ? TokenScope::kWrite : TokenScope::kRead;
 }
@@ -67,6 +118,13 @@ Result<std::string> Resolve(SqliteDb* db, const RepoRow& repo, std::string_view 
 CommitInfo ReadCommitRow(const SqliteStmt& st, int first_col);
 Result<std::optional<FileEntry>> FindTreeEntry(SqliteDb* db, int64_t repo_id,
                                                std::string_view commit, std::string_view path);
+// Prepares one page of a path-keyed table in path order: `select_where`
+// ("SELECT ... FROM t WHERE k1 = ? AND ... ", its `keys` parameters left for
+// the caller to bind) narrowed to paths >= `prefix` that start with it, after
+// `after`, at most `limit` rows. The range bound lets SQLite scan the
+// primary key.
+Result<SqliteStmt> PreparePathPage(SqliteDb* db, std::string select_where, int keys,
+                                   std::string_view prefix, std::string_view after, size_t limit);
 // The smallest string greater than every string starting with `prefix`
 // (prefix ends in '/', so bumping it to '0' bounds the range).
 std::string PrefixEnd(std::string prefix);

@@ -99,6 +99,23 @@ Result<std::optional<FileEntry>> FindTreeEntry(SqliteDb* db, int64_t repo_id,
   return std::optional<FileEntry>(std::move(e));
 }
 
+Result<SqliteStmt> PreparePathPage(SqliteDb* db, std::string select_where, int keys,
+                                   std::string_view prefix, std::string_view after, size_t limit) {
+  std::string sql = std::move(select_where) + "AND path >= ? AND path > ? ";
+  if (!prefix.empty()) sql += "AND substr(path, 1, ?) = ? ";
+  sql += "ORDER BY path LIMIT ?";
+  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(sql));
+  int i = keys + 1;
+  st.Bind(i, prefix).Bind(i + 1, after);
+  i += 2;
+  if (!prefix.empty()) {
+    st.Bind(i, static_cast<int64_t>(prefix.size())).Bind(i + 1, prefix);
+    i += 2;
+  }
+  st.Bind(i, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  return st;
+}
+
 std::string PrefixEnd(std::string prefix) {
   prefix.back() = static_cast<char>(prefix.back() + 1);
   return prefix;
@@ -112,18 +129,31 @@ std::string NewCommitId(std::string_view repo, std::string_view base, std::strin
 
 }  // namespace store_internal
 
+namespace {
+
+// One revision read consistently: a borrowed connection in a read
+// transaction, the repo, and the commit `revision` resolved to. Members are
+// destroyed in reverse order, so the transaction ends before the lease.
+struct RevisionRead {
+  SqlitePool::Lease db;
+  SqliteTxn txn;
+  RepoRow repo;
+  std::string commit;
+};
+
+Result<RevisionRead> BeginRevisionRead(SqlitePool& pool, std::string_view repo,
+                                       std::string_view revision) {
+  MEGA_ASSIGN_OR_RETURN(auto db, pool.Acquire());
+  MEGA_ASSIGN_OR_RETURN(auto txn, SqliteTxn::Begin(db.db(), /*write=*/false));
+  MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
+  MEGA_ASSIGN_OR_RETURN(std::string commit, Resolve(db.db(), row, revision));
+  return RevisionRead{std::move(db), std::move(txn), std::move(row), std::move(commit)};
+}
+
+}  // namespace
+
 Result<RepoInfo> HubStore::CreateRepo(const RepoSpec& spec, bool exist_ok) {
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(spec.ns, "namespace"));
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(spec.name, "name"));
-  std::string id = spec.ns + "/" + spec.name;
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  return WithWriteTxn(db.db(), [&]() -> Result<RepoInfo> {
-    auto existing = FindRepo(db.db(), id);
-    if (existing.ok()) {
-      if (exist_ok) return existing->info;
-      return AlreadyExistsError("repo " + Quote(id) + " already exists");
-    }
-    if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  auto insert = [&](SqliteDb* db, const std::string& id) -> Result<RepoInfo> {
     int64_t now = NowMs();
     MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
         "INSERT INTO repos(ns, name, type, private, description, created_ms, updated_ms) "
@@ -149,22 +179,16 @@ Result<RepoInfo> HubStore::CreateRepo(const RepoSpec& spec, bool exist_ok) {
     info.description = spec.description;
     info.created_ms = info.updated_ms = now;
     return info;
-  });
+  };
+  return CreateNamed(*impl_->pool, FindRepo, "repo", spec.ns, spec.name, exist_ok, insert);
 }
 
 Result<RepoInfo> HubStore::GetRepo(std::string_view repo) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-  return row.info;
+  return GetNamed(*impl_->pool, FindRepo, repo);
 }
 
 Status HubStore::DeleteRepo(std::string_view repo) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  return WithWriteTxn(db.db(), [&]() -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-    MEGA_ASSIGN_OR_RETURN(auto del, db->Prepare("DELETE FROM repos WHERE id = ?"));
-    return del.Bind(1, row.id).Run();
-  });
+  return DeleteNamed(*impl_->pool, FindRepo, "repos", repo);
 }
 
 Result<std::vector<RepoInfo>> HubStore::ListRepos(std::string_view owner, std::string_view after,
@@ -269,22 +293,20 @@ Status HubStore::DeleteRef(std::string_view repo, std::string_view name, bool is
 
 Result<CommitInfo> HubStore::GetCommit(std::string_view repo, std::string_view revision,
                                        bool with_changes) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto txn, SqliteTxn::Begin(db.db(), /*write=*/false));
-  MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-  MEGA_ASSIGN_OR_RETURN(std::string id, Resolve(db.db(), row, revision));
+  MEGA_ASSIGN_OR_RETURN(auto read, BeginRevisionRead(*impl_->pool, repo, revision));
+  SqliteDb* db = read.db.db();
   MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
       "SELECT id, parent, message, description, author, created_ms FROM commits "
       "WHERE repo_id = ? AND id = ?"));
-  st.Bind(1, row.id).Bind(2, id);
+  st.Bind(1, read.repo.id).Bind(2, read.commit);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
-  if (!has) return NotFoundError("commit " + id + " not found in " + std::string(repo));
+  if (!has) return NotFoundError("commit " + read.commit + " not found in " + std::string(repo));
   CommitInfo c = ReadCommitRow(st, 0);
   if (with_changes) {
     MEGA_ASSIGN_OR_RETURN(auto ch, db->Prepare(
         "SELECT path, change, size, sha256, previous_sha256 FROM commit_changes "
         "WHERE repo_id = ? AND commit_id = ? ORDER BY path"));
-    ch.Bind(1, row.id).Bind(2, id);
+    ch.Bind(1, read.repo.id).Bind(2, read.commit);
     while (true) {
       MEGA_ASSIGN_OR_RETURN(bool more, ch.Step());
       if (!more) break;
@@ -303,11 +325,8 @@ Result<CommitInfo> HubStore::GetCommit(std::string_view repo, std::string_view r
 Result<std::vector<CommitInfo>> HubStore::ListCommits(std::string_view repo,
                                                       std::string_view revision, size_t offset,
                                                       size_t limit) {
-  MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto txn, SqliteTxn::Begin(db.db(), /*write=*/false));
-  MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-  MEGA_ASSIGN_OR_RETURN(std::string id, Resolve(db.db(), row, revision));
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
+  MEGA_ASSIGN_OR_RETURN(auto read, BeginRevisionRead(*impl_->pool, repo, revision));
+  MEGA_ASSIGN_OR_RETURN(auto st, read.db->Prepare(
       "WITH RECURSIVE chain(id, depth) AS ("
       "  SELECT ?2, 0"
       "  UNION ALL SELECT c.parent, chain.depth + 1 FROM commits c JOIN chain ON c.id = chain.id"
@@ -315,7 +334,7 @@ Result<std::vector<CommitInfo>> HubStore::ListCommits(std::string_view repo,
       "SELECT c.id, c.parent, c.message, c.description, c.author, c.created_ms "
       "FROM chain JOIN commits c ON c.id = chain.id AND c.repo_id = ?1 "
       "ORDER BY chain.depth LIMIT ?3 OFFSET ?4"));
-  st.Bind(1, row.id).Bind(2, id)
+  st.Bind(1, read.repo.id).Bind(2, read.commit)
       .Bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)))
       .Bind(4, static_cast<int64_t>(std::min<size_t>(offset, INT64_MAX)));
   std::vector<CommitInfo> out;
@@ -337,20 +356,11 @@ Result<std::vector<FileEntry>> HubStore::ListFiles(std::string_view repo,
   if (!exists) {
     return NotFoundError("commit " + Quote(commit_id) + " not found in " + std::string(repo));
   }
-  // Range scan on the primary key: path >= prefix and path < prefix-end.
-  std::string sql =
-      "SELECT path, size, sha256, xet_hash FROM tree_entries WHERE repo_id = ? AND commit_id = ? "
-      "AND path >= ? AND path > ? ";
-  if (!prefix.empty()) sql += "AND substr(path, 1, ?) = ? ";
-  sql += "ORDER BY path LIMIT ?";
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(sql));
-  st.Bind(1, row.id).Bind(2, commit_id).Bind(3, prefix).Bind(4, after);
-  int i = 5;
-  if (!prefix.empty()) {
-    st.Bind(5, static_cast<int64_t>(prefix.size())).Bind(6, prefix);
-    i = 7;
-  }
-  st.Bind(i, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  MEGA_ASSIGN_OR_RETURN(auto st, PreparePathPage(
+      db.db(),
+      "SELECT path, size, sha256, xet_hash FROM tree_entries WHERE repo_id = ? AND commit_id = ? ",
+      2, prefix, after, limit));
+  st.Bind(1, row.id).Bind(2, commit_id);
   std::vector<FileEntry> out;
   while (true) {
     MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
