@@ -28,6 +28,7 @@
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
+#include "megackpt/core/file.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/text.h"
 
@@ -154,13 +155,7 @@ Result<bool> WriteDirect(int fd, std::span<const std::byte> head,
       p += part.size();
     }
     std::memset(p, 0, padded - tail);
-    size_t off = 0;
-    while (off < padded) {
-      ssize_t w = ::pwrite(fd, bounce.get() + off, padded - off, static_cast<off_t>(aligned + off));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return ErrnoToStatus("write " + path, errno);
-      off += static_cast<size_t>(w);
-    }
+    MEGA_RETURN_IF_ERROR(PwriteFull(fd, bounce.get(), padded, aligned, path));
   }
   if (::ftruncate(fd, static_cast<off_t>(aligned + tail)) != 0) {
     return ErrnoToStatus("truncate " + path, errno);
@@ -169,20 +164,10 @@ Result<bool> WriteDirect(int fd, std::span<const std::byte> head,
 }
 
 Status PreadAll(int fd, void* data, size_t n, uint64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(data);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, p + done, std::min<size_t>(n - done, 1u << 30),
-                        static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus("pread " + path, errno);
-    }
-    if (r == 0) {
-      return DataLossError(path + ": truncated (wanted " + std::to_string(n) + " bytes at " +
-                           std::to_string(offset) + ")");
-    }
-    done += static_cast<size_t>(r);
+  MEGA_ASSIGN_OR_RETURN(size_t done, PreadFull(fd, data, n, offset, path));
+  if (done < n) {
+    return DataLossError(path + ": truncated (wanted " + std::to_string(n) + " bytes at " +
+                         std::to_string(offset) + ")");
   }
   return Status::OK();
 }

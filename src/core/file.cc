@@ -173,15 +173,19 @@ Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size) {
   return ReadAll(*file, max_size);
 }
 
-Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::string_view what,
-                         size_t max_call) {
-  auto* p = static_cast<std::byte*>(dst);
+namespace {
+
+// The loop of PreadFull / PwriteFull: `call(done, len)` is one pread/pwrite of
+// len bytes at offset + done; stops at n bytes or a 0 return (end of file).
+template <typename Call>
+Result<size_t> PositionedLoop(Call call, size_t n, uint64_t offset, std::string_view what, const char* op,
+                              size_t max_call) {
   size_t done = 0;
   while (done < n) {
-    ssize_t r = ::pread(fd, p + done, std::min(n - done, max_call), static_cast<off_t>(offset + done));
+    const ssize_t r = call(done, std::min(n - done, max_call));
     if (r < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(std::string(what) + ": pread at " + std::to_string(offset + done), errno);
+      return ErrnoToStatus(std::string(what) + ": " + op + " at " + std::to_string(offset + done), errno);
     }
     if (r == 0) break;
     done += static_cast<size_t>(r);
@@ -189,17 +193,26 @@ Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::stri
   return done;
 }
 
+}  // namespace
+
+Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::string_view what,
+                         size_t max_call) {
+  auto* p = static_cast<std::byte*>(dst);
+  return PositionedLoop(
+      [&](size_t done, size_t len) { return ::pread(fd, p + done, len, static_cast<off_t>(offset + done)); }, n,
+      offset, what, "pread", max_call);
+}
+
 Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::string_view what,
                   size_t max_call) {
   const auto* p = static_cast<const std::byte*>(src);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::pwrite(fd, p + done, std::min(n - done, max_call), static_cast<off_t>(offset + done));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(std::string(what) + ": pwrite at " + std::to_string(offset + done), errno);
-    }
-    done += static_cast<size_t>(w);
+  MEGA_ASSIGN_OR_RETURN(
+      size_t done,
+      PositionedLoop(
+          [&](size_t done, size_t len) { return ::pwrite(fd, p + done, len, static_cast<off_t>(offset + done)); },
+          n, offset, what, "pwrite", max_call));
+  if (done < n) {
+    return IOError(std::string(what) + ": pwrite at " + std::to_string(offset + done) + " wrote nothing");
   }
   return Status::OK();
 }

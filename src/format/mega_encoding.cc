@@ -107,9 +107,7 @@ Result<std::span<const std::byte>> ByteSource::Bytes(uint64_t n, std::string_vie
   return out;
 }
 
-Result<std::string> ByteSource::String(std::string_view what) {
-  uint64_t at = pos_;
-  MEGA_ASSIGN_OR_RETURN(uint64_t len, U64(what));
+Result<std::string> ByteSource::LengthPrefixed(uint64_t at, uint64_t len, std::string_view what) {
   if (len > remaining()) {
     return ErrorAt(at, std::string(what) + " length " + std::to_string(len) + " exceeds the " +
                            std::to_string(remaining()) + " bytes that remain");
@@ -118,15 +116,16 @@ Result<std::string> ByteSource::String(std::string_view what) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+Result<std::string> ByteSource::String(std::string_view what) {
+  const uint64_t at = pos_;
+  MEGA_ASSIGN_OR_RETURN(uint64_t len, U64(what));
+  return LengthPrefixed(at, len, what);
+}
+
 Result<std::string> ByteSource::CompactString(std::string_view what) {
-  uint64_t at = pos_;
+  const uint64_t at = pos_;
   MEGA_ASSIGN_OR_RETURN(uint32_t len, U32(what));
-  if (len > remaining()) {
-    return ErrorAt(at, std::string(what) + " length " + std::to_string(len) + " exceeds the " +
-                           std::to_string(remaining()) + " bytes that remain");
-  }
-  MEGA_ASSIGN_OR_RETURN(auto bytes, Bytes(len, what));
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return LengthPrefixed(at, len, what);
 }
 
 // ---- records -------------------------------------------------------------------

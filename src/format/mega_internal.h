@@ -107,6 +107,8 @@ class ByteSource {
   // A little-endian value of sizeof(T) bytes (U8 ... U64).
   template <typename T>
   Result<T> Fixed(std::string_view what);
+  // The `len` bytes after a length field read at `at`, as a string.
+  Result<std::string> LengthPrefixed(uint64_t at, uint64_t len, std::string_view what);
   Status Need(uint64_t n, std::string_view what);
   const std::byte* At() const;
 

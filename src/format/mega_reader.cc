@@ -57,6 +57,21 @@ Status RecordsFit(const mega_internal::ByteSource& src, uint64_t count, uint64_t
   return Status::OK();
 }
 
+// The `count` fixed-size records of `size` bytes at the source's position
+// (RecordsFit first): fn(i, at, q) for each, `at` its file offset and q its
+// bytes; stops at the first error.
+template <typename Fn>
+Status ForEachRecord(mega_internal::ByteSource& src, uint64_t count, uint64_t size, const char* count_key,
+                     const char* what, Fn&& fn) {
+  MEGA_RETURN_IF_ERROR(RecordsFit(src, count, size, count_key));
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t at = src.position();
+    MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(size, what));
+    MEGA_RETURN_IF_ERROR(fn(i, at, rec.data()));
+  }
+  return Status::OK();
+}
+
 std::string Range(uint64_t a, uint64_t b) {
   std::string out = "[";
   out += std::to_string(a);
@@ -449,13 +464,8 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
   MegaReader* r = p.r;
   ByteSource& src = p.src;
   auto& tensors = r->tensors_;
-  MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, p.chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count"));
   std::unordered_set<uint64_t> chunk_ids;
-  for (uint64_t i = 0; i < p.chunk_count; ++i) {
-    const uint64_t at = src.position();
-    MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaChunkRecordSize, "chunk record"));
-    const std::byte* q = rec.data();
+  auto record = [&](uint64_t i, uint64_t at, const std::byte* q) -> Status {
     MegaChunkInfo c;
     c.tensor_id = LoadLE32(q);
     c.chunk_id = LoadLE32(q + 4);
@@ -519,8 +529,10 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
     c.checksum_type = static_cast<MegaChecksumType>(ct);
     if (reserved != 0) return src.ErrorAt(at, who + ": reserved field is " + std::to_string(reserved));
     t.chunks.push_back(c);
-  }
-  return Status::OK();
+    return Status::OK();
+  };
+  return ForEachRecord(src, p.chunk_count, kMegaChunkRecordSize, "mega.chunk_directory.count",
+                       "chunk record", record);
 }
 // §4: the chunks of each chunked tensor tile its logical bytes exactly.
 Status MegaParser::CheckChunkTiling(ParseState& p) {
@@ -557,12 +569,7 @@ Status MegaParser::ParseSegmentRecords(ParseState& p) {
   MegaReader* r = p.r;
   ByteSource& src = p.src;
   auto& tensors = r->tensors_;
-  MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, p.segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count"));
-  for (uint64_t i = 0; i < p.segment_count; ++i) {
-    const uint64_t at = src.position();
-    MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaSegmentRecordSize, "segment record"));
-    const std::byte* q = rec.data();
+  auto record = [&](uint64_t /*i*/, uint64_t at, const std::byte* q) -> Status {
     MegaSegment s;
     uint32_t* head[] = {&s.segment_id, &s.kind, &s.priority, &s.flags,
                         &s.layer_start, &s.layer_end, &s.expert_start, &s.expert_end};
@@ -589,24 +596,22 @@ Status MegaParser::ParseSegmentRecords(ParseState& p) {
     }
     if (s.reserved != 0) return src.ErrorAt(at, who + ": reserved field is non-zero");
     r->segments_.push_back(s);
-  }
-  return Status::OK();
+    return Status::OK();
+  };
+  return ForEachRecord(src, p.segment_count, kMegaSegmentRecordSize, "mega.segment_directory.count",
+                       "segment record", record);
 }
 // §6: MoE expert records (32 bytes each).
 Status MegaParser::ParseMoeRecords(ParseState& p) {
   MegaReader* r = p.r;
   ByteSource& src = p.src;
   auto& tensors = r->tensors_;
-  MEGA_RETURN_IF_ERROR(
-      RecordsFit(src, p.moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count"));
   std::unordered_set<uint32_t> moe_tensors;
-  for (uint64_t i = 0; i < p.moe_count; ++i) {
-    const uint64_t at = src.position();
-    MEGA_ASSIGN_OR_RETURN(auto rec, src.Bytes(kMegaMoeRecordSize, "MoE expert record"));
+  auto record = [&](uint64_t i, uint64_t at, const std::byte* q) -> Status {
     MegaMoeExpert m;
     uint32_t* fields[] = {&m.tensor_id, &m.layer_id,  &m.expert_id,     &m.expert_role,
                           &m.segment_id, &m.prefetch_group, &m.cache_policy, &m.reserved};
-    for (int k = 0; k < 8; ++k) *fields[k] = LoadLE32(rec.data() + 4 * k);
+    for (int k = 0; k < 8; ++k) *fields[k] = LoadLE32(q + 4 * k);
     const std::string who = "MoE expert record " + std::to_string(i);
     if (m.tensor_id >= tensors.size()) {
       return src.ErrorAt(at, who + ": tensor_id " + std::to_string(m.tensor_id) + " out of range");
@@ -624,8 +629,10 @@ Status MegaParser::ParseMoeRecords(ParseState& p) {
     }
     if (m.reserved != 0) return src.ErrorAt(at, who + ": reserved field is non-zero");
     r->moe_experts_.push_back(m);
-  }
-  return Status::OK();
+    return Status::OK();
+  };
+  return ForEachRecord(src, p.moe_count, kMegaMoeRecordSize, "mega.moe.expert_table.count",
+                       "MoE expert record", record);
 }
 // §1 / §9: header_length, and every stored range inside the payload, pairwise disjoint.
 Status MegaParser::CheckStoredRanges(ParseState& p) {

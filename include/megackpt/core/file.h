@@ -135,8 +135,9 @@ class AtomicFileWriter {
 // Whole-range positioned I/O on a raw descriptor (the one pread/pwrite loop
 // of the project): calls of at most `max_call` bytes each, EINTR retried.
 // PreadFull returns the bytes read, fewer than n only at end of file;
-// PwriteFull writes all n bytes. Errors: the errno's Status with the context
-// "<what>: pread at <offset>" (pwrite), the offset being that of the failed call.
+// PwriteFull writes all n bytes (a pwrite that writes nothing: IOError).
+// Errors: the errno's Status with the context "<what>: pread at <offset>"
+// ("pwrite at"), the offset being that of the failed call.
 inline constexpr size_t kMaxIoCall = size_t{1} << 30;
 Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::string_view what,
                          size_t max_call = kMaxIoCall);
