@@ -144,14 +144,11 @@ def load(path, state_dict=None, *, storage="auto", group=None, tensor_type="nump
     return target.finish(out, extra)
 
 
-class AsyncSaveHandle:
-    """A save running in the background (see :func:`async_save`).
+class _SaveHandle:
+    """The methods of a background save's handle (:class:`AsyncSaveHandle`,
+    :class:`StepSaveHandle`) over the engine's handle ``impl``."""
 
-    ``staged()`` / ``wait_staged()``: every value has been copied out of the
-    caller's state dict, which may now change. ``done()`` / ``result()``: the save
-    is committed on every rank (or failed with the same error everywhere).
-    Dropping the handle waits for the save to finish.
-    """
+    _still_running = "save still running"  # result()'s TimeoutError message
 
     def __init__(self, impl):
         self._impl = impl
@@ -173,9 +170,21 @@ class AsyncSaveHandle:
         """Waits until the save is committed; raises its error (a megackpt.Error).
         TimeoutError when ``timeout`` seconds pass first."""
         if not self._impl.wait(True, -1.0 if timeout is None else float(timeout)):
-            raise TimeoutError("async save still running")
+            raise TimeoutError(self._still_running)
 
     wait = result
+
+
+class AsyncSaveHandle(_SaveHandle):
+    """A save running in the background (see :func:`async_save`).
+
+    ``staged()`` / ``wait_staged()``: every value has been copied out of the
+    caller's state dict, which may now change. ``done()`` / ``result()``: the save
+    is committed on every rank (or failed with the same error everywhere).
+    Dropping the handle waits for the save to finish.
+    """
+
+    _still_running = "async save still running"
 
 
 def async_save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=True,

@@ -5,12 +5,12 @@ the crash-safety argument and the retention rules.
 """
 
 from . import _core
-from ._api import _group, _path
+from ._api import _SaveHandle, _group, _path
 from ._state import LoadTarget, finish_built, prepare_save
 from .errors import InvalidArgumentError
 
 
-class StepSaveHandle:
+class StepSaveHandle(_SaveHandle):
     """An async step save (see :meth:`CheckpointManager.save` with ``async_=True``).
 
     ``staged()`` / ``wait_staged()``: the state dict may change again.
@@ -18,29 +18,11 @@ class StepSaveHandle:
     retention was applied (or the save failed with the same error on every rank).
     """
 
-    def __init__(self, impl):
-        self._impl = impl
+    _still_running = "step save still running"
 
     @property
     def step(self) -> int:
         return self._impl.step
-
-    def staged(self) -> bool:
-        return self._impl.staged()
-
-    def done(self) -> bool:
-        return self._impl.done()
-
-    def wait_staged(self, timeout=None) -> bool:
-        """Waits until staged; raises the save's error if it failed before. False on timeout."""
-        return self._impl.wait(False, -1.0 if timeout is None else float(timeout))
-
-    def result(self, timeout=None) -> None:
-        """Waits until the step is committed; raises its error. TimeoutError on timeout."""
-        if not self._impl.wait(True, -1.0 if timeout is None else float(timeout)):
-            raise TimeoutError("step save still running")
-
-    wait = result
 
 
 class CheckpointManager:

@@ -15,23 +15,27 @@ namespace {
 // DLPack codes of the arrays handed to numpy (megackpt::DTypeFromDLPack maps them back).
 constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBool = 6;
 
-// numpy's dtype for `d`: the real one, or raw unsigned integers of its width.
-nb::dlpack::dtype NumpyDType(DType d) {
+// The DLPack type code numpy gets for `d`: raw unsigned integers for the
+// unsigned types and every dtype numpy lacks (NumpyLacksDType).
+uint8_t NumpyCode(DType d) {
   switch (d) {
-    case DType::kBool: return {kCodeBool, 8, 1};
-    case DType::kI8: return {kCodeInt, 8, 1};
-    case DType::kI16: return {kCodeInt, 16, 1};
-    case DType::kI32: return {kCodeInt, 32, 1};
-    case DType::kI64: return {kCodeInt, 64, 1};
-    case DType::kU16: return {kCodeUInt, 16, 1};
-    case DType::kU32: return {kCodeUInt, 32, 1};
-    case DType::kU64: return {kCodeUInt, 64, 1};
-    case DType::kF16: return {kCodeFloat, 16, 1};
-    case DType::kF32: return {kCodeFloat, 32, 1};
-    case DType::kF64: return {kCodeFloat, 64, 1};
-    case DType::kBF16: return {kCodeUInt, 16, 1};
-    default: return {kCodeUInt, 8, 1};  // U8, F8_*, F4 (packed bytes)
+    case DType::kBool: return kCodeBool;
+    case DType::kI8:
+    case DType::kI16:
+    case DType::kI32:
+    case DType::kI64: return kCodeInt;
+    case DType::kF16:
+    case DType::kF32:
+    case DType::kF64: return kCodeFloat;
+    default: return kCodeUInt;  // U8..U64, BF16, F8_*, F4
   }
+}
+
+// numpy's dtype for `d`: the real one, or raw unsigned integers of its width
+// (DTypeBits; F4 as its packed bytes).
+nb::dlpack::dtype NumpyDType(DType d) {
+  const uint8_t bits = d == DType::kF4 ? 8 : static_cast<uint8_t>(DTypeBits(d));
+  return {NumpyCode(d), bits, 1};
 }
 
 template <typename Array>

@@ -79,6 +79,10 @@ Result<dcp::SavePlan> SavePlanFromPython(const std::vector<WriteItemTuple>& item
   return plan;
 }
 
+// What the resolved planners answer to planning calls: the framework's planner
+// planned already (its plans arrive as tuples).
+Status PlanningUnsupported() { return InternalError("planning is the framework's job"); }
+
 // Resolves each item of one WriteData call to the data the framework's planner
 // resolved it to (tensors wrapped in place; bytes copied once, they are small).
 class ResolvedSavePlanner final : public dcp::SavePlanner {
@@ -93,9 +97,9 @@ class ResolvedSavePlanner final : public dcp::SavePlanner {
   Status SetUp(const dcp::StateDict&, const std::optional<dcp::StorageMeta>&, bool) override {
     return Status::OK();
   }
-  Result<dcp::SavePlan> CreateLocalPlan() override { return Unsupported(); }
+  Result<dcp::SavePlan> CreateLocalPlan() override { return PlanningUnsupported(); }
   Result<dcp::GlobalSavePlan> CreateGlobalPlan(std::vector<dcp::SavePlan>) override {
-    return Unsupported();
+    return PlanningUnsupported();
   }
   Result<dcp::SavePlan> FinishPlan(dcp::SavePlan plan) override { return plan; }
   Result<dcp::ResolvedData> ResolveData(const dcp::WriteItem& item) override {
@@ -109,7 +113,6 @@ class ResolvedSavePlanner final : public dcp::SavePlanner {
   }
 
  private:
-  static Status Unsupported() { return InternalError("planning is the framework's job"); }
   std::unordered_map<dcp::MetadataIndex, dcp::ResolvedData> data_;
   std::vector<std::string> bytes_;
 };
@@ -282,9 +285,9 @@ class ResolvedLoadPlanner final : public dcp::LoadPlanner {
   std::vector<std::optional<std::string>>& bytes() { return bytes_; }
 
   Status SetUp(dcp::StateDict*, const dcp::Metadata&, bool) override { return Status::OK(); }
-  Result<dcp::LoadPlan> CreateLocalPlan() override { return Unsupported(); }
+  Result<dcp::LoadPlan> CreateLocalPlan() override { return PlanningUnsupported(); }
   Result<std::vector<dcp::LoadPlan>> CreateGlobalPlan(std::vector<dcp::LoadPlan>) override {
-    return Unsupported();
+    return PlanningUnsupported();
   }
   Result<dcp::LoadPlan> FinishPlan(dcp::LoadPlan plan) override { return plan; }
   Status LoadBytes(const dcp::ReadItem& item, std::string value) override {
@@ -299,7 +302,6 @@ class ResolvedLoadPlanner final : public dcp::LoadPlanner {
   Status CommitTensor(const dcp::ReadItem&, const Tensor&) override { return Status::OK(); }
 
  private:
-  static Status Unsupported() { return InternalError("planning is the framework's job"); }
   Result<size_t> Slot(const dcp::ReadItem& item) const {
     auto it = slots_.find(ReadItemKey(item));
     if (it == slots_.end()) return InternalError("read item " + ReadItemKey(item) + " unknown");
@@ -442,26 +444,32 @@ class DcpReader {
 
 }  // namespace
 
-void RegisterDcpStorage(nb::module_& m) {
-  nb::class_<DcpWriter>(m, "_DcpWriter")
+namespace {
+
+// The methods DcpWriter and DcpReader share: made from (kind, path, options)
+// (MakeWriter / MakeReader), then reset, validate and set_up.
+template <typename Storage>
+nb::class_<Storage> BindDcpStorage(nb::module_& m, const char* name) {
+  return nb::class_<Storage>(m, name)
       .def(nb::init<const std::string&, const std::string&, nb::dict>(), nb::arg("kind"),
            nb::arg("path"), nb::arg("options"))
-      .def("reset", &DcpWriter::Reset)
-      .def("validate", &DcpWriter::Validate)
-      .def("set_up", &DcpWriter::SetUp)
+      .def("reset", &Storage::Reset)
+      .def("validate", &Storage::Validate)
+      .def("set_up", &Storage::SetUp);
+}
+
+}  // namespace
+
+void RegisterDcpStorage(nb::module_& m) {
+  BindDcpStorage<DcpWriter>(m, "_DcpWriter")
       .def("prepare_local_plan", &DcpWriter::PrepareLocalPlan)
       .def("prepare_global_plan", &DcpWriter::PrepareGlobalPlan)
       .def("write_data", &DcpWriter::WriteData)
       .def("finish", &DcpWriter::Finish)
       .def("abort", &DcpWriter::Abort)
       .def("storage_meta", &DcpWriter::StorageMeta);
-  nb::class_<DcpReader>(m, "_DcpReader")
-      .def(nb::init<const std::string&, const std::string&, nb::dict>(), nb::arg("kind"),
-           nb::arg("path"), nb::arg("options"))
-      .def("reset", &DcpReader::Reset)
-      .def("validate", &DcpReader::Validate)
+  BindDcpStorage<DcpReader>(m, "_DcpReader")
       .def("read_metadata", &DcpReader::ReadMetadata)
-      .def("set_up", &DcpReader::SetUp)
       .def("read_data", &DcpReader::ReadData);
 }
 

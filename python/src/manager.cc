@@ -58,12 +58,7 @@ class PyManager {
     o.in_flight = fail_if_in_flight ? dcp::InFlightPolicy::kFail : dcp::InFlightPolicy::kWait;
     o.remove_incomplete = remove_incomplete;
     if (staging_bytes > 0) o.pool = dcp::StagingPool::Create(staging_bytes);
-    Result<std::unique_ptr<dcp::CheckpointManager>> m = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      m = dcp::CheckpointManager::Open(root, std::move(o));
-    }
-    manager_ = Unwrap(std::move(m));
+    manager_ = WithoutGil([&] { return dcp::CheckpointManager::Open(root, std::move(o)); });
   }
   ~PyManager() {
     nb::gil_scoped_release release;
@@ -82,12 +77,7 @@ class PyManager {
     so.metric = metric;
     so.overwrite = overwrite;
     so.planner = &planner;
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = manager_->Save(step, state, so);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return manager_->Save(step, state, so); });
   }
 
   PyStepSave* AsyncSave(int64_t step, nb::handle tree, const std::string& extra,
@@ -98,12 +88,7 @@ class PyManager {
     so.metric = metric;
     so.overwrite = overwrite;
     so.planner = handle->planner();
-    Result<dcp::StepSaveHandle> h = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      h = manager_->AsyncSave(step, std::move(state), so);
-    }
-    handle->set_handle(Unwrap(std::move(h)));
+    handle->set_handle(WithoutGil([&] { return manager_->AsyncSave(step, std::move(state), so); }));
     return handle.release();
   }
 
@@ -115,12 +100,7 @@ class PyManager {
     PyLoadPlanner planner(build, allow_partial);
     dcp::StepLoadOptions lo;
     lo.planner = &planner;
-    Result<dcp::ValidStep> v = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      v = manager_->Load(state, step, lo);
-    }
-    dcp::ValidStep loaded = Unwrap(std::move(v));
+    dcp::ValidStep loaded = WithoutGil([&] { return manager_->Load(state, step, lo); });
     nb::dict raw;
     nb::object out = build ? PythonFromStateDict(state, raw) : nb::object(BytesLeaves(state));
     return nb::make_tuple(out, nb::str(planner.extra().c_str()), raw, loaded.step,
@@ -128,13 +108,8 @@ class PyManager {
   }
 
   nb::list Steps() const {
-    Result<std::vector<dcp::StepInfo>> r = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      r = manager_->Steps();
-    }
     nb::list out;
-    for (const dcp::StepInfo& s : Unwrap(std::move(r))) {
+    for (const dcp::StepInfo& s : WithoutGil([&] { return manager_->Steps(); })) {
       nb::dict d;
       d["step"] = s.step;
       d["folder"] = s.folder;
@@ -152,31 +127,17 @@ class PyManager {
   }
 
   std::optional<int64_t> Latest() const {
-    Result<std::optional<int64_t>> r = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      r = manager_->Latest();
-    }
-    return Unwrap(std::move(r));
+    return WithoutGil([&] { return manager_->Latest(); });
   }
 
   nb::tuple LatestValid(bool full) const {
-    Result<dcp::ValidStep> r = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      r = manager_->LatestValid(full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure);
-    }
-    dcp::ValidStep v = Unwrap(std::move(r));
+    dcp::ValidStep v = WithoutGil(
+        [&] { return manager_->LatestValid(full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure); });
     return nb::make_tuple(v.step, SkippedToPython(v.skipped));
   }
 
   void VerifyStep(int64_t step, bool full) const {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = manager_->VerifyStep(step, full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return manager_->VerifyStep(step, full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure); });
   }
 
   std::vector<int64_t> GarbageCollect(std::optional<int> keep_last, std::optional<int64_t> keep_every,
@@ -189,30 +150,15 @@ class PyManager {
       policy->keep_best = keep_best.value_or(0);
       policy->best_is_max = best_is_max.value_or(false);
     }
-    Result<std::vector<int64_t>> r = InternalError("unset");
-    {
-      nb::gil_scoped_release release;
-      r = manager_->GarbageCollect(policy);
-    }
-    return Unwrap(std::move(r));
+    return WithoutGil([&] { return manager_->GarbageCollect(policy); });
   }
 
   void RemoveStep(int64_t step) {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = manager_->RemoveStep(step);
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return manager_->RemoveStep(step); });
   }
 
   void Wait() {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = manager_->WaitForPendingSave();
-    }
-    ThrowIfError(s);
+    WithoutGil([&] { return manager_->WaitForPendingSave(); });
   }
 
   bool save_in_flight() const { return manager_->save_in_flight(); }

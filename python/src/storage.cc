@@ -32,6 +32,15 @@ T Get(nb::dict options, const char* key, T fallback) {
   return nb::cast<T>(options[key]);
 }
 
+// Checks the keys of `options` against `known` and returns its thread_count
+// (default 2; >= 1). `what`: "save" or "load", for the messages.
+Result<int> ThreadCountOption(nb::dict options, const std::set<std::string>& known, const std::string& what) {
+  MEGA_RETURN_IF_ERROR(CheckKeys(options, known, what));
+  const int threads = Get<int>(options, "thread_count", 2);
+  if (threads < 1) return InvalidArgumentError(what + ": thread_count must be >= 1");
+  return threads;
+}
+
 // "mega" or "fs" for a checkpoint at `path` (see MakeReader).
 Result<std::string> DetectKind(const std::string& path) {
   if (std::string_view(path).ends_with(".mega") || std::string_view(path).ends_with(".safetensors") || std::string_view(path).ends_with(".index.json")) {
@@ -62,11 +71,9 @@ Result<format::MegaChecksumType> ChecksumFromName(const std::string& name) {
 
 Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
                                                        const std::string& path, nb::dict options) {
-  MEGA_RETURN_IF_ERROR(CheckKeys(options, kWriterOptions, "save"));
-  const int threads = Get<int>(options, "thread_count", 2);
+  MEGA_ASSIGN_OR_RETURN(const int threads, ThreadCountOption(options, kWriterOptions, "save"));
   const bool sync = Get<bool>(options, "sync", true);
   const bool overwrite = Get<bool>(options, "overwrite", true);
-  if (threads < 1) return InvalidArgumentError("save: thread_count must be >= 1");
   if (kind == "fs") {
     for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate", "files_per_rank"}) {
       if (options.contains(only_mega) && !options[only_mega].is_none()) {
@@ -103,10 +110,8 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
 
 Result<std::unique_ptr<dcp::StorageReader>> MakeReader(const std::string& kind_in,
                                                        const std::string& path, nb::dict options) {
-  MEGA_RETURN_IF_ERROR(CheckKeys(options, kReaderOptions, "load"));
-  const int threads = Get<int>(options, "thread_count", 2);
+  MEGA_ASSIGN_OR_RETURN(const int threads, ThreadCountOption(options, kReaderOptions, "load"));
   const bool verify = Get<bool>(options, "verify", true);
-  if (threads < 1) return InvalidArgumentError("load: thread_count must be >= 1");
   std::string kind = kind_in;
   if (kind == "auto") {
     nb::gil_scoped_release release;  // may ask a hub

@@ -19,17 +19,11 @@ nb::list StringList(const std::vector<std::string>& v) {
 }
 
 std::string Inspect(const std::string& path) {
-  nb::gil_scoped_release release;
-  return Unwrap(format::InspectCheckpoint(path, /*indent=*/-1));
+  return WithoutGil([&] { return format::InspectCheckpoint(path, /*indent=*/-1); });
 }
 
 nb::dict Verify(const std::string& path) {
-  Result<format::VerifyReport> r = InternalError("unset");
-  {
-    nb::gil_scoped_release release;
-    r = format::VerifyCheckpoint(path);
-  }
-  format::VerifyReport report = Unwrap(std::move(r));
+  format::VerifyReport report = WithoutGil([&] { return format::VerifyCheckpoint(path); });
   nb::dict out;
   out["path"] = report.input.path;
   out["format"] = std::string(format::CheckpointKindName(report.input.kind));
@@ -68,12 +62,7 @@ nb::dict Convert(const std::string& src, const std::string& dst,
   o.zstd_level = zstd_level;
   if (format_name) o.format = Unwrap(FormatFromName(*format_name));
   o.sync = sync;
-  Result<format::ConvertSummary> r = InternalError("unset");
-  {
-    nb::gil_scoped_release release;
-    r = format::ConvertCheckpoint(src, dst, o);
-  }
-  format::ConvertSummary s = Unwrap(std::move(r));
+  format::ConvertSummary s = WithoutGil([&] { return format::ConvertCheckpoint(src, dst, o); });
   nb::dict out;
   out["source_kind"] = std::string(format::CheckpointKindName(s.source_kind));
   out["tensors"] = s.num_tensors;
@@ -95,12 +84,7 @@ nb::dict Consolidate(const std::string& src, const std::string& dst, const std::
   o.thread_count = thread_count;
   o.sync = sync;
   auto pg = GroupFromPython(group);
-  Result<dcp::ConsolidateResult> r = InternalError("unset");
-  {
-    nb::gil_scoped_release release;
-    r = dcp::Consolidate(src, dst, o, pg.get());
-  }
-  dcp::ConsolidateResult c = Unwrap(std::move(r));
+  dcp::ConsolidateResult c = WithoutGil([&] { return dcp::Consolidate(src, dst, o, pg.get()); });
   nb::dict out;
   out["files"] = StringList(c.files);
   out["total_size"] = c.total_size;

@@ -46,14 +46,41 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
 
 namespace {
 bool g_json_output = false;
+}  // namespace
 
-double Now() {
+double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-}  // namespace
+
+Status ForEachBlock(const RandomAccessFile& file, const std::function<Status(std::span<std::byte>)>& fn) {
+  const uint64_t size = file.size();
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(size, 8u << 20)), '\0');
+  for (uint64_t off = 0; off < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+    const auto block = std::as_writable_bytes(std::span<char>(buf.data(), n));
+    MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(off, block));
+    MEGA_RETURN_IF_ERROR(fn(block));
+    off += n;
+  }
+  return Status::OK();
+}
 
 void SetJsonOutput(bool on) { g_json_output = on; }
 bool JsonOutput() { return g_json_output; }
+
+std::shared_ptr<std::string> AddRequiredArg(CLI::App* cmd, const std::string& name,
+                                            const std::string& description) {
+  auto value = std::make_shared<std::string>();
+  cmd->add_option(name, *value, description)->required();
+  return value;
+}
+
+std::shared_ptr<bool> AddSharedFlag(CLI::App* cmd, const std::string& name,
+                                    const std::string& description) {
+  auto value = std::make_shared<bool>(false);
+  cmd->add_flag(name, *value, description);
+  return value;
+}
 
 void AddJsonFlag(CLI::App* cmd, const std::string& description) {
   static bool unused = false;  // main() sets JsonOutput() from the command line
@@ -146,15 +173,15 @@ ByteProgress::ByteProgress(std::string label, uint64_t total, bool enabled)
       total_(total),
       enabled_(enabled && !JsonOutput()),
       tty_(::isatty(STDERR_FILENO)),
-      start_(Now()) {}
+      start_(NowSeconds()) {}
 
 void ByteProgress::Update(uint64_t done) {
   if (!enabled_ || total_ == 0) return;
   const int pct = static_cast<int>(100.0 * done / total_);
-  const std::string line = ProgressLine(label_, done, total_, Now() - start_);
+  const std::string line = ProgressLine(label_, done, total_, NowSeconds() - start_);
   if (tty_) {
-    if (Now() - last_ < 0.2 && done < total_) return;
-    last_ = Now();
+    if (NowSeconds() - last_ < 0.2 && done < total_) return;
+    last_ = NowSeconds();
     std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), done >= total_ ? "\n" : "");
   } else if (pct / 10 > last_decile_) {
     last_decile_ = pct / 10;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
@@ -33,10 +32,6 @@ using cas::MerkleHash;
 using nlohmann::ordered_json;
 
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string Percent(uint64_t part, uint64_t whole) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f%%", whole ? 100.0 * part / whole : 0.0);
@@ -56,6 +51,32 @@ std::optional<MerkleHash> ParseHashArg(const char* cmd, const std::string& text,
     return std::nullopt;
   }
   return *h;
+}
+
+// Appends the hashes of `texts` to *out; false after a usage error (ParseHashArg).
+bool ParseHashArgs(const char* cmd, const std::vector<std::string>& texts, std::vector<MerkleHash>* out,
+                   int* exit_code) {
+  for (const std::string& text : texts) {
+    auto h = ParseHashArg(cmd, text, exit_code);
+    if (!h) return false;
+    out->push_back(*h);
+  }
+  return true;
+}
+
+// --progress / --quiet of the commands that move file bytes (put, get).
+struct ProgressFlags {
+  bool progress = false, quiet = false;
+};
+
+void AddProgressFlags(CLI::App* cmd, ProgressFlags* f, const std::string& progress_help) {
+  cmd->add_flag("--progress", f->progress, progress_help);
+  cmd->add_flag("--quiet", f->quiet, "no progress output");
+}
+
+// Progress is shown when asked for, or by default for 256 MiB and more on a terminal.
+bool ShowProgress(const ProgressFlags& f, uint64_t bytes) {
+  return !f.quiet && (f.progress || (bytes >= (256ull << 20) && ::isatty(2)));
 }
 
 struct StoreFlags {
@@ -104,7 +125,8 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
   struct Args {
     StoreFlags store;
     std::vector<std::string> files;
-    bool json = false, progress = false, quiet = false;
+    bool json = false;
+    ProgressFlags progress;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = cas_cmd->add_subcommand(
@@ -117,8 +139,7 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
   cmd->add_option("FILE", args->files, "files to store")->required()->check(CLI::ExistingFile);
   cmd->add_flag("--json", args->json,
                 "print {\"file_hash\",\"size\",\"new_bytes\",\"chunks\",\"new_chunks\",...} (one object per file, one per line)");
-  cmd->add_flag("--progress", args->progress, "report progress on stderr (default: for files over 256 MiB on a terminal)");
-  cmd->add_flag("--quiet", args->quiet, "no progress output");
+  AddProgressFlags(cmd, &args->progress, "report progress on stderr (default: for files over 256 MiB on a terminal)");
   cmd->callback([args, exit_code] {
     auto store = OpenStore(args->store, /*create=*/true);
     if (!store.ok()) return Fail("put", store.status(), exit_code);
@@ -126,11 +147,10 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
     for (const std::string& path : args->files) {
       std::error_code ec;
       uint64_t size = std::filesystem::file_size(path, ec);
-      bool show = !args->quiet && (args->progress || (size >= (256ull << 20) && ::isatty(2)));
-      ByteProgress progress("put " + path, size, show);
-      double t0 = Now();
+      ByteProgress progress("put " + path, size, ShowProgress(args->progress, size));
+      double t0 = NowSeconds();
       auto r = (*store)->UploadFile(path, {.name = path, .progress = [&](uint64_t n) { progress.Update(n); }});
-      double dt = Now() - t0;
+      double dt = NowSeconds() - t0;
       if (!r.ok()) return Fail("put", r.status(), exit_code);
       total += r->size;
       total_new += r->new_bytes;
@@ -161,7 +181,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
   struct Args {
     StoreFlags store;
     std::string hash, out, range;
-    bool progress = false, quiet = false;
+    ProgressFlags progress;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = cas_cmd->add_subcommand(
@@ -176,15 +196,14 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
   cmd->add_option("--range", args->range,
                   "START-END: bytes START..END inclusive (as in HTTP Range); END may be omitted "
                   "('START-' = to the end)");
-  cmd->add_flag("--progress", args->progress, "report progress on stderr (default: over 256 MiB on a terminal)");
-  cmd->add_flag("--quiet", args->quiet, "no progress output");
+  AddProgressFlags(cmd, &args->progress, "report progress on stderr (default: over 256 MiB on a terminal)");
   AddJsonFlag(cmd, "print {\"file_hash\", \"out\", \"bytes\", \"seconds\", \"gbps\"} (OUT must not be '-')");
   cmd->callback([args, exit_code] {
     if (JsonOutput() && args->out == "-") {
       *exit_code = ReportUsage("cas get", "--json prints the result on stdout; give an OUT file, not '-'");
       return;
     }
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     auto hash = ParseHashArg("get", args->hash, exit_code);
     if (!hash) return;
     cas::ByteRange range;
@@ -214,8 +233,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
     if (!rec.ok()) return Fail("get", rec.status(), exit_code);
     const uint64_t want =
         range.offset >= rec->size ? 0 : std::min(range.length, rec->size - range.offset);
-    ByteProgress progress("get " + args->hash.substr(0, 12), want,
-                      !args->quiet && (args->progress || (want >= (256ull << 20) && ::isatty(2))));
+    ByteProgress progress("get " + args->hash.substr(0, 12), want, ShowProgress(args->progress, want));
     uint64_t done = 0;
     Status s;
     if (args->out == "-") {
@@ -242,7 +260,7 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
     }
     if (!s.ok()) return Fail("get", s, exit_code);
     if (JsonOutput()) {
-      const double dt = Now() - t0;
+      const double dt = NowSeconds() - t0;
       PrintJson({{"file_hash", args->hash}, {"out", args->out}, {"bytes", done}, {"seconds", dt},
                  {"gbps", dt > 0 ? done / dt / 1e9 : 0.0}}, -1);
     }
@@ -321,11 +339,7 @@ void RegisterGc(CLI::App* cas_cmd, int* exit_code) {
     opts.dry_run = args->dry_run;
     if (!args->keep.empty()) {
       opts.live_files.emplace();
-      for (const auto& k : args->keep) {
-        auto h = ParseHashArg("gc", k, exit_code);
-        if (!h) return;
-        opts.live_files->push_back(*h);
-      }
+      if (!ParseHashArgs("gc", args->keep, &*opts.live_files, exit_code)) return;
     }
     auto store = OpenStore(args->store, false);
     Result<cas::GcResult> r = store.ok() ? (*store)->GarbageCollect(opts) : Result<cas::GcResult>(store.status());
@@ -378,7 +392,6 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
     std::vector<cas::HashAndSize> leaves;
     std::string pending;  // bytes of unfinished chunks
     uint64_t pending_start = 0;
-    std::string buf(8u << 20, '\0');
     auto consume = [&](const std::vector<uint64_t>& cut) {
       size_t used = 0;
       for (uint64_t e : cut) {
@@ -391,16 +404,14 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
       pending_start += used;
     };
     const uint64_t size = (*file)->size();
-    for (uint64_t off = 0; off < size;) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
-      Status s = (*file)->ReadExactlyAt(off, std::as_writable_bytes(std::span(buf.data(), n)));
-      if (!s.ok()) return Fail("chunk", s, exit_code);
-      pending.append(buf.data(), n);
+    Status s = ForEachBlock(**file, [&](std::span<std::byte> block) {
+      pending.append(reinterpret_cast<const char*>(block.data()), block.size());
       new_ends.clear();
-      chunker.Feed(AsBytes(std::string_view(buf.data(), n)), &new_ends);
+      chunker.Feed(block, &new_ends);
       consume(new_ends);
-      off += n;
-    }
+      return Status::OK();
+    });
+    if (!s.ok()) return Fail("chunk", s, exit_code);
     if (auto last = chunker.Finish()) consume({*last});
     MerkleHash file_hash = cas::FileHash(leaves);
     if (args->json) {
@@ -461,11 +472,7 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
     auto store = OpenStore(ex->store, false);
     if (!store.ok()) return Fail("export-shard", store.status(), exit_code);
     std::vector<MerkleHash> files;
-    for (const auto& f : ex->files) {
-      auto h = ParseHashArg("export-shard", f, exit_code);
-      if (!h) return;
-      files.push_back(*h);
-    }
+    if (!ParseHashArgs("export-shard", ex->files, &files, exit_code)) return;
     if (files.empty()) {
       auto all = (*store)->backend().ListFiles();
       if (!all.ok()) return Fail("export-shard", all.status(), exit_code);

@@ -2,7 +2,7 @@
 // A B`, and the simulated training loop of `megackpt demo --steps N` (hooked
 // into the demo command of cmd_dcp.cc). docs/checkpoint-manager.md.
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -25,10 +25,6 @@ namespace {
 using namespace ::megackpt::dcp;  // NOLINT: this file is the checkpoint-manager command group
 using nlohmann::json;
 
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The manager for a root as a tool sees it: nothing removed on open (ls and
 // latest only look; gc removes explicitly).
@@ -314,13 +310,13 @@ int RunStepsDemo(const StepsDemoOptions& o) {
       }
       MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(mine, world, g.rank(), 0, true));
       MEGA_RETURN_IF_ERROR(g.Barrier());
-      const double t0 = Now();
+      const double t0 = NowSeconds();
       StepSaveOptions so;
       so.overwrite = true;                          // re-running the demo over the same root
       so.metric = 1.0 / static_cast<double>(step);  // a "loss" that improves
       MEGA_RETURN_IF_ERROR(m->Save(step, sd, so).WithContext("step " + std::to_string(step)));
       if (g.rank() == 0 && printer) {
-        const double secs = Now() - t0;
+        const double secs = NowSeconds() - t0;
         uint64_t written = 0, referenced = 0;
         auto steps = m->Steps();
         if (steps.ok()) {
@@ -397,9 +393,7 @@ namespace {
 
 // The ROOT argument every `ckpt` subcommand takes.
 std::shared_ptr<std::string> AddRootArg(CLI::App* cmd) {
-  auto root = std::make_shared<std::string>();
-  cmd->add_option("ROOT", *root, "Root folder (local or mega://)")->required();
-  return root;
+  return AddRequiredArg(cmd, "ROOT", "Root folder (local or mega://)");
 }
 
 }  // namespace
@@ -425,8 +419,6 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       "step-<N> folder per saved step and a `latest` record (docs/checkpoint-manager.md).");
   ckpt->require_subcommand(1);
   {
-    auto as_json = std::make_shared<bool>(false);
-    auto verify = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
         "ls",
         "List the step folders of ROOT: step, complete or not (and why), storage, entries, stored\n"
@@ -434,26 +426,24 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "JSON: {\"root\", \"latest\", \"steps\": [{\"step\", \"folder\", \"complete\", \"storage\",\n"
         "\"entries\", \"stored_bytes\", \"metric\", \"saved_unix_seconds\", \"problem\"?, \"valid\"?}]}");
     auto root = AddRootArg(cmd);
-    cmd->add_flag("--json", *as_json, "Print one JSON object");
-    cmd->add_flag("--verify", *verify, "Check every stored byte of every complete step");
+    auto as_json = AddSharedFlag(cmd, "--json", "Print one JSON object");
+    auto verify = AddSharedFlag(cmd, "--verify", "Check every stored byte of every complete step");
     cmd->callback([=] { *exit_code = RunLs(*root, *as_json, *verify); });
   }
   {
-    auto valid = std::make_shared<bool>(false);
-    auto as_json = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
         "latest",
         "Print the newest complete step of ROOT (exit 1 when there is none). --valid: the newest\n"
         "step whose every byte checks out; the steps skipped on the way are named on stderr with\n"
         "the reason.");
     auto root = AddRootArg(cmd);
-    cmd->add_flag("--valid", *valid, "Verify, and fall back past damaged steps");
-    cmd->add_flag("--json", *as_json, "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
+    auto valid = AddSharedFlag(cmd, "--valid", "Verify, and fall back past damaged steps");
+    auto as_json = AddSharedFlag(
+        cmd, "--json", "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
     cmd->callback([=] { *exit_code = RunLatest(*root, *valid, *as_json); });
   }
   {
     auto policy = std::make_shared<RetentionPolicy>();
-    auto as_json = std::make_shared<bool>(false);
     auto* cmd = ckpt->add_subcommand(
         "gc",
         "Remove step folders left incomplete by a crash, and the complete steps that the given\n"
@@ -467,7 +457,7 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--keep-best", policy->keep_best, "Keep the N steps with the best metric")
         ->check(CLI::Range(0, 1 << 30));
     cmd->add_flag("--best-max", policy->best_is_max, "A higher metric is better (default: lower)");
-    cmd->add_flag("--json", *as_json, "Print {\"root\", \"removed\": [steps]}");
+    auto as_json = AddSharedFlag(cmd, "--json", "Print {\"root\", \"removed\": [steps]}");
     cmd->callback([=] {
       if (policy->keeps_everything()) {
         // Only incomplete folders: keep every complete step.
@@ -479,9 +469,6 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     });
   }
   {
-    auto a = std::make_shared<std::string>();
-    auto b = std::make_shared<std::string>();
-    auto as_json = std::make_shared<bool>(false);
     auto* cmd = app.add_subcommand(
         "diff",
         "Compare two checkpoint folders (e.g. two steps of a run): entries added, removed and\n"
@@ -489,9 +476,9 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "max absolute difference. Every byte is read through the storage's reader (verified).\n"
         "JSON: {\"added\", \"removed\", \"changed\": [{\"name\", \"what\", \"changed_elements\",\n"
         "\"changed_bytes\", \"max_abs_diff\"?, ...}], \"unchanged\", \"changed_bytes\", ...}");
-    cmd->add_option("A", *a, "First checkpoint folder")->required();
-    cmd->add_option("B", *b, "Second checkpoint folder")->required();
-    cmd->add_flag("--json", *as_json, "Print one JSON object");
+    auto a = AddRequiredArg(cmd, "A", "First checkpoint folder");
+    auto b = AddRequiredArg(cmd, "B", "Second checkpoint folder");
+    auto as_json = AddSharedFlag(cmd, "--json", "Print one JSON object");
     cmd->callback([=] { *exit_code = RunDiff(*a, *b, *as_json); });
   }
 }

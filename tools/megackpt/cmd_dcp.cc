@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -29,10 +28,6 @@ namespace megackpt::cli {
 namespace {
 
 using namespace ::megackpt::dcp;  // NOLINT: this file is the dcp command group
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string Mb(uint64_t bytes) {
   char buf[32];
@@ -102,6 +97,23 @@ double MaxOf(const std::vector<RankTiming>& t, double RankTiming::*field) {
   double m = 0;
   for (const auto& x : t) m = std::max(m, x.*field);
   return m;
+}
+
+// The bytes the ranks held together (replicas counted on every rank holding them).
+uint64_t BytesHeld(const std::vector<RankTiming>& t) {
+  uint64_t held = 0;
+  for (const auto& x : t) held += x.bytes;
+  return held;
+}
+
+// One timed phase of a rank: every rank starts `phase` together (a barrier),
+// t->seconds is how long it took on this rank.
+Status TimePhase(dist::ProcessGroup& g, RankTiming* t, const std::function<Status()>& phase) {
+  MEGA_RETURN_IF_ERROR(g.Barrier());
+  const double t0 = NowSeconds();
+  MEGA_RETURN_IF_ERROR(phase());
+  t->seconds = NowSeconds() - t0;
+  return Status::OK();
 }
 
 int RunDemo(const DemoOptions& o) {
@@ -175,23 +187,18 @@ int RunDemo(const DemoOptions& o) {
         mo.consolidate = o.consolidate;
         writer = std::make_unique<MegaStorageWriter>(o.out, std::move(mapping), mo);
       }
-      MEGA_RETURN_IF_ERROR(g.Barrier());
-      double t0 = Now();
       SaveOptions opts;
       opts.stats = &t->save;
-      MEGA_RETURN_IF_ERROR(Save(sd, *writer, &g, opts));
-      t->seconds = Now() - t0;
-      return Status::OK();
+      return TimePhase(g, t, [&] { return Save(sd, *writer, &g, opts); });
     });
     if (!timings.ok()) {
       return printer ? ReportError("demo: save", timings.status()) : kExitFailure;
     }
     if (printer) {
       double secs = MaxOf(*timings, &RankTiming::seconds);
-      uint64_t held = 0;
+      const uint64_t held = BytesHeld(*timings);
       double write = 0, commit = 0;
       for (const auto& t : *timings) {
-        held += t.bytes;
         write = std::max(write, t.save.write_seconds);
         commit = std::max(commit, t.save.commit_seconds);
       }
@@ -211,15 +218,12 @@ int RunDemo(const DemoOptions& o) {
                             synthetic::BuildRankState(spec, load_world, g.rank(), load_variant, false));
       t->bytes = synthetic::RankStateBytes(sd);
       MEGA_ASSIGN_OR_RETURN(auto reader, MakeStorageReader(o.storage, o.out, so));
-      MEGA_RETURN_IF_ERROR(g.Barrier());
-      double t0 = Now();
       LoadOptions opts;
       opts.stats = &t->load;
-      MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g, opts));
-      t->seconds = Now() - t0;
-      double v0 = Now();
+      MEGA_RETURN_IF_ERROR(TimePhase(g, t, [&] { return Load(sd, *reader, &g, opts); }));
+      const double v0 = NowSeconds();
       Status v = synthetic::VerifyRankState(spec, sd);
-      t->verify_seconds = Now() - v0;
+      t->verify_seconds = NowSeconds() - v0;
       if (!v.ok()) return Status(v.code(), "loaded state differs from the seed's: " + v.message());
       return Status::OK();
     });
@@ -228,8 +232,7 @@ int RunDemo(const DemoOptions& o) {
     }
     if (printer) {
       double secs = MaxOf(*timings, &RankTiming::seconds);
-      uint64_t held = 0;
-      for (const auto& t : *timings) held += t.bytes;
+      const uint64_t held = BytesHeld(*timings);
       const double verify = MaxOf(*timings, &RankTiming::verify_seconds);
       result["load"] = {{"ranks", load_world}, {"seconds", secs},      {"gbps", spec.total_bytes / secs / 1e9},
                         {"bytes_read", held},  {"verify_seconds", verify}, {"identical", true}};

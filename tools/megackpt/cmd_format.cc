@@ -315,7 +315,7 @@ int RunVerify(const std::string& path, bool quiet) {
 class Progress {
  public:
   Progress(bool enabled, uint64_t total) : enabled_(enabled && !JsonOutput()), total_(total) {
-    start_ = Now();
+    start_ = NowSeconds();
     if (enabled_) ticker_ = std::thread([this] { Tick(); });
   }
   ~Progress() { Stop(); }
@@ -343,10 +343,6 @@ class Progress {
   }
 
  private:
-  static double Now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   void Tick() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopped_) {
@@ -369,7 +365,7 @@ class Progress {
       }
     }
     shown = std::min(shown, total_);
-    double secs = std::max(1e-9, Now() - start_);
+    double secs = std::max(1e-9, NowSeconds() - start_);
     std::fprintf(stderr, "\r\033[K%s%s", ProgressLine("convert", shown, total_, secs).c_str(),
                  final ? "\n" : "");
     std::fflush(stderr);
@@ -459,17 +455,13 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   }
   Progress progress(show_progress, model->total_bytes);
   ProgressListener listener(&progress);
-  const double t0 =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double t0 = NowSeconds();
   Status status = format::WriteConversion(*model, *plan, o, &listener);
   progress.Stop();
   if (!status.ok()) {
     return ReportError("convert", status);
   }
-  const double secs = std::max(
-      1e-9,
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
-          t0);
+  const double secs = std::max(1e-9, NowSeconds() - t0);
   const size_t num_files = plan->shards.size();
   if (JsonOutput()) {
     PrintJson({{"src", src_path},
@@ -508,10 +500,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "  \"metadata\": {...}, \"tensors\": [{\"name\", \"dtype\", \"shape\", \"nbytes\", "
         "\"file\", ...}],\n"
         "  \"files\": [...], \"total_nbytes\": N}");
-    auto path = std::make_shared<std::string>();
-    auto as_json = std::make_shared<bool>(false);
-    cmd->add_option("PATH", *path, "File, index or folder")->required();
-    cmd->add_flag("--json", *as_json, "Print one JSON document instead of a table");
+    auto path = AddRequiredArg(cmd, "PATH", "File, index or folder");
+    auto as_json = AddSharedFlag(cmd, "--json", "Print one JSON document instead of a table");
     cmd->callback([=] { *exit_code = RunInspect(*path, *as_json); });
   }
   // verify
@@ -526,10 +516,8 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "Exit 0 all good; 1 corrupt, malformed or missing data (messages name file and\n"
         "tensor; a PATH that does not exist is 1 too); 2 usage error (bad flags, an input\n"
         "that is not a checkpoint, a folder with several indexes).");
-    auto path = std::make_shared<std::string>();
-    auto quiet = std::make_shared<bool>(false);
-    cmd->add_option("PATH", *path, "File, index or folder")->required();
-    cmd->add_flag("-q,--quiet", *quiet, "Print nothing on success");
+    auto path = AddRequiredArg(cmd, "PATH", "File, index or folder");
+    auto quiet = AddSharedFlag(cmd, "-q,--quiet", "Print nothing on success");
     AddJsonFlag(cmd, "Print {\"path\", \"ok\", \"kind\", \"files\", \"files_ok\", \"tensors\", "
                             "\"bytes\", \"problems\", \"warnings\"} (+ \"error\" when not ok)");
     cmd->callback([=] { *exit_code = RunVerify(*path, *quiet); });
@@ -554,19 +542,14 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "  megackpt convert model.safetensors out/                  # -> MEGA folder\n"
         "  megackpt convert out/ back.safetensors                   # -> one safetensors file\n"
         "  megackpt convert hf_model/ mega/ --max-shard-size 2GB --compression zstd:3 --shuffle");
-    auto src = std::make_shared<std::string>();
-    auto dst = std::make_shared<std::string>();
     auto max_shard = std::make_shared<std::string>();
     auto alignment = std::make_shared<uint64_t>(4096);
     auto checksum = std::make_shared<std::string>("crc32");
     auto compression = std::make_shared<std::string>("none");
     auto shuffle = std::make_shared<bool>(false);
     auto format = std::make_shared<std::string>();
-    auto progress = std::make_shared<bool>(false);
-    auto no_progress = std::make_shared<bool>(false);
-    auto no_sync = std::make_shared<bool>(false);
-    cmd->add_option("SRC", *src, "Source file, index or folder")->required();
-    cmd->add_option("DST", *dst, "Destination file, index name or folder")->required();
+    auto src = AddRequiredArg(cmd, "SRC", "Source file, index or folder");
+    auto dst = AddRequiredArg(cmd, "DST", "Destination file, index name or folder");
     auto* o_max = cmd->add_option("--max-shard-size", *max_shard,
                                   "Folder outputs: max tensor bytes per shard, e.g. 5GB (=5e9, "
                                   "the default), 500MiB, 1000000");
@@ -580,13 +563,11 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
                                    "shrink stay raw)");
     auto* o_shuf = cmd->add_flag("--shuffle", *shuffle, "MEGA: byte-shuffle before compressing");
     cmd->add_option("--format", *format, "Folder outputs: mega|safetensors");
-    cmd->add_flag("--progress", *progress,
-                  "Show progress on stderr even when it is not a terminal");
-    cmd->add_flag("--no-progress", *no_progress, "Never show progress");
+    auto progress = AddSharedFlag(cmd, "--progress", "Show progress on stderr even when it is not a terminal");
+    auto no_progress = AddSharedFlag(cmd, "--no-progress", "Never show progress");
     AddJsonFlag(cmd, "Print {\"src\", \"dst\", \"format\", \"tensors\", \"files\", \"index\", "
                             "\"bytes\", \"seconds\", \"gbps\"} (no progress)");
-    cmd->add_flag("--no-sync", *no_sync,
-                  "Skip fsync of the written files (faster, not crash-safe)");
+    auto no_sync = AddSharedFlag(cmd, "--no-sync", "Skip fsync of the written files (faster, not crash-safe)");
     cmd->callback([=] {
       format::ConvertOptions o;
       auto usage = [&](const std::string& msg) {
@@ -662,24 +643,20 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     auto size = std::make_shared<std::string>("2GiB");
     auto reps = std::make_shared<int>(5);
     auto tensors = std::make_shared<int>(64);
-    auto as_json = std::make_shared<bool>(false);
     auto dir = std::make_shared<std::string>();
     cmd->add_option("--size", *size, "Bytes of tensor data, e.g. 2GiB (default), 512MB, 1000000");
     cmd->add_option("--reps", *reps, "Measured repetitions (>= 5 recommended; default 5)");
     cmd->add_option("--tensors", *tensors, "Number of tensors in the file (default 64)");
-    cmd->add_flag("--json", *as_json, "Print one JSON object");
+    auto as_json = AddSharedFlag(cmd, "--json", "Print one JSON object");
     cmd->add_option("--dir", *dir, "Folder for the temporary files");
     cmd->callback([=] {
-      auto bytes = ParseByteSize(*size);
-      if (!bytes.ok()) {
-        *exit_code = ReportUsage("bench format", "--size: " + bytes.status().message());
-        return;
-      }
+      uint64_t bytes = 0;
+      if (!ParseSizeFlag("bench format", "--size", *size, &bytes, exit_code)) return;
       if (*reps < 1 || *tensors < 1) {
         *exit_code = ReportUsage("bench format", "--reps and --tensors must be >= 1");
         return;
       }
-      *exit_code = bench::RunFormatBench(*bytes, *reps, *tensors, *as_json, *dir);
+      *exit_code = bench::RunFormatBench(bytes, *reps, *tensors, *as_json, *dir);
     });
   }
 }

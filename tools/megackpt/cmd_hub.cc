@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -44,11 +43,6 @@ void AddHubFlags(CLI::App* cmd, HubFlags* f) {
 
 int Fail(const Status& s) { return ReportError("", s, ExitCodeFor(s)); }
 
-// Seconds since `start` (for the "seconds" and "gbps" JSON keys).
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
   std::optional<std::string> token;
   if (!f.token.empty()) token = f.token;
@@ -59,7 +53,7 @@ Result<std::shared_ptr<hub::HubConnection>> Connect(const HubFlags& f) {
 
 int Push(const std::string& dir, const std::string& target, const HubFlags& f,
          const std::string& message, bool is_private, bool rebase) {
-  const auto start = std::chrono::steady_clock::now();
+  const double start = NowSeconds();  // for the "seconds" and "gbps" JSON keys
   auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
   std::error_code ec;
@@ -92,15 +86,11 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
     const auto& [rel, size] = files[i];
     MEGA_ASSIGN_OR_RETURN(auto in, OpenLocalFile(dir + "/" + rel));
     MEGA_ASSIGN_OR_RETURN(auto out, (*txn)->OpenForWrite(rel));
-    std::string buf(std::min<uint64_t>(in->size(), 8u << 20), '\0');
-    for (uint64_t off = 0; off < in->size();) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), in->size() - off));
-      auto dst = std::as_writable_bytes(std::span<char>(buf.data(), n));
-      MEGA_RETURN_IF_ERROR(in->ReadExactlyAt(off, dst));
-      MEGA_RETURN_IF_ERROR(out->Append(dst));
-      progress.AddBytes(n);
-      off += n;
-    }
+    MEGA_RETURN_IF_ERROR(ForEachBlock(*in, [&](std::span<std::byte> block) {
+      MEGA_RETURN_IF_ERROR(out->Append(block));
+      progress.AddBytes(block.size());
+      return Status::OK();
+    }));
     MEGA_RETURN_IF_ERROR(out->Close());
     progress.FileDone(rel, size, "uploaded");
     return Status::OK();
@@ -115,7 +105,7 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   if (!commit.ok()) return Fail(commit.status());
   hub::TransactionStats st = (*txn)->stats();
   if (f.json) {
-    const double seconds = SecondsSince(start);
+    const double seconds = NowSeconds() - start;
     json out = {{"commit", commit->id},
                 {"files", files.size()},
                 {"bytes", total},
@@ -204,20 +194,16 @@ Result<bool> LocalCopyMatches(const std::string& path, const hub::FileEntry& ent
   if (ec || size != entry.size) return false;
   MEGA_ASSIGN_OR_RETURN(auto in, OpenLocalFile(path));
   Sha256 sha;
-  std::string buf(static_cast<size_t>(std::min<uint64_t>(size, 8u << 20)), '\0');
-  for (uint64_t off = 0; off < size;) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
-    auto dst = std::as_writable_bytes(std::span<char>(buf.data(), n));
-    MEGA_RETURN_IF_ERROR(in->ReadExactlyAt(off, dst));
-    sha.Update(dst);
-    off += n;
-  }
+  MEGA_RETURN_IF_ERROR(ForEachBlock(*in, [&](std::span<std::byte> block) {
+    sha.Update(block);
+    return Status::OK();
+  }));
   Sha256Digest d = sha.Finish();
   return ToHex(std::span<const uint8_t>(d.data(), d.size())) == entry.sha256;
 }
 
 int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
-  const auto start = std::chrono::steady_clock::now();
+  const double start = NowSeconds();  // for the "seconds" and "gbps" JSON keys
   auto uri = hub::ParseMegaUri(source);
   if (!uri.ok()) return Fail(uri.status());
   EndpointChoice where = ChooseEndpoint(f.endpoint);
@@ -312,7 +298,7 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
     return Fail(s);
   }
   if (f.json) {
-    const double seconds = SecondsSince(start);
+    const double seconds = NowSeconds() - start;
     std::printf("%s\n", json{{"commit", commit},
                              {"files", files->size()},
                              {"bytes", total},
@@ -535,14 +521,7 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     std::string megahub = self + "/megahub";
     bench::HubBenchOptions o;
     o.bytes = bench_bytes;
-    if (!bench_size.empty()) {
-      auto bytes = ParseByteSize(bench_size);
-      if (!bytes.ok()) {
-        *exit_code = ReportUsage("bench hub", "--size: " + bytes.status().message());
-        return;
-      }
-      o.bytes = *bytes;
-    }
+    if (!bench_size.empty() && !ParseSizeFlag("bench hub", "--size", bench_size, &o.bytes, exit_code)) return;
     o.reps = bench_reps;
     o.megahub = std::filesystem::exists(megahub) ? megahub : "";
     o.json = bench_json;

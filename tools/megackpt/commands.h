@@ -6,13 +6,17 @@
 #define MEGACKPT_TOOLS_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "megackpt/core/file.h"
 #include "megackpt/core/status.h"
 
 namespace megackpt::cli {
@@ -59,6 +63,15 @@ bool JsonOutput();
 // Adds the --json flag to `cmd` (the process-wide JsonOutput() mode; a command
 // that keeps its own bool may bind it as usual). `description` names the keys.
 void AddJsonFlag(CLI::App* cmd, const std::string& description);
+
+// Adds the required positional argument `name` to `cmd`, bound to the string
+// returned (which the command's callback captures).
+std::shared_ptr<std::string> AddRequiredArg(CLI::App* cmd, const std::string& name,
+                                            const std::string& description);
+// Adds the flag `name` ("--verify", "-q,--quiet") to `cmd`, bound to the bool
+// returned (false unless given; the command's callback captures it).
+std::shared_ptr<bool> AddSharedFlag(CLI::App* cmd, const std::string& name,
+                                    const std::string& description);
 
 // kExitUsage for InvalidArgument (a bad flag value or argument), else kExitFailure.
 int ExitCodeFor(const Status& s);
@@ -116,6 +129,14 @@ CLI::App* AddStateBench(CLI::App& bench, const std::string& name, const std::str
   });
   return cmd;
 }
+
+// Seconds on the steady clock: the one clock of the CLI's timings (subtract two).
+double NowSeconds();
+
+// Reads `file` from offset 0 to its end in blocks of up to 8 MiB and calls
+// fn(block) on each in order (the span is valid during the call only). Returns
+// the first read error or the first error fn returns.
+Status ForEachBlock(const RandomAccessFile& file, const std::function<Status(std::span<std::byte>)>& fn);
 
 // "1.50 GB", "12.00 MB", "3.00 kB", "12 B" (decimal units): every size the CLI prints.
 std::string HumanBytes(uint64_t n);
