@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "megackpt/cas/store.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/store.h"
@@ -197,8 +198,7 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   // Xorb writes with O_DIRECT (docs/cas.md §4): changes what the save rows
   // cost and where the load rows read from (the device: divided by the cold
   // read), so the output says which.
-  const char* dio = std::getenv("MEGACKPT_CAS_DIRECT_IO");
-  const bool direct_io = dio == nullptr || dio[0] != '0';
+  const bool direct_io = cas::LocalXorbWritesUseDirectIo();
   nlohmann::json second = nlohmann::json::array();
   for (auto& m : modes) {
     auto fs = hub::NewMegaFileSystem(m.hub);

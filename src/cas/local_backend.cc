@@ -117,10 +117,6 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectMinBytes = 1u << 20;
 
-bool DirectIoEnabled() {
-  const char* v = std::getenv("MEGACKPT_CAS_DIRECT_IO");  // per write: once per xorb
-  return v == nullptr || v[0] != '0';
-}
 
 // Writes `head` (4 KiB aligned address) then `rest` parts to `fd` opened with
 // O_DIRECT: the aligned prefix of `head` straight from its memory, the
@@ -266,7 +262,7 @@ class LocalBackend final : public CasBackend {
   Result<std::string> WriteTemp(std::initializer_list<std::span<const std::byte>> parts) {
     std::string tmp = dir_ + "/tmp/" + RandomSuffix() + ".tmp";
     const std::span<const std::byte> first = parts.size() > 0 ? *parts.begin() : std::span<const std::byte>();
-    const bool direct = options_.sync && DirectIoEnabled() && first.size() >= kDirectMinBytes &&
+    const bool direct = options_.sync && LocalXorbWritesUseDirectIo() && first.size() >= kDirectMinBytes &&
                         reinterpret_cast<uintptr_t>(first.data()) % kDirectAlign == 0;
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644));
     if (fd.get() < 0 && direct && errno == EINVAL) {  // no O_DIRECT here (tmpfs...)
@@ -767,6 +763,11 @@ class LocalBackend final : public CasBackend {
 };
 
 }  // namespace
+
+bool LocalXorbWritesUseDirectIo() {
+  const char* v = std::getenv("MEGACKPT_CAS_DIRECT_IO");  // per write: once per xorb
+  return v == nullptr || v[0] != '0';
+}
 
 Result<std::shared_ptr<CasBackend>> OpenLocalBackend(const std::string& dir,
                                                      const LocalBackendOptions& options) {

@@ -173,6 +173,12 @@ struct LocalBackendOptions {
 Result<std::shared_ptr<CasBackend>> OpenLocalBackend(const std::string& dir,
                                                      const LocalBackendOptions& options = {});
 
+// Whether local backends write large synced xorbs (>= 1 MiB) with O_DIRECT,
+// bypassing the page cache (docs/cas.md §4): on unless the environment sets
+// MEGACKPT_CAS_DIRECT_IO=0; read at every such write. Reads of those xorbs
+// right after the write then come from the device.
+bool LocalXorbWritesUseDirectIo();
+
 // ---------------------------------------------------------------------------
 // Client
 // ---------------------------------------------------------------------------
