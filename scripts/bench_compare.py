@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from bench_summary import json_object  # scripts/ is this script's sys.path[0]
+
 BENCHES = {
     "dcp_w1": ["bench", "dcp", "--world-size", "1"],
     "dcp_w2": ["bench", "dcp", "--world-size", "2"],
@@ -48,11 +50,10 @@ SAVE_LOAD_KEYS = [
 
 
 def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    start, end = out.find("{"), out.rfind("}")
-    if start < 0:
+    j = json_object(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    if j is None:
         raise RuntimeError(f"no JSON object in the output of {' '.join(cmd)}")
-    return json.loads(out[start:end + 1])
+    return j
 
 
 def rows_of(name, j):

@@ -22,17 +22,21 @@ import sys
 SLACK = 1.05
 
 
+def json_object(text):
+    """The one JSON object in a bench's --json output, or None. mpirun may
+    interleave other ranks' lines around it; the object itself is one block."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0:
+        return None
+    return json.loads(text[start:end + 1])
+
+
 def load(d, name):
     p = os.path.join(d, name)
     if not os.path.exists(p):
         return None
     with open(p) as f:
-        text = f.read()
-    # mpirun may interleave other ranks' lines; the JSON object is one block.
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0:
-        return None
-    return json.loads(text[start:end + 1])
+        return json_object(f.read())
 
 
 class Table:
