@@ -62,6 +62,12 @@ struct ZeroOperators {
 
 }  // namespace
 
+uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block) {
+  uint64_t bs = 64;
+  while (bs < max_block && bs * 2 * 16 <= row_bytes) bs *= 2;
+  return bs;
+}
+
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   if (len_b == 0) return crc_a;
   if (crc_a == 0) return crc_b;  // the zero-append operator is linear: 0 stays 0
@@ -96,6 +102,26 @@ std::shared_ptr<const Crc32Shift> ShiftFor(uint64_t len) {
   if (!last || last->len() != len) last = std::make_shared<const Crc32Shift>(len);
   return last;
 }
+
+// The CRC of the concatenation of blocks of shift.len() bytes each, from their
+// CRCs: four quarters, each a serial chain of Appends, run side by side (one
+// chain is bound by the latency of its table lookups), then joined.
+uint32_t CombineFullBlocks(const Crc32Shift& shift, std::span<const uint32_t> crcs) {
+  const uint64_t full = crcs.size(), block = shift.len();
+  const uint64_t m = full / 4;
+  uint32_t c[4] = {0, 0, 0, 0};
+  const uint32_t* e = crcs.data();
+  for (uint64_t j = 0; j < m; ++j) {
+    c[0] = shift.Append(c[0], e[j]);
+    c[1] = shift.Append(c[1], e[m + j]);
+    c[2] = shift.Append(c[2], e[2 * m + j]);
+    c[3] = shift.Append(c[3], e[3 * m + j]);
+  }
+  for (uint64_t j = 4 * m; j < full; ++j) c[3] = shift.Append(c[3], e[j]);
+  uint32_t combined = Crc32Combine(c[0], c[1], m * block);
+  combined = Crc32Combine(combined, c[2], m * block);
+  return Crc32Combine(combined, c[3], (full - 3 * m) * block);
+}
 }  // namespace
 
 std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t block,
@@ -108,21 +134,8 @@ std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t bl
     *got = 0;
     return std::min<size_t>(expected.size(), full);
   }
-  // The table combined: four quarters, each a serial chain, run side by side.
-  const std::shared_ptr<const Crc32Shift> shift = ShiftFor(block);
-  const uint64_t m = full / 4;
-  uint32_t c[4] = {0, 0, 0, 0};
   const uint32_t* e = expected.data();
-  for (uint64_t j = 0; j < m; ++j) {
-    c[0] = shift->Append(c[0], e[j]);
-    c[1] = shift->Append(c[1], e[m + j]);
-    c[2] = shift->Append(c[2], e[2 * m + j]);
-    c[3] = shift->Append(c[3], e[3 * m + j]);
-  }
-  for (uint64_t j = 4 * m; j < full; ++j) c[3] = shift->Append(c[3], e[j]);
-  uint32_t combined = Crc32Combine(c[0], c[1], m * block);
-  combined = Crc32Combine(combined, c[2], m * block);
-  combined = Crc32Combine(combined, c[3], (full - 3 * m) * block);
+  uint32_t combined = CombineFullBlocks(*ShiftFor(block), std::span<const uint32_t>(e, full));
   if (tail > 0) combined = Crc32Combine(combined, e[full], tail);
   if ((span_crc ? *span_crc : Crc32(bytes)) == combined) return std::nullopt;
   // They disagree: find the block, in batches of BlockCrc32s.
@@ -166,7 +179,12 @@ void BlockCrc32Stream::Add(std::span<const std::byte> data) {
     const size_t old = blocks_.size();
     blocks_.resize(old + static_cast<size_t>(k));
     BlockCrc32s(data.first(static_cast<size_t>(k * block_)), block_, blocks_.data() + old);
-    for (size_t j = old; j < blocks_.size(); ++j) whole_ = shift_->Append(whole_, blocks_[j]);
+    if (k < 16) {
+      for (size_t j = old; j < blocks_.size(); ++j) whole_ = shift_->Append(whole_, blocks_[j]);
+    } else {  // four chains side by side, then one join
+      const uint32_t run = CombineFullBlocks(*shift_, std::span<const uint32_t>(blocks_.data() + old, k));
+      whole_ = Crc32Combine(whole_, run, k * block_);
+    }
     data = data.subspan(static_cast<size_t>(k * block_));
   }
   if (!data.empty()) {  // opens a block

@@ -329,6 +329,18 @@ TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
   }
 }
 
+// The writers' automatic block size: row / 16, a power of two in [64, max].
+TEST(ChecksumTest, AutoCrcBlockSizeKnownAnswers) {
+  EXPECT_EQ(AutoCrcBlockSize(0, 64 << 10), 64u);
+  EXPECT_EQ(AutoCrcBlockSize(100, 64 << 10), 64u);
+  EXPECT_EQ(AutoCrcBlockSize(2048, 64 << 10), 128u);
+  EXPECT_EQ(AutoCrcBlockSize(4096, 64 << 10), 256u);
+  EXPECT_EQ(AutoCrcBlockSize(65535, 64 << 10), 2048u);
+  EXPECT_EQ(AutoCrcBlockSize(65536, 64 << 10), 4096u);
+  EXPECT_EQ(AutoCrcBlockSize(1ull << 30, 64 << 10), 64u << 10);
+  EXPECT_EQ(AutoCrcBlockSize(1ull << 30, 256 << 10), 256u << 10);
+}
+
 // FindBadBlock agrees with a comparison of one Crc32 per block: nullopt on
 // intact bytes, else the first damaged block and its computed CRC -- for any
 // block count (the four combined chains, their remainder, a short last block).

@@ -50,7 +50,7 @@ constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
 constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
 constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
-constexpr uint64_t kWriteUnit = kCrcHotPiece;  // largest pwrite (CRC'd right after it)
+constexpr uint64_t kWriteUnit = kCrcWritePiece;  // largest pwrite (CRC'd right after it)
 constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit
@@ -58,13 +58,9 @@ constexpr uint64_t kVerifiedReadPiece = kCrcHotPiece;  // verified reads: CRC'd 
 constexpr uint64_t kMaxSegment = 2 * kReadUnit;  // runs sharing blocks: one read unit up to this
 constexpr uint64_t kDirectReadMin = 64ull << 10;  // shorter stretches go through the piece buffer
 // Automatic checksum blocks (FileSystemWriterOptions::checksum_block_size =
-// kAutoChecksumBlockSize): 1/kAutoBlocksPerRow of a row of the chunk (its last
-// dim; the whole chunk for 0-D/1-D), a power of two in [kMinAutoBlock,
-// kMaxAutoBlock]. Fine enough that a column slice of a row-saved chunk (a run
-// of row/world bytes per row) reads about one block more per run; docs/dcp.md
+// kAutoChecksumBlockSize): core's AutoCrcBlockSize of a row of the chunk (its
+// last dim; the whole chunk for 0-D/1-D), at most kMaxAutoBlock; docs/dcp.md
 // "Verified reads" has the numbers.
-constexpr uint64_t kAutoBlocksPerRow = 16;
-constexpr uint64_t kMinAutoBlock = 64;
 constexpr uint64_t kMaxAutoBlock = 256ull << 10;
 constexpr double kF4MaxOverhead = 0.05;  // F4 spans read at most 5% more than their runs
 
@@ -81,7 +77,7 @@ std::string MetadataFileName(const StorageSetUp& setup) {
   return std::string(kMetadataFileName);
 }
 
-// The checksum block size of `item` under the writer option (see kAutoBlocksPerRow).
+// The checksum block size of `item` under the writer option (see kMaxAutoBlock).
 uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
   if (option != kAutoChecksumBlockSize) return option;
   if (item.type == WriteItemType::kByteIO || !item.tensor_data) return kMaxAutoBlock;  // read whole
@@ -93,9 +89,7 @@ uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
     auto n = LogicalNbytes(dtype, std::span<const int64_t>(&last, 1));
     if (n.ok()) row = *n;
   }
-  uint64_t bs = kMinAutoBlock;
-  while (bs < kMaxAutoBlock && bs * 2 * kAutoBlocksPerRow <= row) bs *= 2;
-  return bs;
+  return AutoCrcBlockSize(row, kMaxAutoBlock);
 }
 
 // An item's checksums: core's BlockCrc32Stream, fed each piece right after

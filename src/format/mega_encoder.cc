@@ -9,6 +9,7 @@
 #include "megackpt/format/mega_encoder.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -26,9 +27,9 @@ using format_internal::Quote;
 using mega_internal::AddOverflows;
 using mega_internal::AlignUp;
 
-// pwrite + CRC granularity (core's kCrcHotPiece); a multiple of every element
+// pwrite + CRC granularity (core's kCrcWritePiece); a multiple of every element
 // size and of every block size (<= 64 KiB).
-constexpr uint64_t kWritePiece = kCrcHotPiece;
+constexpr uint64_t kWritePiece = kCrcWritePiece;
 constexpr uint64_t kMaxAlignment = 1ull << 30;
 
 // Scratch for gathering strided tensors, one per thread, pre-faulted once.
@@ -40,12 +41,6 @@ std::byte* ThreadScratch() {
     buf = std::move(*b);
   }
   return buf.get();
-}
-
-uint64_t Pow2Floor(uint64_t v) {
-  uint64_t p = 1;
-  while (p <= v / 2) p *= 2;
-  return p;
 }
 
 uint64_t BlockCount(uint64_t nbytes, uint64_t block) { return block == 0 ? 0 : (nbytes + block - 1) / block; }
@@ -74,7 +69,7 @@ uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape) {
   if (shape.size() <= 1) return 64u << 10;
   auto row = LogicalNbytes(dtype, std::span<const int64_t>(&shape.back(), 1));
   const uint64_t r = row.ok() ? *row : 0;
-  return std::clamp<uint64_t>(Pow2Floor(std::max<uint64_t>(r / 16, 1)), kMegaMinBlockSize, 64u << 10);
+  return AutoCrcBlockSize(r, 64u << 10);
 }
 
 MegaEncoder::~MegaEncoder() = default;
@@ -364,9 +359,10 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                          " CRC blocks, planned " + std::to_string(planned));
   }
   if (!crcs.empty()) {
-    const std::string table = EncodeBlockTable(crcs);
+    std::string storage;
+    const std::span<const std::byte> table = BlockTableBytes(crcs, &storage);
     const uint64_t at = header_length_ + table_offsets_[i];
-    MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, AsBytes(table)) : Append(file, at, AsBytes(table)));
+    MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, table) : Append(file, at, table));
   }
   MegaChecksum sum{};
   if (type == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc.whole());
@@ -452,10 +448,13 @@ bool MegaEncoder::all_written() const {
   return true;
 }
 
-std::string MegaEncoder::EncodeBlockTable(const std::vector<uint32_t>& crcs) {
-  std::string out(crcs.size() * 4, '\0');  // u32 LE per block, sized once (tables reach MiBs)
-  for (size_t j = 0; j < crcs.size(); ++j) StoreLE32(out.data() + 4 * j, crcs[j]);
-  return out;
+std::span<const std::byte> MegaEncoder::BlockTableBytes(const std::vector<uint32_t>& crcs, std::string* storage) {
+  if constexpr (std::endian::native == std::endian::little) {
+    return std::as_bytes(std::span<const uint32_t>(crcs));
+  }
+  storage->assign(crcs.size() * 4, '\0');
+  for (size_t j = 0; j < crcs.size(); ++j) StoreLE32(storage->data() + 4 * j, crcs[j]);
+  return AsBytes(*storage);
 }
 
 Status MegaEncoder::FinishPositioned(WritableFile& file) {
@@ -546,8 +545,8 @@ Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> 
       MEGA_RETURN_IF_ERROR(Append(file, tensor_file_offset(i) + off, bytes));
     }
     if (!block_crcs_[i].empty()) {
-      MEGA_RETURN_IF_ERROR(
-          Append(file, header_length_ + table_offsets_[i], AsBytes(EncodeBlockTable(block_crcs_[i]))));
+      std::string storage;
+      MEGA_RETURN_IF_ERROR(Append(file, header_length_ + table_offsets_[i], BlockTableBytes(block_crcs_[i], &storage)));
     }
   }
   return FinishAppend(file);

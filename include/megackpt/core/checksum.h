@@ -30,12 +30,31 @@ inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, d
 // REQUIRES: block > 0; out has room for ceil(size / block) entries.
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out);
 
-// The largest piece to checksum right after a pread or pwrite copied it: such
-// a copy passes source and destination through the core's L2 (2 MiB on the
-// bench machine), so a piece this size is still there when its CRC runs (1 MiB
-// pieces were partly evicted). The one such constant of the readers and
-// writers (fs and MEGA). A power of two >= every CRC block size the writers pick.
+// The largest piece a verified read checksums right after its pread: the copy
+// passes source and destination through the core's L2 (2 MiB on the bench
+// machine), so a piece this size is still there when its CRC runs (1 MiB
+// pieces were partly evicted). The one such constant of the readers (fs and
+// MEGA). A power of two >= every CRC block size the writers pick.
 inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
+
+// The pwrite size of the writers (fs and MEGA), each piece CRC'd right after
+// its pwrite. Larger than kCrcHotPiece on purpose: on ext4 a page-cache write
+// pays per call (inode lock, delalloc reservation, dirty throttling checks),
+// and 256 KiB pwrites made a 2 GiB no-sync save ~16% slower than 1 MiB ones,
+// more than the CRC gains from the hotter cache (docs/benchmarks.md). A
+// multiple of every CRC block size the writers pick.
+inline constexpr uint64_t kCrcWritePiece = 1ull << 20;
+
+// The CRC block size the writers (fs and MEGA) pick for a tensor whose
+// innermost dimension (its row) is `row_bytes` long (0-D/1-D: the whole
+// tensor): the power of two at or below row / 16, clamped to [64, max_block].
+// A verified read widens each run to whole blocks, so a column slice of 1/k of
+// a row reads about k/16 more than it needs (the resharded-read budget of
+// docs/dcp.md, "Verified reads"). The price is CRC work per block at save
+// time: BlockCrc32s runs at ~14 GB/s per core on 256 B blocks against ~22 on
+// 1 KiB and up (data not in cache, the bench VM).
+// REQUIRES: max_block is a power of two >= 64.
+uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block);
 
 // Checks `bytes` against its block CRC table: expected[j] is the CRC of block
 // j (bytes [j * block, (j + 1) * block), the last possibly short), as

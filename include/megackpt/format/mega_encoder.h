@@ -60,10 +60,11 @@ inline constexpr uint64_t kMegaMinBlockSize = 64;
 inline constexpr uint64_t kMegaMaxBlockSize = 1ull << 20;
 
 // The block size the encoder picks for a raw tensor (0 = no blocks: empty
-// tensors): the power of two at or below 1/16 of the innermost dimension's
-// bytes, clamped to [64, 64 KiB]; 64 KiB for 0-d and 1-d tensors. A read of a
-// box is widened to whole blocks, so a box cutting the innermost dimension in
-// k parts reads about k/16 more than it needs (docs/mega-storage.md §5).
+// tensors): core's AutoCrcBlockSize of the innermost dimension's bytes (the
+// power of two at or below 1/16 of a row, clamped to [64, 64 KiB]); 64 KiB for
+// 0-d and 1-d tensors. A read of a box is widened to whole blocks, so a box
+// cutting the innermost dimension in k parts reads about k/16 more than it
+// needs (docs/mega-storage.md §5).
 uint64_t MegaBlockSizeFor(DType dtype, const Shape& shape);
 
 // True when every string in v (STRING, arrays of strings, nested arrays) is
@@ -187,7 +188,10 @@ class MegaEncoder {
   Status WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                   const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
                   bool positioned, uint64_t max_piece);
-  static std::string EncodeBlockTable(const std::vector<uint32_t>& crcs);
+  // A block table's bytes (u32 LE per block): the vector's own memory on a
+  // little-endian host (no copy of a table that reaches MiBs), else encoded
+  // into *storage.
+  static std::span<const std::byte> BlockTableBytes(const std::vector<uint32_t>& crcs, std::string* storage);
 
   std::string file_name_;
   MegaEncoderOptions options_;
