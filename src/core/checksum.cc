@@ -1,4 +1,5 @@
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/endian.h"
 #include "megackpt/core/text.h"
 
 #include <isa-l/crc.h>
@@ -66,6 +67,11 @@ uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block) {
   uint64_t bs = 64;
   while (bs < max_block && bs * 2 * 16 <= row_bytes) bs *= 2;
   return bs;
+}
+
+std::span<const std::byte> EncodeBlockTableInPlace(std::vector<uint32_t>& crcs) {
+  for (uint32_t& c : crcs) StoreLE32(&c, c);
+  return std::as_bytes(std::span<const uint32_t>(crcs));
 }
 
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
@@ -179,12 +185,8 @@ void BlockCrc32Stream::Add(std::span<const std::byte> data) {
     const size_t old = blocks_.size();
     blocks_.resize(old + static_cast<size_t>(k));
     BlockCrc32s(data.first(static_cast<size_t>(k * block_)), block_, blocks_.data() + old);
-    if (k < 16) {
-      for (size_t j = old; j < blocks_.size(); ++j) whole_ = shift_->Append(whole_, blocks_[j]);
-    } else {  // four chains side by side, then one join
-      const uint32_t run = CombineFullBlocks(*shift_, std::span<const uint32_t>(blocks_.data() + old, k));
-      whole_ = Crc32Combine(whole_, run, k * block_);
-    }
+    const uint32_t run = CombineFullBlocks(*shift_, std::span<const uint32_t>(blocks_.data() + old, k));
+    whole_ = Crc32Combine(whole_, run, k * block_);
     data = data.subspan(static_cast<size_t>(k * block_));
   }
   if (!data.empty()) {  // opens a block

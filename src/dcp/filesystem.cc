@@ -106,8 +106,7 @@ class BlockCrc {
     crc_.Finish();
     info->checksum = CrcString(crc_.whole());
     info->block_size = crc_.block();
-    for (uint32_t& c : crc_.blocks()) StoreLE32(&c, c);
-    return std::as_bytes(std::span<const uint32_t>(crc_.blocks()));
+    return EncodeBlockTableInPlace(crc_.blocks());
   }
 
  private:

@@ -9,7 +9,6 @@
 #include "megackpt/format/mega_encoder.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -17,7 +16,6 @@
 #include "format/mega_internal.h"
 #include "format/quote.h"
 #include "megackpt/core/checksum.h"
-#include "megackpt/core/endian.h"
 #include "megackpt/core/text.h"
 
 namespace megackpt::format {
@@ -359,8 +357,7 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                          " CRC blocks, planned " + std::to_string(planned));
   }
   if (!crcs.empty()) {
-    std::string storage;
-    const std::span<const std::byte> table = BlockTableBytes(crcs, &storage);
+    const std::span<const std::byte> table = EncodeBlockTableInPlace(crcs);
     const uint64_t at = header_length_ + table_offsets_[i];
     MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, table) : Append(file, at, table));
   }
@@ -446,15 +443,6 @@ bool MegaEncoder::all_written() const {
     if (!tensor_written(i)) return false;
   }
   return true;
-}
-
-std::span<const std::byte> MegaEncoder::BlockTableBytes(const std::vector<uint32_t>& crcs, std::string* storage) {
-  if constexpr (std::endian::native == std::endian::little) {
-    return std::as_bytes(std::span<const uint32_t>(crcs));
-  }
-  storage->assign(crcs.size() * 4, '\0');
-  for (size_t j = 0; j < crcs.size(); ++j) StoreLE32(storage->data() + 4 * j, crcs[j]);
-  return AsBytes(*storage);
 }
 
 Status MegaEncoder::FinishPositioned(WritableFile& file) {
@@ -545,8 +533,8 @@ Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> 
       MEGA_RETURN_IF_ERROR(Append(file, tensor_file_offset(i) + off, bytes));
     }
     if (!block_crcs_[i].empty()) {
-      std::string storage;
-      MEGA_RETURN_IF_ERROR(Append(file, header_length_ + table_offsets_[i], BlockTableBytes(block_crcs_[i], &storage)));
+      MEGA_RETURN_IF_ERROR(Append(file, header_length_ + table_offsets_[i],
+                                  std::as_bytes(std::span<const uint32_t>(block_crcs_[i]))));
     }
   }
   return FinishAppend(file);

@@ -56,6 +56,12 @@ inline constexpr uint64_t kCrcWritePiece = 1ull << 20;
 // REQUIRES: max_block is a power of two >= 64.
 uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block);
 
+// A block CRC table as the writers store it (u32 little-endian per block):
+// converts `crcs` in place (nothing to do on a little-endian host) and returns
+// its bytes, without a copy. Afterwards the entries are stored values, no
+// longer native integers on a big-endian host.
+std::span<const std::byte> EncodeBlockTableInPlace(std::vector<uint32_t>& crcs);
+
 // Checks `bytes` against its block CRC table: expected[j] is the CRC of block
 // j (bytes [j * block, (j + 1) * block), the last possibly short), as
 // BlockCrc32s computes. Returns the first block whose CRC differs, with the

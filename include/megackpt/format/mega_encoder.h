@@ -188,10 +188,6 @@ class MegaEncoder {
   Status WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                   const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
                   bool positioned, uint64_t max_piece);
-  // A block table's bytes (u32 LE per block): the vector's own memory on a
-  // little-endian host (no copy of a table that reaches MiBs), else encoded
-  // into *storage.
-  static std::span<const std::byte> BlockTableBytes(const std::vector<uint32_t>& crcs, std::string* storage);
 
   std::string file_name_;
   MegaEncoderOptions options_;
@@ -202,7 +198,7 @@ class MegaEncoder {
   std::vector<std::vector<uint64_t>> unit_offsets_;    // payload-relative
   std::vector<std::vector<uint8_t>> unit_done_;
   std::vector<uint64_t> block_size_;                   // per tensor, 0 = none
-  std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor, once written
+  std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor, once written: its table as stored (u32 LE)
   std::vector<uint64_t> table_offsets_;                // per tensor, payload-relative
   uint32_t payload_crc_ = 0;
   Sha256Digest payload_sha_{};
