@@ -51,8 +51,9 @@ inline constexpr uint64_t kCrcWritePiece = 1ull << 20;
 // A verified read widens each run to whole blocks, so a column slice of 1/k of
 // a row reads about k/16 more than it needs (the resharded-read budget of
 // docs/dcp.md, "Verified reads"). The price is CRC work per block at save
-// time: BlockCrc32s runs at ~14 GB/s per core on 256 B blocks against ~22 on
-// 1 KiB and up (data not in cache, the bench VM).
+// time: on the bench VM (one core) BlockCrc32s runs at ~37 GB/s on 256 B
+// blocks in cache (~20 from memory), against ~40 (~24) on 1 KiB and up, and
+// ~20 on 64 B blocks.
 // REQUIRES: max_block is a power of two >= 64.
 uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block);
 
