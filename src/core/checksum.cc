@@ -287,6 +287,20 @@ namespace {
 // Linux crc32-pclmul code.
 #define MEGACKPT_CLMUL_TARGET __attribute__((target("pclmul,sse4.1")))
 
+// The constants, one place for both register widths. A fold over d bytes
+// multiplies a 128-bit lane's low and high halves by (x^(8d+32), x^(8d-32))
+// mod P, bit-reflected and shifted left by one (for 16 and 64 bytes the values
+// of the references above; 32 and 48 computed the same way). ChecksumTest
+// checks every kernel against one zlib-compatible CRC per block.
+constexpr long long kFold64[2] = {0x154442bd4, 0x1c6e41596};
+constexpr long long kFold48[2] = {0x03db1ecdc, 0x174359406};
+constexpr long long kFold32[2] = {0x0f1da05aa, 0x15a546366};
+constexpr long long kFold16[2] = {0x1751997d0, 0x0ccaa009e};
+constexpr long long kFold64To32 = 0x163cd6124;                  // x^64 mod P: 64 -> 32 bits
+constexpr long long kBarrett[2] = {0x1db710641, 0x1f7011641};  // P' and mu'
+
+MEGACKPT_CLMUL_TARGET inline __m128i Pair(const long long (&k)[2]) { return _mm_set_epi64x(k[1], k[0]); }
+
 MEGACKPT_CLMUL_TARGET inline __m128i Fold16(__m128i x, __m128i k, __m128i data) {
   return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)),
                        data);
@@ -298,9 +312,9 @@ MEGACKPT_CLMUL_TARGET inline __m128i Load16(const std::byte* p) {
 
 // The last steps of a folded CRC: 128 -> 64 -> 32 bits (Barrett), the final xor.
 MEGACKPT_CLMUL_TARGET inline uint32_t ReduceClmul(__m128i x0) {
-  const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
-  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);
-  const __m128i poly = _mm_set_epi64x(0x1f7011641, 0x1db710641);
+  const __m128i k4k3 = Pair(kFold16);
+  const __m128i k5 = _mm_set_epi64x(0, kFold64To32);
+  const __m128i poly = Pair(kBarrett);
   const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
   __m128i t = _mm_clmulepi64_si128(x0, k4k3, 0x10);  // 128 -> 64 bits
   x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), t);
@@ -318,8 +332,8 @@ MEGACKPT_CLMUL_TARGET inline uint32_t ReduceClmul(__m128i x0) {
 // REQUIRES: n >= 64, n % 16 == 0.
 template <int kWays>
 MEGACKPT_CLMUL_TARGET void Crc32ClmulBlocks(const std::byte* p, uint64_t n, uint32_t* out) {
-  const __m128i k2k1 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
-  const __m128i k4k3 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+  const __m128i k2k1 = Pair(kFold64);
+  const __m128i k4k3 = Pair(kFold16);
   __m128i x[kWays][4];
 #pragma GCC unroll 8
   for (int w = 0; w < kWays; ++w) {
@@ -374,8 +388,8 @@ MEGACKPT_CLMUL_TARGET void Crc32ClmulBlocks(const std::byte* p, uint64_t n, uint
 MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* out) {
   // Lane j (bytes 16j..16j+16 of the last stretch) times x^(8 * (48 - 16j)) mod P
   // as the fold constant pairs (lo qword, hi qword); lane 3 is kept as is.
-  const __m512i lane_fold = _mm512_set_epi64(0, 0, 0x0ccaa009e, 0x1751997d0, 0x15a546366, 0x0f1da05aa,
-                                             0x174359406, 0x03db1ecdc);
+  const __m512i lane_fold = _mm512_set_epi64(0, 0, kFold16[1], kFold16[0], kFold32[1], kFold32[0],
+                                             kFold48[1], kFold48[0]);
   __m512i f[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
@@ -389,9 +403,9 @@ MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* 
   const __m512i b = _mm512_xor_si512(_mm512_shuffle_i64x2(f[2], f[3], 0x44), _mm512_shuffle_i64x2(f[2], f[3], 0xEE));
   __m512i y = _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
   // ReduceClmul on every lane.
-  const __m512i k4k3 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x0ccaa009e, 0x1751997d0));
-  const __m512i k5 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, 0x163cd6124));
-  const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1f7011641, 0x1db710641));
+  const __m512i k4k3 = _mm512_broadcast_i32x4(Pair(kFold16));
+  const __m512i k5 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, kFold64To32));
+  const __m512i poly = _mm512_broadcast_i32x4(Pair(kBarrett));
   const __m512i low32 = _mm512_broadcast_i32x4(_mm_set_epi32(0, 0, 0, -1));
   __m512i t = _mm512_clmulepi64_epi128(y, k4k3, 0x10);  // 128 -> 64 bits
   y = _mm512_xor_si512(_mm512_bsrli_epi128(y, 8), t);
@@ -407,7 +421,7 @@ MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* 
 
 // REQUIRES: n >= 64, n % 64 == 0 (every stretch is a whole register).
 MEGACKPT_VCLMUL_TARGET void Crc32VclmulFourBlocks(const std::byte* p, uint64_t n, uint32_t* out) {
-  const __m512i k2k1 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1c6e41596, 0x154442bd4));
+  const __m512i k2k1 = _mm512_broadcast_i32x4(Pair(kFold64));
   const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));  // initial value ~0
   __m512i x[4];
 #pragma GCC unroll 4
