@@ -296,10 +296,12 @@ constexpr long long kFold64[2] = {0x154442bd4, 0x1c6e41596};
 constexpr long long kFold48[2] = {0x03db1ecdc, 0x174359406};
 constexpr long long kFold32[2] = {0x0f1da05aa, 0x15a546366};
 constexpr long long kFold16[2] = {0x1751997d0, 0x0ccaa009e};
-constexpr long long kFold64To32 = 0x163cd6124;                  // x^64 mod P: 64 -> 32 bits
+constexpr long long kFold64To32 = 0x163cd6124;  // x^64 mod P: 64 -> 32 bits
 constexpr long long kBarrett[2] = {0x1db710641, 0x1f7011641};  // P' and mu'
 
-MEGACKPT_CLMUL_TARGET inline __m128i Pair(const long long (&k)[2]) { return _mm_set_epi64x(k[1], k[0]); }
+MEGACKPT_CLMUL_TARGET inline __m128i Pair(const long long (&k)[2]) {
+  return _mm_set_epi64x(k[1], k[0]);
+}
 
 MEGACKPT_CLMUL_TARGET inline __m128i Fold16(__m128i x, __m128i k, __m128i data) {
   return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)),
@@ -378,16 +380,19 @@ MEGACKPT_CLMUL_TARGET void Crc32ClmulBlocks(const std::byte* p, uint64_t n, uint
 // multiply takes two cycles) that brings 256-byte blocks from ~27 to ~37 GB/s
 // and 64-byte ones from ~10 to ~20 (data in cache): per-block lane folding and
 // reduction in 128-bit registers had cost as much as the folding of the data.
-#define MEGACKPT_VCLMUL_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,vpclmulqdq,pclmul,sse4.1")))
+#define MEGACKPT_VCLMUL_TARGET \
+  __attribute__((target("avx512f,avx512vl,avx512bw,vpclmulqdq,pclmul,sse4.1")))
 
 // GCC 12's broadcast/extract intrinsics pass an "undefined" vector that
 // -Wuninitialized reports from inside the header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
-// The CRCs of four blocks from their folded 512-bit states x[0..4), into out[0..4).
+// The CRCs of four blocks from their folded 512-bit states x[0..4), into
+// out[0..4).
 MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* out) {
-  // Lane j (bytes 16j..16j+16 of the last stretch) times x^(8 * (48 - 16j)) mod P
-  // as the fold constant pairs (lo qword, hi qword); lane 3 is kept as is.
+  // Lane j (bytes 16j..16j+16 of the last stretch) is folded over the 48 - 16j
+  // bytes after it (kFold48, kFold32, kFold16 as (lo, hi) qword pairs); lane 3
+  // is kept as is.
   const __m512i lane_fold = _mm512_set_epi64(0, 0, kFold16[1], kFold16[0], kFold32[1], kFold32[0],
                                              kFold48[1], kFold48[0]);
   __m512i f[4];
@@ -399,9 +404,12 @@ MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* 
   }
   // Sum each block's four lanes: pairs (0^2, 1^3) of blocks 0,1 and 2,3, then
   // the pairs, so lane i of y is block i folded to 128 bits.
-  const __m512i a = _mm512_xor_si512(_mm512_shuffle_i64x2(f[0], f[1], 0x44), _mm512_shuffle_i64x2(f[0], f[1], 0xEE));
-  const __m512i b = _mm512_xor_si512(_mm512_shuffle_i64x2(f[2], f[3], 0x44), _mm512_shuffle_i64x2(f[2], f[3], 0xEE));
-  __m512i y = _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+  const __m512i a = _mm512_xor_si512(_mm512_shuffle_i64x2(f[0], f[1], 0x44),
+                                     _mm512_shuffle_i64x2(f[0], f[1], 0xEE));
+  const __m512i b = _mm512_xor_si512(_mm512_shuffle_i64x2(f[2], f[3], 0x44),
+                                     _mm512_shuffle_i64x2(f[2], f[3], 0xEE));
+  __m512i y = _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88),
+                               _mm512_shuffle_i64x2(a, b, 0xDD));
   // ReduceClmul on every lane.
   const __m512i k4k3 = _mm512_broadcast_i32x4(Pair(kFold16));
   const __m512i k5 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, kFold64To32));
@@ -411,7 +419,8 @@ MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* 
   y = _mm512_xor_si512(_mm512_bsrli_epi128(y, 8), t);
   t = _mm512_clmulepi64_epi128(_mm512_and_si512(y, low32), k5, 0x00);  // 64 -> 32 bits
   y = _mm512_xor_si512(_mm512_bsrli_epi128(y, 4), t);
-  t = _mm512_and_si512(_mm512_clmulepi64_epi128(_mm512_and_si512(y, low32), poly, 0x10), low32);  // Barrett
+  // Barrett
+  t = _mm512_and_si512(_mm512_clmulepi64_epi128(_mm512_and_si512(y, low32), poly, 0x10), low32);
   y = _mm512_xor_si512(y, _mm512_clmulepi64_epi128(t, poly, 0x00));
   // Dword 1 of each lane, inverted (the final xor).
   const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1);
@@ -439,9 +448,10 @@ MEGACKPT_VCLMUL_TARGET void Crc32VclmulFourBlocks(const std::byte* p, uint64_t n
 #pragma GCC diagnostic pop
 
 bool HasVclmul() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul") &&
-                          __builtin_cpu_supports("sse4.1");
+  static const bool has =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq") &&
+      __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
   return has;
 }
 
