@@ -2,7 +2,7 @@
 // MegaStorageReader next to the machine's limits, measured the same way in the
 // same run (DESIGN.md, performance model).
 //
-//  - state: 16 F32 tensors of --size/16 bytes, each sharded by rows over the
+//  - state: --tensors (16) F32 tensors of --size/--tensors bytes, each sharded by rows over the
 //    --world-size ranks (threads backend); every rank's shards are pre-faulted.
 //    bench/torch_peer.py builds the same state for torch.save and torch DCP.
 //  - save_gbps: Save with sync (every shard fsynced, then index and .metadata
@@ -47,7 +47,6 @@ namespace megackpt::bench {
 namespace {
 
 constexpr int kWarmup = 1;
-constexpr int kTensors = 16;
 constexpr int64_t kCols = 1024;  // F32: 4 KiB rows
 
 struct RankState {
@@ -58,14 +57,14 @@ struct RankState {
   std::shared_ptr<dcp::StagingPool> pool;
 };
 
-int64_t Rows(uint64_t size) {
-  return std::max<int64_t>(1, static_cast<int64_t>(size / kTensors / (kCols * 4)));
+int64_t Rows(uint64_t size, int tensors) {
+  return std::max<int64_t>(1, static_cast<int64_t>(size / tensors / (kCols * 4)));
 }
 
-Result<RankState> BuildState(uint64_t size, int world, int rank) {
+Result<RankState> BuildState(uint64_t size, int tensors, int world, int rank) {
   RankState st;
-  const int64_t rows = Rows(size);
-  for (int t = 0; t < kTensors; ++t) {
+  const int64_t rows = Rows(size, tensors);
+  for (int t = 0; t < tensors; ++t) {
     const int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
     const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * kCols * 4;
     MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(std::max<uint64_t>(nbytes, 64), true));
@@ -94,13 +93,15 @@ class Bench {
 
   Status Setup() {
     for (int r = 0; r < o_.world_size; ++r) {
-      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o_.size, o_.world_size, r));
+      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o_.size, o_.tensors, o_.world_size, r));
       states_.push_back(std::move(st));
     }
     return Status::OK();
   }
 
-  uint64_t bytes() const { return static_cast<uint64_t>(Rows(o_.size)) * kCols * 4 * kTensors; }
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(Rows(o_.size, o_.tensors)) * kCols * 4 * o_.tensors;
+  }
 
   // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
@@ -154,7 +155,7 @@ class Bench {
   // row, so it is not resident during the other rows.
   // `before` (untimed) runs before every save: the interleaved ceiling round.
   Result<std::vector<double>> AsyncBlocked(const std::function<Status()>& before) {
-    for (RankState& st : states_) st.pool = dcp::StagingPool::Create(st.bytes + (kTensors + 1) * 4096);
+    for (RankState& st : states_) st.pool = dcp::StagingPool::Create(st.bytes + (o_.tensors + 1) * 4096);
     std::vector<double> blocked;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       MEGA_RETURN_IF_ERROR(before());
@@ -262,7 +263,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
 
   (*out)["bench"] = "mega";
   (*out)["bytes"] = bytes;
-  (*out)["tensors"] = kTensors;
+  (*out)["tensors"] = o.tensors;
   (*out)["world_size"] = o.world_size;
   (*out)["reps"] = o.reps;
   PutSaveLoadRows(out, r, ceil, parallelism);
@@ -281,7 +282,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
                 "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
                 "(threads), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
                 "[per rep: min med max]\n",
-                bytes / 1e9, kTensors, o.world_size, o.reps, kWarmup);
+                bytes / 1e9, o.tensors, o.world_size, o.reps, kWarmup);
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";

@@ -13,6 +13,7 @@ struct MegaBenchOptions {
   int world_size = 1;          // ranks (threads backend)
   int reps = 5;                // measured repetitions after one dropped warm-up
   int threads = 2;             // I/O threads per rank
+  int tensors = 16;            // F32 tensors of size/tensors bytes, row-sharded
   bool json = false;
   std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
 };

@@ -15,9 +15,14 @@
 //  - HeaderFlips: every byte of a shard header, flipped: the shard fails to
 //    open (DataLoss naming the file), or the flip hit the header-checksum key
 //    itself and the storage reader refuses the shard.
+//  - LargePieceReadInParts: one large whole piece is read by several threads
+//    (byte-range parts, each verified against its block CRCs): exact bytes, no
+//    byte read twice, a flip in any part is DataLoss naming shard, tensor and
+//    block; a shard without block CRCs is still read whole and verified.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -286,6 +291,99 @@ TEST(MegaStorageIntegrity, PartialReadOfFlippedBlockFails) {
     EXPECT_NE(s.message().find("model.mega"), std::string::npos) << s.ToString();
     EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.ToString();
   }
+}
+
+// One whole piece larger than two read parts (32 MiB each) is read by every
+// reader thread, each part verified on its own against the block CRCs.
+TEST(MegaStorageIntegrity, LargePieceReadInParts) {
+  TempDir dir;
+  const std::string ckpt = dir.path("c");
+  const int64_t rows = 24 << 10, cols = 1024;  // 96 MiB of F32: three parts
+  Tensor w = *Tensor::Empty(DType::kF32, {rows, cols});
+  auto* p = static_cast<float*>(w.data());
+  for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<float>(i % 100003) * 0.5f;
+  StateDict sd;
+  sd.Set("big", w);
+  {
+    MegaStorageWriterOptions o;
+    o.sync = false;
+    MegaStorageWriter writer(ckpt, std::nullopt, o);
+    ASSERT_TRUE(Save(sd, writer).ok());
+  }
+  const std::string shard = ckpt + "/model.mega";
+  auto load = [&](const std::string& path, int threads, bool verify,
+                  testing::InstrumentedFileSystem* counting) -> Result<Tensor> {
+    MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::Empty(DType::kF32, {rows, cols}, true));
+    StateDict out;
+    out.Set("big", dst);
+    MegaStorageReaderOptions o;
+    o.thread_count = threads;
+    o.verify_checksums = verify;
+    if (counting) o.fs = std::shared_ptr<fs::FileSystem>(counting, [](fs::FileSystem*) {});
+    MegaStorageReader reader(path, o);
+    MEGA_RETURN_IF_ERROR(Load(out, reader));
+    return dst;
+  };
+  uint64_t offset, block_size;
+  {
+    auto r = format::MegaReader::OpenFile(shard);
+    ASSERT_TRUE(r.ok());
+    block_size = (*r)->Find("big")->block_size;
+    ASSERT_GT(block_size, 0u);
+    offset = (*r)->Find("big")->file_offset;
+  }
+  {
+    testing::InstrumentedFileSystem counting;
+    counting.data_marker = ".mega";
+    auto got = load(ckpt, 4, true, &counting);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(std::memcmp(got->data(), w.data(), w.nbytes()), 0);
+    EXPECT_GE(counting.ThreadsThatRead(32 << 20), 2u) << "one thread read the whole piece";
+    // The parts tile the piece: besides the header (< offset) and the block
+    // table (4 bytes a block), no byte is read twice.
+    const uint64_t table = 4 * ((w.nbytes() + block_size - 1) / block_size);
+    EXPECT_LE(counting.data_bytes_read.load(), w.nbytes() + table + offset + (64 << 10));
+  }
+  // A flip in the first, a middle and the last part.
+  for (uint64_t at : {uint64_t{12345}, w.nbytes() / 2 + 7, w.nbytes() - 3}) {
+    FlipBit(shard, offset + at, 5);
+    auto got = load(ckpt, 4, true, nullptr);
+    EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << at << ": " << got.status().ToString();
+    EXPECT_NE(got.status().message().find("model.mega"), std::string::npos) << got.status().ToString();
+    EXPECT_NE(got.status().message().find("'big'"), std::string::npos) << got.status().ToString();
+    EXPECT_NE(got.status().message().find("block"), std::string::npos) << got.status().ToString();
+    // Verification off reads the parts as they are: the flipped byte comes back.
+    auto raw = load(ckpt, 4, false, nullptr);
+    ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+    EXPECT_NE(std::memcmp(raw->data(), w.data(), w.nbytes()), 0);
+    FlipBit(shard, offset + at, 5);  // back
+  }
+  // A shard without block CRCs (TensorPlay's tp.save writes none): its CRC-32
+  // covers the tensor only as a whole, so the piece is read whole.
+  const std::string plain = dir.path("plain.mega");
+  {
+    format::MegaWriter mw;
+    ASSERT_TRUE(mw.AddTensor("big", w).ok());
+    ASSERT_TRUE(mw.WriteFile(plain, false).ok());
+    auto r = format::MegaReader::OpenFile(plain);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ((*r)->Find("big")->block_size, 0u);
+    offset = (*r)->Find("big")->file_offset;
+  }
+  {
+    testing::InstrumentedFileSystem counting;
+    counting.data_marker = ".mega";
+    auto got = load(plain, 4, true, &counting);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(std::memcmp(got->data(), w.data(), w.nbytes()), 0);
+    // Parts would each verify the whole tensor first (twice the bytes).
+    EXPECT_EQ(counting.ThreadsThatRead(32 << 20), 1u);
+    EXPECT_LE(counting.data_bytes_read.load(), w.nbytes() * 101 / 100);
+  }
+  FlipBit(plain, offset + w.nbytes() / 2, 1);
+  auto got = load(plain, 4, true, nullptr);
+  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("plain.mega"), std::string::npos) << got.status().ToString();
 }
 
 }  // namespace

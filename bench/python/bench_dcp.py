@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Python checkpointing benchmark: one program, one run, one table.
 
-    python3 bench/python/bench_dcp.py [--size 2GiB] [--reps 3] [--dir /tmp] [--worlds 1,2]
+    python3 bench/python/bench_dcp.py [--size 2GiB] [--rounds 5] [--reps 1] [--dir /tmp]
+        [--worlds 1,2] [--systems native,...,cpp] [--json FILE]
 
 State: --size bytes per job of float32 and bfloat16 tensors (32 MiB each; half of
 the bytes each dtype), split evenly over the ranks (distinct names per rank).
@@ -25,11 +26,18 @@ whole state in one pool (staging_bytes = the rank's state), as the cpp row does.
 Metrics: durable save (fsync) and no-sync save in GB/s (decimal), load in GB/s
 (into preallocated, pre-faulted, reused tensors where the API loads in place),
 the time async save blocks the caller, and the peak extra RSS (above the state)
-during a durable save. Medians of --reps after a dropped warm-up; the slowest
-rank's time per repetition. Ratios: mega-dcp vs torch-fs, mega-dcp vs tp-mega,
-native-rows vs cpp (the same state, threads and durability: what the Python layer
-costs; world 2 differs only in the group: mpirun processes vs the cpp's threads),
-and, for information, native vs cpp (different states).
+during a durable save; per repetition the slowest rank's time.
+
+Rounds: page-cache writes on this kind of VM are bimodal (docs/benchmarks.md,
+"Page-cache writes on a VM with free page reporting"), and a mode lasts longer
+than one system's repetitions. So each of --rounds runs every system once (a
+dropped warm-up, then --reps measured repetitions; the order rotated per round),
+the tables give median [min, max] over the rounds, and every ratio is paired:
+ours / theirs within one round, then median [min, max] of those. Ratios:
+mega-dcp vs torch-fs, mega-dcp vs tp-mega, native-rows vs cpp (the same state,
+threads and durability: what the Python layer costs; world 2 differs only in the
+group: mpirun processes vs the cpp's threads), and, for information, native vs
+cpp (different states).
 
 Do not run it while other jobs load the machine: the numbers are only meaningful
 on a quiet one.
@@ -49,6 +57,10 @@ import time
 
 # The last save before "load" leaves the checkpoint the load runs read.
 ORDER = ["save_nosync", "async_blocked", "save", "load"]
+# A round's value of each metric, named as `megackpt bench mega --json` names them:
+# GB/s for saves and loads, seconds for the caller's blocked time of an async save.
+KEYS = {"save": "save_gbps", "save_nosync": "save_nosync_gbps", "load": "load_gbps",
+        "async_blocked": "async_blocked_seconds"}
 SYSTEMS = ["native", "native-rows", "mega-dcp", "torch-fs", "torch-hf", "tp-mega", "safetensors"]
 TENSOR_BYTES = 32 << 20
 # The state of `megackpt bench mega` (bench/mega_bench.cc): ROW_TENSORS F32 tensors
@@ -171,7 +183,7 @@ def worker(args):
         os.sync()
         barrier()
 
-    results = {"rank": rank, "bytes": nbytes}
+    results = {"rank": rank, "bytes": nbytes, "times": {}}
     for metric in [m for m in ORDER if m in ops]:
         fn = ops[metric]
         times, extra = [], 0
@@ -191,7 +203,7 @@ def worker(args):
                 times.append(dt)
                 if metric == "save":
                     extra = max(extra, rss.extra)
-        results[metric] = statistics.median(times)
+        results["times"][metric] = times
         if metric == "save":
             results["rss_extra"] = extra
     print("RESULT " + json.dumps(results), flush=True)
@@ -333,10 +345,13 @@ def run_system(system, world, args):
         ranks += parse_results(out)
     if len(ranks) != world:
         return None, log.strip().splitlines()[-1] if log.strip() else "failed"
+    # Per repetition the slowest rank's time; the round's value is their median.
     agg = {"bytes": sum(r["bytes"] for r in ranks)}
-    for m in ("save", "save_nosync", "load", "async_blocked"):
-        if all(m in r for r in ranks):
-            agg[m] = max(r[m] for r in ranks)
+    for m in ORDER:
+        if not all(m in r["times"] for r in ranks):
+            continue
+        slowest = statistics.median(max(ts) for ts in zip(*(r["times"][m] for r in ranks)))
+        agg[KEYS[m]] = slowest if m == "async_blocked" else agg["bytes"] / slowest / 1e9
     if all("rss_extra" in r for r in ranks):
         agg["rss_extra"] = max(r["rss_extra"] for r in ranks)
     return agg, ""
@@ -362,14 +377,35 @@ def run_cpp(world, args):
         return None, f"{exe} exited {r.returncode}: " + (lines[-1] if lines else "no output")
 
 
+def spread(values, fmt="{:.2f}"):
+    """'median [min, max]' of a list (one value: just it; none: '-')."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return (fmt.format(statistics.median(values)) + " [" + fmt.format(min(values)) + ", "
+            + fmt.format(max(values)) + "]")
+
+
+# Ratio goals (issue 12): (ours, theirs, metric, goal); "higher is better" for GB/s.
+GOALS = [("mega-dcp", "torch-fs", "save_gbps", 1.5), ("mega-dcp", "torch-fs", "save_nosync_gbps", 3),
+         ("mega-dcp", "torch-fs", "load_gbps", 3), ("mega-dcp", "tp-mega", "save_nosync_gbps", 5),
+         ("mega-dcp", "tp-mega", "load_gbps", 5)]
+SAME_STATE = [("native-rows", "cpp", " [>= 0.95]", "the same state"),
+              ("native", "cpp", "", "f32+bf16 state vs the cpp's F32 rows: for information")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="2GiB")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds; each runs every system once, in an order rotated per round")
+    ap.add_argument("--reps", type=int, default=1, help="measured repetitions per system per round")
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--worlds", default="1,2")
     ap.add_argument("--threads", type=int, default=2, help="I/O threads per rank (native, mega-dcp, cpp)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS + ["cpp"]))
+    ap.add_argument("--json", help="also write every round's values to this file")
     ap.add_argument("--worker")
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--rank", type=int, default=0)
@@ -378,61 +414,73 @@ def main():
     if args.worker:
         args.system = args.worker
         return worker(args)
-    gb = lambda nbytes, s: nbytes / s / 1e9 if s else float("nan")  # noqa: E731
+    worlds = [int(w) for w in args.worlds.split(",")]
+    systems = args.systems.split(",")
     print(f"state {args.size / 1e9:.2f} GB (f32 + bf16, {TENSOR_BYTES >> 20} MiB tensors), "
-          f"medians of {args.reps} after a warm-up, {args.threads} I/O threads per rank, dir {args.dir}")
-    print(f"{'system':<12} {'world':>5} {'durable GB/s':>13} {'no-sync GB/s':>13} {'load GB/s':>10} "
-          f"{'async blocked s':>16} {'extra RSS MiB':>14}")
-    table = {}
-    for world in [int(w) for w in args.worlds.split(",")]:
-        for system in args.systems.split(","):
-            if world > 1 and system in ("torch-hf", "tp-mega"):
-                print(f"{system:<12} {world:>5}  n/a ({'seed defect 1: ranks overwrite model.mega' if system == 'tp-mega' else 'world 1 only'})")
+          f"{args.rounds} rounds x {args.reps} rep(s) after a warm-up, {args.threads} I/O threads "
+          f"per rank, dir {args.dir}", flush=True)
+    rounds = {}  # (system, world) -> [round values]
+    skipped = {}
+    for r in range(args.rounds):
+        for world in worlds:
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
+            for system in order:
+                if world > 1 and system in ("torch-hf", "tp-mega"):
+                    skipped[(system, world)] = ("seed defect 1: ranks overwrite model.mega"
+                                                if system == "tp-mega" else "world 1 only")
+                    continue
+                agg, why = run_cpp(world, args) if system == "cpp" else run_system(system, world, args)
+                if agg is None:
+                    skipped[(system, world)] = f"failed: {why}"
+                    print(f"  round {r + 1}: {system} w{world} failed: {why}", flush=True)
+                    continue
+                rounds.setdefault((system, world), []).append(agg)
+            print(f"  round {r + 1}/{args.rounds}, world {world} done", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{s}/w{w}": v for (s, w), v in rounds.items()}, f, indent=1)
+
+    def series(system, world, key):
+        return [a[key] for a in rounds.get((system, world), []) if a.get(key)]
+
+    print("\nmedian [min, max] over the rounds; GB/s (decimal), async: seconds the caller is blocked")
+    print(f"{'system':<12} {'world':>5} {'durable':>20} {'no-sync':>20} {'load':>20} "
+          f"{'async blocked s':>24} {'extra RSS MiB':>14}")
+    for world in worlds:
+        for system in systems:
+            if (system, world) in skipped and (system, world) not in rounds:
+                print(f"{system:<12} {world:>5}  n/a ({skipped[(system, world)]})")
                 continue
-            agg, why = run_system(system, world, args)
-            if agg is None:
-                print(f"{system:<12} {world:>5}  failed: {why}")
-                continue
-            table[(system, world)] = agg
-            f = lambda m: f"{gb(agg['bytes'], agg[m]):.2f}" if m in agg else "-"  # noqa: E731
-            a = f"{agg['async_blocked']:.3f}" if "async_blocked" in agg else "-"
-            rss = rss_text(agg["rss_extra"], unit="") if "rss_extra" in agg else "-"
-            print(f"{system:<12} {world:>5} {f('save'):>13} {f('save_nosync'):>13} {f('load'):>10} "
-                  f"{a:>16} {rss:>14}", flush=True)
-        cpp, why = run_cpp(world, args)
-        if cpp is None:
-            print(f"{'cpp':<12} {world:>5}  failed: {why}")
-        else:
-            table[("cpp", world)] = cpp
-            print(f"{'cpp':<12} {world:>5} {cpp.get('save_gbps', 0):>13.2f} "
-                  f"{cpp.get('save_nosync_gbps', 0):>13.2f} {cpp.get('load_gbps', 0):>10.2f} "
-                  f"{cpp.get('async_blocked_seconds', 0):>16.3f} {'-':>14}")
-    print("\nratios (higher is better for megackpt; goal in brackets)")
-    for world in [int(w) for w in args.worlds.split(",")]:
-        ours = table.get(("mega-dcp", world))
-        for peer, goals in (("torch-fs", {"save": 1.5, "save_nosync": 3, "load": 3}),
-                            ("tp-mega", {"save_nosync": 5, "load": 5})):
-            theirs = table.get((peer, world))
-            if not ours or not theirs:
-                continue
-            parts = [f"{m} {theirs[m] / ours[m]:.2f}x [>= {g}x]" for m, g in goals.items()
-                     if m in ours and m in theirs]
-            print(f"  world {world}: mega-dcp vs {peer}: " + ", ".join(parts))
-        cpp = table.get(("cpp", world))
-        for system, what, goal in (("native-rows", "the same state", " [>= 0.95]"),
-                                   ("native", "f32+bf16 state vs the cpp's F32 rows: for information", "")):
-            native = table.get((system, world))
-            if not native or not cpp:
-                continue
-            parts = []
-            for m, key in (("save", "save_gbps"), ("save_nosync", "save_nosync_gbps"), ("load", "load_gbps")):
-                if m in native and cpp.get(key):
-                    parts.append(f"{m} {gb(native['bytes'], native[m]) / cpp[key]:.2f}{goal}")
-            print(f"  world {world}: {system} / cpp throughput ({what}): " + ", ".join(parts))
-    # One line for every world (not one per world inside the loop above).
-    rss = [f"world {w}: {rss_text(table[('native', w)]['rss_extra'])}"
-           for w in [int(w) for w in args.worlds.split(",")]
-           if "rss_extra" in table.get(("native", w), {})]
+            cols = [spread(series(system, world, k)) for k in
+                    ("save_gbps", "save_nosync_gbps", "load_gbps")]
+            blocked = spread(series(system, world, "async_blocked_seconds"), "{:.3f}")
+            rss = [a["rss_extra"] for a in rounds.get((system, world), []) if "rss_extra" in a]
+            print(f"{system:<12} {world:>5} {cols[0]:>20} {cols[1]:>20} {cols[2]:>20} {blocked:>24} "
+                  f"{rss_text(max(rss), unit='') if rss else '-':>14}")
+    print("\nratios, paired by round (ours / theirs of the same round): median [min, max]; "
+          "goal in brackets")
+
+    def paired(a, b, world, key):
+        out = []
+        for x, y in zip(rounds.get((a, world), []), rounds.get((b, world), [])):
+            if x.get(key) and y.get(key):
+                out.append(x[key] / y[key])
+        return out
+
+    for world in worlds:
+        for ours, theirs, key, goal in GOALS:
+            ratio = paired(ours, theirs, world, key)
+            if ratio:
+                print(f"  world {world}: {ours} vs {theirs}, {key[:-5]}: {spread(ratio)}x [>= {goal}x]")
+        for system, ref, goal, what in SAME_STATE:
+            parts = [f"{key[:-5]} {spread(paired(system, ref, world, key))}{goal}"
+                     for key in ("save_gbps", "save_nosync_gbps", "load_gbps")
+                     if paired(system, ref, world, key)]
+            if parts:
+                print(f"  world {world}: {system} / {ref} throughput ({what}): " + ", ".join(parts))
+    rss = [f"world {w}: {rss_text(max(a['rss_extra'] for a in rounds[('native', w)]))}"
+           for w in worlds if rounds.get(("native", w)) and
+           all("rss_extra" in a for a in rounds[("native", w)])]
     if rss:
         print("  native extra RSS (peak above the RSS before a durable save), " + ", ".join(rss)
               + " [<= 256 MiB for 2 GiB]")

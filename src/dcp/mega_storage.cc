@@ -16,10 +16,14 @@
 // Load: Metadata comes from .metadata or is rebuilt from the shard headers;
 // ReadData reads each item's box with MegaReader::ReadTensor (whole pieces,
 // checksum verified) or ReadSlice (only the needed runs, widened to the
-// shard's checksum blocks and verified), in parallel.
+// shard's checksum blocks and verified), in parallel; a large whole piece with
+// block CRCs is read as byte-range parts of ~32 MiB (each verified against its
+// blocks) so that every thread works on it, and committed when its last part
+// is in.
 #include "megackpt/dcp/mega_storage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -873,66 +877,130 @@ Result<std::vector<LoadPlan>> MegaStorageReader::PrepareGlobalPlan(std::vector<L
   return plans;
 }
 
+namespace {
+
+// Whole-piece reads larger than two of these are split into parts of about this
+// size (ShardFiles::PartSize), so that one large tensor is read by every thread.
+constexpr uint64_t kReadPart = 32ull << 20;
+
+// One read item, resolved before the reads start.
+struct PlannedRead {
+  const StorageInfo* info = nullptr;
+  const TensorStorageMetadata* tensor = nullptr;  // nullptr: a bytes entry
+  const ChunkStorageMetadata* chunk = nullptr;
+  Tensor dst;
+  uint64_t part = 0;  // > 0: read as parts of this size (a whole, contiguous piece)
+  uint64_t nbytes = 0;
+  std::atomic<size_t> remaining{0};  // parts still to read
+};
+
+// One unit of work: bytes [begin, end) of item `item` (its PlannedRead has
+// part > 0), or the whole item.
+struct ReadTask {
+  size_t item = 0;
+  uint64_t begin = 0, end = 0;
+};
+
+}  // namespace
+
 Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
   Impl& s = *impl_;
   if (!s.metadata || !s.files) MEGA_RETURN_IF_ERROR(ReadMetadata().status());
   const Metadata& md = *s.metadata;
-  // Largest reads first.
-  std::vector<size_t> order(plan.items.size());
-  std::vector<uint64_t> size(plan.items.size(), 0);
-  for (size_t i = 0; i < order.size(); ++i) {
-    order[i] = i;
-    uint64_t n = 1;
-    for (int64_t l : plan.items[i].lengths) n *= static_cast<uint64_t>(std::max<int64_t>(l, 0));
-    size[i] = n;
+  const size_t n = plan.items.size();
+  std::vector<PlannedRead> reads(n);
+  std::vector<ReadTask> tasks;
+  for (size_t i = 0; i < n; ++i) {
+    const ReadItem& item = plan.items[i];
+    PlannedRead& r = reads[i];
+    MetadataIndex key(item.storage_index.fqn, item.storage_index.offset);
+    auto info = md.storage_data.find(key);
+    if (info == md.storage_data.end()) {
+      return NotFoundError(s.path + ": checkpoint has no stored piece " + ToString(key));
+    }
+    r.info = &info->second;
+    auto entry = md.state_dict_metadata.find(key.fqn);
+    if (entry == md.state_dict_metadata.end()) {
+      return NotFoundError(s.path + ": checkpoint has no entry " + key.fqn);
+    }
+    if (item.type == LoadItemType::kByteIO) {
+      if (!std::holds_alternative<BytesStorageMetadata>(entry->second)) {
+        return InvalidArgumentError(s.path + ": " + key.fqn + " is a tensor, not bytes");
+      }
+      r.nbytes = r.info->length;
+      r.remaining = 1;
+      tasks.push_back({i, 0, 0});
+      continue;
+    }
+    const auto* t = std::get_if<TensorStorageMetadata>(&entry->second);
+    if (!t) return InvalidArgumentError(s.path + ": " + key.fqn + " is bytes, not a tensor");
+    r.tensor = t;
+    if (item.storage_index.index && *item.storage_index.index >= 0 &&
+        static_cast<size_t>(*item.storage_index.index) < t->chunks.size() &&
+        t->chunks[*item.storage_index.index].offsets == key.offset) {
+      r.chunk = &t->chunks[*item.storage_index.index];
+    } else {
+      for (const auto& c : t->chunks) {
+        if (key.offset && c.offsets == *key.offset) r.chunk = &c;
+      }
+    }
+    if (!r.chunk) return NotFoundError(s.path + ": checkpoint has no chunk " + ToString(key));
+    MEGA_ASSIGN_OR_RETURN(r.dst, planner.ResolveTensor(item));
+    if (r.dst.dtype() != t->properties.dtype || r.dst.shape() != item.lengths) {
+      return InvalidArgumentError(
+          s.path + ": destination of " + ToString(key) + " is " + std::string(DTypeName(r.dst.dtype())) +
+          ShapeToString(r.dst.shape()) + ", the read is " +
+          std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
+    }
+    r.nbytes = r.dst.nbytes();
+    bool whole = item.lengths == r.chunk->sizes && r.dst.is_contiguous();
+    for (int64_t o : item.storage_offsets) whole = whole && o == 0;
+    if (whole && s.options.thread_count > 1 && r.nbytes >= 2 * kReadPart) {
+      MEGA_ASSIGN_OR_RETURN(r.part, s.files->PartSize(*r.info, key.fqn, kReadPart));
+    }
+    if (r.part == 0) {
+      r.remaining = 1;
+      tasks.push_back({i, 0, 0});
+      continue;
+    }
+    for (uint64_t b = 0; b < r.nbytes; b += r.part) {
+      tasks.push_back({i, b, std::min(r.nbytes, b + r.part)});
+      r.remaining.fetch_add(1);
+    }
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+  // Largest reads first.
+  auto task_bytes = [&](const ReadTask& t) {
+    return reads[t.item].part ? t.end - t.begin : reads[t.item].nbytes;
+  };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+    return task_bytes(a) > task_bytes(b);
+  });
   const int par = s.options.thread_count;
   if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
   return ParallelFor(
-      s.pool.get(), order.size(),
+      s.pool.get(), tasks.size(),
       [&](size_t k) -> Status {
-        const ReadItem& item = plan.items[order[k]];
-        MetadataIndex key(item.storage_index.fqn, item.storage_index.offset);
-        auto info = md.storage_data.find(key);
-        if (info == md.storage_data.end()) {
-          return NotFoundError(s.path + ": checkpoint has no stored piece " + ToString(key));
-        }
-        auto entry = md.state_dict_metadata.find(key.fqn);
-        if (entry == md.state_dict_metadata.end()) {
-          return NotFoundError(s.path + ": checkpoint has no entry " + key.fqn);
-        }
-        if (item.type == LoadItemType::kByteIO) {
-          if (!std::holds_alternative<BytesStorageMetadata>(entry->second)) {
-            return InvalidArgumentError(s.path + ": " + key.fqn + " is a tensor, not bytes");
-          }
-          MEGA_ASSIGN_OR_RETURN(std::string value, s.files->ReadBytes(info->second, key.fqn));
+        const ReadTask& task = tasks[k];
+        const ReadItem& item = plan.items[task.item];
+        PlannedRead& r = reads[task.item];
+        const std::string& fqn = item.storage_index.fqn;
+        if (!r.tensor) {
+          MEGA_ASSIGN_OR_RETURN(std::string value, s.files->ReadBytes(*r.info, fqn));
           return planner.LoadBytes(item, std::move(value));
         }
-        const auto* t = std::get_if<TensorStorageMetadata>(&entry->second);
-        if (!t) return InvalidArgumentError(s.path + ": " + key.fqn + " is bytes, not a tensor");
-        const ChunkStorageMetadata* chunk = nullptr;
-        if (item.storage_index.index && *item.storage_index.index >= 0 &&
-            static_cast<size_t>(*item.storage_index.index) < t->chunks.size() &&
-            t->chunks[*item.storage_index.index].offsets == key.offset) {
-          chunk = &t->chunks[*item.storage_index.index];
+        const TensorStorageMetadata& t = *r.tensor;
+        if (r.part) {
+          MEGA_RETURN_IF_ERROR(s.files->ReadPart(*r.info, fqn, t.properties.dtype, r.chunk->sizes,
+                                                 r.chunk->offsets, t.size, r.dst, task.begin,
+                                                 task.end));
         } else {
-          for (const auto& c : t->chunks) {
-            if (key.offset && c.offsets == *key.offset) chunk = &c;
-          }
+          MEGA_RETURN_IF_ERROR(s.files->ReadBox(*r.info, fqn, t.properties.dtype, r.chunk->sizes,
+                                                r.chunk->offsets, t.size, item.storage_offsets,
+                                                r.dst, s.options.verify_partial_reads));
         }
-        if (!chunk) return NotFoundError(s.path + ": checkpoint has no chunk " + ToString(key));
-        MEGA_ASSIGN_OR_RETURN(Tensor dst, planner.ResolveTensor(item));
-        if (dst.dtype() != t->properties.dtype || dst.shape() != item.lengths) {
-          return InvalidArgumentError(
-              s.path + ": destination of " + ToString(key) + " is " + std::string(DTypeName(dst.dtype())) +
-              ShapeToString(dst.shape()) + ", the read is " +
-              std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
-        }
-        MEGA_RETURN_IF_ERROR(s.files->ReadBox(info->second, key.fqn, t->properties.dtype,
-                                              chunk->sizes, chunk->offsets, t->size,
-                                              item.storage_offsets, dst, s.options.verify_partial_reads));
-        return planner.CommitTensor(item, dst);
+        // The last part in commits the item.
+        if (r.remaining.fetch_sub(1) != 1) return Status::OK();
+        return planner.CommitTensor(item, r.dst);
       },
       par);
 }

@@ -618,6 +618,51 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
                            start, dst, what);
 }
 
+Result<uint64_t> ShardFiles::PartSize(const StorageInfo& info, const std::string& name,
+                                      uint64_t target) {
+  MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
+  uint64_t nbytes = 0, unit = std::max<uint64_t>(target, 1);
+  if (shard->mega) {
+    auto idx = shard->mega->IndexOf(name);
+    if (!idx.ok()) return uint64_t{0};  // ReadBox names the missing tensor
+    const format::MegaTensorInfo& t = shard->mega->tensors()[*idx];
+    if (!t.is_plain()) return uint64_t{0};
+    if (verify_ && t.checksum_type != format::MegaChecksumType::kNone) {
+      if (t.block_size == 0) return uint64_t{0};
+      unit = std::max<uint64_t>(unit / t.block_size * t.block_size, t.block_size);
+    }
+    nbytes = t.logical_nbytes;
+  } else {
+    const format::SafetensorsTensorInfo* t = shard->st->Find(name);
+    if (!t) return uint64_t{0};
+    nbytes = t->nbytes();
+  }
+  return nbytes >= 2 * unit ? unit : 0;
+}
+
+Status ShardFiles::ReadPart(const StorageInfo& info, const std::string& name, DType dtype,
+                            const Shape& stored_sizes, const Shape& chunk_offsets,
+                            const Shape& global_shape, const Tensor& dst, uint64_t begin,
+                            uint64_t end) {
+  MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
+  size_t mi = 0;
+  MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, dtype, stored_sizes, &mi));
+  MEGA_RETURN_IF_ERROR(CheckEntry(*shard, info, name, false, &chunk_offsets, &global_shape));
+  const std::string what = fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
+  if (dst.dtype() != dtype || dst.shape() != stored_sizes || !dst.is_contiguous() ||
+      begin > end || end > dst.nbytes()) {
+    return InvalidArgumentError(what + ": part [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") of a whole read needs a contiguous " +
+                                std::string(DTypeName(dtype)) + ShapeToString(stored_sizes) +
+                                " destination");
+  }
+  const std::span<std::byte> out = dst.Bytes().subspan(begin, end - begin);
+  if (shard->mega) return shard->mega->ReadRange(mi, begin, out);
+  const format::SafetensorsReader& st = *shard->st;
+  return st.file()->ReadExactlyAt(st.header().data_offset() + st.Find(name)->data_begin + begin, out)
+      .WithContext(what);
+}
+
 Result<std::string> ShardFiles::ReadBytes(const StorageInfo& info, const std::string& name) {
   MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
   const std::string full = fs::JoinPath(dir_, info.relative_path);

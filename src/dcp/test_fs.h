@@ -7,7 +7,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <string>
+#include <thread>
 
 #include "megackpt/fs/filesystem.h"
 
@@ -23,6 +25,13 @@ class InstrumentedFileSystem : public fs::FileSystem {
   std::atomic<uint64_t> data_bytes_read{0};
   std::atomic<uint64_t> read_calls{0};
   std::string data_marker = ".distcp";
+  // How many distinct threads have read at least `bytes` of data files.
+  size_t ThreadsThatRead(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [id, read] : bytes_by_thread_) n += read >= bytes;
+    return n;
+  }
   // Fault injection: return an error from the matching operation.
   std::function<bool(const std::string& path)> fail_open_for_write;
   std::function<bool(const std::string& path)> fail_write_atomically;
@@ -75,6 +84,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
       if (n.ok()) {
         fs_->data_bytes_read += *n;
         fs_->read_calls += 1;
+        std::lock_guard<std::mutex> lock(fs_->mu_);
+        fs_->bytes_by_thread_[std::this_thread::get_id()] += *n;
       }
       return n;
     }
@@ -85,6 +96,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
   };
 
   std::shared_ptr<fs::FileSystem> base_;
+  std::mutex mu_;
+  std::map<std::thread::id, uint64_t> bytes_by_thread_;
 };
 
 }  // namespace megackpt::dcp::testing

@@ -1352,9 +1352,10 @@ Status MegaReader::VerifyOnce(size_t index) const {
 
 Status MegaReader::ReadPlainRuns(size_t index, std::span<const BoxRun> runs, std::span<std::byte> out) const {
   const MegaTensorInfo& t = tensors_[index];
-  const uint64_t piece = std::max<uint64_t>(options_.read_block_size, 1u << 20);
   if (options_.verify_checksums && t.checksum_type != MegaChecksumType::kNone) {
-    if (t.block_size > 0) return ReadRunsVerified(*file_, t, runs, out, piece);
+    // Pieces checked right after they land, as whole-tensor reads do.
+    const ReadContext ctx{*file_, options_.read_block_size, true};
+    if (t.block_size > 0) return ReadRunsVerified(*file_, t, runs, out, PieceSize(ctx, true));
     MEGA_RETURN_IF_ERROR(VerifyOnce(index));
   }
   return ReadBoxRuns(*file_, t.file_offset, runs, out);

@@ -87,8 +87,9 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
   }
   // bench mega
   {
-    AddStateBench(bench, "mega",
-        "Save and load a state of --size bytes (16 row-sharded F32 tensors) from --world-size\n"
+    auto o = std::make_shared<bench::MegaBenchOptions>();
+    auto* cmd = AddStateBench(bench, "mega",
+        "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from --world-size\n"
         "ranks (threads) through MegaStorageWriter/Reader, next to the machine's limits\n"
         "measured the same way in the same run: durable save vs write + fsync of the same\n"
         "bytes; --no-sync save vs page-cache write; load into caller-allocated, pre-faulted,\n"
@@ -99,8 +100,11 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         "numbers for the same state.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
         "pagecache_write_gbps, pagecache_read_gbps, async_blocked_seconds, sync_save_seconds\n"
-        "(each + _min/_max) and the ratios.",
-        std::make_shared<bench::MegaBenchOptions>(), &bench::RunMegaBench, exit_code);
+        "(each + _min/_max) and the ratios. --tensors 1: one large tensor (a load reads it\n"
+        "in byte-range parts on every thread).",
+        o, &bench::RunMegaBench, exit_code);
+    cmd->add_option("--tensors", o->tensors, "F32 tensors in the state (default 16)")
+        ->check(CLI::Range(1, 4096));
   }
 }
 
