@@ -928,8 +928,6 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
         return InvalidArgumentError(s.path + ": " + key.fqn + " is a tensor, not bytes");
       }
       r.nbytes = r.info->length;
-      r.remaining = 1;
-      tasks.push_back({i, 0, 0});
       continue;
     }
     const auto* t = std::get_if<TensorStorageMetadata>(&entry->second);
@@ -953,10 +951,25 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
           std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
     }
     r.nbytes = r.dst.nbytes();
+  }
+  // Split only what the threads cannot share out whole: a piece larger than
+  // half a thread's share of the bytes. A whole read checks one streaming CRC,
+  // cheaper per byte than the block CRCs a part is checked against.
+  const int par = s.options.thread_count;
+  uint64_t total = 0;
+  for (const PlannedRead& r : reads) total += r.nbytes;
+  for (size_t i = 0; i < n; ++i) {
+    PlannedRead& r = reads[i];
+    if (!r.tensor) {
+      r.remaining = 1;
+      tasks.push_back({i, 0, 0});
+      continue;
+    }
+    const ReadItem& item = plan.items[i];
     bool whole = item.lengths == r.chunk->sizes && r.dst.is_contiguous();
     for (int64_t o : item.storage_offsets) whole = whole && o == 0;
-    if (whole && s.options.thread_count > 1 && r.nbytes >= 2 * kReadPart) {
-      MEGA_ASSIGN_OR_RETURN(r.part, s.files->PartSize(*r.info, key.fqn, kReadPart));
+    if (whole && par > 1 && r.nbytes >= 2 * kReadPart && r.nbytes * 2 * par > total) {
+      MEGA_ASSIGN_OR_RETURN(r.part, s.files->PartSize(*r.info, item.storage_index.fqn, kReadPart));
     }
     if (r.part == 0) {
       r.remaining = 1;
@@ -975,7 +988,6 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
   std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
     return task_bytes(a) > task_bytes(b);
   });
-  const int par = s.options.thread_count;
   if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
   return ParallelFor(
       s.pool.get(), tasks.size(),
