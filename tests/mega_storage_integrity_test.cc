@@ -16,9 +16,10 @@
 //    open (DataLoss naming the file), or the flip hit the header-checksum key
 //    itself and the storage reader refuses the shard.
 //  - LargePieceReadInParts: one large whole piece is read by several threads
-//    (byte-range parts, each verified against its block CRCs): exact bytes, no
-//    byte read twice, a flip in any part is DataLoss naming shard, tensor and
-//    block; a shard without block CRCs is still read whole and verified.
+//    (the format reader's block items, their CRC partials combined): exact
+//    bytes, no byte read twice, a flip in any part is DataLoss naming shard and
+//    tensor; the same for a shard without block CRCs (TensorPlay's) and for a
+//    safetensors file.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -36,6 +37,7 @@
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/mega_encoder.h"
+#include "megackpt/format/safetensors.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -293,12 +295,13 @@ TEST(MegaStorageIntegrity, PartialReadOfFlippedBlockFails) {
   }
 }
 
-// One whole piece larger than two read parts (32 MiB each) is read by every
-// reader thread, each part verified on its own against the block CRCs.
+// One whole piece of 96 MiB is read by every reader thread, in the format
+// reader's 16 MiB items; its checksum is checked as a whole from the items'
+// combined CRC-32 partials, with or without block CRCs in the shard.
 TEST(MegaStorageIntegrity, LargePieceReadInParts) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
-  const int64_t rows = 24 << 10, cols = 1024;  // 96 MiB of F32: three parts
+  const int64_t rows = 24 << 10, cols = 1024;  // 96 MiB of F32: six items
   Tensor w = *Tensor::Empty(DType::kF32, {rows, cols});
   auto* p = static_cast<float*>(w.data());
   for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<float>(i % 100003) * 0.5f;
@@ -310,63 +313,59 @@ TEST(MegaStorageIntegrity, LargePieceReadInParts) {
     MegaStorageWriter writer(ckpt, std::nullopt, o);
     ASSERT_TRUE(Save(sd, writer).ok());
   }
-  const std::string shard = ckpt + "/model.mega";
-  auto load = [&](const std::string& path, int threads, bool verify,
+  auto load = [&](const std::string& path, bool verify,
                   testing::InstrumentedFileSystem* counting) -> Result<Tensor> {
     MEGA_ASSIGN_OR_RETURN(Tensor dst, Tensor::Empty(DType::kF32, {rows, cols}, true));
     StateDict out;
     out.Set("big", dst);
     MegaStorageReaderOptions o;
-    o.thread_count = threads;
+    o.thread_count = 4;
     o.verify_checksums = verify;
     if (counting) o.fs = std::shared_ptr<fs::FileSystem>(counting, [](fs::FileSystem*) {});
     MegaStorageReader reader(path, o);
     MEGA_RETURN_IF_ERROR(Load(out, reader));
     return dst;
   };
-  uint64_t offset, block_size;
-  {
-    auto r = format::MegaReader::OpenFile(shard);
-    ASSERT_TRUE(r.ok());
-    block_size = (*r)->Find("big")->block_size;
-    ASSERT_GT(block_size, 0u);
-    offset = (*r)->Find("big")->file_offset;
-  }
-  // A verified load through a counting filesystem: exact bytes; returns
-  // {threads that read >= one part, bytes read}.
-  auto counted_load = [&](const std::string& path) -> std::pair<size_t, uint64_t> {
-    testing::InstrumentedFileSystem counting;
-    counting.data_marker = ".mega";
-    auto got = load(path, 4, true, &counting);
-    EXPECT_TRUE(got.ok()) << got.status().ToString();
-    if (!got.ok()) return {0, 0};
-    EXPECT_EQ(std::memcmp(got->data(), w.data(), w.nbytes()), 0);
-    return {counting.ThreadsThatRead(32 << 20), counting.data_bytes_read.load()};
+  // Each file: a verified load through a counting filesystem (exact bytes,
+  // several threads each read >= one item, no byte read twice: besides the
+  // header, which precedes `offset`, only the payload), then flips in the
+  // first, a middle and the last item: DataLoss naming file and tensor when
+  // verifying, the flipped byte handed back when not.
+  auto check = [&](const std::string& file, const std::string& load_path, uint64_t offset,
+                   const std::string& marker, bool checksummed) {
+    SCOPED_TRACE(file);
+    {
+      testing::InstrumentedFileSystem counting;
+      counting.data_marker = marker;
+      auto got = load(load_path, true, &counting);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(std::memcmp(got->data(), w.data(), w.nbytes()), 0);
+      EXPECT_GE(counting.ThreadsThatRead(16 << 20), 2u) << "one thread read the whole piece";
+      EXPECT_LE(counting.data_bytes_read.load(), w.nbytes() + offset + (64 << 10));
+    }
+    for (uint64_t at : {uint64_t{12345}, w.nbytes() / 2 + 7, w.nbytes() - 3}) {
+      FlipBit(file, offset + at, 5);
+      if (checksummed) {
+        auto got = load(load_path, true, nullptr);
+        EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << at << ": " << got.status().ToString();
+        const std::string base = stdfs::path(file).filename().string();
+        EXPECT_NE(got.status().message().find(base), std::string::npos) << got.status().ToString();
+        EXPECT_NE(got.status().message().find("'big'"), std::string::npos) << got.status().ToString();
+      }
+      auto raw = load(load_path, false, nullptr);
+      ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+      EXPECT_NE(std::memcmp(raw->data(), w.data(), w.nbytes()), 0);
+      FlipBit(file, offset + at, 5);  // back
+    }
   };
   {
-    auto [threads, bytes] = counted_load(ckpt);
-    EXPECT_GE(threads, 2u) << "one thread read the whole piece";
-    // The parts tile the piece: besides the header (< offset) and the block
-    // table (4 bytes a block), no byte is read twice.
-    const uint64_t table = 4 * ((w.nbytes() + block_size - 1) / block_size);
-    EXPECT_LE(bytes, w.nbytes() + table + offset + (64 << 10));
-  }
-  // A flip in the first, a middle and the last part.
-  for (uint64_t at : {uint64_t{12345}, w.nbytes() / 2 + 7, w.nbytes() - 3}) {
-    FlipBit(shard, offset + at, 5);
-    auto got = load(ckpt, 4, true, nullptr);
-    EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << at << ": " << got.status().ToString();
-    EXPECT_NE(got.status().message().find("model.mega"), std::string::npos) << got.status().ToString();
-    EXPECT_NE(got.status().message().find("'big'"), std::string::npos) << got.status().ToString();
-    EXPECT_NE(got.status().message().find("block"), std::string::npos) << got.status().ToString();
-    // Verification off reads the parts as they are: the flipped byte comes back.
-    auto raw = load(ckpt, 4, false, nullptr);
-    ASSERT_TRUE(raw.ok()) << raw.status().ToString();
-    EXPECT_NE(std::memcmp(raw->data(), w.data(), w.nbytes()), 0);
-    FlipBit(shard, offset + at, 5);  // back
+    auto r = format::MegaReader::OpenFile(ckpt + "/model.mega");
+    ASSERT_TRUE(r.ok());
+    ASSERT_GT((*r)->Find("big")->block_size, 0u);
+    check(ckpt + "/model.mega", ckpt, (*r)->Find("big")->file_offset, ".mega", true);
   }
   // A shard without block CRCs (TensorPlay's tp.save writes none): its CRC-32
-  // covers the tensor only as a whole, so the piece is read whole.
+  // covers the tensor only as a whole, and is still checked once.
   const std::string plain = dir.path("plain.mega");
   {
     format::MegaWriter mw;
@@ -375,18 +374,17 @@ TEST(MegaStorageIntegrity, LargePieceReadInParts) {
     auto r = format::MegaReader::OpenFile(plain);
     ASSERT_TRUE(r.ok());
     ASSERT_EQ((*r)->Find("big")->block_size, 0u);
-    offset = (*r)->Find("big")->file_offset;
+    check(plain, plain, (*r)->Find("big")->file_offset, ".mega", true);
   }
+  // safetensors carries no checksums: split the same way, nothing to verify.
+  const std::string st = dir.path("model.safetensors");
   {
-    // Parts would each verify the whole tensor first (twice the bytes).
-    auto [threads, bytes] = counted_load(plain);
-    EXPECT_EQ(threads, 1u);
-    EXPECT_LE(bytes, w.nbytes() * 101 / 100);
+    std::vector<std::pair<std::string, Tensor>> ts = {{"big", w}};
+    ASSERT_TRUE(format::SaveSafetensorsFile(st, ts).ok());
+    auto r = format::SafetensorsReader::Open(st);
+    ASSERT_TRUE(r.ok());
+    check(st, st, (*r)->header().data_offset(), ".safetensors", false);
   }
-  FlipBit(plain, offset + w.nbytes() / 2, 1);
-  auto got = load(plain, 4, true, nullptr);
-  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << got.status().ToString();
-  EXPECT_NE(got.status().message().find("plain.mega"), std::string::npos) << got.status().ToString();
 }
 
 }  // namespace

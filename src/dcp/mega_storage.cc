@@ -23,7 +23,6 @@
 #include "megackpt/dcp/mega_storage.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -879,9 +878,9 @@ Result<std::vector<LoadPlan>> MegaStorageReader::PrepareGlobalPlan(std::vector<L
 
 namespace {
 
-// Whole-piece reads larger than two of these are split into parts of about this
-// size (ShardFiles::PartSize), so that one large tensor is read by every thread.
-constexpr uint64_t kReadPart = 32ull << 20;
+// A whole piece of at least this size may be read by every thread at once
+// (ShardFiles::ReadWhole); smaller ones are one task each.
+constexpr uint64_t kWideRead = 64ull << 20;
 
 // One read item, resolved before the reads start.
 struct PlannedRead {
@@ -889,16 +888,8 @@ struct PlannedRead {
   const TensorStorageMetadata* tensor = nullptr;  // nullptr: a bytes entry
   const ChunkStorageMetadata* chunk = nullptr;
   Tensor dst;
-  uint64_t part = 0;  // > 0: read as parts of this size (a whole, contiguous piece)
   uint64_t nbytes = 0;
-  std::atomic<size_t> remaining{0};  // parts still to read
-};
-
-// One unit of work: bytes [begin, end) of item `item` (its PlannedRead has
-// part > 0), or the whole item.
-struct ReadTask {
-  size_t item = 0;
-  uint64_t begin = 0, end = 0;
+  bool wide = false;  // read before the others by every thread (ReadWhole)
 };
 
 }  // namespace
@@ -909,7 +900,6 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
   const Metadata& md = *s.metadata;
   const size_t n = plan.items.size();
   std::vector<PlannedRead> reads(n);
-  std::vector<ReadTask> tasks;
   for (size_t i = 0; i < n; ++i) {
     const ReadItem& item = plan.items[i];
     PlannedRead& r = reads[i];
@@ -952,66 +942,51 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
     }
     r.nbytes = r.dst.nbytes();
   }
-  // Split only what the threads cannot share out whole: a piece larger than
-  // half a thread's share of the bytes. A whole read checks one streaming CRC,
-  // cheaper per byte than the block CRCs a part is checked against.
+  // Phase 1, only when the threads cannot share the items out whole: the whole
+  // pieces larger than half a thread's share of the bytes, each read by every
+  // thread (the format readers split it; a MEGA piece's CRC is still checked
+  // as a whole, from combined partials).
   const int par = s.options.thread_count;
+  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
   uint64_t total = 0;
   for (const PlannedRead& r : reads) total += r.nbytes;
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<mega_storage::ShardFiles::WholeRead> wide;
+  for (size_t i = 0; i < n && par > 1; ++i) {
     PlannedRead& r = reads[i];
-    if (!r.tensor) {
-      r.remaining = 1;
-      tasks.push_back({i, 0, 0});
-      continue;
-    }
     const ReadItem& item = plan.items[i];
+    if (!r.tensor || r.nbytes < kWideRead || r.nbytes * 2 * par <= total) continue;
     bool whole = item.lengths == r.chunk->sizes && r.dst.is_contiguous();
     for (int64_t o : item.storage_offsets) whole = whole && o == 0;
-    if (whole && par > 1 && r.nbytes >= 2 * kReadPart && r.nbytes * 2 * par > total) {
-      MEGA_ASSIGN_OR_RETURN(r.part, s.files->PartSize(*r.info, item.storage_index.fqn, kReadPart));
-    }
-    if (r.part == 0) {
-      r.remaining = 1;
-      tasks.push_back({i, 0, 0});
-      continue;
-    }
-    for (uint64_t b = 0; b < r.nbytes; b += r.part) {
-      tasks.push_back({i, b, std::min(r.nbytes, b + r.part)});
-      r.remaining.fetch_add(1);
-    }
+    if (!whole) continue;
+    r.wide = true;
+    wide.push_back({r.info, &item.storage_index.fqn, r.tensor->properties.dtype, &r.chunk->sizes,
+                    &r.chunk->offsets, &r.tensor->size, r.dst});
   }
-  // Largest reads first.
-  auto task_bytes = [&](const ReadTask& t) {
-    return reads[t.item].part ? t.end - t.begin : reads[t.item].nbytes;
-  };
-  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
-    return task_bytes(a) > task_bytes(b);
+  if (!wide.empty()) MEGA_RETURN_IF_ERROR(s.files->ReadWhole(wide, s.pool.get()));
+  // Phase 2: every other item on one thread each, largest first (the pieces of
+  // phase 1 only commit).
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return reads[a].nbytes > reads[b].nbytes;
   });
-  if (!s.pool && par > 1) s.pool = std::make_unique<ThreadPool>(par - 1);
   return ParallelFor(
-      s.pool.get(), tasks.size(),
+      s.pool.get(), n,
       [&](size_t k) -> Status {
-        const ReadTask& task = tasks[k];
-        const ReadItem& item = plan.items[task.item];
-        PlannedRead& r = reads[task.item];
+        const size_t i = order[k];
+        const ReadItem& item = plan.items[i];
+        const PlannedRead& r = reads[i];
         const std::string& fqn = item.storage_index.fqn;
         if (!r.tensor) {
           MEGA_ASSIGN_OR_RETURN(std::string value, s.files->ReadBytes(*r.info, fqn));
           return planner.LoadBytes(item, std::move(value));
         }
-        const TensorStorageMetadata& t = *r.tensor;
-        if (r.part) {
-          MEGA_RETURN_IF_ERROR(s.files->ReadPart(*r.info, fqn, t.properties.dtype, r.chunk->sizes,
-                                                 r.chunk->offsets, t.size, r.dst, task.begin,
-                                                 task.end));
-        } else {
+        if (!r.wide) {
+          const TensorStorageMetadata& t = *r.tensor;
           MEGA_RETURN_IF_ERROR(s.files->ReadBox(*r.info, fqn, t.properties.dtype, r.chunk->sizes,
                                                 r.chunk->offsets, t.size, item.storage_offsets,
                                                 r.dst, s.options.verify_partial_reads));
         }
-        // The last part in commits the item.
-        if (r.remaining.fetch_sub(1) != 1) return Status::OK();
         return planner.CommitTensor(item, r.dst);
       },
       par);

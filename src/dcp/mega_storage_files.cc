@@ -469,8 +469,9 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
   } else if (relative_path.ends_with(".mega")) {
     format::MegaReaderOptions ro;
     ro.verify_checksums = verify_;
-    // CRC each block right after it lands, while it is still in cache.
-    ro.read_block_size = 1u << 20;
+    // read_block_size stays the default: the item size of ReadTensors (one
+    // large piece on every thread) and of unverified preads. Verified reads
+    // check their CRCs in 256 KiB pieces, each right after it lands.
     MEGA_ASSIGN_OR_RETURN(shard->mega, format::MegaReader::Open(std::move(*opened), ro));
     MEGA_RETURN_IF_ERROR(CheckShardIntegrity(full, *shard->mega));
     if (auto v = shard->mega->metadata().GetString(kDcpEntriesKey); v.ok()) {
@@ -618,49 +619,37 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
                            start, dst, what);
 }
 
-Result<uint64_t> ShardFiles::PartSize(const StorageInfo& info, const std::string& name,
-                                      uint64_t target) {
-  MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
-  uint64_t nbytes = 0, unit = std::max<uint64_t>(target, 1);
-  if (shard->mega) {
-    auto idx = shard->mega->IndexOf(name);
-    if (!idx.ok()) return uint64_t{0};  // ReadBox names the missing tensor
-    const format::MegaTensorInfo& t = shard->mega->tensors()[*idx];
-    if (!t.is_plain()) return uint64_t{0};
-    if (verify_ && t.checksum_type != format::MegaChecksumType::kNone) {
-      if (t.block_size == 0) return uint64_t{0};
-      unit = std::max<uint64_t>(unit / t.block_size * t.block_size, t.block_size);
+Status ShardFiles::ReadWhole(std::span<const WholeRead> reads, ThreadPool* pool) {
+  // Shard by shard, in the order they first appear.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<size_t>> by_shard;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    std::vector<size_t>& v = by_shard[reads[i].info->relative_path];
+    if (v.empty()) order.push_back(reads[i].info->relative_path);
+    v.push_back(i);
+  }
+  for (const std::string& path : order) {
+    MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(path));
+    std::vector<format::MegaReadRequest> mega;
+    std::vector<format::SafetensorsReadRequest> st;
+    for (size_t i : by_shard[path]) {
+      const WholeRead& r = reads[i];
+      size_t mi = 0;
+      MEGA_RETURN_IF_ERROR(CheckInfo(*shard, *r.info, *r.name, r.dtype, *r.stored_sizes, &mi));
+      MEGA_RETURN_IF_ERROR(CheckEntry(*shard, *r.info, *r.name, false, r.chunk_offsets, r.global_shape));
+      if (shard->mega) {
+        mega.push_back({mi, r.dst});
+      } else {
+        st.push_back({*r.name, r.dst});
+      }
     }
-    nbytes = t.logical_nbytes;
-  } else {
-    const format::SafetensorsTensorInfo* t = shard->st->Find(name);
-    if (!t) return uint64_t{0};
-    nbytes = t->nbytes();
+    if (shard->mega) {
+      MEGA_RETURN_IF_ERROR(shard->mega->ReadTensors(mega, pool));
+    } else {
+      MEGA_RETURN_IF_ERROR(shard->st->ReadTensors(st, pool));
+    }
   }
-  return nbytes >= 2 * unit ? unit : 0;
-}
-
-Status ShardFiles::ReadPart(const StorageInfo& info, const std::string& name, DType dtype,
-                            const Shape& stored_sizes, const Shape& chunk_offsets,
-                            const Shape& global_shape, const Tensor& dst, uint64_t begin,
-                            uint64_t end) {
-  MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
-  size_t mi = 0;
-  MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, dtype, stored_sizes, &mi));
-  MEGA_RETURN_IF_ERROR(CheckEntry(*shard, info, name, false, &chunk_offsets, &global_shape));
-  const std::string what = fs::JoinPath(dir_, info.relative_path) + ": tensor " + Quote(name);
-  if (dst.dtype() != dtype || dst.shape() != stored_sizes || !dst.is_contiguous() ||
-      begin > end || end > dst.nbytes()) {
-    return InvalidArgumentError(what + ": part [" + std::to_string(begin) + ", " +
-                                std::to_string(end) + ") of a whole read needs a contiguous " +
-                                std::string(DTypeName(dtype)) + ShapeToString(stored_sizes) +
-                                " destination");
-  }
-  const std::span<std::byte> out = dst.Bytes().subspan(begin, end - begin);
-  if (shard->mega) return shard->mega->ReadRange(mi, begin, out);
-  const format::SafetensorsReader& st = *shard->st;
-  return st.file()->ReadExactlyAt(st.header().data_offset() + st.Find(name)->data_begin + begin, out)
-      .WithContext(what);
+  return Status::OK();
 }
 
 Result<std::string> ShardFiles::ReadBytes(const StorageInfo& info, const std::string& name) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -20,6 +21,7 @@
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -78,22 +80,25 @@ class ShardFiles {
   Status ReadBox(const StorageInfo& info, const std::string& name, DType dtype,
                  const Shape& stored_sizes, const Shape& chunk_offsets, const Shape& global_shape,
                  const Shape& start, const Tensor& dst, bool verify_partial);
-  // Reading one whole piece with several threads: the size of the parts
-  // ReadPart can read it in, each verified on its own. A multiple of the
-  // piece's block-CRC size near `target` for a plain MEGA tensor with block
-  // CRCs (or any plain tensor when not verifying; safetensors, which has no
-  // checksums); 0 when the piece must be read whole: its checksum covers it
-  // only as a whole (no block CRCs, compressed, chunked), or it is smaller
-  // than two parts.
-  Result<uint64_t> PartSize(const StorageInfo& info, const std::string& name, uint64_t target);
-  // Bytes [begin, end) of the whole piece `name` into the same bytes of dst
-  // (contiguous, of the stored dtype and shape `stored_sizes`): ReadBox of the
-  // whole piece, one part at a time. `begin` (and `end`, unless it is the
-  // piece's end) a multiple of PartSize's unit; every byte verified against the
-  // block CRCs when verifying. Same checks and errors as ReadBox.
-  Status ReadPart(const StorageInfo& info, const std::string& name, DType dtype,
-                  const Shape& stored_sizes, const Shape& chunk_offsets, const Shape& global_shape,
-                  const Tensor& dst, uint64_t begin, uint64_t end);
+  // One whole piece for ReadWhole: ReadBox's arguments, with dst of the
+  // stored dtype and shape `stored_sizes` (any strides).
+  struct WholeRead {
+    const StorageInfo* info = nullptr;
+    const std::string* name = nullptr;
+    DType dtype = DType::kU8;
+    const Shape* stored_sizes = nullptr;
+    const Shape* chunk_offsets = nullptr;
+    const Shape* global_shape = nullptr;
+    Tensor dst;
+  };
+  // Reads whole pieces with the pool's threads and the caller's taking part in
+  // each, shard by shard: MegaReader::ReadTensors (a large plain piece in
+  // read-block items, their CRC-32 partials combined and checked against the
+  // piece's checksum, so shards without block CRCs split too) or
+  // SafetensorsReader::ReadTensors. Same checks and errors as ReadBox.
+  // Call it from outside the pool: inside one of its tasks the other threads
+  // are busy and the caller would read everything alone.
+  Status ReadWhole(std::span<const WholeRead> reads, ThreadPool* pool);
   // A bytes entry (stored as a U8 tensor).
   Result<std::string> ReadBytes(const StorageInfo& info, const std::string& name);
   // Verifies the stored checksum of one piece (MEGA; safetensors has none).

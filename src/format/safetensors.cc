@@ -617,6 +617,42 @@ Result<Tensor> SafetensorsReader::Load(std::string_view name) const {
   return t;
 }
 
+Status SafetensorsReader::ReadTensors(std::span<const SafetensorsReadRequest> requests, ThreadPool* pool,
+                                      uint64_t block) const {
+  block = std::max<uint64_t>(block, 1);
+  // Items: [begin, end) of a contiguous destination (end > 0), or a whole
+  // request (end == 0).
+  struct Item {
+    size_t request;
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<Item> items;
+  std::vector<uint64_t> base(requests.size(), 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const SafetensorsReadRequest& req = requests[i];
+    const SafetensorsTensorInfo* info = Find(req.name);
+    const bool split = pool && info && req.dst.defined() && req.dst.dtype() == info->dtype &&
+                       req.dst.shape() == info->shape && req.dst.is_contiguous() &&
+                       info->nbytes() > block;
+    if (!split) {
+      items.push_back({i});
+      continue;
+    }
+    base[i] = header_.data_offset() + info->data_begin;
+    for (uint64_t b = 0; b < info->nbytes(); b += block) {
+      items.push_back({i, b, std::min(info->nbytes(), b + block)});
+    }
+  }
+  return ParallelFor(pool, items.size(), [&](size_t k) -> Status {
+    const Item& it = items[k];
+    const SafetensorsReadRequest& req = requests[it.request];
+    if (it.end == 0) return ReadTensor(req.name, req.dst);
+    return file_->ReadExactlyAt(base[it.request] + it.begin,
+                                req.dst.Bytes().subspan(it.begin, it.end - it.begin))
+        .WithContext(file_->name() + ": tensor " + Quote(req.name));
+  });
+}
+
 // ---- writer ------------------------------------------------------------------
 
 Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Start(

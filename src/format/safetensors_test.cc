@@ -237,6 +237,45 @@ TEST(SafetensorsTest, ReadIntoStridedDestinationLargerThanStaging) {
   EXPECT_TRUE(TensorBytesEqual(t, dst));
 }
 
+// ReadTensors with a pool: a large contiguous destination is read in block
+// items spread over the threads; strided and small ones whole; errors name the
+// tensor.
+TEST(SafetensorsTest, ReadTensorsSplitsLargeTensorsOverThePool) {
+  TempFolder dir;
+  Tensor big = Filled(DType::kF32, {1000, 37}, 6);  // 148000 bytes: 37 items of 4000
+  Tensor small = Filled(DType::kI16, {3, 5}, 7);
+  Tensor strided_src = Filled(DType::kU8, {4, 6}, 8);
+  const std::string path = dir.File("many.safetensors");
+  std::vector<std::pair<std::string, Tensor>> ts = {{"big", big}, {"small", small}, {"s", strided_src}};
+  ASSERT_TRUE(SaveSafetensorsFile(path, ts).ok());
+  auto reader = *SafetensorsReader::Open(path, {.mmap = false});
+  ThreadPool pool(3);
+  Tensor big_dst = *Tensor::Empty(DType::kF32, {1000, 37}, true);
+  Tensor small_dst = *Tensor::Empty(DType::kI16, {3, 5}, true);
+  Tensor wide = *Tensor::Empty(DType::kU8, {4, 9}, true);
+  Tensor strided_dst = *wide.Narrow(1, 2, 6);
+  std::vector<SafetensorsReadRequest> reqs = {
+      {"big", big_dst}, {"small", small_dst}, {"s", strided_dst}};
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::memset(big_dst.data(), 0, big_dst.nbytes());
+    ASSERT_TRUE(reader->ReadTensors(reqs, p, 4000).ok());
+    EXPECT_TRUE(TensorBytesEqual(big, big_dst));
+    EXPECT_TRUE(TensorBytesEqual(small, small_dst));
+    EXPECT_TRUE(TensorBytesEqual(strided_src, strided_dst));
+  }
+  // A block that does not divide the tensor: the last item is shorter.
+  std::memset(big_dst.data(), 0, big_dst.nbytes());
+  ASSERT_TRUE(reader->ReadTensors(std::span(reqs).first(1), &pool, 4096 * 3).ok());
+  EXPECT_TRUE(TensorBytesEqual(big, big_dst));
+  // Wrong shape and unknown names fail as ReadTensor does.
+  std::vector<SafetensorsReadRequest> bad = {{"big", *Tensor::Empty(DType::kF32, {37, 1000})}};
+  EXPECT_EQ(reader->ReadTensors(bad, &pool, 4000).code(), StatusCode::kInvalidArgument);
+  bad = {{"nope", big_dst}};
+  Status s = reader->ReadTensors(bad, &pool, 4000);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("'nope'"));
+}
+
 TEST(SafetensorsTest, WritesStridedSourceTensor) {
   TempFolder dir;
   Tensor big = Filled(DType::kI16, {5, 8}, 8);

@@ -35,6 +35,7 @@
 #include "megackpt/core/file.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::format {
 
@@ -59,6 +60,12 @@ struct SafetensorsTensorInfo {
   uint64_t data_end = 0;
 
   uint64_t nbytes() const { return data_end - data_begin; }
+};
+
+// One destination for SafetensorsReader::ReadTensors.
+struct SafetensorsReadRequest {
+  std::string name;
+  Tensor dst;
 };
 
 // A validated header.
@@ -136,6 +143,15 @@ class SafetensorsReader {
 
   // Allocates a new contiguous tensor and reads into it.
   Result<Tensor> Load(std::string_view name) const;
+
+  // Reads several whole tensors, each as ReadTensor. With a pool, a contiguous
+  // destination larger than `block` bytes is read in `block`-sized preads
+  // shared out over the pool's threads and the caller's, so one large tensor
+  // is read by every thread; others are one item each. nullptr = everything on
+  // the caller's thread. First error wins. (MegaReader::ReadTensors is the MEGA
+  // counterpart; safetensors carries no checksums, so nothing is verified.)
+  Status ReadTensors(std::span<const SafetensorsReadRequest> requests, ThreadPool* pool = nullptr,
+                     uint64_t block = kStagingBytes) const;
 
   static constexpr size_t kStagingBytes = 16u << 20;
 
