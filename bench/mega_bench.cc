@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "row_sharded_state.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dist/process_group.h"
@@ -47,45 +48,12 @@ namespace megackpt::bench {
 namespace {
 
 constexpr int kWarmup = 1;
-constexpr int64_t kCols = 1024;  // F32: 4 KiB rows
-
+// A rank's row-sharded state (bench/row_sharded_state.h) and its async staging pool.
 struct RankState {
-  dcp::StateDict save;
-  dcp::StateDict load;
-  std::vector<Tensor> save_shards, load_shards;
+  RowShardedRank state;
   uint64_t bytes = 0;
   std::shared_ptr<dcp::StagingPool> pool;
 };
-
-int64_t Rows(uint64_t size, int tensors) {
-  return std::max<int64_t>(1, static_cast<int64_t>(size / tensors / (kCols * 4)));
-}
-
-Result<RankState> BuildState(uint64_t size, int tensors, int world, int rank) {
-  RankState st;
-  const int64_t rows = Rows(size, tensors);
-  for (int t = 0; t < tensors; ++t) {
-    const int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
-    const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * kCols * 4;
-    MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(std::max<uint64_t>(nbytes, 64), true));
-    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(std::max<uint64_t>(nbytes, 64), true));
-    FillRandom(a.get(), nbytes, 7000 + t * 64 + rank);
-    MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, {r1 - r0, kCols}, a));
-    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, {r1 - r0, kCols}, b));
-    std::vector<dcp::Shard> sa, sb;
-    if (r1 > r0) {
-      sa.push_back(dcp::Shard{{r0, 0}, ta});
-      sb.push_back(dcp::Shard{{r0, 0}, tb});
-    }
-    const std::string name = "layers." + std::to_string(t) + ".weight";
-    st.save.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sa}));
-    st.load.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, kCols}, sb}));
-    st.save_shards.push_back(ta);
-    st.load_shards.push_back(tb);
-    st.bytes += nbytes;
-  }
-  return st;
-}
 
 class Bench {
  public:
@@ -93,15 +61,16 @@ class Bench {
 
   Status Setup() {
     for (int r = 0; r < o_.world_size; ++r) {
-      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o_.size, o_.tensors, o_.world_size, r));
+      RankState st;
+      MEGA_ASSIGN_OR_RETURN(st.state, BuildRowShardedRank(layout(), o_.size, o_.world_size, r));
+      for (const Tensor& t : st.state.save_shards) st.bytes += t.nbytes();
       states_.push_back(std::move(st));
     }
     return Status::OK();
   }
 
-  uint64_t bytes() const {
-    return static_cast<uint64_t>(Rows(o_.size, o_.tensors)) * kCols * 4 * o_.tensors;
-  }
+  RowShardedLayout layout() const { return RowShardedLayout{.tensors = o_.tensors}; }
+  uint64_t bytes() const { return layout().BytesFor(o_.size); }
 
   // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
@@ -132,7 +101,7 @@ class Bench {
       wo.sync = sync;
       wo.thread_count = o_.threads;
       dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
-      return dcp::Save(st.save, writer, &g);
+      return dcp::Save(st.state.save, writer, &g);
     };
   }
 
@@ -144,7 +113,7 @@ class Bench {
       ro.thread_count = o_.threads;
       ro.verify_checksums = verify;
       dcp::MegaStorageReader reader(ckpt_, ro);
-      return dcp::Load(st.load, reader, &g);
+      return dcp::Load(st.state.load, reader, &g);
     };
   }
 
@@ -168,7 +137,7 @@ class Bench {
                              dcp::AsyncSaveOptions ao;
                              ao.pool = st.pool;
                              const double t0 = NowSeconds();
-                             dcp::AsyncSaveHandle h = dcp::AsyncSave(st.save, writer, &g, ao);
+                             dcp::AsyncSaveHandle h = dcp::AsyncSave(st.state.save, writer, &g, ao);
                              Status staged = h.staged.get();
                              const double dt = NowSeconds() - t0;
                              Status done = h.done.get();
@@ -186,11 +155,9 @@ class Bench {
   }
 
   Status CheckLoaded() const {
-    for (const RankState& st : states_) {
-      for (size_t i = 0; i < st.save_shards.size(); ++i) {
-        if (!TensorBytesEqual(st.save_shards[i], st.load_shards[i])) {
-          return InternalError("bench mega: loaded tensor " + std::to_string(i) + " differs from the saved one");
-        }
+    for (size_t r = 0; r < states_.size(); ++r) {
+      if (!states_[r].state.LoadedMatches()) {
+        return InternalError("bench mega: rank " + std::to_string(r) + " loaded bytes that differ from the saved ones");
       }
     }
     return Status::OK();
