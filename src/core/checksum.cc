@@ -1,4 +1,5 @@
 #include "megackpt/core/checksum.h"
+#include "core/checksum_kernels.h"
 #include "megackpt/core/endian.h"
 #include "megackpt/core/text.h"
 
@@ -7,6 +8,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <type_traits>
 
@@ -467,18 +469,27 @@ bool HasClmul() {
 
 }  // namespace
 
+namespace checksum_internal {
+namespace {
+std::atomic<CrcKernels> g_kernels{CrcKernels::kBest};
+}  // namespace
+void LimitCrcKernelsForTest(CrcKernels kernels) { g_kernels.store(kernels, std::memory_order_relaxed); }
+}  // namespace checksum_internal
+
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out) {
   const uint64_t n = bytes.size();
   uint64_t off = 0;
 #if defined(__x86_64__)
-  if (block >= 64 && block <= kMaxFoldedBlock && block % 16 == 0) {
+  using checksum_internal::CrcKernels;
+  const CrcKernels kernels = checksum_internal::g_kernels.load(std::memory_order_relaxed);
+  if (kernels != CrcKernels::kPortable && block >= 64 && block <= kMaxFoldedBlock && block % 16 == 0) {
     // Several blocks in flight: the 512-bit form for whole-register blocks,
     // the 128-bit one for the rest (and the CPUs without AVX-512).
     auto run = [&](auto ways, auto fn) {
       constexpr int kWays = decltype(ways)::value;
       for (; off + kWays * block <= n; off += kWays * block, out += kWays) fn(bytes.data() + off, out);
     };
-    if (HasVclmul() && block % 64 == 0) {
+    if (kernels == CrcKernels::kBest && HasVclmul() && block % 64 == 0) {
       run(std::integral_constant<int, 4>{},
           [&](const std::byte* p, uint32_t* o) { Crc32VclmulFourBlocks(p, block, o); });
     } else if (HasClmul()) {
