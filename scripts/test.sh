@@ -2,11 +2,14 @@
 # The whole test suite, from a fresh machine: install dependencies (Debian archive),
 # build with tests, run every test with ctest (unit, integration, conformance, mpirun,
 # live-server and fuzz-replay tests), then the Python suite (a fresh venv,
-# `pip install .`, pytest: scripts/test-python.sh), then run each libFuzzer target
-# for a bounded time in a clang build. Exits non-zero on any failure.
+# `pip install .`, pytest: scripts/test-python.sh), then the unit tests of the
+# parsers, readers and writers again under ASan + UBSan (scripts/run-asan.sh,
+# build-asan/), then run each libFuzzer target for a bounded time in a clang
+# build. Exits non-zero on any failure.
 #   scripts/test.sh            everything
 #   FUZZ_SECONDS=0 scripts/test.sh   skip the libFuzzer runs
 #   MEGACKPT_PYTHON_TESTS=0 scripts/test.sh   skip the Python suite
+#   MEGACKPT_ASAN_TESTS=0 scripts/test.sh   skip the sanitizer build and run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -16,6 +19,9 @@ log=build/ctest-summary.log
 ctest --test-dir build --output-on-failure -j "${MEGACKPT_TEST_JOBS:-2}" --timeout 900 | tee "$log"
 if [[ "${MEGACKPT_PYTHON_TESTS:-1}" != "0" ]]; then
   bash scripts/test-python.sh
+fi
+if [[ "${MEGACKPT_ASAN_TESTS:-1}" != "0" ]]; then
+  bash scripts/run-asan.sh
 fi
 if [[ "${FUZZ_SECONDS:-20}" != "0" ]]; then
   bash scripts/run-fuzzers.sh "${FUZZ_SECONDS:-20}"

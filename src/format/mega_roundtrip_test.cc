@@ -648,7 +648,8 @@ TEST(MegaRoundTripTest, VerifiedReadsCatchAFlipInEveryPiece) {
     return out;
   };
   for (const Status& s : read_all(bytes)) EXPECT_TRUE(s.ok()) << s.ToString();
-  const MegaTensorInfo& info = (*OpenBytes("flip.mega", bytes, ro))->tensors()[0];
+  // A copy: the reader OpenBytes returns dies at the end of the statement.
+  const MegaTensorInfo info = (*OpenBytes("flip.mega", bytes, ro))->tensors()[0];
   const uint64_t size = info.logical_nbytes, item = ro.read_block_size, piece = 1u << 20;
   std::vector<uint64_t> flips;
   for (uint64_t a = 0; a < size; a += item) {
