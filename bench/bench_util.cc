@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -180,6 +181,7 @@ std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
     for (uint64_t io : CeilingIoSizes(kind)) {
       out.push_back({p, io});
       if (kind == CeilingKind::kMemcpy) out.push_back({p, io, true});
+      if (kind == CeilingKind::kWarmRead) out.push_back({p, io, false, true});
     }
   }
   return out;
@@ -214,6 +216,29 @@ Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::
                 uint64_t block) {
   MEGA_ASSIGN_OR_RETURN(size_t done, PreadFull(fd, p, n, file_off, path, block));
   if (done < n) return DataLossError(path + ": short read at " + std::to_string(file_off + done));
+  return Status::OK();
+}
+
+// Copies file bytes [file_off, file_off + n) into p through mappings of
+// `window` bytes at a time: mmap, MADV_POPULATE_READ, memcpy, munmap.
+Status CopyMapped(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path,
+                  uint64_t window) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t begin = file_off + done, len = std::min(window, n - done);
+    const uint64_t map_at = begin / page * page;
+    const size_t map_len = static_cast<size_t>(begin + len - map_at);
+    void* m = mmap(nullptr, map_len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(map_at));
+    if (m == MAP_FAILED) return ErrnoToStatus(path + ": mmap", errno);
+    if (madvise(m, map_len, MADV_POPULATE_READ) != 0) {
+      const int err = errno;
+      munmap(m, map_len);
+      return ErrnoToStatus(path + ": madvise(MADV_POPULATE_READ)", err);
+    }
+    std::memcpy(p + done, static_cast<const std::byte*>(m) + (begin - map_at), len);
+    munmap(m, map_len);
+    done += len;
+  }
   return Status::OK();
 }
 
@@ -288,7 +313,7 @@ Status PlainIo::DropReadFileCache() {
   return s;
 }
 
-Status PlainIo::Read(int readers, uint64_t pread_bytes) {
+Status PlainIo::Read(int readers, uint64_t pread_bytes, bool mapped) {
   readers = std::max(1, readers);
   const std::string path = prefix_ + ".read";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -301,7 +326,8 @@ Status PlainIo::Read(int readers, uint64_t pread_bytes) {
       const uint64_t begin = next.fetch_add(unit);
       if (begin >= bytes_) return Status::OK();
       const uint64_t end = std::min(bytes_, begin + unit);
-      MEGA_RETURN_IF_ERROR(PreadAll(fd, dst_ + begin, end - begin, begin, path, piece));
+      MEGA_RETURN_IF_ERROR(mapped ? CopyMapped(fd, dst_ + begin, end - begin, begin, path, piece)
+                                  : PreadAll(fd, dst_ + begin, end - begin, begin, path, piece));
     }
   });
   close(fd);
@@ -326,7 +352,7 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
     case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
     case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
     case CeilingKind::kWarmRead:
-    case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes);
+    case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes, c.mapped);
     case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
   }
   return Status::OK();
@@ -359,6 +385,7 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& c
       c.best_parallelism = cfg.parallelism;
       c.best_io_bytes = cfg.io_bytes;
       c.best_streaming = cfg.streaming;
+      c.best_mapped = cfg.mapped;
     }
     auto p = std::find_if(c.by_parallelism.begin(), c.by_parallelism.end(),
                           [&](const auto& e) { return e.first == cfg.parallelism; });
@@ -457,13 +484,15 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   const std::string io_name = CeilingIoName(c.kind);
   if (!io_name.empty()) (*out)[stem + "_" + io_name] = c.best_io_bytes;
   if (c.kind == CeilingKind::kMemcpy) (*out)[stem + "_streaming"] = c.best_streaming;
+  if (c.kind == CeilingKind::kWarmRead) (*out)[stem + "_mapped"] = c.best_mapped;
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
   if (!io_name.empty()) {
     nlohmann::json by_config = nlohmann::json::object();
     for (const auto& [cfg, s] : c.by_config) {
-      by_config[std::to_string(cfg.parallelism) + "/" + std::to_string(cfg.io_bytes)] = s.median;
+      by_config[std::to_string(cfg.parallelism) + "/" + std::to_string(cfg.io_bytes) +
+                (cfg.mapped ? "/mapped" : "")] = s.median;
     }
     (*out)[stem + "_gbps_by_config"] = by_config;
   }
@@ -539,11 +568,12 @@ std::string ConfigText(const CeilingConfig& c) {
   std::string out = std::to_string(c.parallelism) + " thr";
   if (c.io_bytes > 0) out += ", " + IoSizeText(c.io_bytes);
   if (c.streaming) out += ", streaming stores";
+  if (c.mapped) out += ", mapped copy";
   return out;
 }
 
 std::string BestConfigText(const Ceiling& c) {
-  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming});
+  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming, c.best_mapped});
 }
 
 namespace {
@@ -557,7 +587,10 @@ const char* IoUnitName(CeilingKind kind) {
 
 std::string CeilingRow(const std::string& label, const Ceiling& c) {
   std::string row = FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
-  if (c.best_io_bytes > 0) row += "   " + IoSizeText(c.best_io_bytes) + " " + IoUnitName(c.kind);
+  if (c.best_io_bytes > 0) {
+    const char* unit = c.best_mapped ? "mapped windows" : IoUnitName(c.kind);
+    row += "   " + IoSizeText(c.best_io_bytes) + " " + unit;
+  }
   if (c.kind == CeilingKind::kMemcpy) row += c.best_streaming ? "   streaming stores" : "   memcpy";
   return row;
 }
@@ -577,6 +610,7 @@ std::string DescribeCeiling(const Ceiling& c) {
     out += std::string(" MiB ") + IoUnitName(c.kind);
   }
   if (c.kind == CeilingKind::kMemcpy) out += " x memcpy/streaming stores";
+  if (c.kind == CeilingKind::kWarmRead) out += " x pread/mapped copy";
   out += " is " + BestConfigText(c) + " (";
   char buf[64];
   for (size_t i = 0; i < c.by_parallelism.size(); ++i) {

@@ -128,9 +128,13 @@ struct CeilingConfig {
   // kMemcpy: copy with core StreamingCopy (non-temporal stores, what the async
   // save's staging uses) instead of memcpy; on this VM it is up to 2x faster.
   bool streaming = false;
+  // kWarmRead: map each io_bytes window of the file (mmap, MADV_POPULATE_READ,
+  // memcpy, munmap) instead of pread: the verified readers' mapped read
+  // (core/file.h), which beats pread on a page cache of large folios.
+  bool mapped = false;
 };
 // CeilingParallelisms(n) x CeilingIoSizes(kind) (x memcpy / streaming stores
-// for kMemcpy).
+// for kMemcpy, x pread / mapped copy for kWarmRead).
 std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n);
 
 // The plain I/O the ceilings time: owns (or borrows) a pre-faulted source and
@@ -157,9 +161,10 @@ class PlainIo {
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();
   // `readers` threads pread byte ranges of the read file into the destination,
-  // with preads of `pread_bytes` (0: 64 MiB).
+  // with preads of `pread_bytes` (0: 64 MiB); `mapped`: copy them from mapped
+  // windows of that size instead (CeilingConfig::mapped).
   // REQUIRES: EnsureReadFile() succeeded.
-  Status Read(int readers, uint64_t pread_bytes = 0);
+  Status Read(int readers, uint64_t pread_bytes = 0, bool mapped = false);
   // Writes back and drops the read file's cached pages (kColdRead's
   // preparation). REQUIRES: EnsureReadFile() succeeded.
   Status DropReadFileCache();
@@ -187,6 +192,7 @@ struct Ceiling {
   int best_parallelism = 1;
   uint64_t best_io_bytes = 0;  // its I/O size (CeilingIoSizes)
   bool best_streaming = false;  // kMemcpy: its copy is StreamingCopy
+  bool best_mapped = false;     // kWarmRead: it copies from mapped windows
   std::vector<std::pair<int, Summary>> by_parallelism;  // for each of 1, 2, N: its best I/O size
   std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
   // GB/s of the winning configuration in each kept round, in round order: the

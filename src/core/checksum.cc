@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <random>
 #include <type_traits>
 
@@ -294,6 +295,7 @@ namespace {
 // mod P, bit-reflected and shifted left by one (for 16 and 64 bytes the values
 // of the references above; 32 and 48 computed the same way). ChecksumTest
 // checks every kernel against one zlib-compatible CRC per block.
+constexpr long long kFold256[2] = {0x11542778a, 0x1322d1430};  // CopyWithCrc32's four lanes
 constexpr long long kFold64[2] = {0x154442bd4, 0x1c6e41596};
 constexpr long long kFold48[2] = {0x03db1ecdc, 0x174359406};
 constexpr long long kFold32[2] = {0x0f1da05aa, 0x15a546366};
@@ -447,6 +449,51 @@ MEGACKPT_VCLMUL_TARGET void Crc32VclmulFourBlocks(const std::byte* p, uint64_t n
   }
   ReduceFourVclmul(x, out);
 }
+
+// a * x^(8d) folded onto data: one 512-bit fold over d bytes (k from kFold<d>).
+MEGACKPT_VCLMUL_TARGET inline __m512i Fold64x4(__m512i a, __m512i k, __m512i data) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00),
+                                   _mm512_clmulepi64_epi128(a, k, 0x11), data, 0x96);
+}
+
+// CopyWithCrc32's kernel: copies the whole 64-byte stretches of src (n & ~63
+// bytes) into dst and returns the CRC of those bytes extended from `crc`. Four
+// registers each fold every fourth stretch (over 256 bytes), so four fold
+// chains are in flight while the loads wait on memory; they are then folded
+// into one, which takes the stretches left over, and reduced.
+// REQUIRES: n >= 256.
+MEGACKPT_VCLMUL_TARGET uint32_t CopyCrc32Vclmul(uint32_t crc, std::byte* dst, const std::byte* src,
+                                                uint64_t n) {
+  const __m512i k256 = _mm512_broadcast_i32x4(Pair(kFold256));
+  const __m512i k64 = _mm512_broadcast_i32x4(Pair(kFold64));
+  __m512i x[4];
+#pragma GCC unroll 4
+  for (int w = 0; w < 4; ++w) {
+    x[w] = _mm512_loadu_si512(src + 64 * w);
+    _mm512_storeu_si512(dst + 64 * w, x[w]);
+  }
+  x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc))));
+  uint64_t off = 256;
+  for (; off + 256 <= n; off += 256) {
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; ++w) {
+      const __m512i d = _mm512_loadu_si512(src + off + 64 * w);
+      _mm512_storeu_si512(dst + off + 64 * w, d);
+      x[w] = Fold64x4(x[w], k256, d);
+    }
+  }
+  __m512i a = Fold64x4(Fold64x4(Fold64x4(x[0], k64, x[1]), k64, x[2]), k64, x[3]);
+  for (; off + 64 <= n; off += 64) {
+    const __m512i d = _mm512_loadu_si512(src + off);
+    _mm512_storeu_si512(dst + off, d);
+    a = Fold64x4(a, k64, d);
+  }
+  // ReduceFourVclmul ends four states at once; this one is ended alone.
+  const __m512i same[4] = {a, a, a, a};
+  uint32_t out[4];
+  ReduceFourVclmul(same, out);
+  return out[0];
+}
 #pragma GCC diagnostic pop
 
 bool HasVclmul() {
@@ -503,6 +550,25 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
   }
 #endif
   for (; off < n; off += block) *out++ = Crc32(bytes.subspan(off, std::min<uint64_t>(block, n - off)));
+}
+
+uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const std::byte> src) {
+  const uint64_t n = src.size();
+  uint64_t off = 0;
+#if defined(__x86_64__)
+  using checksum_internal::CrcKernels;
+  const CrcKernels kernels = checksum_internal::g_kernels.load(std::memory_order_relaxed);
+  if (n >= 256 && HasVclmul() && kernels == CrcKernels::kBest) {
+    off = n & ~uint64_t{63};
+    crc = CopyCrc32Vclmul(crc, dst.data(), src.data(), off);
+  }
+#endif
+  for (; off < n; off += kCrcHotPiece) {
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(kCrcHotPiece, n - off));
+    std::memcpy(dst.data() + off, src.data() + off, len);
+    crc = Crc32Extend(crc, dst.subspan(off, len));
+  }
+  return crc;
 }
 
 

@@ -1,5 +1,7 @@
 #include "megackpt/core/file.h"
 
+#include "megackpt/core/checksum.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -7,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <random>
 
@@ -26,7 +29,29 @@ Status RandomAccessFile::ReadExactlyAt(uint64_t offset, std::span<std::byte> dst
   return Status::OK();
 }
 
+Result<uint32_t> RandomAccessFile::ReadExactlyAtWithCrc32(uint64_t offset, std::span<std::byte> dst,
+                                                          uint32_t crc) const {
+  for (uint64_t p = 0; p < dst.size(); p += kCrcHotPiece) {
+    std::span<std::byte> piece = dst.subspan(p, std::min<uint64_t>(kCrcHotPiece, dst.size() - p));
+    MEGA_RETURN_IF_ERROR(ReadExactlyAt(offset + p, piece));
+    crc = Crc32Extend(crc, piece);
+  }
+  return crc;
+}
+
 namespace {
+
+// The mapped reads of OpenLocalFile's files (file.h): the smallest read that
+// maps, the window, and the populate speed below which the file goes back to pread.
+constexpr uint64_t kMappedReadMin = 4ull << 20;
+constexpr uint64_t kMappedReadWindow = 8ull << 20;
+constexpr double kMappedPopulateMinBytesPerSecond = 32e9;
+
+double MonotonicSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
@@ -44,11 +69,58 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return PreadFull(fd_, dst.data(), dst.size(), offset, name_);
   }
 
+  Result<uint32_t> ReadExactlyAtWithCrc32(uint64_t offset, std::span<std::byte> dst,
+                                          uint32_t crc) const override {
+    uint64_t done = 0;
+    if (dst.size() >= kMappedReadMin && offset <= size_ && dst.size() <= size_ - offset) {
+      done = CopyMapped(offset, dst, &crc);
+    }
+    if (done == dst.size()) return crc;
+    return RandomAccessFile::ReadExactlyAtWithCrc32(offset + done, dst.subspan(done), crc);
+  }
+
  private:
+  // Copies a prefix of [offset, offset + dst.size()) into dst through mappings
+  // of one window at a time, extending *crc over it; returns the bytes done
+  // (all, or less where a window could not be mapped or populated, or the
+  // file went back to pread). REQUIRES: the range lies inside the file.
+  uint64_t CopyMapped(uint64_t offset, std::span<std::byte> dst, uint32_t* crc) const {
+    static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    uint64_t done = 0;
+    while (done < dst.size() && !prefer_pread_.load(std::memory_order_relaxed)) {
+      const uint64_t begin = offset + done;
+      const uint64_t n = std::min<uint64_t>(kMappedReadWindow, dst.size() - done);
+      const uint64_t map_at = begin / page * page;
+      const size_t map_len = static_cast<size_t>(begin + n - map_at);
+      void* m = mmap(nullptr, map_len, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(map_at));
+      if (m == MAP_FAILED) break;
+      const double t0 = MonotonicSeconds();
+      if (madvise(m, map_len, MADV_POPULATE_READ) != 0) {  // unreadable, or a kernel without it
+        const int err = errno;
+        munmap(m, map_len);
+        if (err == EINVAL) prefer_pread_.store(true, std::memory_order_relaxed);
+        break;
+      }
+      const double populate = MonotonicSeconds() - t0;
+      const auto* src = static_cast<const std::byte*>(m) + (begin - map_at);
+      *crc = CopyWithCrc32(*crc, dst.subspan(done, n), std::span<const std::byte>(src, n));
+      munmap(m, map_len);
+      done += n;
+      // Judged on whole windows only: a short one is mostly the calls' fixed cost.
+      const double min_seconds = static_cast<double>(map_len) / kMappedPopulateMinBytesPerSecond;
+      if (n == kMappedReadWindow && populate > min_seconds) {
+        prefer_pread_.store(true, std::memory_order_relaxed);
+      }
+    }
+    return done;
+  }
+
   std::string name_;
   int fd_;
   uint64_t size_;
   void* map_;
+  // Set when mapping costs more than pread on this file's pages (file.h).
+  mutable std::atomic<bool> prefer_pread_{false};
 };
 
 class PosixWritableFile final : public WritableFile {

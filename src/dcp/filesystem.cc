@@ -972,17 +972,22 @@ class FileSystemReaderImpl final : public StorageReader {
 
     // One pass over the bytes while they are in cache: per block one CRC call
     // and one compare; CloseBlock (the message) only for a mismatch or an
-    // item's single checksum.
-    Status Feed(std::span<const std::byte> data) {
+    // item's single checksum. `data_crc`, when given, is Crc32(data) from the
+    // read itself (ReadExactlyAtWithCrc32): whole blocks of the table, or a
+    // stretch inside one block, are then checked without reading data again.
+    Status Feed(std::span<const std::byte> data, std::optional<uint32_t> data_crc = std::nullopt) {
       if (!verify_) return Status::OK();
-      MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data));
+      MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data, data_crc));
       while (!data.empty()) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(block_end_ - pos_, data.size()));
         if (sha256_) {
           sha256_->Update(data.first(n));
+        } else if (data_crc && n == data.size()) {
+          crc_ = Crc32Combine(crc_, *data_crc, n);
         } else {
           crc_ = Crc32Extend(crc_, data.first(n));
         }
+        data_crc.reset();  // it covers all of data, which no longer starts here
         pos_ += n;
         data = data.subspan(n);
         if (pos_ == block_end_) {
@@ -994,7 +999,7 @@ class FileSystemReaderImpl final : public StorageReader {
           ++block_;
           block_end_ = std::min(st_.info->length, block_end_ + bs_);
           // On a block boundary again: the rest goes through the streamed check.
-          MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data));
+          MEGA_RETURN_IF_ERROR(FeedWholeBlocks(&data, data_crc));
         }
       }
       return Status::OK();
@@ -1006,7 +1011,7 @@ class FileSystemReaderImpl final : public StorageReader {
     // (FindBadBlock). Leaves the rest in *data for Feed's block-by-block loop:
     // a block's head, a short last block, or a block outside the table (which
     // CloseBlock reports).
-    Status FeedWholeBlocks(std::span<const std::byte>* data) {
+    Status FeedWholeBlocks(std::span<const std::byte>* data, std::optional<uint32_t>& data_crc) {
       if (sha256_ || !table_ || pos_ % bs_ != 0) return Status::OK();
       if (block_ < table_->first || block_ >= table_->end) return Status::OK();
       const uint64_t whole = std::min(std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_,
@@ -1014,7 +1019,12 @@ class FileSystemReaderImpl final : public StorageReader {
       if (whole == 0) return Status::OK();
       uint32_t bad_crc = 0;
       const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first), static_cast<size_t>(whole));
-      if (auto bad = FindBadBlock(data->first(static_cast<size_t>(whole * bs_)), bs_, want, &bad_crc)) {
+      // data_crc is the CRC of these blocks only when they are all of data.
+      const std::optional<uint32_t> span_crc =
+          whole * bs_ == data->size() ? data_crc : std::optional<uint32_t>();
+      data_crc.reset();  // what is left of data (if anything) is not what it covers
+      const auto blocks = data->first(static_cast<size_t>(whole * bs_));
+      if (auto bad = FindBadBlock(blocks, bs_, want, &bad_crc, span_crc)) {
         crc_ = bad_crc;
         Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
         return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
@@ -1083,21 +1093,25 @@ class FileSystemReaderImpl final : public StorageReader {
         .WithContext("reading " + ToString(item.storage_index));
   }
 
+  // ReadPiece and its CRC from the same pass (ReadExactlyAtWithCrc32), fed
+  // to `check`: the read step of every verified direct read.
+  Status ReadPieceChecked(const ItemState& st, const ReadItem& item, uint64_t rel,
+                          std::span<std::byte> dst, BlockChecker& check) const {
+    Result<uint32_t> crc = st.file->ReadExactlyAtWithCrc32(st.info->offset + rel, dst);
+    if (!crc.ok()) return crc.status().WithContext("reading " + ToString(item.storage_index));
+    return check.Feed(dst, *crc);
+  }
+
   // Reads item bytes [a, a + dst.size()) into dst, verifying every block
   // (REQUIRES: whole blocks when verifying).
   Status ReadVerified(const ItemState& st, const ReadItem& item, uint64_t a,
                       std::span<std::byte> dst) const {
+    if (!verifying()) return ReadPiece(st, item, a, dst);
     std::vector<uint32_t> table_buf;
     CrcTable table;
-    if (verifying()) MEGA_RETURN_IF_ERROR(FetchTable(st, item, a, a + dst.size(), &table_buf, &table));
-    BlockChecker check(st, item, a, verifying(), table);
-    const uint64_t step = PieceBytes();
-    for (uint64_t p = 0; p < dst.size(); p += step) {
-      std::span<std::byte> piece = dst.subspan(p, std::min<uint64_t>(step, dst.size() - p));
-      MEGA_RETURN_IF_ERROR(ReadPiece(st, item, a + p, piece));
-      MEGA_RETURN_IF_ERROR(check.Feed(piece));
-    }
-    return Status::OK();
+    MEGA_RETURN_IF_ERROR(FetchTable(st, item, a, a + dst.size(), &table_buf, &table));
+    BlockChecker check(st, item, a, true, table);
+    return ReadPieceChecked(st, item, a, dst, check);
   }
 
   // Reads a segment: long stretches of one contiguous destination go straight
@@ -1121,14 +1135,19 @@ class FileSystemReaderImpl final : public StorageReader {
       while (k < runs.size() && runs[k].rel + runs[k].len <= pos) ++k;
       const uint64_t limit = std::min(seg.b, pos + PieceBytes());
       // Straight into the destination: [pos, direct_end) lies in run k only.
+      // A verified stretch is read whole: ReadExactlyAtWithCrc32 checksums it
+      // in the read's own pass (mapped local files) or piece by piece.
       if (k < runs.size() && runs[k].dest_ptr && runs[k].rel <= pos) {
         const Run& r = runs[k];
-        uint64_t direct_end = std::min(limit, r.rel + r.len);
+        uint64_t direct_end = std::min(verifying() ? seg.b : limit, r.rel + r.len);
         if (k + 1 < runs.size() && runs[k + 1].rel < direct_end) direct_end = runs[k + 1].rel;
         if (direct_end > pos && (direct_end - pos >= kDirectReadMin || direct_end == seg.b)) {
           std::span<std::byte> dst(r.dest_ptr + (pos - r.rel), direct_end - pos);
-          MEGA_RETURN_IF_ERROR(ReadPiece(st, item, pos, dst));
-          MEGA_RETURN_IF_ERROR(check.Feed(dst));
+          if (verifying()) {
+            MEGA_RETURN_IF_ERROR(ReadPieceChecked(st, item, pos, dst, check));
+          } else {
+            MEGA_RETURN_IF_ERROR(ReadPiece(st, item, pos, dst));
+          }
           pos = direct_end;
           continue;
         }

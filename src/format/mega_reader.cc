@@ -911,6 +911,12 @@ uint64_t PieceSize(const ReadContext& ctx, bool verify) {
 // checksumming each block right after it lands.
 Status ReadStored(const ReadContext& ctx, const Unit& u, std::span<std::byte> dst) {
   const bool verify = Verifies(ctx, u);
+  if (verify && u.checksum_type == MegaChecksumType::kCrc32) {  // the CRC from the read's own pass
+    MEGA_ASSIGN_OR_RETURN(uint32_t crc, ctx.file.ReadExactlyAtWithCrc32(u.file_offset, dst));
+    const MegaChecksum got = mega_internal::Crc32Field(crc);
+    if (got != *u.checksum) return ChecksumMismatch(ctx, u, got);
+    return Status::OK();
+  }
   Checker ck(verify ? u.checksum_type : MegaChecksumType::kNone);
   const uint64_t step = PieceSize(ctx, verify);
   for (uint64_t off = 0; off < dst.size(); off += step) {
@@ -1184,14 +1190,9 @@ Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, Thread
       if (!ctx.verify || t.checksum_type != MegaChecksumType::kCrc32) {
         return file_->ReadExactlyAt(t.file_offset + it.offset, dst);
       }
-      // The item's CRC piece by piece, each right after its pread.
-      const uint64_t step = PieceSize(ctx, true);
-      uint32_t crc = 0;
-      for (uint64_t o = 0; o < dst.size(); o += step) {
-        auto piece = dst.subspan(o, std::min<uint64_t>(step, dst.size() - o));
-        MEGA_RETURN_IF_ERROR(file_->ReadExactlyAt(t.file_offset + it.offset + o, piece));
-        crc = Crc32Extend(crc, piece);
-      }
+      // The item's CRC from the read's own pass.
+      MEGA_ASSIGN_OR_RETURN(uint32_t crc,
+                            file_->ReadExactlyAtWithCrc32(t.file_offset + it.offset, dst));
       crc_parts[it.request][it.offset / block] = {crc, dst.size()};
       return Status::OK();
     }
@@ -1284,11 +1285,13 @@ Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, s
     g = h;
   }
   // `at` is block-aligned: every piece starts on a block boundary.
-  auto check = [&](const Group& g, uint64_t at, std::span<const std::byte> bytes) -> Status {
+  // `bytes_crc`: Crc32(bytes) when the read computed it.
+  auto check = [&](const Group& g, uint64_t at, std::span<const std::byte> bytes,
+                   std::optional<uint32_t> bytes_crc = std::nullopt) -> Status {
     uint32_t got = 0;
     const size_t nblocks = static_cast<size_t>((bytes.size() + b - 1) / b);
     const std::span<const uint32_t> table(crcs.data() + g.crc_at + (at / b - g.b0), nblocks);
-    if (auto j = FindBadBlock(bytes, b, table, &got)) {
+    if (auto j = FindBadBlock(bytes, b, table, &got, bytes_crc)) {
       const uint64_t k = at / b + *j;
       const uint64_t len = std::min<uint64_t>(b, bytes.size() - *j * b);
       char buf[64];
@@ -1310,12 +1313,14 @@ Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, s
       auto whole_end = [&](const BoxRun& r) {
         return r.src + r.n == stored ? stored : AlignDown(r.src + r.n, b);
       };
+      // Whole blocks of one run: read straight into out in one call, the CRC
+      // from the read's own pass (ReadExactlyAtWithCrc32).
       if (ri < runs.size() && runs[ri].src <= p && whole_end(runs[ri]) > p) {
         const BoxRun& r = runs[ri];
-        const uint64_t q = std::min(p + piece_max, whole_end(r));
+        const uint64_t q = std::min(end, whole_end(r));
         auto dst = out.subspan(r.dst + (p - r.src), q - p);
-        MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(t.file_offset + p, dst));
-        MEGA_RETURN_IF_ERROR(check(g, p, dst));
+        MEGA_ASSIGN_OR_RETURN(uint32_t crc, file.ReadExactlyAtWithCrc32(t.file_offset + p, dst));
+        MEGA_RETURN_IF_ERROR(check(g, p, dst, crc));
         p = q;
         continue;
       }

@@ -30,6 +30,15 @@ inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, d
 // REQUIRES: block > 0; out has room for ceil(size / block) entries.
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out);
 
+// Copies src into dst and returns Crc32Extend(crc, src), in one pass over the
+// bytes: each 64-byte stretch is loaded once, stored, and folded into the CRC
+// (four folds in flight, AVX-512 VPCLMULQDQ). Without that CPU feature: memcpy
+// and Crc32Extend in kCrcHotPiece pieces, each checksummed while in cache.
+// The verified read of a mapped local file (RandomAccessFile::
+// ReadExactlyAtWithCrc32) runs on it: the CRC costs no pass of its own.
+// REQUIRES: dst.size() == src.size(); the two do not overlap.
+uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const std::byte> src);
+
 // The largest piece a verified read checksums right after its pread: the copy
 // passes source and destination through the core's L2 (2 MiB on the bench
 // machine), so a piece this size is still there when its CRC runs (1 MiB
