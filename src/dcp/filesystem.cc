@@ -2,7 +2,8 @@
 //
 // Write path (the hot one): items are spread over `thread_count` data files by
 // size; each file is written by one thread, item after item, straight from the
-// tensor's memory in pieces of at most kWriteUnit; each piece's block CRCs are
+// tensor's memory in pieces ending on 2 MiB multiples of the file (core's
+// NextWritePiece: the page cache keeps 2 MiB folios); each piece's block CRCs are
 // computed right after its pwrite, while the bytes are still in cache.
 // Strided tensors go through a bounded per-thread buffer. After an item's bytes
 // comes its block CRC table (u32 LE per block; .metadata records its offset). With
@@ -50,7 +51,6 @@ constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
 constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
 constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
-constexpr uint64_t kWriteUnit = kCrcWritePiece;  // largest pwrite (CRC'd right after it)
 constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit
@@ -303,7 +303,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       if (options_.hash_block_size > 0) hasher.emplace(options_.hash_block_size);
       auto write = [&](std::span<const std::byte> bytes) -> Status {
         while (!bytes.empty()) {
-          uint64_t n = std::min<uint64_t>(bytes.size(), kWriteUnit);
+          const uint64_t n = NextWritePiece(offset, bytes.size());
           auto piece = bytes.first(static_cast<size_t>(n));
           if (positioned) {
             MEGA_RETURN_IF_ERROR(file->WriteAt(offset, piece));

@@ -317,7 +317,7 @@ Status MegaEncoder::Append(WritableFile& file, uint64_t file_offset, std::span<c
 
 Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                              const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
-                             bool positioned, uint64_t max_piece) {
+                             bool positioned) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (unit_done_[i][0]) {
@@ -332,8 +332,9 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   if (type == MegaChecksumType::kSha256) sha.emplace();
   const uint64_t base = tensor_file_offset(i);
   uint64_t written_back = 0;  // tensor-relative: bytes handed to StartWriteback
-  for (uint64_t off = 0; off < nbytes; off += max_piece) {
-    std::span<const std::byte> bytes = piece(off, std::min(max_piece, nbytes - off));
+  for (uint64_t off = 0, len = 0; off < nbytes; off += len) {
+    len = NextWritePiece(base + off, nbytes - off);  // ends on a kCrcWritePiece multiple
+    std::span<const std::byte> bytes = piece(off, len);
     // Write first, checksum second: the pwrite's copy pulls the piece from memory
     // while it writes, and the CRCs then run on cached bytes. CRC first would add
     // a separate memory-bound read pass before each copy.
@@ -383,7 +384,7 @@ Status MegaEncoder::WriteTensorBytes(WritableFile& file, size_t i, std::span<con
   }
   return WriteRaw(
       file, i, bytes.size(), [&](uint64_t off, uint64_t n) { return bytes.subspan(off, n); },
-      file.supports_write_at(), kWritePiece);
+      file.supports_write_at());
 }
 
 Status MegaEncoder::WriteTensor(WritableFile& file, size_t i, const Tensor& t) {
@@ -414,7 +415,7 @@ Status MegaEncoder::WriteTensor(WritableFile& file, size_t i, const Tensor& t) {
         mega_internal::GatherBytes(t, off, piece);
         return std::span<const std::byte>(piece);
       },
-      file.supports_write_at(), kWritePiece);
+      file.supports_write_at());
 }
 
 void MegaEncoder::SetUnitChecksum(size_t i, size_t unit, const MegaChecksum& checksum) {

@@ -185,9 +185,11 @@ class MegaEncoder {
   MegaEncoder() = default;
   Result<std::string> EncodeHeader() const;
   Result<MegaMetadata> BuildMetadata() const;
+  // Writes tensor i's nbytes in pieces ending on kCrcWritePiece multiples of
+  // the file (NextWritePiece); piece(off, n) hands over bytes [off, off + n).
   Status WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                   const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
-                  bool positioned, uint64_t max_piece);
+                  bool positioned);
 
   std::string file_name_;
   MegaEncoderOptions options_;
