@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 #include "megackpt/core/tensor.h"
 
@@ -277,9 +278,9 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes) {
     const std::string path = WritePath(i);
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
-    // Durable: the library's 1 MiB pwrites, writeback every io_bytes; page
-    // cache: pwrites of io_bytes.
-    Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kMiB,
+    // Durable: the library's pwrites (core kCrcWritePiece), writeback every
+    // io_bytes; page cache: pwrites of io_bytes.
+    Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
                                   io_bytes ? io_bytes : kDurableWritebackUnit)
                        : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
     if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
