@@ -1,7 +1,6 @@
 #include "bench_util.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -220,24 +219,13 @@ Status PreadAll(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::
   return Status::OK();
 }
 
-// Copies file bytes [file_off, file_off + n) into p through mappings of
-// `window` bytes at a time: mmap, MADV_POPULATE_READ, memcpy, munmap.
+// Copies file bytes [file_off, file_off + n) into p a `window` at a time
+// through core CopyMappedRange (mmap, MADV_POPULATE_READ, memcpy, munmap).
 Status CopyMapped(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std::string& path,
                   uint64_t window) {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   for (uint64_t done = 0; done < n;) {
-    const uint64_t begin = file_off + done, len = std::min(window, n - done);
-    const uint64_t map_at = begin / page * page;
-    const size_t map_len = static_cast<size_t>(begin + len - map_at);
-    void* m = mmap(nullptr, map_len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(map_at));
-    if (m == MAP_FAILED) return ErrnoToStatus(path + ": mmap", errno);
-    if (madvise(m, map_len, MADV_POPULATE_READ) != 0) {
-      const int err = errno;
-      munmap(m, map_len);
-      return ErrnoToStatus(path + ": madvise(MADV_POPULATE_READ)", err);
-    }
-    std::memcpy(p + done, static_cast<const std::byte*>(m) + (begin - map_at), len);
-    munmap(m, map_len);
+    const uint64_t len = std::min(window, n - done);
+    MEGA_RETURN_IF_ERROR(CopyMappedRange(fd, file_off + done, {p + done, len}, path));
     done += len;
   }
   return Status::OK();

@@ -9,11 +9,13 @@ cd "$(dirname "$0")/.."
 build_dir=${MEGACKPT_TSAN_BUILD_DIR:-build-tsan}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(core_test dcp_test cas_test dist_test)
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGACKPT_TSAN=ON >/dev/null
-ninja -C "$build_dir" "${targets[@]}"
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGACKPT_TSAN=ON \
+  -DMEGACKPT_BUILD_TESTS=ON >/dev/null
+ninja -C "$build_dir" -j "${MEGACKPT_JOBS:-$(nproc)}" "${targets[@]}"
 status=0
 for t in "${targets[@]}"; do
-  bin=$(find "$build_dir/src" -name "$t" -type f -perm -u+x | head -1)
+  bin=$(find "$build_dir/src" "$build_dir/tests" -name "$t" -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$bin" ] || { echo "run-tsan: $t not built" >&2; exit 2; }
   log="$build_dir/$t.tsan.log"
   echo "== $t (log: $log)"

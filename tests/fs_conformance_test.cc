@@ -261,7 +261,9 @@ TEST_P(FsConformanceTest, TransactionCommitPublishesEverything) {
   // isolated store nothing is.
   EXPECT_EQ(Read(P("t/meta")), "old meta");
   EXPECT_FALSE(*fs_->Exists(P("t/index.json")));
-  if (fs_->capabilities().isolated_transactions) EXPECT_FALSE(*fs_->Exists(P("t/data/shard-1.bin")));
+  if (fs_->capabilities().isolated_transactions) {
+    EXPECT_FALSE(*fs_->Exists(P("t/data/shard-1.bin")));
+  }
   // The previous state stays readable at base_root().
   EXPECT_EQ(*fs_->ReadWhole(fs::JoinPath(txn->base_root(), "meta")), "old meta");
   auto id = txn->Commit();
@@ -299,7 +301,9 @@ TEST_P(FsConformanceTest, TransactionAbortAndCrashLeaveThePreviousState) {
     }
     EXPECT_EQ(Read(P("a/meta")), "old");
     EXPECT_EQ(Read(P("a/old.bin")), "old data");
-    if (fs_->capabilities().isolated_transactions) EXPECT_FALSE(*fs_->Exists(P("a/new.bin")));
+    if (fs_->capabilities().isolated_transactions) {
+      EXPECT_FALSE(*fs_->Exists(P("a/new.bin")));
+    }
   }
 }
 

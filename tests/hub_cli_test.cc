@@ -160,7 +160,7 @@ TEST_F(HubCliTest, PushWithNothingToChangeMakesNoCommit) {
   std::string src = work_.path() + "/same";
   WriteFileCreatingDirs(src + "/a.bin", RandomData(100000, 7));
   WriteFileCreatingDirs(src + "/b/c.txt", "hello");
-  for (const std::string endpoint : {std::string(), "file://" + work_.path() + "/embedded-same"}) {
+  for (const std::string& endpoint : {std::string(), "file://" + work_.path() + "/embedded-same"}) {
     const std::string token = endpoint.empty() ? write_ : "";
     CommandResult first = Cli("push -q " + src + " mega://org/same --json", token, endpoint);
     ASSERT_EQ(first.code, 0) << first.err;

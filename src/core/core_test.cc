@@ -1,7 +1,9 @@
 #include <dlpack/dlpack.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -500,6 +502,44 @@ TEST(FileTest, ReadExactlyAtWithCrc32MatchesReadAndCrc32) {
   std::vector<std::byte> dst(12u << 20);
   auto cut = (*f)->ReadExactlyAtWithCrc32(0, dst);
   EXPECT_EQ(cut.status().code(), StatusCode::kOutOfRange) << cut.status().ToString();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileTest, CopyMappedRangeCopiesAndChecksumsAndNamesTheFileOnError) {
+  std::string dir = ::testing::TempDir() + "/core_file_mapped_test_" + std::to_string(getpid());
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  const std::string path = dir + "/data.bin";
+  std::string bytes((3u << 20) + 77, '\0');
+  std::mt19937_64 rng(15);
+  for (auto& c : bytes) c = static_cast<char>(rng());
+  ASSERT_TRUE(WriteLocalFileAtomically(path, bytes, /*sync=*/false).ok());
+  const auto all = AsBytes(bytes);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (uint64_t offset : {uint64_t{0}, uint64_t{4095}, uint64_t{(1u << 20) + 17}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    const uint64_t n = bytes.size() - offset;
+    std::vector<std::byte> plain(n), checked(n);
+    ASSERT_TRUE(CopyMappedRange(fd, offset, plain, path).ok());
+    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), all.begin() + static_cast<ptrdiff_t>(offset)));
+    uint32_t crc = 0x1234u;
+    double populate = -1;
+    ASSERT_TRUE(CopyMappedRange(fd, offset, checked, path, &crc, &populate).ok());
+    EXPECT_EQ(plain, checked);
+    EXPECT_EQ(crc, Crc32Extend(0x1234u, all.subspan(offset)));
+    EXPECT_GE(populate, 0.0);
+  }
+  close(fd);
+  // A descriptor that cannot be mapped read-only: the errno's Status, naming
+  // the file and the call; nothing is copied.
+  const int wfd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(wfd, 0);
+  std::vector<std::byte> dst(4096, std::byte{0x5a});
+  Status s = CopyMappedRange(wfd, 0, dst, path);
+  close(wfd);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path + ": mmap"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](std::byte b) { return b == std::byte{0x5a}; }));
   std::filesystem::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <random>
@@ -80,35 +81,26 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   }
 
  private:
-  // Copies a prefix of [offset, offset + dst.size()) into dst through mappings
-  // of one window at a time, extending *crc over it; returns the bytes done
-  // (all, or less where a window could not be mapped or populated, or the
-  // file went back to pread). REQUIRES: the range lies inside the file.
+  // Copies a prefix of [offset, offset + dst.size()) into dst one mapped
+  // window at a time (CopyMappedRange), extending *crc over it; returns the
+  // bytes done (all, or less where a window could not be mapped or populated,
+  // or the file went back to pread). REQUIRES: the range lies inside the file.
   uint64_t CopyMapped(uint64_t offset, std::span<std::byte> dst, uint32_t* crc) const {
-    static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     uint64_t done = 0;
     while (done < dst.size() && !prefer_pread_.load(std::memory_order_relaxed)) {
-      const uint64_t begin = offset + done;
       const uint64_t n = std::min<uint64_t>(kMappedReadWindow, dst.size() - done);
-      const uint64_t map_at = begin / page * page;
-      const size_t map_len = static_cast<size_t>(begin + n - map_at);
-      void* m = mmap(nullptr, map_len, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(map_at));
-      if (m == MAP_FAILED) break;
-      const double t0 = MonotonicSeconds();
-      if (madvise(m, map_len, MADV_POPULATE_READ) != 0) {  // unreadable, or a kernel without it
-        const int err = errno;
-        munmap(m, map_len);
-        if (err == EINVAL) prefer_pread_.store(true, std::memory_order_relaxed);
+      double populate = 0;
+      Status s = CopyMappedRange(fd_, offset + done, dst.subspan(done, n), name_, crc, &populate);
+      if (!s.ok()) {  // unreadable (pread reports it), or not mappable here
+        if (s.code() == StatusCode::kInvalidArgument) {
+          prefer_pread_.store(true, std::memory_order_relaxed);
+        }
         break;
       }
-      const double populate = MonotonicSeconds() - t0;
-      const auto* src = static_cast<const std::byte*>(m) + (begin - map_at);
-      *crc = CopyWithCrc32(*crc, dst.subspan(done, n), std::span<const std::byte>(src, n));
-      munmap(m, map_len);
       done += n;
       // Judged on whole windows only: a short one is mostly the calls' fixed cost.
-      const double min_seconds = static_cast<double>(map_len) / kMappedPopulateMinBytesPerSecond;
-      if (n == kMappedReadWindow && populate > min_seconds) {
+      if (n == kMappedReadWindow &&
+          populate > static_cast<double>(n) / kMappedPopulateMinBytesPerSecond) {
         prefer_pread_.store(true, std::memory_order_relaxed);
       }
     }
@@ -286,6 +278,31 @@ Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::strin
   if (done < n) {
     return IOError(std::string(what) + ": pwrite at " + std::to_string(offset + done) + " wrote nothing");
   }
+  return Status::OK();
+}
+
+Status CopyMappedRange(int fd, uint64_t offset, std::span<std::byte> dst, std::string_view what,
+                       uint32_t* crc, double* populate_seconds) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (dst.empty()) return Status::OK();
+  const uint64_t map_at = offset / page * page;
+  const size_t map_len = static_cast<size_t>(offset + dst.size() - map_at);
+  void* m = mmap(nullptr, map_len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(map_at));
+  if (m == MAP_FAILED) return ErrnoToStatus(std::string(what) + ": mmap", errno);
+  const double t0 = MonotonicSeconds();
+  if (madvise(m, map_len, MADV_POPULATE_READ) != 0) {
+    const int err = errno;
+    munmap(m, map_len);
+    return ErrnoToStatus(std::string(what) + ": madvise(MADV_POPULATE_READ)", err);
+  }
+  if (populate_seconds) *populate_seconds = MonotonicSeconds() - t0;
+  const std::span<const std::byte> src(static_cast<const std::byte*>(m) + (offset - map_at), dst.size());
+  if (crc) {
+    *crc = CopyWithCrc32(*crc, dst, src);
+  } else {
+    std::memcpy(dst.data(), src.data(), src.size());
+  }
+  munmap(m, map_len);
   return Status::OK();
 }
 

@@ -167,6 +167,22 @@ Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::stri
 Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::string_view what,
                   size_t max_call = kMaxIoCall);
 
+// Copies file bytes [offset, offset + dst.size()) of `fd` into dst through one
+// read-only shared mapping (the one mapped-copy step of the project: the
+// mapped reads of OpenLocalFile's files and the bench's mapped warm-read
+// ceiling): mmap, MADV_POPULATE_READ, copy, munmap. With `crc` non-null the
+// copy is CopyWithCrc32 extending *crc over the bytes, else memcpy. When
+// `populate_seconds` is non-null it receives the time the populate took.
+// REQUIRES: the range lies inside the file; callers keep it to a window of
+// a few MiB (page tables are set up for all of it at once).
+// Errors (nothing copied): the errno's Status, "<what>: mmap" or
+// "<what>: madvise(MADV_POPULATE_READ)" — InvalidArgument (EINVAL) where the
+// file cannot be mapped or the kernel has no MADV_POPULATE_READ, IOError and
+// the like for a page that cannot be read. Never SIGBUS, except when another
+// process truncates the file between the populate and the copy.
+Status CopyMappedRange(int fd, uint64_t offset, std::span<std::byte> dst, std::string_view what,
+                       uint32_t* crc = nullptr, double* populate_seconds = nullptr);
+
 // fsync of a directory (makes renames and creations in it durable).
 Status SyncDirectory(const std::string& dir);
 
