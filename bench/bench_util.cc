@@ -156,7 +156,7 @@ std::vector<int> CeilingParallelisms(int n) {
 std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
   switch (kind) {
     case CeilingKind::kPageCacheWrite: return {kMiB, kLargeIo};
-    case CeilingKind::kDurableWrite: return {8 * kMiB, kDurableWritebackUnit};
+    case CeilingKind::kDurableWrite: return {8 * kMiB, kWritebackUnit};
     case CeilingKind::kWarmRead: return {kMiB, 4 * kMiB, kLargeIo};
     case CeilingKind::kColdRead: return {kMiB, 8 * kMiB};
     case CeilingKind::kMemcpy: return {0};
@@ -269,7 +269,7 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes) {
     // Durable: the library's pwrites (core kCrcWritePiece), writeback every
     // io_bytes; page cache: pwrites of io_bytes.
     Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
-                                  io_bytes ? io_bytes : kDurableWritebackUnit)
+                                  io_bytes ? io_bytes : kWritebackUnit)
                        : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
     if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
     close(fd);

@@ -99,9 +99,8 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 // inode lock, so W files is what W plain writers can do. The configurations run
 // interleaved (round r runs every configuration once), so a slow phase of the
 // machine (journal, host) hits all of them alike.
-// The library's durable save paths start writeback every 32 MiB (kWritebackUnit
-// in dcp/filesystem.cc and dcp/mega_storage.cc); the ceiling tries it and 8 MiB.
-constexpr uint64_t kDurableWritebackUnit = 32ull << 20;
+// The library's durable save paths start writeback every core kWritebackUnit
+// (core/file.h); the ceiling tries it and 8 MiB.
 // The library's readers hand out contiguous reads in work units of 32 MiB
 // (kReadUnit in dcp/filesystem.cc); the warm-read ceiling does the same.
 constexpr uint64_t kReadWorkUnit = 32ull << 20;
@@ -156,7 +155,7 @@ class PlainIo {
   void PrepareWrite(int writers = 0);
   // Writers files of bytes/writers each, in parallel; fdatasync each when durable.
   // `io_bytes`: the pwrite size (page cache) or the writeback unit (durable);
-  // 0: 64 MiB pwrites, resp. kDurableWritebackUnit.
+  // 0: 64 MiB pwrites, resp. kWritebackUnit.
   Status Write(int writers, bool durable, uint64_t io_bytes = 0);
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();

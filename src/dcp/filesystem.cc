@@ -39,7 +39,7 @@
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/endian.h"
-#include "megackpt/core/file.h"  // BaseName
+#include "megackpt/core/file.h"  // BaseName, kWritebackUnit
 #include "megackpt/core/packed.h"
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/thread_pool.h"
@@ -51,7 +51,6 @@ constexpr std::string_view kDataSuffix = ".distcp";
 constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
 constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
 constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
-constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: start writeback every 32 MiB
 constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
 constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit
 constexpr uint64_t kVerifiedReadPiece = kCrcHotPiece;  // verified reads: CRC'd right after the pread

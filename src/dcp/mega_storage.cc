@@ -35,6 +35,7 @@
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/file.h"  // kWritebackUnit
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
@@ -48,7 +49,6 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kLayoutFormat = "megackpt-mega-layout-v1";
-constexpr uint64_t kWritebackUnit = 32ull << 20;  // durable saves: StartWriteback every 32 MiB
 
 std::string MetadataNameFor(const StorageSetUp& setup) {
   if (!setup.use_collectives && setup.world_size > 1 && setup.rank > 0) {
@@ -371,7 +371,7 @@ struct MegaStorageWriter::Impl {
     std::vector<format::MegaEncoderTensor> specs;
     for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes, options.checksum});
     format::MegaEncoderOptions eo = mega_storage::ShardEncoderOptions(options.tensor_alignment, options.checksum);
-    // Durable saves: start writeback every 32 MiB, as the fs writer does.
+    // Durable saves: start writeback every core kWritebackUnit, as the fs writer does.
     if (options.sync) eo.writeback_bytes = kWritebackUnit;
     return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data), eo);
   }

@@ -93,6 +93,13 @@ class WritableFile {
   virtual Status Close() = 0;
 };
 
+// How often the durable writers (fs and MEGA storage) call
+// WritableFile::StartWriteback: once every kWritebackUnit bytes written, so the
+// device works on one unit while the next is copied and the final Sync has
+// little left. The bench's write + fdatasync ceiling does the same (and tries
+// 8 MiB besides).
+inline constexpr uint64_t kWritebackUnit = 32ull << 20;
+
 // Opens a local file for reading with pread. With `mmap`, the file is also
 // mapped read-only (mapped_data() non-null; empty files are never mapped).
 // ReadExactlyAtWithCrc32 of 4 MiB or more maps the range an 8 MiB window at a
