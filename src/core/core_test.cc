@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/checksum_kernels.h"
+#include "core/test_files.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/dtype.h"
 #include "megackpt/core/file.h"
@@ -460,19 +461,24 @@ TEST(FileTest, AtomicWriteAndReads) {
   std::filesystem::remove_all(dir);
 }
 
+// Writes `size` pseudo-random bytes (from `seed`) to `path`; returns them.
+std::string WriteRandomFile(const std::string& path, size_t size, uint64_t seed) {
+  std::string bytes(size, '\0');
+  std::mt19937_64 rng(seed);
+  for (auto& c : bytes) c = static_cast<char>(rng());
+  EXPECT_TRUE(WriteLocalFileAtomically(path, bytes, /*sync=*/false).ok()) << path;
+  return bytes;
+}
+
 // ReadExactlyAtWithCrc32 of a local file: the bytes and Crc32Extend(crc, bytes)
 // of ReadExactlyAt, whether the range goes through the mapped windows (4 MiB
 // and up; the first window always does) or pread (smaller), from offsets off
 // the page grid, up to the end of the file; past the end, and on a file cut
 // short after it was opened, an OutOfRange error naming the file (no SIGBUS).
 TEST(FileTest, ReadExactlyAtWithCrc32MatchesReadAndCrc32) {
-  std::string dir = ::testing::TempDir() + "/core_file_crc_test_" + std::to_string(getpid());
-  ASSERT_TRUE(CreateDirectories(dir).ok());
-  const std::string path = dir + "/data.bin";
-  std::string bytes((20u << 20) + 123, '\0');
-  std::mt19937_64 rng(14);
-  for (auto& c : bytes) c = static_cast<char>(rng());
-  ASSERT_TRUE(WriteLocalFileAtomically(path, bytes, /*sync=*/false).ok());
+  test_util::TempDir dir;
+  const std::string path = dir.path() + "/data.bin";
+  const std::string bytes = WriteRandomFile(path, (20u << 20) + 123, 14);
   auto f = OpenLocalFile(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const auto all = AsBytes(bytes);
@@ -502,17 +508,12 @@ TEST(FileTest, ReadExactlyAtWithCrc32MatchesReadAndCrc32) {
   std::vector<std::byte> dst(12u << 20);
   auto cut = (*f)->ReadExactlyAtWithCrc32(0, dst);
   EXPECT_EQ(cut.status().code(), StatusCode::kOutOfRange) << cut.status().ToString();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(FileTest, CopyMappedRangeCopiesAndChecksumsAndNamesTheFileOnError) {
-  std::string dir = ::testing::TempDir() + "/core_file_mapped_test_" + std::to_string(getpid());
-  ASSERT_TRUE(CreateDirectories(dir).ok());
-  const std::string path = dir + "/data.bin";
-  std::string bytes((3u << 20) + 77, '\0');
-  std::mt19937_64 rng(15);
-  for (auto& c : bytes) c = static_cast<char>(rng());
-  ASSERT_TRUE(WriteLocalFileAtomically(path, bytes, /*sync=*/false).ok());
+  test_util::TempDir dir;
+  const std::string path = dir.path() + "/data.bin";
+  const std::string bytes = WriteRandomFile(path, (3u << 20) + 77, 15);
   const auto all = AsBytes(bytes);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -540,7 +541,6 @@ TEST(FileTest, CopyMappedRangeCopiesAndChecksumsAndNamesTheFileOnError) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(path + ": mmap"), std::string::npos) << s.ToString();
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](std::byte b) { return b == std::byte{0x5a}; }));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
