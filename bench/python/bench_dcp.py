@@ -469,27 +469,21 @@ def main():
     print("\nratios, paired by round (ours / theirs of the same round): median [min, max]; "
           "goal in brackets")
 
-    def paired(a, b, world, key):
+    def paired(a, b, world, key, b_key=None):
+        """Per round: a's `key` / b's `b_key` (default: the same key)."""
+        b_key = b_key or key
         out = []
         for x, y in zip(rounds.get((a, world), []), rounds.get((b, world), [])):
-            if x.get(key) and y.get(key):
-                out.append(x[key] / y[key])
-        return out
-
-    def bound(theirs, world, key):
-        """Per round: that round's ceiling / theirs, the most any system could
-        beat `theirs` by on this machine then."""
-        out = []
-        for c, y in zip(rounds.get(("cpp", world), []), rounds.get((theirs, world), [])):
-            if c.get(CEILINGS[key]) and y.get(key):
-                out.append(c[CEILINGS[key]] / y[key])
+            if x.get(key) and y.get(b_key):
+                out.append(x[key] / y[b_key])
         return out
 
     for world in worlds:
         for ours, theirs, key, goal in GOALS:
             ratio = paired(ours, theirs, world, key)
             if ratio:
-                most = bound(theirs, world, key)
+                # The round's ceiling / theirs: the most any system could beat them by then.
+                most = paired("cpp", theirs, world, CEILINGS[key], key)
                 limit = (f"; the machine allows at most {spread(most)}x (the same round's "
                          f"{CEILINGS[key][:-5].replace('_', ' ')} ceiling / {theirs})" if most else "")
                 print(f"  world {world}: {ours} vs {theirs}, {key[:-5]}: {spread(ratio)}x "
@@ -497,9 +491,7 @@ def main():
         for ours in ("mega-dcp", "native"):
             parts = []
             for key, ceiling in CEILINGS.items():
-                vs = [x[key] / c[ceiling] for x, c in zip(rounds.get((ours, world), []),
-                                                         rounds.get(("cpp", world), []))
-                      if x.get(key) and c.get(ceiling)]
+                vs = paired(ours, "cpp", world, key, ceiling)
                 if vs:
                     parts.append(f"{key[:-5]} {spread(vs)}")
             if parts:
