@@ -452,6 +452,9 @@ def main():
                     continue
                 rounds.setdefault((system, world), []).append(agg)
             print(f"  round {r + 1}/{args.rounds}, world {world} done", flush=True)
+    for world in worlds:  # the checkpoints the workers left (about --size each)
+        for system in systems:
+            shutil.rmtree(os.path.join(args.dir, f"bench-{system}-w{world}"), ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{s}/w{w}": v for (s, w), v in rounds.items()}, f, indent=1)
