@@ -488,6 +488,14 @@ def main():
                 out.append(x[key] / y[b_key])
         return out
 
+    def best(a, b, world, key):
+        """a's best round / b's best round (None without both). This VM's page-cache
+        speed flips between two modes from one run to the next (docs/benchmarks.md),
+        so a pair of rounds can hold one system's slow mode and the other's fast one;
+        each system's best round is its fast mode."""
+        xs, ys = series(a, world, key), series(b, world, key)
+        return max(xs) / max(ys) if xs and ys else None
+
     for world in worlds:
         for ours, theirs, key, goal in GOALS:
             ratio = paired(ours, theirs, world, key)
@@ -496,9 +504,9 @@ def main():
                 most = paired("cpp", theirs, world, CEILINGS[key], key)
                 limit = (f"; the machine allows at most {spread(most)}x (the same round's "
                          f"{CEILINGS[key][:-5].replace('_', ' ')} ceiling / {theirs})" if most else "")
-                xs, ys = series(ours, world, key), series(theirs, world, key)
                 print(f"  world {world}: {ours} vs {theirs}, {key[:-5]}: {spread(ratio)}x "
-                      f"[>= {goal}x]{limit}; best round / best round {max(xs) / max(ys):.2f}x")
+                      f"[>= {goal}x]{limit}; best round / best round "
+                      f"{best(ours, theirs, world, key):.2f}x")
         for ours in ("mega-dcp", "native"):
             parts = []
             for key, ceiling in CEILINGS.items():
@@ -513,14 +521,11 @@ def main():
                      if paired(system, ref, world, key)]
             if parts:
                 print(f"  world {world}: {system} / {ref} throughput ({what}): " + ", ".join(parts))
-            # This VM's page-cache speed flips between two modes from one run to the next
-            # (docs/benchmarks.md), so a pair of rounds often compares one system's slow mode
-            # with the other's fast one; each system's best round is its fast mode.
-            best = [f"{key[:-5]} {max(xs) / max(ys):.2f}"
-                    for key in ("save_gbps", "save_nosync_gbps", "load_gbps")
-                    for xs, ys in [(series(system, world, key), series(ref, world, key))] if xs and ys]
-            if best:
-                print(f"  world {world}: {system} / {ref}, best round / best round: " + ", ".join(best))
+            bests = [f"{key[:-5]} {best(system, ref, world, key):.2f}"
+                     for key in ("save_gbps", "save_nosync_gbps", "load_gbps")
+                     if best(system, ref, world, key) is not None]
+            if bests:
+                print(f"  world {world}: {system} / {ref}, best round / best round: " + ", ".join(bests))
     rss = [f"world {w}: {rss_text(max(a['rss_extra'] for a in rounds[('native', w)]))}"
            for w in worlds if rounds.get(("native", w)) and
            all("rss_extra" in a for a in rounds[("native", w)])]
