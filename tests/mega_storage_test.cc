@@ -171,6 +171,32 @@ TEST(MegaStorage, ReshardRoundTripWithMapping) {
   }
 }
 
+// The shards' directory entries go out before their bytes (WriteOutNewEntries),
+// at every world size: each rank syncs the folder after creating its shards.
+TEST(MegaStorage, FolderIsSyncedAfterCreatingTheShardsAndBeforeWritingThem) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(6, 1 << 20);
+  for (int world : {1, 2}) {
+    const std::string path = dir.path() + "/ckpt" + std::to_string(world);
+    std::vector<std::shared_ptr<testing::InstrumentedFileSystem>> recording(world);
+    for (auto& r : recording) r = std::make_shared<testing::InstrumentedFileSystem>();
+    Status s = SaveSynthetic(spec, world, [&](int rank) {
+      MegaStorageWriterOptions o;
+      o.fs = recording[rank];
+      o.sync = false;
+      o.thread_count = 2;
+      return std::make_unique<MegaStorageWriter>(path, std::nullopt, o);
+    });
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(recording[r]->Events(), "ckpt" + std::to_string(world),
+                                                          ".mega"),
+                "")
+          << "world " << world << ", rank " << r;
+    }
+  }
+}
+
 TEST(MegaStorage, FactoryBuildsMegaBackend) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(13, 64 << 10);

@@ -313,6 +313,10 @@ Result<std::vector<std::string>> OtherLayoutFiles(fs::FileSystem& fs, const std:
   return other;
 }
 
+void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir) {
+  fs.SyncDirectory(dir).IgnoreError();
+}
+
 void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayout kept) {
   auto other = OtherLayoutFiles(fs, dir, kept);
   if (!other.ok()) return;

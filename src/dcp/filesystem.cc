@@ -229,21 +229,26 @@ class FileSystemWriterImpl final : public StorageWriter {
       names[f] = prefix + std::to_string(next_file_++) + std::string(kDataSuffix);
     }
     std::vector<WriteResult> results(plan.items.size());
-    std::mutex mu;
     if (!pool_ && options_.thread_count > 1) {
       pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
     }
+    // Every file is created before any is written, so that the folder's new
+    // entries go out before the data (WriteOutNewEntries).
+    std::vector<std::unique_ptr<WritableFile>> files(nfiles);
+    for (size_t f = 0; f < nfiles; ++f) {
+      if (bins[f].empty()) continue;
+      const std::string full = fs::JoinPath(path_, names[f]);
+      written_.push_back(full);
+      MEGA_ASSIGN_OR_RETURN(files[f], fs_->OpenForWrite(full));
+    }
+    WriteOutNewEntries(*fs_, path_);
     Status s = ParallelFor(
         pool_.get(), nfiles,
         [&](size_t f) -> Status {
           if (bins[f].empty()) return Status::OK();
-          const std::string full = fs::JoinPath(path_, names[f]);
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            written_.push_back(full);
-          }
           return Guard("FileSystemWriter::WriteData", [&] {
-            return WriteFile(full, names[f], plan, bins[f], planner, &results);
+            return WriteFile(std::move(files[f]), fs::JoinPath(path_, names[f]), names[f], plan, bins[f],
+                             planner, &results);
           });
         },
         options_.thread_count);
@@ -279,10 +284,9 @@ class FileSystemWriterImpl final : public StorageWriter {
   }
 
  private:
-  Status WriteFile(const std::string& full, const std::string& name, const SavePlan& plan,
-                   const std::vector<size_t>& items, SavePlanner& planner,
+  Status WriteFile(std::unique_ptr<WritableFile> file, const std::string& full, const std::string& name,
+                   const SavePlan& plan, const std::vector<size_t>& items, SavePlanner& planner,
                    std::vector<WriteResult>* results) {
-    MEGA_ASSIGN_OR_RETURN(auto file, fs_->OpenForWrite(full));
     const bool positioned = file->supports_write_at();
     std::shared_ptr<std::byte> buffer;  // for strided tensors, allocated on first need
     uint64_t offset = 0;

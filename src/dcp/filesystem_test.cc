@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +80,31 @@ TEST(FileSystemCheckpoint, SyntheticRoundTripAndRebuild) {
   ASSERT_TRUE(rebuilt->Find("model") && rebuilt->Find("model")->is_dict());
   ASSERT_TRUE(rebuilt->Find("model")->dict().Find("layers")->is_list());
   ASSERT_TRUE(rebuilt->Find("optim")->dict().Find("state")->list()[0].dict().Find("step")->is_bytes());
+}
+
+// The data files' directory entries go out before their bytes, so the commit
+// does not wait for the folder's block behind the data's writeback
+// (WriteOutNewEntries).
+TEST(FileSystemCheckpoint, FolderIsSyncedAfterCreatingTheDataFilesAndBeforeWritingThem) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(7, 1 << 20);
+  auto state = synthetic::BuildRankState(spec, 1, 0, 0, true);
+  ASSERT_TRUE(state.ok());
+  for (bool sync : {false, true}) {
+    auto recording = std::make_shared<testing::InstrumentedFileSystem>();
+    FileSystemWriterOptions wo;
+    wo.fs = recording;
+    wo.sync = sync;
+    wo.thread_count = 3;
+    const std::string path = dir.path() + "/ckpt";
+    ASSERT_TRUE(Save(*state, *NewFileSystemWriter(path, wo)).ok());
+    const std::vector<std::string> events = recording->Events();
+    EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                            [](const std::string& e) { return e.rfind("create __", 0) == 0; }),
+              3)
+        << "sync " << sync;
+    EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(events, "ckpt", ".distcp"), "") << "sync " << sync;
+  }
 }
 
 TEST(FileSystemCheckpoint, StridedSourceAndDestination) {

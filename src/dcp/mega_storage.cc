@@ -41,6 +41,7 @@
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 
 namespace megackpt::dcp {
 
@@ -615,6 +616,7 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   }
   std::vector<WriteResult> results(plan.items.size());
   std::vector<size_t> files;  // files written with positioned writes
+  bool created_now = false;    // one of them is opened by this call
   for (auto& [f, items] : by_file) {
     if (s.slots[f].done) {
       return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
@@ -624,9 +626,13 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
       MEGA_RETURN_IF_ERROR(s.WriteSequentialFile(f, plan, items, planner, &results));
       continue;
     }
+    created_now |= !s.slots[f].writer;
     MEGA_RETURN_IF_ERROR(s.OpenSlot(f, plan.planner_data));
     files.push_back(f);
   }
+  // New shards exist (in place, under the transaction's root): their entries
+  // go out before their data.
+  if (created_now) WriteOutNewEntries(*s.fs, s.txn->root());
   const auto write_item = [&](size_t i) -> Status {
     const WriteItem& w = plan.items[i];
     auto [f, pos] = target[i];

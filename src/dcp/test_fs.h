@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "megackpt/fs/filesystem.h"
 
@@ -31,6 +32,13 @@ class InstrumentedFileSystem : public fs::FileSystem {
     size_t n = 0;
     for (const auto& [id, read] : bytes_by_thread_) n += read >= bytes;
     return n;
+  }
+  // In order: "create NAME" (OpenForWrite), "write NAME" (the first
+  // Append/WriteAt of that file), "syncdir NAME" (SyncDirectory); NAME is the
+  // base name.
+  std::vector<std::string> Events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
   }
   // Fault injection: return an error from the matching operation.
   std::function<bool(const std::string& path)> fail_open_for_write;
@@ -54,7 +62,9 @@ class InstrumentedFileSystem : public fs::FileSystem {
     if (fail_open_for_write && fail_open_for_write(path)) {
       return IOError(path + ": injected write failure");
     }
-    return base_->OpenForWrite(path);
+    MEGA_ASSIGN_OR_RETURN(auto f, base_->OpenForWrite(path));
+    Record("create", path);
+    return std::unique_ptr<WritableFile>(new RecordingFile(std::move(f), this));
   }
   Status WriteAtomically(const std::string& path, std::string_view data, bool sync) override {
     if (fail_write_atomically && fail_write_atomically(path)) {
@@ -70,9 +80,48 @@ class InstrumentedFileSystem : public fs::FileSystem {
   Status Rename(const std::string& from, const std::string& to) override {
     return base_->Rename(from, to);
   }
-  Status SyncDirectory(const std::string& dir) override { return base_->SyncDirectory(dir); }
+  Status SyncDirectory(const std::string& dir) override {
+    Record("syncdir", dir);
+    return base_->SyncDirectory(dir);
+  }
 
  private:
+  void Record(const char* what, const std::string& path) {
+    std::string base = path;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    base = base.substr(base.find_last_of('/') + 1);
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::string(what) + " " + base);
+  }
+
+  // Records the first write of a file; forwards everything.
+  class RecordingFile : public WritableFile {
+   public:
+    RecordingFile(std::unique_ptr<WritableFile> f, InstrumentedFileSystem* fs) : f_(std::move(f)), fs_(fs) {}
+    const std::string& name() const override { return f_->name(); }
+    Status Append(std::span<const std::byte> data) override {
+      First();
+      return f_->Append(data);
+    }
+    bool supports_write_at() const override { return f_->supports_write_at(); }
+    Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+      First();
+      return f_->WriteAt(offset, data);
+    }
+    uint64_t size() const override { return f_->size(); }
+    Status Sync() override { return f_->Sync(); }
+    void StartWriteback(uint64_t offset, uint64_t length) override { f_->StartWriteback(offset, length); }
+    Status Close() override { return f_->Close(); }
+
+   private:
+    void First() {
+      if (!wrote_.exchange(true)) fs_->Record("write", f_->name());
+    }
+    std::unique_ptr<WritableFile> f_;
+    InstrumentedFileSystem* fs_;
+    std::atomic<bool> wrote_{false};
+  };
+
   class CountingFile : public RandomAccessFile {
    public:
     CountingFile(std::unique_ptr<RandomAccessFile> f, InstrumentedFileSystem* fs)
@@ -98,7 +147,33 @@ class InstrumentedFileSystem : public fs::FileSystem {
   std::shared_ptr<fs::FileSystem> base_;
   std::mutex mu_;
   std::map<std::thread::id, uint64_t> bytes_by_thread_;
+  std::vector<std::string> events_;
 };
+
+// For InstrumentedFileSystem::Events() of one save into the folder named
+// `folder` (base name): every file ending in `suffix` is created before the
+// first of them is written, and the folder is synced in between
+// (WriteOutNewEntries in checkpoint_folder.h). Empty when so, else what is not.
+inline std::string CheckEntriesWrittenOutBeforeData(const std::vector<std::string>& events,
+                                                    const std::string& folder, const std::string& suffix) {
+  auto is = [&](const std::string& e, const std::string& what) {
+    return e.rfind(what + " ", 0) == 0 && e.size() >= suffix.size() &&
+           e.compare(e.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  long last_create = -1, first_write = -1;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (is(events[i], "create")) last_create = static_cast<long>(i);
+    if (first_write < 0 && is(events[i], "write")) first_write = static_cast<long>(i);
+  }
+  std::string log;
+  for (const std::string& e : events) log += "\n  " + e;
+  if (last_create < 0 || first_write < 0) return "no " + suffix + " file was created and written:" + log;
+  if (last_create > first_write) return "a " + suffix + " file is created after another one is written:" + log;
+  for (long i = last_create + 1; i < first_write; ++i) {
+    if (events[static_cast<size_t>(i)] == "syncdir " + folder) return "";
+  }
+  return "the folder " + folder + " is not synced between the last create and the first write:" + log;
+}
 
 }  // namespace megackpt::dcp::testing
 
