@@ -521,7 +521,24 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const
   r.nosync_paired = PairedRatio(nosync, c.pagecache_write);
   r.load_paired = PairedRatio(load, c.warm_read);
   r.unverified_paired = PairedRatio(unverified, c.warm_read);
+  r.save_commit = Summarize(secs.save_commit);
+  r.nosync_commit = Summarize(secs.save_nosync_commit);
   return r;
+}
+
+double CommitAfterLastWrite(const std::vector<dcp::SaveStats>& ranks) {
+  const dcp::SaveStats* last = nullptr;
+  for (const dcp::SaveStats& s : ranks) {
+    if (!last || s.plan_seconds + s.write_seconds > last->plan_seconds + last->write_seconds) last = &s;
+  }
+  return last ? last->commit_seconds : 0;
+}
+
+std::string CommitRow(const std::string& label, const Summary& seconds) {
+  char row[160];
+  std::snprintf(row, sizeof row, "  %-32s %8.1f %8.1f %8.1f   ms, after the last rank's data", label.c_str(),
+                seconds.min * 1e3, seconds.median * 1e3, seconds.max * 1e3);
+  return row;
 }
 
 void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism) {
@@ -529,6 +546,8 @@ void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadC
   PutSummary(out, "save_nosync_gbps", r.save_nosync);
   PutSummary(out, "load_gbps", r.load);
   PutSummary(out, "load_unverified_gbps", r.load_unverified);
+  if (r.save_commit.runs > 0) PutSummary(out, "save_commit_seconds", r.save_commit);
+  if (r.nosync_commit.runs > 0) PutSummary(out, "save_nosync_commit_seconds", r.nosync_commit);
   PutSaveLoadCeilings(out, c);
   (*out)["ceiling_parallelism"] = parallelism;
   auto ratio = [](const Summary& ours, const Ceiling& limit) {

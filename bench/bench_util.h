@@ -18,6 +18,7 @@
 
 #include "core/test_files.h"
 #include "megackpt/core/status.h"
+#include "megackpt/dcp/checkpoint.h"
 
 namespace megackpt::bench {
 
@@ -279,18 +280,31 @@ void PutPairedRatio(nlohmann::json* out, const std::string& ratio_key, const Sum
 void PutSummary(nlohmann::json* out, const std::string& key, const Summary& s);
 
 // The four timed rows of a save/load bench (bench dcp, bench mega): seconds of
-// each measured repetition, in order, each run right after its ceiling round.
+// each measured repetition, in order, each run right after its ceiling round;
+// and for each save, its commit as the caller waits for it
+// (CommitAfterLastWrite).
 struct SaveLoadSeconds {
   std::vector<double> save, save_nosync, load, load_unverified;
+  std::vector<double> save_commit, save_nosync_commit;
 };
-// Those rows in GB/s, and each repetition over the ceiling round before it.
+// Those rows in GB/s, and each repetition over the ceiling round before it;
+// the commits in seconds.
 struct SaveLoadRows {
   Summary save, save_nosync, load, load_unverified;
   Summary save_paired, nosync_paired, load_paired, unverified_paired;
+  Summary save_commit, nosync_commit;
 };
+
+// The commit of one save as its caller waits for it: the commit_seconds of the
+// rank whose data was written last (largest plan_seconds + write_seconds), i.e.
+// from the last rank's last data byte to the save's return. `ranks`: every
+// rank's SaveStats of that save; 0 when empty.
+double CommitAfterLastWrite(const std::vector<dcp::SaveStats>& ranks);
+// "  <label>  min / median / max ms" for a row of such commits.
+std::string CommitRow(const std::string& label, const Summary& seconds);
 SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const SaveLoadCeilings& c);
-// Puts the rows (save_gbps, save_nosync_gbps, load_gbps, load_unverified_gbps
-// with PutSummary), the ceilings (PutSaveLoadCeilings), ceiling_parallelism,
+// Puts the rows (save_gbps, save_nosync_gbps, load_gbps, load_unverified_gbps,
+// save_commit_seconds, save_nosync_commit_seconds with PutSummary), the ceilings (PutSaveLoadCeilings), ceiling_parallelism,
 // each row over its ceiling as a ratio of medians (PutRatio: save_vs_durable_write,
 // save_nosync_vs_pagecache_write, load_vs_pagecache_read,
 // load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio), and

@@ -83,25 +83,33 @@ class Bench {
     return dt;
   }
 
-  // `before` (untimed) runs before every repetition: the interleaved ceiling round.
-  Result<std::vector<double>> Seconds(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn,
-                                      const std::function<Status()>& before) {
+  // Seconds of each repetition of the save SaveFn(sync), and in *commits each
+  // one's commit after the last rank's data (CommitAfterLastWrite). `before`
+  // (untimed) runs before every repetition: the interleaved ceiling round.
+  Result<std::vector<double>> SaveSeconds(bool sync, const std::function<Status()>& before,
+                                          std::vector<double>* commits) {
     std::vector<double> secs;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       MEGA_RETURN_IF_ERROR(before());
-      MEGA_ASSIGN_OR_RETURN(double dt, Run(fresh, fn));
-      if (i >= kWarmup) secs.push_back(dt);
+      MEGA_ASSIGN_OR_RETURN(double dt, Run(true, SaveFn(sync)));
+      if (i < kWarmup) continue;
+      secs.push_back(dt);
+      commits->push_back(CommitAfterLastWrite(save_stats_));
     }
     return secs;
   }
 
+  // Fills save_stats_[rank].
   std::function<Status(dist::ProcessGroup&, RankState&)> SaveFn(bool sync) {
+    save_stats_.assign(o_.world_size, dcp::SaveStats());
     return [this, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageWriterOptions wo;
       wo.sync = sync;
       wo.thread_count = o_.threads;
       dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
-      return dcp::Save(st.state.save, writer, &g);
+      dcp::SaveOptions so;
+      so.stats = &save_stats_[g.rank()];
+      return dcp::Save(st.state.save, writer, &g, so);
     };
   }
 
@@ -169,6 +177,7 @@ class Bench {
   MegaBenchOptions o_;
   std::string ckpt_;
   std::vector<RankState> states_;
+  std::vector<dcp::SaveStats> save_stats_;  // of the last SaveFn run, per rank
 };
 
 Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table) {
@@ -195,9 +204,9 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   };
   SaveLoadSeconds secs;
   MEGA_ASSIGN_OR_RETURN(secs.save,
-                        bench.Seconds(true, bench.SaveFn(true), write_round(CeilingKind::kDurableWrite)));
-  MEGA_ASSIGN_OR_RETURN(secs.save_nosync,
-                        bench.Seconds(true, bench.SaveFn(false), write_round(CeilingKind::kPageCacheWrite)));
+                        bench.SaveSeconds(true, write_round(CeilingKind::kDurableWrite), &secs.save_commit));
+  MEGA_ASSIGN_OR_RETURN(secs.save_nosync, bench.SaveSeconds(false, write_round(CeilingKind::kPageCacheWrite),
+                                                            &secs.save_nosync_commit));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked([&] { return rounds.Round(CeilingKind::kMemcpy); }));
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
@@ -253,8 +262,10 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";
+  *table += CommitRow("its commit", r.save_commit) + "\n";
   *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median, r.nosync_paired) + "\n";
   *table += CeilingRow("  ceiling: page-cache write", ceil.pagecache_write) + "\n";
+  *table += CommitRow("its commit", r.nosync_commit) + "\n";
   *table += FormatRow("load (verified, reused tensors)", r.load, ceil.warm_read.best.median, r.load_paired) + "\n";
   *table += FormatRow("load, verify_checksums off", r.load_unverified, ceil.warm_read.best.median,
                       r.unverified_paired) + "\n";
