@@ -9,6 +9,7 @@ reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
 hub.json; missing
 files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
 is divided by (and the ceiling's winning parallelism), the ratio of the medians,
+each save's commit in ms after the last rank's data (no ceiling),
 the per-repetition ratios (each repetition against the ceiling round run right
 before it; min/median/max, where the bench records them), the goal of issue 15
 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
@@ -103,11 +104,20 @@ def par(j, stem):
     return config_text(j[stem + "_parallelism"], io)
 
 
+def commit_row(t, name, j, key, label):
+    """The commit of a save row, in ms after the last rank's data (no ceiling)."""
+    s = triple(j, key)
+    if s:
+        t.add(name, label, tuple(x * 1e3 for x in s), unit="ms", is_ceiling=False)
+
+
 def save_load_rows(t, name, j):
     t.add(name, "save (durable)", triple(j, "save_gbps"), triple(j, "durable_write_gbps"),
           par(j, "durable_write"), 0.9, paired=triple(j, "save_vs_durable_write_paired"))
+    commit_row(t, name, j, "save_commit_seconds", "  its commit")
     t.add(name, "save --no-sync", triple(j, "save_nosync_gbps"), triple(j, "pagecache_write_gbps"),
           par(j, "pagecache_write"), 0.85, paired=triple(j, "save_nosync_vs_pagecache_write_paired"))
+    commit_row(t, name, j, "save_nosync_commit_seconds", "  its commit")
     t.add(name, "load (verified)", triple(j, "load_gbps"), triple(j, "pagecache_read_gbps"),
           par(j, "pagecache_read"), 0.7, paired=triple(j, "load_vs_pagecache_read_paired"))
     if "load_unverified_gbps" in j:
