@@ -126,14 +126,14 @@ void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayou
 
 // Called by a writer once this rank's data files exist in `dir` and before
 // their bytes are written: writes the folder's new entries out now
-// (FileSystem::SyncDirectory), while the device is idle. Otherwise, where
-// directory blocks are written back together with file data (ext4 without a
-// journal, as on the benchmark VM), the folder's block is still dirty when
-// the data's writeback starts, goes to the device behind it, and the commit's
-// first lookup or rename in the folder waits 50-100 ms for it (docs/dcp.md,
-// "The folder's entries before the data"). Costs one small metadata write.
-// A speed measure, not a durability step (a durable save still syncs the folder
-// at its commit): failures are ignored.
+// (FileSystem::SyncDirectory), before the data adds to the device's queue.
+// Otherwise, where directory blocks are written back together with file data
+// (ext4 without a journal, as on the benchmark VM), the folder's block is still
+// dirty when the data's writeback starts, goes to the device behind it, and the
+// commit's first lookup or rename in the folder waits 50-100 ms for it
+// (docs/dcp.md, "The folder's entries before the data"). Costs one small
+// metadata write. A speed measure, not a durability step (a durable save still
+// syncs the folder at its commit): failures are ignored.
 void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir);
 
 // For saves that must not overwrite: AlreadyExists naming the files when `dir`
