@@ -521,9 +521,8 @@ def main():
                      if paired(system, ref, world, key)]
             if parts:
                 print(f"  world {world}: {system} / {ref} throughput ({what}): " + ", ".join(parts))
-            bests = [f"{key[:-5]} {best(system, ref, world, key):.2f}"
-                     for key in ("save_gbps", "save_nosync_gbps", "load_gbps")
-                     if best(system, ref, world, key) is not None]
+            bests = [f"{key[:-5]} {b:.2f}" for key in ("save_gbps", "save_nosync_gbps", "load_gbps")
+                     if (b := best(system, ref, world, key)) is not None]
             if bests:
                 print(f"  world {world}: {system} / {ref}, best round / best round: " + ", ".join(bests))
     rss = [f"world {w}: {rss_text(max(a['rss_extra'] for a in rounds[('native', w)]))}"

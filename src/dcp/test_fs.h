@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "megackpt/core/file.h"  // BaseName
 #include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp::testing {
@@ -87,11 +88,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
 
  private:
   void Record(const char* what, const std::string& path) {
-    std::string base = path;
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    base = base.substr(base.find_last_of('/') + 1);
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::string(what) + " " + base);
+    events_.push_back(std::string(what) + " " + BaseName(path));
   }
 
   // Records the first write of a file; forwards everything.
