@@ -40,8 +40,26 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 // `path` (a file or a folder) and writes back all dirty pages (sync(2)), so each
 // timed write starts from the same state — an empty target and no dirty data
 // from earlier runs that would throttle it (the kernel's dirty-page limits are
-// ~10-20% of RAM, about the size of two 2 GiB runs) — then SettleDevice.
-void PrepareFreshWrite(const std::string& path);
+// ~10-20% of RAM, about the size of two 2 GiB runs) — then SettleDevice, then
+// PrimeFreeMemory(`path`.prime, `bytes`) with the bytes the timed write writes.
+void PrepareFreshWrite(const std::string& path, uint64_t bytes);
+
+// The last step of a fresh write's preparation: writes `bytes` through the page
+// cache to the file `scratch` and removes it, so the timed write that follows
+// at once gets page-cache pages that were in use a moment ago. On a VM whose
+// balloon reports free memory to the host (docs/benchmarks.md, "Page-cache
+// writes on a VM with free page reporting"), pages free for more than about
+// half a second lose their host backing, and a buffered write into them runs at
+// the host's page-fault rate (about 0.5 GB/s here, against 6-10 GB/s): without
+// this step the gap between removing the old files and the timed write
+// (sync, SettleDevice) decided each run's mode. Best effort (errors ignored);
+// skipped when `bytes` is 0 or MEGACKPT_BENCH_NO_PRIME is set in the
+// environment (to measure the unprimed machine).
+void PrimeFreeMemory(const std::string& scratch, uint64_t bytes);
+// False when MEGACKPT_BENCH_NO_PRIME is set (PrimeFreeMemory does nothing);
+// `bench dcp` / `bench mega` report it as "fresh_writes_primed" and in their
+// table's first line.
+bool FreshWritesPrimed();
 
 // Waits (at most ~1 s) until the block device holding `path` has no request in
 // flight and its discard count has stopped moving: freeing the previous run's
@@ -152,8 +170,12 @@ class PlainIo {
 
   uint64_t bytes() const { return bytes_; }
   // Untimed preparation of a write by up to `writers` writers: removes every
-  // write file that may exist, then sync(2) and SettleDevice (as PrepareFreshWrite).
+  // write file that may exist, then sync(2), SettleDevice and PrimeFreeMemory
+  // of `bytes` (as PrepareFreshWrite).
   void PrepareWrite(int writers = 0);
+  // Removes the write files of up to `writers` writers and of every earlier
+  // write (untimed clean-up after the last write).
+  void RemoveWriteFiles(int writers = 0);
   // Writers files of bytes/writers each, in parallel; fdatasync each when durable.
   // `io_bytes`: the pwrite size (page cache) or the writeback unit (durable);
   // 0: 64 MiB pwrites, resp. kWritebackUnit.
@@ -231,7 +253,7 @@ class CeilingRounds {
   // A write round (page-cache write or write + fsync) next to a save into
   // `checkpoint`: each starts without the other's files, as ours and the
   // ceiling's fresh writes do. Removes `checkpoint`, runs Round(kind), then
-  // drops the ceiling's files (PlainIo::PrepareWrite).
+  // drops the ceiling's files (PlainIo::RemoveWriteFiles).
   Status WriteRound(CeilingKind kind, const std::string& checkpoint);
   // The ceiling of `kind` over the rounds run so far (empty when none).
   Ceiling Get(CeilingKind kind) const;
@@ -307,8 +329,8 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const
 // save_commit_seconds, save_nosync_commit_seconds with PutSummary), the ceilings (PutSaveLoadCeilings), ceiling_parallelism,
 // each row over its ceiling as a ratio of medians (PutRatio: save_vs_durable_write,
 // save_nosync_vs_pagecache_write, load_vs_pagecache_read,
-// load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio), and
-// load_verified_vs_unverified.
+// load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio),
+// load_verified_vs_unverified, and fresh_writes_primed (FreshWritesPrimed).
 void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism);
 
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and

@@ -20,8 +20,8 @@
 //  repetition runs the row's ceiling round right before the row (interleaved:
 //  a limit measured minutes later, in another machine state, is no limit).
 //  Before every save, and before every write of the limits, the other's files
-//  are removed and PrepareFreshWrite (untimed) writes back dirty pages: both
-//  start from the same state.
+//  are removed and PrepareFreshWrite (untimed) writes back dirty pages and
+//  primes the free memory (PrimeFreeMemory): both start from the same state.
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +64,10 @@ class Runner {
 
   // Before every run (untimed), `fresh_path` non-empty: PrepareFreshWrite of it
   // (rank 0 removes, then every rank syncs), like the limits' writes.
-  void set_fresh_path(std::string path) { fresh_path_ = std::move(path); }
+  void set_fresh_path(std::string path, uint64_t bytes = 0) {
+    fresh_path_ = std::move(path);
+    fresh_bytes_ = bytes;
+  }
 
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
@@ -73,7 +76,7 @@ class Runner {
       // Rank 0 removes the target, then (after a barrier, so no rank writes back
       // the old checkpoint's dirty pages while they are being discarded) every
       // rank syncs: the same remove-then-sync as PrepareFreshWrite for the limits.
-      if (rank() == 0) PrepareFreshWrite(fresh_path_);
+      if (rank() == 0) PrepareFreshWrite(fresh_path_, fresh_bytes_);
       if (mpi_) {
         MEGA_RETURN_IF_ERROR(mpi_->Barrier());
         if (rank() != 0) sync();
@@ -102,6 +105,7 @@ class Runner {
   dist::ProcessGroup* mpi_;
   int world_;
   std::string fresh_path_;
+  uint64_t fresh_bytes_ = 0;
 };
 
 Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
@@ -194,7 +198,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     if (mpi) MEGA_RETURN_IF_ERROR(mpi->AllReduceStatus(s));
     return s;
   };
-  runner.set_fresh_path(ckpt);
+  runner.set_fresh_path(ckpt, bytes);
   SaveLoadSeconds secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
@@ -246,11 +250,12 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
-  char head[256];
+  char head[384];
   std::snprintf(head, sizeof head,
                 "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors), world %d (%s), "
-                "%d I/O threads/rank, %d reps after %d warm-up\n",
-                bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup);
+                "%d I/O threads/rank, %d reps after %d warm-up%s\n",
+                bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup,
+                FreshWritesPrimed() ? "" : " (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed)");
   *table += head;
   char cols[128];
   std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max",

@@ -232,7 +232,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       const size_t i = k < first_read ? k : first_read + (k - first_read + round) % num_reads;
       const Config& c = configs[i];
       if (c.reads && last) std::memset(dst_buf.get(), 0, bytes);
-      if (!c.writes.empty()) PrepareFreshWrite(c.writes);
+      if (!c.writes.empty()) PrepareFreshWrite(c.writes, bytes);
       if (c.prepare) c.prepare();
       double t0 = NowSeconds();
       MEGA_RETURN_IF_ERROR(c.run().WithContext(c.key));

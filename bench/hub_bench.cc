@@ -152,7 +152,7 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
     for (int r = 0; r < o.warmup + o.reps; ++r) {
       FillRandom(data, bytes, 1000 + r);
       std::string dir = tmp.path() + "/local-" + std::to_string(r);
-      PrepareFreshWrite(dir);  // as before every write of the limits
+      PrepareFreshWrite(dir, bytes);  // as before every write of the limits
       double t0 = NowSeconds();
       uint64_t per = bytes / kFiles;
       ThreadPool pool(kThreads);

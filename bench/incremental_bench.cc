@@ -102,8 +102,8 @@ int RunIncrementalBench(const IncrementalBenchOptions& o) {
     for (int r = 0; r <= o.reps; ++r) {
       const std::string plain_root = dir + "/plain", root = dir + "/incremental";
       if (g.rank() == 0) {
-        PrepareFreshWrite(plain_root);
-        PrepareFreshWrite(root);
+        PrepareFreshWrite(plain_root, 0);
+        PrepareFreshWrite(root, o.size);
       }
       CheckpointManagerOptions mo;
       mo.group = &g;

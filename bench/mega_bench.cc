@@ -23,8 +23,8 @@
 //  repetition runs the row's ceiling round right before the row (interleaved:
 //  a limit measured minutes later, in another machine state, is no limit).
 //  Before every save, and before every write of the limits, the other's files
-//  are removed and PrepareFreshWrite (untimed) writes back dirty pages: both
-//  start from the same state.
+//  are removed and PrepareFreshWrite (untimed) writes back dirty pages and
+//  primes the free memory (PrimeFreeMemory): both start from the same state.
 #include "mega_bench.h"
 
 #include <algorithm>
@@ -75,7 +75,7 @@ class Bench {
   // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
   Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    if (fresh) PrepareFreshWrite(ckpt_);
+    if (fresh) PrepareFreshWrite(ckpt_, bytes());
     const double t0 = NowSeconds();
     auto results = dist::RunThreadRanks(o_.world_size, [&](dist::ProcessGroup& g) { return fn(g, states_[g.rank()]); });
     const double dt = NowSeconds() - t0;
@@ -253,12 +253,13 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   PutPairedRatio(out, "async_blocked_vs_memcpy", blocked_p);
   PutRatio(out, "async_staging_vs_memcpy", blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 
-  char head[256];
+  char head[384];
   std::snprintf(head, sizeof head,
                 "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
                 "(threads), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
-                "[per rep: min med max]\n",
-                bytes / 1e9, o.tensors, o.world_size, o.reps, kWarmup);
+                "[per rep: min med max]%s\n",
+                bytes / 1e9, o.tensors, o.world_size, o.reps, kWarmup,
+                FreshWritesPrimed() ? "" : " (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed)");
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";

@@ -22,6 +22,12 @@ better). A row whose NEW/OLD is below 0.95 is flagged `regressed > 5%`.
 A key only one build reports (e.g. `load_unverified_gbps`, added after the old
 build) is printed for that side alone. Run on a quiet machine: the two builds
 take turns, but a build or test running beside them moves both.
+
+Builds from before 2026-12-04 do not prime fresh writes (bench/bench_util.h,
+PrimeFreeMemory), which changes the saves on a VM with free page reporting far
+more than most code changes; the JSON says `fresh_writes_primed` (missing:
+not primed). When the two sides differ the script says so on stderr: run it
+with MEGACKPT_BENCH_NO_PRIME=1 in the environment to compare like with like.
 """
 import argparse
 import json
@@ -85,6 +91,7 @@ def main():
     clis = {"old": a.old_cli, "new": a.new_cli}
     # samples[bench][label][side] = per-run medians; lower[bench][label] = lower is better
     samples, lower = {}, {}
+    primed = {"old": set(), "new": set()}  # fresh_writes_primed values seen per side
     for name in names:
         samples[name], lower[name] = {}, {}
         for rnd in range(a.rounds):
@@ -93,9 +100,16 @@ def main():
                 cmd = [clis[side], *BENCHES[name], "--size", a.size, "--reps", str(a.reps), "--json"]
                 print(f"[{time.strftime('%H:%M:%S')}] {name} round {rnd + 1}/{a.rounds}: {side}", file=sys.stderr,
                       flush=True)
-                for label, (value, low) in rows_of(name, run_json(cmd)).items():
+                j = run_json(cmd)
+                if name != "hub":
+                    primed[side].add(bool(j.get("fresh_writes_primed", False)))
+                for label, (value, low) in rows_of(name, j).items():
                     samples[name].setdefault(label, {"old": [], "new": []})[side].append(value)
                     lower[name][label] = low
+    if primed["old"] and primed["new"] and primed["old"] != primed["new"]:
+        print("bench_compare: the two builds prepare fresh writes differently (fresh_writes_primed: "
+              f"old {sorted(primed['old'])}, new {sorted(primed['new'])}); set MEGACKPT_BENCH_NO_PRIME=1 "
+              "to compare like with like", file=sys.stderr)
     result = []
     for name in names:
         for label, sides in samples[name].items():

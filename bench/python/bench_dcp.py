@@ -28,6 +28,10 @@ Metrics: durable save (fsync) and no-sync save in GB/s (decimal), load in GB/s
 the time async save blocks the caller, and the peak extra RSS (above the state)
 during a durable save; per repetition the slowest rank's time.
 
+Fresh writes: before every timed save each rank writes back dirty pages, then
+primes the free memory with its state's size (fresh_write.py; docs/benchmarks.md,
+"Priming the free memory"), as the C++ benches do; MEGACKPT_BENCH_NO_PRIME=1 skips it.
+
 Rounds: page-cache writes on this kind of VM are bimodal (docs/benchmarks.md,
 "Page-cache writes on a VM with free page reporting"), and a mode lasts longer
 than one system's repetitions. So each of --rounds runs every system once (a
@@ -58,6 +62,8 @@ import sysconfig
 import sys
 import threading
 import time
+
+from fresh_write import fresh_writes_primed, prime_free_memory  # bench/python, beside this script
 
 # The last save before "load" leaves the checkpoint the load runs read.
 ORDER = ["save_nosync", "async_blocked", "save", "load"]
@@ -185,6 +191,7 @@ def worker(args):
             shutil.rmtree(path, ignore_errors=True)
             os.makedirs(path, exist_ok=True)
         os.sync()
+        prime_free_memory(f"{path}.prime{rank}", nbytes)  # last, right before the write
         barrier()
 
     results = {"rank": rank, "bytes": nbytes, "times": {}}
@@ -434,7 +441,9 @@ def main():
     systems = args.systems.split(",")
     print(f"state {args.size / 1e9:.2f} GB (f32 + bf16, {TENSOR_BYTES >> 20} MiB tensors), "
           f"{args.rounds} rounds x {args.reps} rep(s) after a warm-up, {args.threads} I/O threads "
-          f"per rank, dir {args.dir}", flush=True)
+          f"per rank, dir {args.dir}"
+          + ("" if fresh_writes_primed() else "; MEGACKPT_BENCH_NO_PRIME: fresh writes not primed"),
+          flush=True)
     rounds = {}  # (system, world) -> [round values]
     skipped = {}
     for r in range(args.rounds):
