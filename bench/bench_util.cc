@@ -201,6 +201,7 @@ std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
       if (kind == CeilingKind::kMemcpy) out.push_back({p, io, true});
       if (kind == CeilingKind::kWarmRead) out.push_back({p, io, false, true});
     }
+    if (kind == CeilingKind::kDurableWrite) out.push_back({p, kCrcWritePiece, false, false, true});
   }
   return out;
 }
@@ -217,6 +218,39 @@ std::pair<uint64_t, uint64_t> PartRange(uint64_t bytes, int i, int n) {
   const uint64_t part = bytes / static_cast<uint64_t>(n) / 4096 * 4096;
   const uint64_t begin = part * static_cast<uint64_t>(i);
   return {begin, i == n - 1 ? bytes : begin + part};
+}
+
+// CeilingConfig::direct: the whole 4 KiB blocks of [p, p + n) to a new file
+// at `path` with O_DIRECT pwrites of `piece` bytes, the tail (< 4 KiB) through
+// the page cache, then fdatasync. `p` must be 4 KiB-aligned (PlainIo's
+// buffers are page-aligned and PartRange's starts are 4 KiB multiples).
+Status WriteDirect(const std::string& path, const std::byte* p, uint64_t n, uint64_t piece) {
+  if (reinterpret_cast<uintptr_t>(p) % 4096 != 0) {
+    return FailedPreconditionError(path + ": O_DIRECT source not 4 KiB-aligned");
+  }
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  if (fd < 0) return ErrnoToStatus(path + ": create (O_DIRECT)", errno);
+  const uint64_t body = n / 4096 * 4096;
+  Status s;
+  for (uint64_t off = 0; s.ok() && off < body;) {
+    const ssize_t w = pwrite(fd, p + off, std::min(piece, body - off), static_cast<off_t>(off));
+    if (w <= 0) {
+      s = ErrnoToStatus(path + ": pwrite (O_DIRECT)", w < 0 ? errno : EIO);
+    } else {
+      off += static_cast<uint64_t>(w);
+    }
+  }
+  if (s.ok() && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
+  close(fd);
+  if (!s.ok() || body == n) return s;
+  fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(path + ": open for the tail", errno);
+  if (pwrite(fd, p + body, n - body, static_cast<off_t>(body)) != static_cast<ssize_t>(n - body)) {
+    s = ErrnoToStatus(path + ": pwrite of the tail", errno);
+  }
+  if (s.ok() && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
+  close(fd);
+  return s;
 }
 
 // Runs fn(i) on n threads (the caller runs i = 0); the first error wins.
@@ -281,12 +315,13 @@ void PlainIo::RemoveWriteFiles(int writers) {
   for (int i = 0; i < max_files_; ++i) unlink(WritePath(i).c_str());
 }
 
-Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes) {
+Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct) {
   writers = std::max(1, writers);
   max_files_ = std::max(max_files_, writers);
   return RunParallel(writers, [&](int i) -> Status {
     const auto [begin, end] = PartRange(bytes_, i, writers);
     const std::string path = WritePath(i);
+    if (durable && direct) return WriteDirect(path, src_ + begin, end - begin, io_bytes ? io_bytes : kCrcWritePiece);
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
     // Durable: the library's pwrites (core kCrcWritePiece), writeback every
@@ -362,7 +397,7 @@ Status PlainIo::Memcpy(int threads, bool streaming) {
 Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
   switch (kind) {
     case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
-    case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes);
+    case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes, c.direct);
     case CeilingKind::kWarmRead:
     case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes, c.mapped);
     case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
@@ -398,6 +433,7 @@ Ceiling CeilingFromSeconds(CeilingKind kind, const std::vector<CeilingConfig>& c
       c.best_io_bytes = cfg.io_bytes;
       c.best_streaming = cfg.streaming;
       c.best_mapped = cfg.mapped;
+      c.best_direct = cfg.direct;
     }
     auto p = std::find_if(c.by_parallelism.begin(), c.by_parallelism.end(),
                           [&](const auto& e) { return e.first == cfg.parallelism; });
@@ -497,6 +533,7 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   if (!io_name.empty()) (*out)[stem + "_" + io_name] = c.best_io_bytes;
   if (c.kind == CeilingKind::kMemcpy) (*out)[stem + "_streaming"] = c.best_streaming;
   if (c.kind == CeilingKind::kWarmRead) (*out)[stem + "_mapped"] = c.best_mapped;
+  if (c.kind == CeilingKind::kDurableWrite) (*out)[stem + "_direct"] = c.best_direct;
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
@@ -504,7 +541,7 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
     nlohmann::json by_config = nlohmann::json::object();
     for (const auto& [cfg, s] : c.by_config) {
       by_config[std::to_string(cfg.parallelism) + "/" + std::to_string(cfg.io_bytes) +
-                (cfg.mapped ? "/mapped" : "")] = s.median;
+                (cfg.mapped ? "/mapped" : "") + (cfg.direct ? "/direct" : "")] = s.median;
     }
     (*out)[stem + "_gbps_by_config"] = by_config;
   }
@@ -601,11 +638,12 @@ std::string ConfigText(const CeilingConfig& c) {
   if (c.io_bytes > 0) out += ", " + IoSizeText(c.io_bytes);
   if (c.streaming) out += ", streaming stores";
   if (c.mapped) out += ", mapped copy";
+  if (c.direct) out += ", O_DIRECT";
   return out;
 }
 
 std::string BestConfigText(const Ceiling& c) {
-  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming, c.best_mapped});
+  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming, c.best_mapped, c.best_direct});
 }
 
 namespace {
@@ -620,7 +658,7 @@ const char* IoUnitName(CeilingKind kind) {
 std::string CeilingRow(const std::string& label, const Ceiling& c) {
   std::string row = FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
   if (c.best_io_bytes > 0) {
-    const char* unit = c.best_mapped ? "mapped windows" : IoUnitName(c.kind);
+    const char* unit = c.best_mapped ? "mapped windows" : c.best_direct ? "O_DIRECT pwrites" : IoUnitName(c.kind);
     row += "   " + IoSizeText(c.best_io_bytes) + " " + unit;
   }
   if (c.kind == CeilingKind::kMemcpy) row += c.best_streaming ? "   streaming stores" : "   memcpy";
@@ -643,6 +681,7 @@ std::string DescribeCeiling(const Ceiling& c) {
   }
   if (c.kind == CeilingKind::kMemcpy) out += " x memcpy/streaming stores";
   if (c.kind == CeilingKind::kWarmRead) out += " x pread/mapped copy";
+  if (c.kind == CeilingKind::kDurableWrite) out += ", and O_DIRECT 2 MiB pwrites";
   out += " is " + BestConfigText(c) + " (";
   char buf[64];
   for (size_t i = 0; i < c.by_parallelism.size(); ++i) {

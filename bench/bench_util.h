@@ -150,6 +150,12 @@ struct CeilingConfig {
   // memcpy, munmap) instead of pread: the verified readers' mapped read
   // (core/file.h), which beats pread on a page cache of large folios.
   bool mapped = false;
+  // kDurableWrite: O_DIRECT pwrites of io_bytes straight from the source (the
+  // page cache bypassed; a tail under 4 KiB buffered), then fdatasync. On a VM
+  // whose free memory has gone back to the host, new page-cache pages cost a
+  // host fault each and O_DIRECT writers beat buffered ones by 2x or more
+  // (docs/benchmarks.md, "Priming the free memory").
+  bool direct = false;
 };
 // CeilingParallelisms(n) x CeilingIoSizes(kind) (x memcpy / streaming stores
 // for kMemcpy, x pread / mapped copy for kWarmRead).
@@ -179,7 +185,8 @@ class PlainIo {
   // Writers files of bytes/writers each, in parallel; fdatasync each when durable.
   // `io_bytes`: the pwrite size (page cache) or the writeback unit (durable);
   // 0: 64 MiB pwrites, resp. kWritebackUnit.
-  Status Write(int writers, bool durable, uint64_t io_bytes = 0);
+  // `direct` (durable only): CeilingConfig::direct, io_bytes the pwrite size.
+  Status Write(int writers, bool durable, uint64_t io_bytes = 0, bool direct = false);
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();
   // `readers` threads pread byte ranges of the read file into the destination,
@@ -215,6 +222,7 @@ struct Ceiling {
   uint64_t best_io_bytes = 0;  // its I/O size (CeilingIoSizes)
   bool best_streaming = false;  // kMemcpy: its copy is StreamingCopy
   bool best_mapped = false;     // kWarmRead: it copies from mapped windows
+  bool best_direct = false;     // kDurableWrite: it writes with O_DIRECT
   std::vector<std::pair<int, Summary>> by_parallelism;  // for each of 1, 2, N: its best I/O size
   std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
   // GB/s of the winning configuration in each kept round, in round order: the

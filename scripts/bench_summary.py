@@ -101,7 +101,8 @@ def par(j, stem):
     if not j or stem + "_parallelism" not in j:
         return None
     io = next((j[stem + "_" + k] for k in IO_KEYS if stem + "_" + k in j), None)
-    return config_text(j[stem + "_parallelism"], io)
+    text = config_text(j[stem + "_parallelism"], io)
+    return text + ", O_DIRECT" if j.get(stem + "_direct") else text
 
 
 def commit_row(t, name, j, key, label):
