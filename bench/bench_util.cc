@@ -285,9 +285,17 @@ Status CopyMapped(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std
 
 }  // namespace
 
+Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes) {
+  constexpr uint64_t kPage = 4096;
+  MEGA_ASSIGN_OR_RETURN(auto raw, AllocateBuffer(std::max<uint64_t>(bytes, 1) + kPage, true));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(raw.get());
+  std::byte* aligned = raw.get() + ((kPage - at % kPage) % kPage);
+  return std::shared_ptr<std::byte>(raw, aligned);  // shares raw's ownership
+}
+
 Result<std::unique_ptr<PlainIo>> PlainIo::Create(std::string prefix, uint64_t bytes) {
-  MEGA_ASSIGN_OR_RETURN(auto src, AllocateBuffer(std::max<uint64_t>(bytes, 1), true));
-  MEGA_ASSIGN_OR_RETURN(auto dst, AllocateBuffer(std::max<uint64_t>(bytes, 1), true));
+  MEGA_ASSIGN_OR_RETURN(auto src, AllocatePageAligned(bytes));
+  MEGA_ASSIGN_OR_RETURN(auto dst, AllocatePageAligned(bytes));
   FillRandom(src.get(), bytes, 2);
   auto io = std::make_unique<PlainIo>(std::move(prefix), bytes, src.get(), dst.get());
   io->own_src_ = std::move(src);

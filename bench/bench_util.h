@@ -366,6 +366,11 @@ bool ResetPeakRss();
 // Fills `n` bytes with deterministic pseudo-random data (splitmix64 of seed).
 void FillRandom(void* data, size_t n, uint64_t seed);
 
+// A pre-faulted buffer of `bytes` (at least 1) that starts on a 4 KiB page, as
+// O_DIRECT writes from it need (CeilingConfig::direct): core AllocateBuffer
+// gives small buffers only 64-byte alignment.
+Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes);
+
 // The benches' temp folders: "<prefix>-XXXXXX" under $TMPDIR (or /tmp),
 // removed with their contents on destruction (core/test_files.h).
 using TempDir = test_util::TempDir;

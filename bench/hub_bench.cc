@@ -118,8 +118,8 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   uint64_t bytes = o.bytes / kFiles * kFiles;
   if (bytes == 0) return InvalidArgumentError("bench hub: --bytes too small");
   TempDir tmp("megackpt-hub-bench");
-  MEGA_ASSIGN_OR_RETURN(auto src, AllocateBuffer(bytes, true));
-  MEGA_ASSIGN_OR_RETURN(auto dst, AllocateBuffer(bytes, true));
+  MEGA_ASSIGN_OR_RETURN(auto src, AllocatePageAligned(bytes));  // the limit's O_DIRECT writers
+  MEGA_ASSIGN_OR_RETURN(auto dst, AllocatePageAligned(bytes));
   std::byte* data = static_cast<std::byte*>(src.get());
   std::byte* out = static_cast<std::byte*>(dst.get());
   std::memset(out, 0, bytes);
