@@ -50,15 +50,42 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
   return out;
 }
 
+static void FinishFreshWritePreparation(const std::string& scratch, uint64_t bytes);
+
 void PrepareFreshWrite(const std::string& path, uint64_t bytes) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   sync();
   SettleDevice(path);
-  PrimeFreeMemory(path + ".prime", bytes);
+  FinishFreshWritePreparation(path + ".prime", bytes);
 }
 
 bool FreshWritesPrimed() { return std::getenv("MEGACKPT_BENCH_NO_PRIME") == nullptr; }
+
+double FreshWriteIdleSeconds() {
+  const char* s = std::getenv("MEGACKPT_BENCH_IDLE_SECONDS");
+  if (FreshWritesPrimed() || s == nullptr) return 0;
+  return std::max(0.0, std::atof(s));
+}
+
+std::string FreshWriteNote(bool direct_io) {
+  std::string note;
+  if (!FreshWritesPrimed()) {
+    char idle[64] = "";
+    if (FreshWriteIdleSeconds() > 0) std::snprintf(idle, sizeof idle, ", %g s idle before each", FreshWriteIdleSeconds());
+    note += std::string(" (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed") + idle + ")";
+  }
+  if (direct_io) note += " (durable saves: direct I/O)";
+  return note;
+}
+
+// The end of every fresh write's preparation: prime, or idle (see above).
+static void FinishFreshWritePreparation(const std::string& scratch, uint64_t bytes) {
+  PrimeFreeMemory(scratch, bytes);
+  if (const double idle = FreshWriteIdleSeconds(); idle > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle));
+  }
+}
 
 void PrimeFreeMemory(const std::string& scratch, uint64_t bytes) {
   if (bytes == 0 || !FreshWritesPrimed()) return;
@@ -315,7 +342,7 @@ void PlainIo::PrepareWrite(int writers) {
   RemoveWriteFiles(writers);
   sync();
   SettleDevice(prefix_);
-  PrimeFreeMemory(prefix_ + ".prime", bytes_);
+  FinishFreshWritePreparation(prefix_ + ".prime", bytes_);
 }
 
 void PlainIo::RemoveWriteFiles(int writers) {
@@ -611,6 +638,7 @@ std::string CommitRow(const std::string& label, const Summary& seconds) {
 
 void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism) {
   (*out)["fresh_writes_primed"] = FreshWritesPrimed();
+  (*out)["idle_seconds"] = FreshWriteIdleSeconds();
   PutSummary(out, "save_gbps", r.save);
   PutSummary(out, "save_nosync_gbps", r.save_nosync);
   PutSummary(out, "load_gbps", r.load);

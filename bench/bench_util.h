@@ -41,7 +41,8 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 // timed write starts from the same state — an empty target and no dirty data
 // from earlier runs that would throttle it (the kernel's dirty-page limits are
 // ~10-20% of RAM, about the size of two 2 GiB runs) — then SettleDevice, then
-// PrimeFreeMemory(`path`.prime, `bytes`) with the bytes the timed write writes.
+// PrimeFreeMemory(`path`.prime, `bytes`) with the bytes the timed write writes
+// (or, unprimed, FreshWriteIdleSeconds of sleep).
 void PrepareFreshWrite(const std::string& path, uint64_t bytes);
 
 // The last step of a fresh write's preparation: writes `bytes` through the page
@@ -60,6 +61,16 @@ void PrimeFreeMemory(const std::string& scratch, uint64_t bytes);
 // `bench dcp` / `bench mega` report it as "fresh_writes_primed" and in their
 // table's first line.
 bool FreshWritesPrimed();
+// MEGACKPT_BENCH_IDLE_SECONDS=S (with MEGACKPT_BENCH_NO_PRIME): every fresh
+// write's preparation ends with S seconds of sleep, as in a training loop that
+// saves every few minutes, by which time memory freed since the last save has
+// gone back to the host (docs/benchmarks.md, "Direct-I/O durable writes").
+// 0 when unset or primed; "idle_seconds" in the JSON of bench dcp / mega.
+double FreshWriteIdleSeconds();
+// The table's first-line note on the state of fresh writes: empty when primed
+// with buffered durable saves, else e.g. " (MEGACKPT_BENCH_NO_PRIME: fresh
+// writes not primed, 3 s idle before each) (durable saves: direct I/O)".
+std::string FreshWriteNote(bool direct_io);
 
 // Waits (at most ~1 s) until the block device holding `path` has no request in
 // flight and its discard count has stopped moving: freeing the previous run's

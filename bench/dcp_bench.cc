@@ -141,6 +141,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     return [&, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::FileSystemWriterOptions wo;
       wo.sync = sync;
+      wo.direct_io = o.direct_io;
       wo.thread_count = o.threads;
       auto writer = dcp::NewFileSystemWriter(ckpt, wo);
       dcp::SaveOptions so;
@@ -247,6 +248,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   (*out)["reps"] = o.reps;
   const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
   PutSaveLoadRows(out, r, ceil, parallelism);
+  (*out)["direct_io"] = o.direct_io;
   (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
@@ -255,7 +257,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                 "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors), world %d (%s), "
                 "%d I/O threads/rank, %d reps after %d warm-up%s\n",
                 bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup,
-                FreshWritesPrimed() ? "" : " (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed)");
+                FreshWriteNote(o.direct_io).c_str());
   *table += head;
   char cols[128];
   std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max",

@@ -15,6 +15,7 @@ struct DcpBenchOptions {
   bool json = false;
   std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
   int threads = 2;  // I/O threads per rank
+  bool direct_io = false;  // durable saves: FileSystemWriterOptions::direct_io
 };
 
 // Runs the benchmark and prints a table (or JSON on rank 0). Returns the exit code.

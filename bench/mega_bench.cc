@@ -105,6 +105,7 @@ class Bench {
     return [this, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageWriterOptions wo;
       wo.sync = sync;
+      wo.direct_io = o_.direct_io;
       wo.thread_count = o_.threads;
       dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
       dcp::SaveOptions so;
@@ -243,6 +244,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   (*out)["world_size"] = o.world_size;
   (*out)["reps"] = o.reps;
   PutSaveLoadRows(out, r, ceil, parallelism);
+  (*out)["direct_io"] = o.direct_io;
   PutSummary(out, "sync_save_seconds", sync_s);
   PutSummary(out, "async_blocked_seconds", blocked_s);
   (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
@@ -259,7 +261,7 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
                 "(threads), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
                 "[per rep: min med max]%s\n",
                 bytes / 1e9, o.tensors, o.world_size, o.reps, kWarmup,
-                FreshWritesPrimed() ? "" : " (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed)");
+                FreshWriteNote(o.direct_io).c_str());
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";

@@ -14,6 +14,7 @@ struct MegaBenchOptions {
   int reps = 5;                // measured repetitions after one dropped warm-up
   int threads = 2;             // I/O threads per rank
   int tensors = 16;            // F32 tensors of size/tensors bytes, row-sharded
+  bool direct_io = false;      // durable saves: MegaStorageWriterOptions::direct_io
   bool json = false;
   std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
 };

@@ -56,8 +56,10 @@ def _path(path):
     return os.fspath(path)
 
 
-def _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksum, consolidate):
-    options = {"thread_count": thread_count, "sync": sync, "overwrite": overwrite}
+def _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksum, consolidate,
+                    direct_io=False):
+    options = {"thread_count": thread_count, "sync": sync, "overwrite": overwrite,
+               "direct_io": bool(direct_io)}
     if fqn_to_index_mapping is not None:
         options["fqn_to_index_mapping"] = dict(fqn_to_index_mapping)
     if checksum is not None:
@@ -69,7 +71,7 @@ def _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksu
 
 def save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=True,
          overwrite=True, fqn_to_index_mapping=None, checksum=None, consolidate=None,
-         use_collectives=True):
+         use_collectives=True, direct_io=False):
     """Saves ``state_dict`` as a distributed checkpoint at ``path``.
 
     ``state_dict``: nested dicts/lists of numpy arrays, CPU torch or TensorPlay
@@ -96,7 +98,11 @@ def save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=T
     ``storage="mega"`` only: ``fqn_to_index_mapping`` (fqn -> shard bucket 1..N),
     ``checksum`` ("crc32" default, "sha256", "none"), ``consolidate`` (rewrite as
     whole tensors after the commit). ``use_collectives=False``: every rank saves
-    alone.
+    alone. ``direct_io=True`` (with ``sync``): the data files go to the device with
+    O_DIRECT instead of through the page cache, where the file system allows it:
+    faster durable saves on VMs whose free memory goes back to the host, at the
+    price of a load right after reading from the device (docs/benchmarks.md,
+    "Direct-I/O durable writes").
 
     A crash or error at any moment leaves ``path`` holding the previous checkpoint
     or the new one, never a mix. Raises :class:`megackpt.Error` subclasses
@@ -106,7 +112,7 @@ def save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=T
     tree, extra = prepare_save(state_dict)
     _core._save(tree, _path(path), storage, _group(group), extra, use_collectives,
                 _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksum,
-                                consolidate))
+                                consolidate, direct_io))
 
 
 def load(path, state_dict=None, *, storage="auto", group=None, tensor_type="numpy",
@@ -189,7 +195,7 @@ class AsyncSaveHandle(_SaveHandle):
 
 def async_save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=True,
                overwrite=True, fqn_to_index_mapping=None, checksum=None, consolidate=None,
-               use_collectives=True, staging_bytes=None):
+               use_collectives=True, staging_bytes=None, direct_io=False):
     """Starts saving ``state_dict`` in the background; returns an
     :class:`AsyncSaveHandle`.
 
@@ -204,7 +210,7 @@ def async_save(state_dict, path, *, storage="mega", group=None, thread_count=2, 
     impl = _core._async_save(tree, _path(path), storage, _group(group), extra, use_collectives,
                              int(staging_bytes or 0),
                              _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping,
-                                             checksum, consolidate))
+                                             checksum, consolidate, direct_io))
     return AsyncSaveHandle(impl)
 
 

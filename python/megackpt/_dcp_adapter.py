@@ -405,9 +405,9 @@ class ReaderBase(_EngineBase):
         return _done_future(fw, None)
 
 
-def _writer_options(thread_count, sync_files, overwrite, **mega):
+def _writer_options(thread_count, sync_files, overwrite, direct_io=False, **mega):
     options = {"thread_count": int(thread_count), "sync": bool(sync_files),
-               "overwrite": bool(overwrite)}
+               "overwrite": bool(overwrite), "direct_io": bool(direct_io)}
     options.update({k: v for k, v in mega.items() if v is not None})
     return options
 
@@ -434,6 +434,8 @@ def storage_classes(fw, module_name):
         (torch's ``async_save``): stage into the process's reusable staged copy
         (pre-faulted after the first save; it stays allocated, as
         ``megackpt.async_save``'s pool does); False: a fresh copy per save.
+        ``direct_io``: with ``sync_files``, shards go to the device with O_DIRECT
+        (``megackpt.save``'s ``direct_io``).
         """
 
         _fw = fw
@@ -441,9 +443,10 @@ def storage_classes(fw, module_name):
 
         def __init__(self, path, fqn_to_index_mapping=None, *, thread_count=2, sync_files=True,
                      overwrite=True, checksum=None, consolidate=None, reuse_staging=True,
-                     files_per_rank=None):
+                     files_per_rank=None, direct_io=False):
             super().__init__(path, _writer_options(
-                thread_count, sync_files, overwrite, fqn_to_index_mapping=fqn_to_index_mapping,
+                thread_count, sync_files, overwrite, direct_io,
+                fqn_to_index_mapping=fqn_to_index_mapping,
                 checksum=checksum, consolidate=consolidate,
                 files_per_rank=None if files_per_rank is None else int(files_per_rank)),
                 reuse_staging)
@@ -470,8 +473,8 @@ def storage_classes(fw, module_name):
         _kind = "fs"
 
         def __init__(self, path, *, thread_count=2, sync_files=True, overwrite=True,
-                     reuse_staging=True):
-            super().__init__(path, _writer_options(thread_count, sync_files, overwrite),
+                     reuse_staging=True, direct_io=False):
+            super().__init__(path, _writer_options(thread_count, sync_files, overwrite, direct_io),
                              reuse_staging)
 
     class FileSystemReader(ReaderBase, fw.dcp.StorageReader):

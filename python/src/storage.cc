@@ -15,7 +15,7 @@ namespace {
 
 const std::set<std::string> kWriterOptions = {"thread_count", "sync",     "overwrite",
                                               "fqn_to_index_mapping", "checksum", "consolidate",
-                                              "files_per_rank"};
+                                              "files_per_rank", "direct_io"};
 const std::set<std::string> kReaderOptions = {"thread_count", "verify"};
 
 Status CheckKeys(nb::dict options, const std::set<std::string>& known, const std::string& what) {
@@ -74,6 +74,7 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
   MEGA_ASSIGN_OR_RETURN(const int threads, ThreadCountOption(options, kWriterOptions, "save"));
   const bool sync = Get<bool>(options, "sync", true);
   const bool overwrite = Get<bool>(options, "overwrite", true);
+  const bool direct_io = Get<bool>(options, "direct_io", false);
   if (kind == "fs") {
     for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate", "files_per_rank"}) {
       if (options.contains(only_mega) && !options[only_mega].is_none()) {
@@ -85,6 +86,7 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
     o.thread_count = threads;
     o.sync = sync;
     o.overwrite = overwrite;
+    o.direct_io = direct_io;
     return dcp::NewFileSystemWriter(path, o);
   }
   if (kind == "mega") {
@@ -92,6 +94,7 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
     o.thread_count = threads;
     o.sync = sync;
     o.overwrite = overwrite;
+    o.direct_io = direct_io;
     MEGA_ASSIGN_OR_RETURN(o.checksum,
                           ChecksumFromName(Get<std::string>(options, "checksum", "crc32")));
     o.consolidate = Get<bool>(options, "consolidate", false);

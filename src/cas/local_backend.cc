@@ -108,56 +108,17 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   return Status::OK();
 }
 
-// Direct I/O for large synced xorb writes (on unless MEGACKPT_CAS_DIRECT_IO=0).
-// On this VM a buffered write into *new* page-cache pages costs 2-3.5 s of
-// kernel time per GiB (copy_folio_from_iter_atomic: first touch of guest
-// pages), more than the rest of an upload; O_DIRECT skips the page cache.
-// The price: reads right after the save come from the device, not the cache
-// (measured in docs/hub.md §10: no loss on this VM's disk).
+// Direct I/O for large synced xorb writes (on unless MEGACKPT_CAS_DIRECT_IO=0):
+// core's WritableFile::UseDirectIo. On this VM a buffered write into *new*
+// page-cache pages costs 2-3.5 s of kernel time per GiB
+// (copy_folio_from_iter_atomic: first touch of guest pages), more than the
+// rest of an upload; O_DIRECT skips the page cache. The price: reads right
+// after the save come from the device, not the cache (measured in docs/hub.md
+// §10: no loss on this VM's disk). Only for xorbs whose body starts on a 4 KiB
+// boundary (builders' and the server's buffers do), so the body goes to the
+// device straight from that memory in one call.
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectMinBytes = 1u << 20;
-
-
-// Writes `head` (4 KiB aligned address) then `rest` parts to `fd` opened with
-// O_DIRECT: the aligned prefix of `head` straight from its memory, the
-// remainder and `rest` through a small aligned bounce buffer padded to 4 KiB,
-// then truncates to the real size. Returns false (nothing to undo; the
-// caller rewrites the file buffered) when the file system refuses.
-Result<bool> WriteDirect(int fd, std::span<const std::byte> head,
-                         std::span<const std::span<const std::byte>> rest, const std::string& path) {
-  const size_t aligned = head.size() / kDirectAlign * kDirectAlign;
-  size_t done = 0;
-  while (done < aligned) {
-    ssize_t w = ::pwrite(fd, head.data() + done, std::min<size_t>(aligned - done, 1u << 30),
-                         static_cast<off_t>(done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && done == 0) return false;
-    if (w < 0) return ErrnoToStatus("write " + path, errno);
-    if (static_cast<size_t>(w) % kDirectAlign != 0) return false;  // not expected with O_DIRECT
-    done += static_cast<size_t>(w);
-  }
-  size_t tail = head.size() - aligned;
-  for (auto part : rest) tail += part.size();
-  const size_t padded = (tail + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-  if (padded > 0) {
-    std::unique_ptr<std::byte, decltype(&std::free)> bounce(
-        static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, padded)), &std::free);
-    if (!bounce) return ResourceExhaustedError("write " + path + ": out of memory");
-    std::byte* p = bounce.get();
-    std::memcpy(p, head.data() + aligned, head.size() - aligned);
-    p += head.size() - aligned;
-    for (auto part : rest) {
-      std::memcpy(p, part.data(), part.size());
-      p += part.size();
-    }
-    std::memset(p, 0, padded - tail);
-    MEGA_RETURN_IF_ERROR(PwriteFull(fd, bounce.get(), padded, aligned, path));
-  }
-  if (::ftruncate(fd, static_cast<off_t>(aligned + tail)) != 0) {
-    return ErrnoToStatus("truncate " + path, errno);
-  }
-  return true;
-}
 
 Status PreadAll(int fd, void* data, size_t n, uint64_t offset, const std::string& path) {
   MEGA_ASSIGN_OR_RETURN(size_t done, PreadFull(fd, data, n, offset, path));
@@ -264,35 +225,16 @@ class LocalBackend final : public CasBackend {
     const std::span<const std::byte> first = parts.size() > 0 ? *parts.begin() : std::span<const std::byte>();
     const bool direct = options_.sync && LocalXorbWritesUseDirectIo() && first.size() >= kDirectMinBytes &&
                         reinterpret_cast<uintptr_t>(first.data()) % kDirectAlign == 0;
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644));
-    if (fd.get() < 0 && direct && errno == EINVAL) {  // no O_DIRECT here (tmpfs...)
-      fd = Fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    }
-    if (fd.get() < 0) return ErrnoToStatus("create " + tmp, errno);
+    MEGA_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, CreateLocalFile(tmp));
+    if (direct) file->UseDirectIo();  // a hint: refused (tmpfs...), the file is written buffered
     Status s;
-    bool written = false;
-    if (direct && (::fcntl(fd.get(), F_GETFL) & O_DIRECT) != 0) {
-      std::vector<std::span<const std::byte>> rest(parts.begin() + 1, parts.end());
-      Result<bool> r = WriteDirect(fd.get(), first, rest, tmp);
-      if (!r.ok()) {
-        s = r.status();
-      } else if (*r) {
-        written = true;
-      } else {
-        // Refused: drop the flag and write the whole file buffered.
-        int flags = ::fcntl(fd.get(), F_GETFL);
-        if (::fcntl(fd.get(), F_SETFL, flags & ~O_DIRECT) != 0 || ::ftruncate(fd.get(), 0) != 0 ||
-            ::lseek(fd.get(), 0, SEEK_SET) != 0) {
-          s = ErrnoToStatus("rewrite " + tmp, errno);
-        }
-      }
-    }
     for (auto part : parts) {
-      if (written || !s.ok()) break;
-      s = WriteAll(fd.get(), part.data(), part.size(), tmp);
+      if (!s.ok()) break;
+      s = file->Append(part);
     }
-    if (s.ok() && options_.sync && ::fdatasync(fd.get()) != 0) s = ErrnoToStatus("fsync " + tmp, errno);
-    fd.Reset();
+    if (s.ok() && options_.sync) s = file->Sync();
+    Status closed = file->Close();
+    if (s.ok()) s = closed;
     if (!s.ok()) {
       ::unlink(tmp.c_str());
       return s;

@@ -25,9 +25,10 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace megackpt::cas::testing
 
 // Direct I/O (the default; MEGACKPT_CAS_DIRECT_IO=0 turns it off): large synced xorbs are written with
-// O_DIRECT (aligned prefix from the builder's memory, the tail and the footer
-// through a padded bounce buffer, then truncated). The stored bytes must be
-// exactly those of a buffered write, for sizes on and off the 4 KiB grid.
+// O_DIRECT through core's WritableFile::UseDirectIo (whole blocks of the body
+// from the builder's memory, the partial last block and the footer gathered
+// and written at the fsync, then truncated). The stored bytes must be exactly
+// those of a buffered write, for sizes on and off the 4 KiB grid.
 namespace megackpt::cas {
 namespace {
 

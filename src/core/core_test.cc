@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/checksum_kernels.h"
@@ -459,6 +460,112 @@ TEST(FileTest, AtomicWriteAndReads) {
   for (auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
   EXPECT_EQ(n, 1);
   std::filesystem::remove_all(dir);
+}
+
+// Where two byte strings first differ ("equal" when they do not; sizes too),
+// so a failing comparison of megabytes prints one line.
+std::string FirstDifference(const std::string& got, const std::string& want) {
+  const size_t n = std::min(got.size(), want.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != want[i]) return "first difference at byte " + std::to_string(i);
+  }
+  if (got.size() != want.size()) {
+    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  }
+  return "equal";
+}
+
+// WritableFile::UseDirectIo on a local file: writes from several threads at
+// once, of every shape direct I/O meets (whole blocks from memory aligned like
+// the file and from memory that is not, heads and tails of blocks, writes
+// inside one block and across two without a whole one, gaps never written,
+// appends, a block rewritten after it went out whole and a partial one after a
+// Sync) leave exactly the bytes buffered writes would, at the exact size, at
+// Sync and at Close. A file system that refuses O_DIRECT (tmpfs on old
+// kernels) skips the test.
+TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
+  test_util::TempDir dir;
+  const std::string path = dir.path() + "/direct.bin";
+  auto made = CreateLocalFile(path);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  WritableFile& f = **made;
+  if (!f.UseDirectIo()) GTEST_SKIP() << "the file system under " << dir.path() << " refuses O_DIRECT";
+  EXPECT_TRUE(f.UseDirectIo());  // taken once, stays taken
+
+  constexpr uint64_t kB = 4096;
+  constexpr uint64_t kSize = 5 * (1 << 20) + 1234;
+  std::mt19937_64 rng(7);
+  // The bytes written at file offset o come from src[o + shift]; src is 4 KiB
+  // aligned, so shift 0 is the aligned case, 1, 2, 3 and 64 the bounced one.
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kB, kSize + 2 * kB)),
+                                                  &std::free);
+  ASSERT_NE(buf, nullptr);
+  char* src = buf.get();
+  for (uint64_t i = 0; i < kSize + 2 * kB; ++i) src[i] = static_cast<char>(rng());
+  std::string want(kSize, '\0');
+  struct Range {
+    uint64_t begin, end, shift;
+  };
+  std::vector<Range> ranges = {
+      {0, 100, 1},                    // inside block 0
+      {100, 3 * kB + 7, 0},           // rest of block 0, two whole blocks, a head of block 3
+      {3 * kB + 7, 3 * kB + 9, 64},   // inside block 3
+      {3 * kB + 9, 5 * kB + 10, 1},   // tail of 3, block 4, head of 5 (source off the grid)
+      {5 * kB + 10, 6 * kB + 5, 0},   // across blocks 5 and 6, no whole block
+      // [6 kB + 5, 8 kB): never written, reads as zeros
+      {8 * kB, (1 << 20) + 3, 0},     // whole blocks, then a head
+      {(1 << 20) + 3, (3 << 20) + 333, 64},
+      {(3 << 20) + 333, (3 << 20) + 400, 1},
+      // [(3 << 20) + 400, 4 MiB + 17): never written
+      {(4 << 20) + 17, kSize - 1000, 0},
+  };
+  const auto* base = reinterpret_cast<const std::byte*>(src);
+  auto write = [&](const Range& r) -> Status {
+    return f.WriteAt(r.begin, {base + r.begin + r.shift, r.end - r.begin});
+  };
+  // Every range on its own thread, all at once.
+  std::vector<Status> status(ranges.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranges.size(); ++i) threads.emplace_back([&, i] { status[i] = write(ranges[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_TRUE(status[i].ok()) << "range " << i << ": " << status[i].ToString();
+    const Range& r = ranges[i];
+    want.replace(r.begin, r.end - r.begin, src + r.begin + r.shift, r.end - r.begin);
+  }
+  // Appends at the end (kSize - 1000), in odd sizes.
+  for (uint64_t at = kSize - 1000; at < kSize;) {
+    const uint64_t n = std::min<uint64_t>(333, kSize - at);
+    ASSERT_TRUE(f.Append({base + at, n}).ok());
+    want.replace(at, n, src + at, n);
+    at += n;
+  }
+  EXPECT_EQ(f.size(), kSize);
+  ASSERT_TRUE(f.Sync().ok());
+  EXPECT_EQ(std::filesystem::file_size(path), kSize);
+  EXPECT_EQ(FirstDifference(*ReadLocalFile(path), want), "equal") << "after Sync";
+  // After the Sync: rewrite bytes of a block that went out whole (block 1),
+  // and of a partial one that went out at the Sync (block 6, with its gap).
+  const Range again[] = {{kB + 10, kB + 20, 2}, {6 * kB + 100, 6 * kB + 200, 3}};
+  for (const Range& r : again) {
+    ASSERT_TRUE(write(r).ok());
+    want.replace(r.begin, r.end - r.begin, src + r.begin + r.shift, r.end - r.begin);
+  }
+  ASSERT_TRUE(f.Close().ok());
+  EXPECT_EQ(std::filesystem::file_size(path), kSize);
+  EXPECT_EQ(FirstDifference(*ReadLocalFile(path), want), "equal") << "after Close";
+}
+
+// UseDirectIo is refused once bytes are written: they went through the page cache.
+TEST(FileTest, DirectIoIsRefusedAfterTheFirstWrite) {
+  test_util::TempDir dir;
+  auto f = CreateLocalFile(dir.path() + "/late.bin");
+  ASSERT_TRUE(f.ok());
+  const std::string bytes = "abc";
+  ASSERT_TRUE((*f)->Append(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))).ok());
+  EXPECT_FALSE((*f)->UseDirectIo());
+  ASSERT_TRUE((*f)->Close().ok());
+  EXPECT_EQ(*ReadLocalFile(dir.path() + "/late.bin"), "abc");
 }
 
 // Writes `size` pseudo-random bytes (from `seed`) to `path`; returns them.

@@ -8,7 +8,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bitset>
 #include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -115,6 +119,123 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   mutable std::atomic<bool> prefer_pread_{false};
 };
 
+// Direct I/O's unit: file offsets, lengths and memory addresses of O_DIRECT
+// writes are multiples of it (4 KiB satisfies 512 B and 4 KiB devices alike).
+constexpr uint64_t kDirectBlock = 4096;
+// The bounce buffer of a writer thread whose source is not aligned like the file.
+constexpr uint64_t kDirectBounceBytes = kCrcWritePiece;
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<std::byte, FreeDeleter>;
+
+AlignedBytes AllocateAligned(uint64_t n) {
+  return AlignedBytes(static_cast<std::byte*>(std::aligned_alloc(kDirectBlock, n)));
+}
+
+// The direct-I/O side of a PosixWritableFile (WritableFile::UseDirectIo): whole
+// blocks go to the device at once; blocks a write covers only in part wait in
+// `partial_` until they are whole (then written) or until Flush. Thread-safe for
+// writes of disjoint ranges, as WriteAt.
+class DirectBlocks {
+ public:
+  DirectBlocks(int fd, const std::string& name) : fd_(fd), name_(name) {}
+
+  Status Write(uint64_t offset, std::span<const std::byte> data) {
+    const uint64_t end = offset + data.size();
+    const uint64_t body_begin = (offset + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
+    const uint64_t body_end = end / kDirectBlock * kDirectBlock;
+    if (body_begin >= body_end) {  // no whole block: one or two partial ones
+      for (uint64_t at = offset; at < end;) {
+        const uint64_t block_end = std::min(end, (at / kDirectBlock + 1) * kDirectBlock);
+        MEGA_RETURN_IF_ERROR(Merge(at, data.subspan(at - offset, block_end - at)));
+        at = block_end;
+      }
+      return Status::OK();
+    }
+    if (offset < body_begin) MEGA_RETURN_IF_ERROR(Merge(offset, data.first(body_begin - offset)));
+    MEGA_RETURN_IF_ERROR(WriteBlocks(body_begin, data.data() + (body_begin - offset), body_end - body_begin));
+    if (body_end < end) MEGA_RETURN_IF_ERROR(Merge(body_end, data.subspan(body_end - offset)));
+    return Status::OK();
+  }
+
+  // Writes every partial block (its missing bytes as they are: zeros, or the
+  // file's earlier bytes); they stay pending, for bytes still to come.
+  Status Flush() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [block, p] : partial_) {
+      MEGA_RETURN_IF_ERROR(PwriteFull(fd_, p.bytes.get(), kDirectBlock, block * kDirectBlock, name_));
+      NoteWritten(block * kDirectBlock + kDirectBlock);
+    }
+    return Status::OK();
+  }
+
+ private:
+  struct Partial {
+    AlignedBytes bytes;
+    std::bitset<kDirectBlock> covered;  // bytes written into this block so far
+  };
+
+  // [offset, offset + n) whole blocks from p (any alignment).
+  Status WriteBlocks(uint64_t offset, const std::byte* p, uint64_t n) {
+    if (reinterpret_cast<uintptr_t>(p) % kDirectBlock == 0) {
+      MEGA_RETURN_IF_ERROR(PwriteFull(fd_, p, n, offset, name_));
+    } else {
+      thread_local AlignedBytes bounce;
+      if (!bounce) bounce = AllocateAligned(kDirectBounceBytes);
+      if (!bounce) return ResourceExhaustedError(name_ + ": no memory for a direct-I/O bounce buffer");
+      for (uint64_t done = 0; done < n;) {
+        const uint64_t len = std::min(kDirectBounceBytes, n - done);
+        std::memcpy(bounce.get(), p + done, len);
+        MEGA_RETURN_IF_ERROR(PwriteFull(fd_, bounce.get(), len, offset + done, name_));
+        done += len;
+      }
+    }
+    NoteWritten(offset + n);
+    return Status::OK();
+  }
+
+  // Bytes inside one block, at file offset `offset`.
+  Status Merge(uint64_t offset, std::span<const std::byte> bytes) {
+    const uint64_t block = offset / kDirectBlock;
+    const uint64_t in = offset % kDirectBlock;
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = partial_.find(block);
+    if (it == partial_.end()) {
+      Partial p{AllocateAligned(kDirectBlock), {}};
+      if (!p.bytes) return ResourceExhaustedError(name_ + ": no memory for a direct-I/O block");
+      std::memset(p.bytes.get(), 0, kDirectBlock);
+      // Below the written end the block may hold earlier bytes (a rewrite, or
+      // a block written whole before): start from them. A hole reads as zeros.
+      if (block * kDirectBlock < written_end_.load()) {
+        MEGA_RETURN_IF_ERROR(
+            PreadFull(fd_, p.bytes.get(), kDirectBlock, block * kDirectBlock, name_).status());
+      }
+      it = partial_.emplace(block, std::move(p)).first;
+    }
+    std::memcpy(it->second.bytes.get() + in, bytes.data(), bytes.size());
+    for (uint64_t i = in; i < in + bytes.size(); ++i) it->second.covered.set(i);
+    if (!it->second.covered.all()) return Status::OK();
+    Partial whole = std::move(it->second);  // complete: write it now, outside the lock
+    partial_.erase(it);
+    lock.unlock();
+    return WriteBlocks(block * kDirectBlock, whole.bytes.get(), kDirectBlock);
+  }
+
+  void NoteWritten(uint64_t end) {
+    uint64_t cur = written_end_.load();
+    while (end > cur && !written_end_.compare_exchange_weak(cur, end)) {
+    }
+  }
+
+  const int fd_;
+  const std::string& name_;
+  std::mutex mu_;
+  std::map<uint64_t, Partial> partial_;   // by block index
+  std::atomic<uint64_t> written_end_{0};  // end of the blocks written to the file
+};
+
 class PosixWritableFile final : public WritableFile {
  public:
   PosixWritableFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
@@ -132,7 +253,11 @@ class PosixWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
     if (fd_ < 0) return FailedPreconditionError(name_ + ": write after close");
-    MEGA_RETURN_IF_ERROR(PwriteFull(fd_, data.data(), data.size(), offset, name_));
+    if (direct_) {
+      MEGA_RETURN_IF_ERROR(direct_->Write(offset, data));
+    } else {
+      MEGA_RETURN_IF_ERROR(PwriteFull(fd_, data.data(), data.size(), offset, name_));
+    }
     uint64_t new_end = offset + data.size();
     uint64_t cur = end_.load();
     while (new_end > cur && !end_.compare_exchange_weak(cur, new_end)) {
@@ -142,6 +267,7 @@ class PosixWritableFile final : public WritableFile {
 
   Status Sync() override {
     if (fd_ < 0) return FailedPreconditionError(name_ + ": sync after close");
+    MEGA_RETURN_IF_ERROR(FinishDirect());
     if (fdatasync(fd_) != 0) return ErrnoToStatus(name_ + ": fdatasync", errno);
     return Status::OK();
   }
@@ -149,24 +275,58 @@ class PosixWritableFile final : public WritableFile {
   void StartWriteback(uint64_t offset, uint64_t length) override {
     // Linux-only call; any failure (e.g. EINVAL on a file system without it)
     // only means the later fdatasync does all the work.
-    if (fd_ >= 0 && length > 0) {
+    if (fd_ >= 0 && !direct_ && length > 0) {
       (void)sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(length),
                             SYNC_FILE_RANGE_WRITE);
     }
   }
 
+  bool UseDirectIo() override {
+    if (direct_) return true;
+    if (fd_ < 0 || end_.load() != 0) return false;
+    const int flags = fcntl(fd_, F_GETFL);
+    if (flags < 0 || fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+    // Some file systems take the flag and refuse the writes: try one block.
+    AlignedBytes zero = AllocateAligned(kDirectBlock);
+    bool ok = zero != nullptr;
+    if (ok) {
+      std::memset(zero.get(), 0, kDirectBlock);
+      ok = pwrite(fd_, zero.get(), kDirectBlock, 0) == static_cast<ssize_t>(kDirectBlock);
+    }
+    if (ftruncate(fd_, 0) != 0) ok = false;
+    if (!ok) {
+      (void)fcntl(fd_, F_SETFL, flags);
+      return false;
+    }
+    direct_ = std::make_unique<DirectBlocks>(fd_, name_);
+    return true;
+  }
+
   Status Close() override {
     if (fd_ < 0) return Status::OK();
+    Status s = FinishDirect();
     int fd = fd_;
     fd_ = -1;
-    if (close(fd) != 0) return ErrnoToStatus(name_ + ": close", errno);
-    return Status::OK();
+    if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(name_ + ": close", errno);
+    return s;
   }
 
  private:
+  // Direct I/O: the partial blocks to the file, then its exact size (the last
+  // block went out padded).
+  Status FinishDirect() {
+    if (!direct_) return Status::OK();
+    MEGA_RETURN_IF_ERROR(direct_->Flush());
+    if (ftruncate(fd_, static_cast<off_t>(end_.load())) != 0) {
+      return ErrnoToStatus(name_ + ": ftruncate to " + std::to_string(end_.load()), errno);
+    }
+    return Status::OK();
+  }
+
   std::string name_;
   int fd_;
   std::atomic<uint64_t> end_{0};
+  std::unique_ptr<DirectBlocks> direct_;  // set by UseDirectIo
 };
 
 }  // namespace
@@ -216,7 +376,8 @@ Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
 }
 
 Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Read access too: UseDirectIo's partial blocks may start from bytes already in the file.
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(path + ": create", errno);
   return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
 }

@@ -240,6 +240,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       const std::string full = fs::JoinPath(path_, names[f]);
       written_.push_back(full);
       MEGA_ASSIGN_OR_RETURN(files[f], fs_->OpenForWrite(full));
+      if (options_.sync && options_.direct_io) files[f]->UseDirectIo();  // a hint; refused is fine
     }
     WriteOutNewEntries(*fs_, path_);
     Status s = ParallelFor(

@@ -361,6 +361,7 @@ struct MegaStorageWriter::Impl {
     if (!file->supports_write_at()) {
       return InternalError(full + ": the filesystem promises positioned writes, but this file has none");
     }
+    if (options.sync && options.direct_io) file->UseDirectIo();  // a hint; refused is fine
     MEGA_ASSIGN_OR_RETURN(slots[f].writer, PlanShard(full, lf, planner_data));
     slots[f].file = std::move(file);
     return Status::OK();

@@ -109,6 +109,7 @@ class InstrumentedFileSystem : public fs::FileSystem {
     uint64_t size() const override { return f_->size(); }
     Status Sync() override { return f_->Sync(); }
     void StartWriteback(uint64_t offset, uint64_t length) override { f_->StartWriteback(offset, length); }
+    bool UseDirectIo() override { return f_->UseDirectIo(); }
     Status Close() override { return f_->Close(); }
 
    private:

@@ -362,6 +362,8 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         o, &bench::RunDcpBench, exit_code);
     cmd->add_option("--backend", o->backend, "threads (default) or mpi")
         ->check(CLI::IsMember({"threads", "mpi"}));
+    cmd->add_flag("--direct-io", o->direct_io,
+                  "Durable saves write their data files with direct I/O (FileSystemWriterOptions::direct_io)");
   }
   {
     auto o = std::make_shared<bench::ReshardBenchOptions>();

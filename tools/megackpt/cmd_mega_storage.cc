@@ -105,6 +105,8 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         o, &bench::RunMegaBench, exit_code);
     cmd->add_option("--tensors", o->tensors, "F32 tensors in the state (default 16)")
         ->check(CLI::Range(1, 4096));
+    cmd->add_flag("--direct-io", o->direct_io,
+                  "Durable saves write their shards with direct I/O (MegaStorageWriterOptions::direct_io)");
   }
 }
 

@@ -89,6 +89,23 @@ class WritableFile {
     (void)length;
   }
 
+  // A hint for durable writers, given right after the file is created and
+  // before the first write: send the bytes straight to the device with direct
+  // I/O (O_DIRECT) instead of through the page cache. Returns true when taken.
+  // Worth it where new page-cache pages are slow to come by (a VM whose free
+  // memory goes back to the host: docs/benchmarks.md, "Direct-I/O durable
+  // writes"); the price is that a read right after the save comes from the
+  // device. Local files (CreateLocalFile) take it when the file system accepts
+  // O_DIRECT (not tmpfs) and nothing is written yet. Then: whole 4 KiB blocks
+  // of a write go to the device at once, from the caller's memory when its
+  // address and the file offset agree modulo 4 KiB, else through a per-thread
+  // 2 MiB aligned bounce buffer; bytes of blocks a write covers only in part
+  // are gathered in memory until their block is whole, and written (padded)
+  // at Sync() or Close(), which then set the exact size. So the file holds all
+  // its bytes only after Sync() or Close(); StartWriteback does nothing.
+  // Default: not taken.
+  virtual bool UseDirectIo() { return false; }
+
   // Finishes the file. After Close, only the destructor may be called.
   virtual Status Close() = 0;
 };

@@ -114,6 +114,13 @@ struct MegaStorageWriterOptions {
   ConsolidateFormat consolidate_format = ConsolidateFormat::kMega;
   // Largest consolidated file (0: one file, or one per mapping bucket).
   uint64_t consolidate_max_shard_size = 0;
+  // With sync: ask each shard for direct I/O (WritableFile::UseDirectIo:
+  // O_DIRECT, the page cache bypassed; files that cannot, e.g. on tmpfs or
+  // mega://, are written as usual). Faster durable saves where new page-cache
+  // pages are slow to come by (a VM whose free memory goes back to the host:
+  // docs/benchmarks.md, "Direct-I/O durable writes"); a load right after reads
+  // from the device. Ignored without sync.
+  bool direct_io = false;
   // Filesystem to use; nullptr: FileSystemForPath(path).
   std::shared_ptr<fs::FileSystem> fs;
 };
