@@ -46,24 +46,27 @@ def test_direct_io_save_writes_the_bytes_of_a_buffered_one(tmp_path, storage):
     # block grid (bounced) next to a large array.
     state = {"big": sample(np.float32, (1024, 1031), 1), "odd": sample(np.int16, (777,), 2),
              "strided": sample(np.float64, (300, 40), 3)[::3, ::2], "tiny": np.arange(3, dtype=np.uint8)}
-    for name, direct in (("buffered", False), ("buffered-again", False), ("direct", True)):
-        megackpt.save(state, tmp_path / name, storage=storage, direct_io=direct)
+    megackpt.save(state, tmp_path / "buffered", storage=storage)
+    megackpt.save(state, tmp_path / "direct", storage=storage, direct_io=True)
 
-    def data_files(name):  # in save order; names carry the save's id (fs)
+    def data_files(name):  # in save order (fs names carry the save's id)
         return sorted(n for n in os.listdir(tmp_path / name) if n.endswith((".mega", ".distcp")))
 
-    files = [data_files(n) for n in ("buffered", "buffered-again", "direct")]
-    assert files[0] and len(files[0]) == len(files[1]) == len(files[2])
-    for a_name, b_name, d_name in zip(*files):
-        a = np.frombuffer((tmp_path / "buffered" / a_name).read_bytes(), np.uint8)
-        b = np.frombuffer((tmp_path / "buffered-again" / b_name).read_bytes(), np.uint8)
-        d = np.frombuffer((tmp_path / "direct" / d_name).read_bytes(), np.uint8)
-        assert a.size == b.size == d.size, a_name
-        # Two buffered saves differ only where the save id goes (a MEGA header
-        # and its CRC); the direct save must equal them everywhere else.
-        same = a == b
-        assert same.mean() > 0.99, a_name
-        assert (d[same] == a[same]).all(), f"{d_name} differs from the buffered save's bytes"
+    # A MEGA shard's header holds the save id (and its CRC): compare from its
+    # first tensor on (payload and block tables); a load checks the headers.
+    # fs data files hold no id: compare them whole.
+    start = {}
+    if storage == "mega":
+        for t in megackpt.inspect(tmp_path / "buffered")["tensors"]:
+            start[t["file"]] = min(start.get(t["file"], t["offset"]), t["offset"])
+    buffered, direct = data_files("buffered"), data_files("direct")
+    assert buffered and len(buffered) == len(direct)
+    for a_name, d_name in zip(buffered, direct):
+        a = (tmp_path / "buffered" / a_name).read_bytes()
+        d = (tmp_path / "direct" / d_name).read_bytes()
+        assert len(a) == len(d), a_name
+        at = start.get(a_name, 0)
+        assert a[at:] == d[at:], f"{d_name} differs from the buffered save's bytes after offset {at}"
     out = megackpt.load(tmp_path / "direct")
     for k, v in state.items():
         assert out[k].tobytes() == np.ascontiguousarray(v).tobytes(), k
