@@ -497,11 +497,12 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
   std::mt19937_64 rng(7);
   // The bytes written at file offset o come from src[o + shift]; src is 4 KiB
   // aligned, so shift 0 is the aligned case, 1, 2, 3 and 64 the bounced one.
-  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kB, kSize + 2 * kB)),
+  constexpr uint64_t kBufBytes = (kSize + 3 * kB) / kB * kB;  // aligned_alloc: a multiple of kB
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kB, kBufBytes)),
                                                   &std::free);
   ASSERT_NE(buf, nullptr);
   char* src = buf.get();
-  for (uint64_t i = 0; i < kSize + 2 * kB; ++i) src[i] = static_cast<char>(rng());
+  for (uint64_t i = 0; i < kBufBytes; ++i) src[i] = static_cast<char>(rng());
   std::string want(kSize, '\0');
   struct Range {
     uint64_t begin, end, shift;
