@@ -247,37 +247,19 @@ std::pair<uint64_t, uint64_t> PartRange(uint64_t bytes, int i, int n) {
   return {begin, i == n - 1 ? bytes : begin + part};
 }
 
-// CeilingConfig::direct: the whole 4 KiB blocks of [p, p + n) to a new file
-// at `path` with O_DIRECT pwrites of `piece` bytes, the tail (< 4 KiB) through
-// the page cache, then fdatasync. `p` must be 4 KiB-aligned (PlainIo's
-// buffers are page-aligned and PartRange's starts are 4 KiB multiples).
+// CeilingConfig::direct: [p, p + n) to a new file at `path` through core's
+// direct-I/O writer (WritableFile::UseDirectIo, as durable saves with
+// direct_io): pwrites of `piece` bytes straight from `p` (page-aligned:
+// PlainIo's buffers are, and PartRange's starts are 4 KiB multiples), the
+// partial last block at the fdatasync.
 Status WriteDirect(const std::string& path, const std::byte* p, uint64_t n, uint64_t piece) {
-  if (reinterpret_cast<uintptr_t>(p) % 4096 != 0) {
-    return FailedPreconditionError(path + ": O_DIRECT source not 4 KiB-aligned");
+  MEGA_ASSIGN_OR_RETURN(auto file, CreateLocalFile(path));
+  if (!file->UseDirectIo()) return FailedPreconditionError(path + ": the file system refuses O_DIRECT");
+  for (uint64_t off = 0; off < n; off += piece) {
+    MEGA_RETURN_IF_ERROR(file->WriteAt(off, {p + off, std::min(piece, n - off)}));
   }
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
-  if (fd < 0) return ErrnoToStatus(path + ": create (O_DIRECT)", errno);
-  const uint64_t body = n / 4096 * 4096;
-  Status s;
-  for (uint64_t off = 0; s.ok() && off < body;) {
-    const ssize_t w = pwrite(fd, p + off, std::min(piece, body - off), static_cast<off_t>(off));
-    if (w <= 0) {
-      s = ErrnoToStatus(path + ": pwrite (O_DIRECT)", w < 0 ? errno : EIO);
-    } else {
-      off += static_cast<uint64_t>(w);
-    }
-  }
-  if (s.ok() && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
-  close(fd);
-  if (!s.ok() || body == n) return s;
-  fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(path + ": open for the tail", errno);
-  if (pwrite(fd, p + body, n - body, static_cast<off_t>(body)) != static_cast<ssize_t>(n - body)) {
-    s = ErrnoToStatus(path + ": pwrite of the tail", errno);
-  }
-  if (s.ok() && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
-  close(fd);
-  return s;
+  MEGA_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
 }
 
 // Runs fn(i) on n threads (the caller runs i = 0); the first error wins.
