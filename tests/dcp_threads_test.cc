@@ -99,9 +99,9 @@ TEST(DcpThreads, ReshardMatrix) {
   }
 }
 
-// FileSystemWriterOptions::direct_io: the data files hold the bytes a
-// buffered save writes (items of odd sizes: partial blocks, sources off the
-// 4 KiB grid), and load back verified at other world sizes.
+// FileSystemWriterOptions::direct_io: the data files skip the page cache and
+// hold the bytes a buffered save writes (items of odd sizes: partial blocks,
+// sources off the 4 KiB grid), and load back verified at other world sizes.
 TEST(DcpThreads, DirectIoSaveWritesTheSameDataFiles) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(43, 700 << 10);
@@ -109,6 +109,7 @@ TEST(DcpThreads, DirectIoSaveWritesTheSameDataFiles) {
   direct.direct_io = true;
   ASSERT_TRUE(SaveSynthetic(spec, dir.path("buffered"), 2).ok());
   ASSERT_TRUE(SaveSynthetic(spec, dir.path("direct"), 2, 0, direct).ok());
+  testing::ExpectSavedAroundThePageCache(dir.path("direct"), dir.path("buffered"), ".distcp");
   // Data files are "__<save id>_<rank>_<n>.distcp": matched by rank and n.
   auto data_files = [](const std::string& folder) {
     std::map<std::string, std::string> by_rank_and_n;

@@ -160,8 +160,8 @@ TEST(MegaStorage, ReshardRoundTripWithoutMapping) {
   }
 }
 
-// MegaStorageWriterOptions::direct_io: the shards hold the bytes a buffered
-// save writes (the synthetic spec's tensors have odd sizes, so the direct
+// MegaStorageWriterOptions::direct_io: the shards skip the page cache and
+// hold the bytes a buffered save writes (the synthetic spec's tensors have odd sizes, so the direct
 // writer meets partial blocks and sources off the 4 KiB grid): the same
 // header length and the same payload bytes after it (the headers differ in
 // the save id and so in their CRC; a load checks them), and load back
@@ -173,6 +173,7 @@ TEST(MegaStorage, DirectIoSaveWritesTheSameShards) {
   direct.direct_io = true;
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("buffered"))).ok());
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("direct"), {}, direct)).ok());
+  testing::ExpectSavedAroundThePageCache(dir.path("direct"), dir.path("buffered"), ".mega");
   const auto shards = ShardsIn(dir.path("buffered"));
   ASSERT_FALSE(shards.empty());
   ASSERT_EQ(ShardsIn(dir.path("direct")), shards);

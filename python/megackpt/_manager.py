@@ -35,6 +35,9 @@ class CheckpointManager:
     the newest complete step always; all 0: keep everything): ``keep_last`` newest
     steps, every step that is a multiple of ``keep_every``, the ``keep_best`` steps
     with the best ``metric`` (lower is better, ``best_mode="max"``: higher).
+    ``direct_io=True`` (with ``sync``): the steps' data files skip the page cache, as
+    :func:`megackpt.save`'s ``direct_io``; suited to a save loop, whose steps are
+    loaded at a restart rather than right after the save.
     ``in_flight``: what a save does while an async save is running: ``"wait"`` for
     it, or ``"fail"`` with FailedPreconditionError. ``remove_incomplete``: on opening,
     remove step folders a crash left without a committed checkpoint (they are never
@@ -47,7 +50,7 @@ class CheckpointManager:
     """
 
     def __init__(self, root, *, storage=None, group=None, keep_last=0, keep_every=0, keep_best=0,
-                 best_mode="min", thread_count=2, sync=True, in_flight="wait",
+                 best_mode="min", thread_count=2, sync=True, direct_io=False, in_flight="wait",
                  remove_incomplete=True, staging_bytes=None):
         if best_mode not in ("min", "max"):
             raise InvalidArgumentError("best_mode must be 'min' or 'max'")
@@ -55,7 +58,8 @@ class CheckpointManager:
             raise InvalidArgumentError("in_flight must be 'wait' or 'fail'")
         self._impl = _core._CheckpointManager(
             _path(root), storage or "", _group(group), int(keep_last), int(keep_every),
-            int(keep_best), best_mode == "max", int(thread_count), bool(sync), in_flight == "fail",
+            int(keep_best), best_mode == "max", int(thread_count), bool(sync), bool(direct_io),
+            in_flight == "fail",
             bool(remove_incomplete), int(staging_bytes or 0))
         #: ``{"step": N, "skipped": [(step, reason), ...]}`` of the last :meth:`load`.
         self.last_load = None

@@ -44,7 +44,7 @@ class PyManager {
  public:
   PyManager(const std::string& root, const std::string& storage, nb::handle group, int keep_last,
             int64_t keep_every, int keep_best, bool best_is_max, int thread_count, bool sync,
-            bool fail_if_in_flight, bool remove_incomplete, uint64_t staging_bytes) {
+            bool direct_io, bool fail_if_in_flight, bool remove_incomplete, uint64_t staging_bytes) {
     group_ = GroupFromPython(group);
     dcp::CheckpointManagerOptions o;
     o.storage = storage;
@@ -55,6 +55,7 @@ class PyManager {
     o.retention.best_is_max = best_is_max;
     o.storage_options.thread_count = thread_count;
     o.storage_options.sync = sync;
+    o.storage_options.direct_io = direct_io;
     o.in_flight = fail_if_in_flight ? dcp::InFlightPolicy::kFail : dcp::InFlightPolicy::kWait;
     o.remove_incomplete = remove_incomplete;
     if (staging_bytes > 0) o.pool = dcp::StagingPool::Create(staging_bytes);
@@ -178,10 +179,10 @@ void RegisterManager(nb::module_& m) {
       .def("wait", &PyStepSave::Wait, nb::arg("for_done"), nb::arg("timeout"));
   nb::class_<PyManager>(m, "_CheckpointManager")
       .def(nb::init<const std::string&, const std::string&, nb::handle, int, int64_t, int, bool, int,
-                    bool, bool, bool, uint64_t>(),
+                    bool, bool, bool, bool, uint64_t>(),
            nb::arg("root"), nb::arg("storage"), nb::arg("group").none(), nb::arg("keep_last"),
            nb::arg("keep_every"), nb::arg("keep_best"), nb::arg("best_is_max"), nb::arg("thread_count"),
-           nb::arg("sync"), nb::arg("fail_if_in_flight"), nb::arg("remove_incomplete"),
+           nb::arg("sync"), nb::arg("direct_io"), nb::arg("fail_if_in_flight"), nb::arg("remove_incomplete"),
            nb::arg("staging_bytes"))
       .def_prop_ro("root", &PyManager::root)
       .def_prop_ro("storage", &PyManager::storage)

@@ -469,6 +469,7 @@ Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(int64_t
   fo.thread_count = options_.storage_options.thread_count;
   fo.sync = options_.storage_options.sync;
   fo.overwrite = options_.storage_options.overwrite;
+  fo.direct_io = options_.storage_options.direct_io;
   fo.hash_block_size = io.block_size;
   return NewIncrementalWriter(NewFileSystemWriter(StepPath(step), std::move(fo)), StepPath(step), fs_,
                               std::move(io), options_.incremental.stats);

@@ -10,6 +10,7 @@ Status Save(const StateDict& state_dict, const std::string& path, const PathSave
   o.thread_count = options.thread_count;
   o.sync = options.sync;
   o.overwrite = options.overwrite;
+  o.direct_io = options.direct_io;
   MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(options.storage, path, o));
   return Save(state_dict, *writer);
 }

@@ -15,6 +15,7 @@ WriterOptions WriterOptionsFrom(const StorageFactoryOptions& options) {
   o.thread_count = options.thread_count;
   o.sync = options.sync;
   o.overwrite = options.overwrite;
+  o.direct_io = options.direct_io;
   return o;
 }
 

@@ -1,7 +1,7 @@
 // Fixtures shared by the dcp unit tests (src/dcp/*_test.cc) and the dcp
 // integration tests (tests/dcp_*.cc, tests/mega_storage_*.cc): temp and MPI
 // shared folders, group options, synthetic save/load of one rank, a throwing
-// planner, folder listings. Header-only; tests only.
+// planner, folder listings, direct-I/O checks. Header-only; tests only.
 #ifndef MEGACKPT_SRC_DCP_TEST_UTIL_H_
 #define MEGACKPT_SRC_DCP_TEST_UTIL_H_
 
@@ -20,6 +20,7 @@
 
 #include "core/test_files.h"
 #include "dcp/synthetic.h"
+#include "megackpt/core/file.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/planner.h"
@@ -170,6 +171,41 @@ inline std::vector<std::string> ShardsIn(const std::string& dir, const std::stri
     if (f.size() > ext.size() && f.ends_with(ext)) out.push_back(f);
   }
   return out;
+}
+
+// Whether the file system of folder `dir` takes direct I/O (a probe file
+// written through WritableFile::UseDirectIo, then removed). Tests of
+// direct_io saves skip where it does not (tmpfs): there the saves are
+// buffered by design.
+inline bool DirectIoWorksIn(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string probe = dir + "/direct-io-probe";
+  bool ok = false;
+  if (auto f = CreateLocalFile(probe); f.ok()) ok = (*f)->UseDirectIo() && (*f)->Close().ok();
+  std::error_code ec;
+  std::filesystem::remove(probe, ec);
+  return ok;
+}
+
+// Checks that the files ending in `ext` in folder `direct` (saved with
+// direct_io) went around the page cache: none has more than 5% of its pages
+// cached. And, to show the check sees the difference, that those in
+// `buffered` (the same state saved buffered, or "" for none) all have more
+// than 95% cached. Call it right after the saves, before anything reads the
+// files. Does nothing where the file system refuses direct I/O.
+inline void ExpectSavedAroundThePageCache(const std::string& direct, const std::string& buffered,
+                                          const std::string& ext) {
+  if (!DirectIoWorksIn(direct + "-probe")) return;
+  ASSERT_FALSE(ShardsIn(direct, ext).empty()) << "no " << ext << " files in " << direct;
+  for (const auto& name : ShardsIn(direct, ext)) {
+    EXPECT_LT(test_util::PageCacheResidentFraction(direct + "/" + name), 0.05)
+        << direct << "/" << name << ": a direct-I/O save left its pages in the page cache";
+  }
+  if (buffered.empty()) return;
+  for (const auto& name : ShardsIn(buffered, ext)) {
+    EXPECT_GT(test_util::PageCacheResidentFraction(buffered + "/" + name), 0.95)
+        << buffered << "/" << name << ": a buffered save's pages are not in the page cache";
+  }
 }
 
 }  // namespace megackpt::dcp::testing

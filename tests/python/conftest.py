@@ -71,3 +71,73 @@ def run_python(code_or_args, env=None, timeout=300):
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(args, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def resident_fraction(path):
+    """The fraction of `path`'s pages the page cache holds now (mincore over a
+    read-only mapping, which faults nothing in): about 1 right after a buffered
+    write, about 0 after a direct-I/O one."""
+    import ctypes
+    import mmap
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0.0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), f"mmap {path}")
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = ctypes.create_string_buffer(pages)
+    try:
+        if libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), f"mincore {path}")
+    finally:
+        libc.munmap(addr, size)
+    return sum(b & 1 for b in vec.raw) / pages
+
+
+def direct_io_works(folder):
+    """Whether the file system of `folder` takes O_DIRECT writes (tmpfs does not;
+    there direct_io saves are buffered by design)."""
+    import mmap
+    os.makedirs(folder, exist_ok=True)
+    probe = os.path.join(folder, "direct-io-probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    try:
+        block = mmap.mmap(-1, 4096)  # page-aligned
+        return os.pwrite(fd, block, 0) == 4096
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.remove(probe)
+
+
+def assert_saved_around_the_page_cache(direct_dir, buffered_dir=None):
+    """The data files (.mega / .distcp) of `direct_dir`, saved with direct_io,
+    have (almost) no pages cached; those of `buffered_dir` (the same state saved
+    buffered), to show the check sees the difference, almost all. Call it right
+    after the saves, before anything reads the files. Does nothing where the
+    file system refuses O_DIRECT."""
+    if not direct_io_works(str(direct_dir) + "-probe"):
+        return
+    def data_files(d):
+        return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith((".mega", ".distcp")))
+    files = data_files(direct_dir)
+    assert files, f"no data files in {direct_dir}"
+    for f in files:
+        assert resident_fraction(f) < 0.05, f"{f}: a direct-I/O save left its pages in the page cache"
+    for f in data_files(buffered_dir) if buffered_dir else []:
+        assert resident_fraction(f) > 0.95, f"{f}: a buffered save's pages are not in the page cache"

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import megackpt
+from conftest import assert_saved_around_the_page_cache
 
 
 def state(step):
@@ -146,6 +147,22 @@ def test_sharded_save_loads_into_another_layout(tmp_path):
     mgr.load({"w": megackpt.ShardedTensor((8, 6), "F32", [((0, 3), cols)])})
     np.testing.assert_array_equal(cols, full[:, 3:])
     mgr.close()
+
+
+@pytest.mark.parametrize("storage", ["fs", "mega"])
+def test_direct_io_steps_skip_the_page_cache(tmp_path, storage):
+    rng = np.random.default_rng(7)
+    big = {1: rng.standard_normal((256, 1027)).astype(np.float32),
+           2: rng.standard_normal((256, 1027)).astype(np.float32)}
+    with megackpt.CheckpointManager(tmp_path / "run", storage=storage, direct_io=True) as mgr:
+        mgr.save(1, {"w": big[1], "step": 1})
+        mgr.save(2, {"w": big[2], "step": 2}, async_=True).wait()
+        for step in (1, 2):
+            assert_saved_around_the_page_cache(mgr.step_path(step))
+        for step in (1, 2):
+            out = mgr.load(step=step)
+            np.testing.assert_array_equal(out["w"], big[step])
+            assert out["step"] == step
 
 
 def test_bad_arguments(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import megackpt
 
-from conftest import run_python, tool
+from conftest import assert_saved_around_the_page_cache, run_python, tool
 
 NUMPY_DTYPES = [np.bool_, np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
                 np.uint64, np.float16, np.float32, np.float64]
@@ -48,6 +48,7 @@ def test_direct_io_save_writes_the_bytes_of_a_buffered_one(tmp_path, storage):
              "strided": sample(np.float64, (300, 40), 3)[::3, ::2], "tiny": np.arange(3, dtype=np.uint8)}
     megackpt.save(state, tmp_path / "buffered", storage=storage)
     megackpt.save(state, tmp_path / "direct", storage=storage, direct_io=True)
+    assert_saved_around_the_page_cache(tmp_path / "direct", tmp_path / "buffered")
 
     def data_files(name):  # in save order (fs names carry the save's id)
         return sorted(n for n in os.listdir(tmp_path / name) if n.endswith((".mega", ".distcp")))

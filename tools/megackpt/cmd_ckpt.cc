@@ -279,7 +279,8 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   const bool text = printer && !JsonOutput();
   nlohmann::ordered_json result = {{"out", o.out},     {"steps", o.steps}, {"bytes", spec.total_bytes},
                                    {"entries", spec.entries.size()}, {"ranks", world},
-                                   {"incremental", o.incremental},   {"saves", nlohmann::ordered_json::array()}};
+                                   {"incremental", o.incremental},   {"direct_io", o.direct_io},
+                                   {"saves", nlohmann::ordered_json::array()}};
   if (text) {
     std::printf("megackpt demo: %d training steps, %.0f%% of the %zu entries change per step, %s of state, "
                 "%d rank(s), checkpoints in %s (keep last %d, %s saves)\n",
@@ -289,6 +290,7 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   CheckpointManagerOptions mo;
   mo.storage = o.storage;
   mo.storage_options.thread_count = o.threads;
+  mo.storage_options.direct_io = o.direct_io;
   mo.retention.keep_last = o.keep_last;
   mo.incremental.enabled = o.incremental;
   // One manager per rank for the whole run, as in a training job; every rank

@@ -43,6 +43,7 @@ struct StepsDemoOptions {
   double change_fraction = 0.1;
   int keep_last = 3;
   bool incremental = true;  // unchanged entries referenced, not rewritten
+  bool direct_io = false;   // StorageFactoryOptions::direct_io
 };
 int RunStepsDemo(const StepsDemoOptions& options);
 

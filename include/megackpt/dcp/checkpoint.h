@@ -89,6 +89,8 @@ struct PathSaveOptions {
   bool sync = true;
   // False: AlreadyExists when a checkpoint is already committed at the path.
   bool overwrite = true;
+  // With sync: data files skip the page cache (StorageFactoryOptions::direct_io).
+  bool direct_io = false;
 };
 
 struct PathLoadOptions {

@@ -16,6 +16,11 @@ struct StorageFactoryOptions {
   int thread_count = 2;
   bool sync = true;
   bool overwrite = true;
+  // With sync: data files skip the page cache (O_DIRECT where the file system
+  // takes it): FileSystemWriterOptions::direct_io / MegaStorageWriterOptions::
+  // direct_io. Faster durable saves where the page cache supplies new pages
+  // slowly (a save loop on a VM), but a load right after reads the device.
+  bool direct_io = false;
 };
 
 // kind: "fs" (FileSystemWriter/Reader) or "mega" (MegaStorageWriter/Reader).
