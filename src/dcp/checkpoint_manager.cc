@@ -465,11 +465,7 @@ Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(int64_t
   io.base_dir = base_dir;
   io.block_size = options_.incremental.block_size > 0 ? options_.incremental.block_size : 1ull << 20;
   io.thread_count = options_.storage_options.thread_count;
-  FileSystemWriterOptions fo;
-  fo.thread_count = options_.storage_options.thread_count;
-  fo.sync = options_.storage_options.sync;
-  fo.overwrite = options_.storage_options.overwrite;
-  fo.direct_io = options_.storage_options.direct_io;
+  FileSystemWriterOptions fo = FileSystemWriterOptionsFrom(options_.storage_options);
   fo.hash_block_size = io.block_size;
   return NewIncrementalWriter(NewFileSystemWriter(StepPath(step), std::move(fo)), StepPath(step), fs_,
                               std::move(io), options_.incremental.stats);

@@ -21,10 +21,14 @@ WriterOptions WriterOptionsFrom(const StorageFactoryOptions& options) {
 
 }  // namespace
 
+FileSystemWriterOptions FileSystemWriterOptionsFrom(const StorageFactoryOptions& options) {
+  return WriterOptionsFrom<FileSystemWriterOptions>(options);
+}
+
 Result<std::unique_ptr<StorageWriter>> MakeStorageWriter(std::string_view kind,
                                                          const std::string& path,
                                                          const StorageFactoryOptions& options) {
-  if (kind == "fs") return NewFileSystemWriter(path, WriterOptionsFrom<FileSystemWriterOptions>(options));
+  if (kind == "fs") return NewFileSystemWriter(path, FileSystemWriterOptionsFrom(options));
   if (kind == "mega") {
     return std::unique_ptr<StorageWriter>(new MegaStorageWriter(
         path, std::nullopt, WriterOptionsFrom<MegaStorageWriterOptions>(options)));

@@ -106,10 +106,10 @@ def resident_fraction(path):
 
 
 def direct_io_works(folder):
-    """Whether the file system of `folder` takes O_DIRECT writes (tmpfs does not;
-    there direct_io saves are buffered by design)."""
+    """Whether the file system of the existing `folder` takes O_DIRECT writes
+    (tmpfs does not; there direct_io saves are buffered by design). The probe
+    file is removed again."""
     import mmap
-    os.makedirs(folder, exist_ok=True)
     probe = os.path.join(folder, "direct-io-probe")
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
@@ -131,7 +131,7 @@ def assert_saved_around_the_page_cache(direct_dir, buffered_dir=None):
     buffered), to show the check sees the difference, almost all. Call it right
     after the saves, before anything reads the files. Does nothing where the
     file system refuses O_DIRECT."""
-    if not direct_io_works(str(direct_dir) + "-probe"):
+    if not direct_io_works(str(direct_dir)):
         return
     def data_files(d):
         return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith((".mega", ".distcp")))

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/storage.h"
 #include "megackpt/core/status.h"
 
@@ -22,6 +23,12 @@ struct StorageFactoryOptions {
   // slowly (a save loop on a VM), but a load right after reads the device.
   bool direct_io = false;
 };
+
+// The FileSystemWriter options MakeStorageWriter("fs", ...) uses: thread_count,
+// sync, overwrite and direct_io from `options`, the rest at their defaults. For
+// callers that set more (e.g. the checkpoint manager's incremental saves, which
+// add hash_block_size) on top of the factory's choices.
+FileSystemWriterOptions FileSystemWriterOptionsFrom(const StorageFactoryOptions& options);
 
 // kind: "fs" (FileSystemWriter/Reader) or "mega" (MegaStorageWriter/Reader).
 // InvalidArgument for an unknown kind; Unimplemented when the backend is not
