@@ -36,6 +36,7 @@
 #include "bench_report.h"
 #include "bench_util.h"
 #include "dcp_bench.h"
+#include "rank_runner.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dist/process_group.h"
@@ -54,63 +55,10 @@ Result<RankState> BuildState(uint64_t size, int world, int rank) {
 
 uint64_t GlobalBytes(uint64_t size) { return RowShardedLayout{}.BytesFor(size); }
 
-// Runs one collective operation on every rank and returns its wall time: the
-// threads backend times the whole multi-thread run; MPI ranks start together
-// (barrier) and report the slowest rank.
-class Runner {
- public:
-  Runner(std::vector<RankState>* states, dist::ProcessGroup* mpi, int world)
-      : states_(states), mpi_(mpi), world_(world) {}
-
-  // Before every run (untimed), `fresh_path` non-empty: PrepareFreshWrite of it
-  // (rank 0 removes, then every rank syncs), like the limits' writes.
-  void set_fresh_path(std::string path, uint64_t bytes = 0) {
-    fresh_path_ = std::move(path);
-    fresh_bytes_ = bytes;
-  }
-
-  int rank() const { return mpi_ ? mpi_->rank() : 0; }
-
-  Result<double> Run(const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    if (!fresh_path_.empty()) {
-      // Rank 0 removes the target, then (after a barrier, so no rank writes back
-      // the old checkpoint's dirty pages while they are being discarded) every
-      // rank syncs: the same remove-then-sync as PrepareFreshWrite for the limits.
-      if (rank() == 0) PrepareFreshWrite(fresh_path_, fresh_bytes_);
-      if (mpi_) {
-        MEGA_RETURN_IF_ERROR(mpi_->Barrier());
-        if (rank() != 0) sync();
-      }
-    }
-    if (!mpi_) {
-      double t0 = NowSeconds();
-      auto results = dist::RunThreadRanks(world_, [&](dist::ProcessGroup& g) { return fn(g, (*states_)[g.rank()]); });
-      double dt = NowSeconds() - t0;
-      for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
-      return dt;
-    }
-    MEGA_RETURN_IF_ERROR(mpi_->Barrier());
-    double t0 = NowSeconds();
-    Status s = fn(*mpi_, (*states_)[0]);
-    double dt = NowSeconds() - t0;
-    MEGA_RETURN_IF_ERROR(mpi_->AllReduceStatus(s));
-    MEGA_ASSIGN_OR_RETURN(auto all, mpi_->AllGather(std::to_string(dt)));
-    double worst = 0;
-    for (const auto& x : all) worst = std::max(worst, std::stod(x));
-    return worst;
-  }
-
- private:
-  std::vector<RankState>* states_;
-  dist::ProcessGroup* mpi_;
-  int world_;
-  std::string fresh_path_;
-  uint64_t fresh_bytes_ = 0;
-};
-
 Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
-  const int world = mpi ? mpi->world_size() : o.world_size;
-  const int my_rank = mpi ? mpi->rank() : 0;
+  RankRunner runner(mpi, o.world_size);
+  const int world = runner.world();
+  const int my_rank = runner.rank();
   const uint64_t bytes = GlobalBytes(o.size);
   // Rank 0 picks the folder; MPI ranks learn it.
   std::unique_ptr<TempDir> tmp;
@@ -119,55 +67,37 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     tmp = std::make_unique<TempDir>("megackpt-bench-dcp");
     base = tmp->path();
   }
-  if (mpi) {
-    MEGA_ASSIGN_OR_RETURN(base, mpi->Broadcast(base, 0));
-  }
+  MEGA_ASSIGN_OR_RETURN(base, runner.FromRank0(base));
   const std::string ckpt = base + "/ckpt";
 
+  // This process's ranks' states (threads: every rank; MPI: its own).
   std::vector<RankState> states;
-  if (mpi) {
-    MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, my_rank));
+  for (int r : runner.LocalRanks()) {
+    MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, r));
     states.push_back(std::move(st));
-  } else {
-    for (int r = 0; r < world; ++r) {
-      MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, r));
-      states.push_back(std::move(st));
-    }
   }
-  Runner runner(&states, mpi, world);
-  // Each save's SaveStats, per rank of this process (MPI: one).
+  // Each save's SaveStats, per rank of this process.
   std::vector<dcp::SaveStats> save_stats(states.size());
   auto save_fn = [&](bool sync) {
-    return [&, sync](dist::ProcessGroup& g, RankState& st) -> Status {
+    return [&, sync](dist::ProcessGroup& g) -> Status {
       dcp::FileSystemWriterOptions wo;
       wo.sync = sync;
       wo.direct_io = o.direct_io;
       wo.thread_count = o.threads;
       auto writer = dcp::NewFileSystemWriter(ckpt, wo);
       dcp::SaveOptions so;
-      so.stats = &save_stats[mpi ? 0 : g.rank()];
-      return dcp::Save(st.save, *writer, &g, so);
+      so.stats = &save_stats[runner.LocalIndex(g)];
+      return dcp::Save(states[runner.LocalIndex(g)].save, *writer, &g, so);
     };
   };
-  // The last save's commit after the last rank's data (MPI: gathered).
-  auto last_commit = [&]() -> Result<double> {
-    if (!mpi) return CommitAfterLastWrite(save_stats);
-    const dcp::SaveStats& mine = save_stats[0];
-    MEGA_ASSIGN_OR_RETURN(auto all, mpi->AllGather(std::to_string(mine.plan_seconds + mine.write_seconds) + " " +
-                                                    std::to_string(mine.commit_seconds)));
-    std::vector<dcp::SaveStats> ranks(all.size());
-    for (size_t r = 0; r < all.size(); ++r) {
-      std::sscanf(all[r].c_str(), "%lf %lf", &ranks[r].write_seconds, &ranks[r].commit_seconds);
-    }
-    return CommitAfterLastWrite(ranks);
-  };
+  auto last_commit = [&]() { return runner.CommitAfterLastWrite(save_stats); };
   auto load_fn = [&](dcp::VerifyMode verify) {
-    return [&, verify](dist::ProcessGroup& g, RankState& st) -> Status {
+    return [&, verify](dist::ProcessGroup& g) -> Status {
       dcp::FileSystemReaderOptions ro;
       ro.thread_count = o.threads;
       ro.verify = verify;
       auto reader = dcp::NewFileSystemReader(ckpt, ro);
-      return dcp::Load(st.load, *reader, &g);
+      return dcp::Load(states[runner.LocalIndex(g)].load, *reader, &g);
     };
   };
 
@@ -177,10 +107,8 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   const uint64_t rss_before = CurrentRssBytes();
   MEGA_RETURN_IF_ERROR(runner.Run(save_fn(true)).status());
   uint64_t peak_extra = PeakRssBytes() > rss_before ? PeakRssBytes() - rss_before : 0;
-  if (mpi) {
-    MEGA_ASSIGN_OR_RETURN(auto all, mpi->AllGather(std::to_string(peak_extra)));
-    for (const auto& x : all) peak_extra = std::max<uint64_t>(peak_extra, std::stoull(x));
-  }
+  MEGA_ASSIGN_OR_RETURN(double worst_extra, runner.Max(static_cast<double>(peak_extra)));
+  peak_extra = static_cast<uint64_t>(worst_extra);
 
   // Every repetition runs a row's ceiling round (bench_util.h CeilingRounds:
   // best of 1, 2 and world x threads plain writers/readers) next to the row
@@ -196,8 +124,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   auto ceiling_round = [&](CeilingKind kind) -> Status {
     Status s;
     if (my_rank == 0) s = kind == CeilingKind::kWarmRead ? rounds->Round(kind) : rounds->WriteRound(kind, ckpt);
-    if (mpi) MEGA_RETURN_IF_ERROR(mpi->AllReduceStatus(s));
-    return s;
+    return runner.Agree(s);
   };
   runner.set_fresh_path(ckpt, bytes);
   SaveLoadSeconds secs;
@@ -236,7 +163,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     rounds.reset();
     io.reset();  // removes the ceiling's files
   }
-  if (mpi) MEGA_RETURN_IF_ERROR(mpi->Barrier());
+  MEGA_RETURN_IF_ERROR(runner.Agree(Status::OK()));  // every process is done with the files
   if (my_rank != 0) return Status::OK();
   std::error_code ec;
   if (!o.dir.empty()) std::filesystem::remove_all(ckpt, ec);

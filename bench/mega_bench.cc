@@ -3,7 +3,9 @@
 // same run (DESIGN.md, performance model).
 //
 //  - state: --tensors (16) F32 tensors of --size/--tensors bytes, each sharded by rows over the
-//    --world-size ranks (threads backend); every rank's shards are pre-faulted.
+//    ranks (--world-size threads, or the processes of mpirun with --backend mpi,
+//    rank_runner.h); every rank's shards are pre-faulted. Rank 0 alone runs
+//    the ceilings and prints.
 //    bench/torch_peer.py builds the same state for torch.save and torch DCP.
 //  - save_gbps: Save with sync (every shard fsynced, then index and .metadata
 //    commit) into an empty folder; ceiling durable_write_gbps: the best of 1, 2
@@ -38,7 +40,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_report.h"
 #include "bench_util.h"
+#include "rank_runner.h"
 #include "row_sharded_state.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
@@ -57,12 +61,14 @@ struct RankState {
 
 class Bench {
  public:
-  Bench(const MegaBenchOptions& o, std::string ckpt) : o_(o), ckpt_(std::move(ckpt)) {}
+  Bench(const MegaBenchOptions& o, std::string ckpt, RankRunner* runner)
+      : o_(o), ckpt_(std::move(ckpt)), runner_(runner) {}
 
+  // This process's ranks' states (threads: every rank; MPI: its own).
   Status Setup() {
-    for (int r = 0; r < o_.world_size; ++r) {
+    for (int r : runner_->LocalRanks()) {
       RankState st;
-      MEGA_ASSIGN_OR_RETURN(st.state, BuildRowShardedRank(layout(), o_.size, o_.world_size, r));
+      MEGA_ASSIGN_OR_RETURN(st.state, BuildRowShardedRank(layout(), o_.size, runner_->world(), r));
       for (const Tensor& t : st.state.save_shards) st.bytes += t.nbytes();
       states_.push_back(std::move(st));
     }
@@ -72,15 +78,11 @@ class Bench {
   RowShardedLayout layout() const { return RowShardedLayout{.tensors = o_.tensors}; }
   uint64_t bytes() const { return layout().BytesFor(o_.size); }
 
-  // Runs fn on every rank (threads backend); `fresh` empties the checkpoint
+  // Runs fn on every rank (RankRunner::Run); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
   Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    if (fresh) PrepareFreshWrite(ckpt_, bytes());
-    const double t0 = NowSeconds();
-    auto results = dist::RunThreadRanks(o_.world_size, [&](dist::ProcessGroup& g) { return fn(g, states_[g.rank()]); });
-    const double dt = NowSeconds() - t0;
-    for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
-    return dt;
+    runner_->set_fresh_path(fresh ? ckpt_ : "", bytes());
+    return runner_->Run([&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); });
   }
 
   // Seconds of each repetition of the save SaveFn(sync), and in *commits each
@@ -92,16 +94,17 @@ class Bench {
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       MEGA_RETURN_IF_ERROR(before());
       MEGA_ASSIGN_OR_RETURN(double dt, Run(true, SaveFn(sync)));
+      MEGA_ASSIGN_OR_RETURN(double commit, runner_->CommitAfterLastWrite(save_stats_));
       if (i < kWarmup) continue;
       secs.push_back(dt);
-      commits->push_back(CommitAfterLastWrite(save_stats_));
+      commits->push_back(commit);
     }
     return secs;
   }
 
   // Fills save_stats_[rank].
   std::function<Status(dist::ProcessGroup&, RankState&)> SaveFn(bool sync) {
-    save_stats_.assign(o_.world_size, dcp::SaveStats());
+    save_stats_.assign(states_.size(), dcp::SaveStats());
     return [this, sync](dist::ProcessGroup& g, RankState& st) -> Status {
       dcp::MegaStorageWriterOptions wo;
       wo.sync = sync;
@@ -109,7 +112,7 @@ class Bench {
       wo.thread_count = o_.threads;
       dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
       dcp::SaveOptions so;
-      so.stats = &save_stats_[g.rank()];
+      so.stats = &save_stats_[runner_->LocalIndex(g)];
       return dcp::Save(st.state.save, writer, &g, so);
     };
   }
@@ -157,6 +160,7 @@ class Bench {
                              MEGA_RETURN_IF_ERROR(staged);
                              return done;
                            }).status());
+      MEGA_ASSIGN_OR_RETURN(worst, runner_->Max(worst));  // the slowest process's
       if (i >= kWarmup) blocked.push_back(worst);
     }
     for (RankState& st : states_) st.pool.reset();
@@ -166,7 +170,8 @@ class Bench {
   Status CheckLoaded() const {
     for (size_t r = 0; r < states_.size(); ++r) {
       if (!states_[r].state.LoadedMatches()) {
-        return InternalError("bench mega: rank " + std::to_string(r) + " loaded bytes that differ from the saved ones");
+        return InternalError("bench mega: rank " + std::to_string(runner_->LocalRanks()[r]) +
+                             " loaded bytes that differ from the saved ones");
       }
     }
     return Status::OK();
@@ -177,53 +182,77 @@ class Bench {
  private:
   MegaBenchOptions o_;
   std::string ckpt_;
+  RankRunner* runner_;
   std::vector<RankState> states_;
   std::vector<dcp::SaveStats> save_stats_;  // of the last SaveFn run, per rank
 };
 
-Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table) {
+Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out,
+              std::string* table) {
+  RankRunner runner(mpi, o.world_size);
+  const bool lead = runner.rank() == 0;  // runs the ceilings and prints
+  // Rank 0 picks the folder; MPI ranks learn it.
   std::unique_ptr<TempDir> tmp;
   std::string base = o.dir;
-  if (base.empty()) {
+  if (lead && base.empty()) {
     tmp = std::make_unique<TempDir>("megackpt-bench-mega");
     base = tmp->path();
   }
-  std::filesystem::create_directories(base);
+  if (lead) std::filesystem::create_directories(base);
+  MEGA_ASSIGN_OR_RETURN(base, runner.FromRank0(base));
   const std::string ckpt = base + "/ckpt";
-  Bench bench(o, ckpt);
-  MEGA_RETURN_IF_ERROR(bench.Setup());
+  Bench bench(o, ckpt, &runner);
+  MEGA_RETURN_IF_ERROR(runner.Agree(bench.Setup()));
   const uint64_t bytes = bench.bytes();
 
   // Every repetition runs the row's ceiling round (bench_util.h CeilingRounds:
   // best of 1, 2 and ranks x threads) right before the row: both see the same
-  // machine state.
-  const int parallelism = o.world_size * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(auto io, PlainIo::Create(base + "/limit", bytes));
-  CeilingRounds rounds(*io, parallelism, kWarmup);
-  auto write_round = [&](CeilingKind kind) {
-    return [&, kind] { return rounds.WriteRound(kind, ckpt); };
+  // machine state. Rank 0 alone runs the ceilings; the other processes wait
+  // for its status.
+  const int world = runner.world();
+  const int parallelism = world * std::max(1, o.threads);
+  std::unique_ptr<PlainIo> io;
+  std::unique_ptr<CeilingRounds> rounds;
+  if (lead) {
+    MEGA_ASSIGN_OR_RETURN(io, PlainIo::Create(base + "/limit", bytes));
+    rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+  }
+  auto round = [&](CeilingKind kind) {
+    return [&, kind]() -> Status {
+      Status s;
+      if (lead) {
+        s = kind == CeilingKind::kDurableWrite || kind == CeilingKind::kPageCacheWrite
+                ? rounds->WriteRound(kind, ckpt)
+                : rounds->Round(kind);
+      }
+      return runner.Agree(s);
+    };
   };
   SaveLoadSeconds secs;
   MEGA_ASSIGN_OR_RETURN(secs.save,
-                        bench.SaveSeconds(true, write_round(CeilingKind::kDurableWrite), &secs.save_commit));
-  MEGA_ASSIGN_OR_RETURN(secs.save_nosync, bench.SaveSeconds(false, write_round(CeilingKind::kPageCacheWrite),
+                        bench.SaveSeconds(true, round(CeilingKind::kDurableWrite), &secs.save_commit));
+  MEGA_ASSIGN_OR_RETURN(secs.save_nosync, bench.SaveSeconds(false, round(CeilingKind::kPageCacheWrite),
                                                             &secs.save_nosync_commit));
-  MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked([&] { return rounds.Round(CeilingKind::kMemcpy); }));
+  MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked(round(CeilingKind::kMemcpy)));
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
+  const auto warm_read = round(CeilingKind::kWarmRead);
   for (int i = 0; i < kWarmup + o.reps; ++i) {
-    MEGA_RETURN_IF_ERROR(rounds.Round(CeilingKind::kWarmRead));
+    MEGA_RETURN_IF_ERROR(warm_read());
     MEGA_ASSIGN_OR_RETURN(double unverified_dt, bench.Run(false, bench.LoadFn(false)));
     MEGA_ASSIGN_OR_RETURN(double dt, bench.Run(false, bench.LoadFn(true)));
     if (i < kWarmup) continue;
     secs.load_unverified.push_back(unverified_dt);
     secs.load.push_back(dt);
   }
-  MEGA_RETURN_IF_ERROR(bench.CheckLoaded());
+  MEGA_RETURN_IF_ERROR(runner.Agree(bench.CheckLoaded()));
   bench.FreeState();
+  MEGA_RETURN_IF_ERROR(runner.Agree(Status::OK()));  // every process is done with the files
+  if (!lead) return Status::OK();
   std::error_code ec;
   std::filesystem::remove_all(ckpt, ec);
-  const SaveLoadCeilings ceil = rounds.GetAll();
+  const SaveLoadCeilings ceil = rounds->GetAll();
+  rounds.reset();
   io.reset();  // removes the ceiling's files
   const double memcpy_seconds = ceil.memcpy.best.median > 0 ? bytes / ceil.memcpy.best.median / 1e9 : 0;
   const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
@@ -241,7 +270,8 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   (*out)["bench"] = "mega";
   (*out)["bytes"] = bytes;
   (*out)["tensors"] = o.tensors;
-  (*out)["world_size"] = o.world_size;
+  (*out)["world_size"] = world;
+  (*out)["backend"] = runner.is_mpi() ? "mpi" : "threads";
   (*out)["reps"] = o.reps;
   PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["direct_io"] = o.direct_io;
@@ -258,9 +288,9 @@ Status RunAll(const MegaBenchOptions& o, nlohmann::json* out, std::string* table
   char head[384];
   std::snprintf(head, sizeof head,
                 "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
-                "(threads), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
+                "(%s), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
                 "[per rep: min med max]%s\n",
-                bytes / 1e9, o.tensors, o.world_size, o.reps, kWarmup,
+                bytes / 1e9, o.tensors, world, runner.is_mpi() ? "mpi" : "threads", o.reps, kWarmup,
                 FreshWriteNote(o.direct_io).c_str());
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
@@ -299,19 +329,20 @@ int RunMegaBench(const MegaBenchOptions& options) {
   MegaBenchOptions o = options;
   o.world_size = std::max(1, o.world_size);
   o.reps = std::max(1, o.reps);
-  nlohmann::json out;
+  std::unique_ptr<dist::ProcessGroup> mpi;
+  if (o.backend == "mpi") {
+    auto g = dist::NewMpiProcessGroup();
+    if (!g.ok()) {
+      std::fprintf(stderr, "megackpt bench mega: %s\n", g.status().ToString().c_str());
+      return 1;
+    }
+    mpi = std::move(*g);
+  }
+  nlohmann::json out = nlohmann::json::object();
   std::string table;
-  Status s = RunAll(o, &out, &table);
-  if (!s.ok()) {
-    std::fprintf(stderr, "megackpt bench mega: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (o.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::printf("%s", table.c_str());
-  }
-  return 0;
+  Status s = RunAll(o, mpi.get(), &out, &table);
+  if (s.ok() && mpi && mpi->rank() != 0) return 0;
+  return PrintBenchResult("mega", s, out, table, o.json);
 }
 
 }  // namespace megackpt::bench

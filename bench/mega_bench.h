@@ -10,7 +10,8 @@ namespace megackpt::bench {
 
 struct MegaBenchOptions {
   uint64_t size = 2ull << 30;  // state bytes
-  int world_size = 1;          // ranks (threads backend)
+  int world_size = 1;          // ranks (threads backend; MPI takes mpirun's size)
+  std::string backend = "threads";  // "threads" or "mpi" (run under mpirun)
   int reps = 5;                // measured repetitions after one dropped warm-up
   int threads = 2;             // I/O threads per rank
   int tensors = 16;            // F32 tensors of size/tensors bytes, row-sharded

@@ -57,6 +57,8 @@ for w in 1 2; do
   step "bench mega --world-size $w (threads)"
   run "mega_w$w" "$cli" bench mega --size "$size" --reps "$reps" --world-size "$w"
 done
+step "bench mega, mpirun -np 2"
+run mega_mpi2 mpirun "${mpi_flags[@]}" -np 2 "$cli" bench mega --backend mpi --size "$size" --reps "$reps"
 step "bench reshard (save at 2, load at 2 and 3; fs and MEGA)"
 run reshard "$cli" bench reshard --size "$size" --reps "$reps"
 step "bench incremental --world-size 2"

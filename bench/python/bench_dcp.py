@@ -18,7 +18,8 @@ frameworks, mpirun for the native API):
   tp-mega     TensorPlay's DCP + its own MegaStorageWriter/Reader (the seed; world 1:
               at world 2 its ranks overwrite each other's model.mega, seed defect 1)
   safetensors safetensors.torch save_file / load_file, one file per rank
-  cpp         `megackpt bench mega --json` (C++ engine, threads backend) for reference
+  cpp         `megackpt bench mega --json` (C++ engine) for reference; at world size
+              2 under mpirun (--backend mpi), like the native rows, when mpirun exists
 --threads I/O threads per rank (default 2) go to native, native-rows, mega-dcp and
 cpp alike (torch-fs, tp-mega keep their own defaults); every system's durable save
 fsyncs and its no-sync save does not. Async saves of native/native-rows stage the
@@ -39,9 +40,8 @@ dropped warm-up, then --reps measured repetitions; the order rotated per round),
 the tables give median [min, max] over the rounds, and every ratio is paired:
 ours / theirs within one round, then median [min, max] of those. Ratios:
 mega-dcp vs torch-fs, mega-dcp vs tp-mega, native-rows vs cpp (the same state,
-threads and durability: what the Python layer costs; world 2 differs only in the
-group: mpirun processes vs the cpp's threads), and, for information, native vs
-cpp (different states). The cpp row also measures the machine's parallel
+threads, durability and processes: what the Python layer costs), and, for
+information, native vs cpp (different states). The cpp row also measures the machine's parallel
 ceilings (page-cache write, write + fdatasync, warm read) in its round: each goal
 line says the most any system could reach against that peer in the same round
 (ceiling / peer; a goal above it cannot be met on this machine then), and
@@ -377,10 +377,18 @@ def run_cpp(world, args):
         exe = shutil.which("megackpt")
     if exe is None:
         return None, f"no megackpt in {scripts} or on PATH"
-    r = subprocess.run([exe, "bench", "mega", "--size", str(args.size), "--world-size", str(world),
-                        "--reps", str(args.reps), "--threads", str(args.threads), "--dir", args.dir,
-                        "--json"],
-                       capture_output=True, text=True)
+    cmd = [exe, "bench", "mega", "--size", str(args.size), "--reps", str(args.reps),
+           "--threads", str(args.threads), "--dir", args.dir, "--json"]
+    env = None
+    if world > 1 and shutil.which("mpirun"):
+        # The processes of the native rows (run_system): the same launcher and
+        # flags, so native-rows / cpp compares the Python layer alone.
+        cmd = (["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + cmd
+               + ["--backend", "mpi"])
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    else:
+        cmd += ["--world-size", str(world)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     try:
         return json.loads(r.stdout), None
     except ValueError:

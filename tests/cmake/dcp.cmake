@@ -34,3 +34,15 @@ if(TARGET megahub)
 endif()
 megackpt_add_mpi_test(NAME mega_storage_hub_mpi_np2 TARGET mega_storage_hub_mpi NP 2 TIMEOUT 120
                       LABELS dcp hub)
+
+# The save/load benches with --backend mpi (bench/rank_runner.h): 2 processes
+# save, load and check every loaded byte (a mismatch exits 1); rank 0 prints one
+# JSON object that names the backend.
+foreach(area dcp mega)
+  megackpt_add_mpi_test(NAME bench_${area}_mpi_np2 TARGET megackpt_cli NP 2 TIMEOUT 180
+    LABELS dcp bench
+    ARGS bench ${area} --backend mpi --size 4MB --reps 1 --json
+         --dir ${CMAKE_CURRENT_BINARY_DIR}/bench_${area}_mpi_np2
+    PROPERTIES PASS_REGULAR_EXPRESSION "\"backend\": \"mpi\".*\"world_size\": 2"
+               FAIL_REGULAR_EXPRESSION "\"error\"")
+endforeach()

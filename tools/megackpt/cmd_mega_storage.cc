@@ -90,7 +90,7 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
     auto o = std::make_shared<bench::MegaBenchOptions>();
     auto* cmd = AddStateBench(bench, "mega",
         "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from --world-size\n"
-        "ranks (threads) through MegaStorageWriter/Reader, next to the machine's limits\n"
+        "ranks (threads, or --backend mpi) through MegaStorageWriter/Reader, next to the machine's limits\n"
         "measured the same way in the same run: durable save vs write + fsync of the same\n"
         "bytes; --no-sync save vs page-cache write; load into caller-allocated, pre-faulted,\n"
         "reused tensors vs a warm page-cache read; the time the caller is blocked in\n"
@@ -101,8 +101,11 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
         "pagecache_write_gbps, pagecache_read_gbps, async_blocked_seconds, sync_save_seconds\n"
         "(each + _min/_max) and the ratios. --tensors 1: one large tensor (a load reads it\n"
-        "in byte-range parts on every thread).",
+        "in byte-range parts on every thread).\n"
+        "With --backend mpi run it as: mpirun -np N megackpt bench mega --backend mpi ...",
         o, &bench::RunMegaBench, exit_code);
+    cmd->add_option("--backend", o->backend, "threads (default) or mpi")
+        ->check(CLI::IsMember({"threads", "mpi"}));
     cmd->add_option("--tensors", o->tensors, "F32 tensors in the state (default 16)")
         ->check(CLI::Range(1, 4096));
     cmd->add_flag("--direct-io", o->direct_io,

@@ -1,0 +1,95 @@
+// RankRunner (rank_runner.h).
+#include "rank_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "bench_util.h"
+
+namespace megackpt::bench {
+
+RankRunner::RankRunner(dist::ProcessGroup* mpi, int world)
+    : mpi_(mpi), world_(mpi ? mpi->world_size() : std::max(1, world)) {}
+
+int RankRunner::rank() const { return mpi_ ? mpi_->rank() : 0; }
+
+std::vector<int> RankRunner::LocalRanks() const {
+  if (mpi_) return {mpi_->rank()};
+  std::vector<int> ranks(world_);
+  for (int r = 0; r < world_; ++r) ranks[r] = r;
+  return ranks;
+}
+
+void RankRunner::set_fresh_path(std::string path, uint64_t bytes) {
+  fresh_path_ = std::move(path);
+  fresh_bytes_ = bytes;
+}
+
+Result<double> RankRunner::Run(const std::function<Status(dist::ProcessGroup&)>& fn) {
+  if (!fresh_path_.empty()) {
+    // Rank 0 removes the target, then (after a barrier, so no process writes
+    // back the old checkpoint's dirty pages while they are being discarded)
+    // every other process syncs: the remove-then-sync of PrepareFreshWrite.
+    if (rank() == 0) PrepareFreshWrite(fresh_path_, fresh_bytes_);
+    if (mpi_) {
+      MEGA_RETURN_IF_ERROR(mpi_->Barrier());
+      if (rank() != 0) sync();
+    }
+  }
+  if (!mpi_) {
+    const double t0 = NowSeconds();
+    auto results = dist::RunThreadRanks(world_, fn);
+    const double dt = NowSeconds() - t0;
+    for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
+    return dt;
+  }
+  MEGA_RETURN_IF_ERROR(mpi_->Barrier());
+  const double t0 = NowSeconds();
+  Status s = fn(*mpi_);
+  const double dt = NowSeconds() - t0;
+  MEGA_RETURN_IF_ERROR(mpi_->AllReduceStatus(s));
+  return Max(dt);
+}
+
+Result<double> RankRunner::Max(double mine) {
+  if (!mpi_) return mine;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", mine);
+  MEGA_ASSIGN_OR_RETURN(auto all, mpi_->AllGather(buf));
+  double worst = mine;
+  for (const auto& x : all) worst = std::max(worst, std::stod(x));
+  return worst;
+}
+
+Result<double> RankRunner::CommitAfterLastWrite(const std::vector<dcp::SaveStats>& local) {
+  if (!mpi_) return bench::CommitAfterLastWrite(local);
+  const dcp::SaveStats mine = local.empty() ? dcp::SaveStats() : local[0];
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g", mine.plan_seconds, mine.write_seconds,
+                mine.commit_seconds);
+  MEGA_ASSIGN_OR_RETURN(auto all, mpi_->AllGather(buf));
+  std::vector<dcp::SaveStats> ranks(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (std::sscanf(all[r].c_str(), "%lf %lf %lf", &ranks[r].plan_seconds, &ranks[r].write_seconds,
+                    &ranks[r].commit_seconds) != 3) {
+      return InternalError("bench: rank " + std::to_string(r) + " sent malformed save stats \"" +
+                           all[r] + "\"");
+    }
+  }
+  return bench::CommitAfterLastWrite(ranks);
+}
+
+Status RankRunner::Agree(Status s) {
+  if (!mpi_) return s;
+  return mpi_->AllReduceStatus(s);
+}
+
+Result<std::string> RankRunner::FromRank0(std::string value) {
+  if (!mpi_) return value;
+  return mpi_->Broadcast(std::move(value), 0);
+}
+
+}  // namespace megackpt::bench

@@ -1,0 +1,65 @@
+// The ranks of a save/load bench (bench dcp, bench mega): either `world` threads
+// of this process (the threads backend, dist::RunThreadRanks) or this process as
+// one rank under mpirun (--backend mpi). The bench keeps one state per rank of
+// this process and indexes it with LocalIndex.
+#ifndef MEGACKPT_BENCH_RANK_RUNNER_H_
+#define MEGACKPT_BENCH_RANK_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "megackpt/core/status.h"
+#include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dist/process_group.h"
+
+namespace megackpt::bench {
+
+class RankRunner {
+ public:
+  // mpi null: `world` thread ranks in this process. Else this process is rank
+  // mpi->rank() of mpi->world_size() (`world` is ignored); mpi must outlive
+  // the runner.
+  RankRunner(dist::ProcessGroup* mpi, int world);
+
+  bool is_mpi() const { return mpi_ != nullptr; }
+  int world() const { return world_; }
+  // This process's rank (threads backend: 0, the one that prints).
+  int rank() const;
+  // The ranks this process holds: the global ranks of its states, in order.
+  std::vector<int> LocalRanks() const;
+  // Index of rank group `g`'s state among LocalRanks().
+  int LocalIndex(const dist::ProcessGroup& g) const { return mpi_ ? 0 : g.rank(); }
+
+  // Non-empty: before every Run (untimed), PrepareFreshWrite of `path` (rank 0
+  // removes it and primes; after a barrier every other process syncs), like the
+  // ceilings' writes. Empty: nothing.
+  void set_fresh_path(std::string path, uint64_t bytes = 0);
+
+  // Runs fn on every rank and returns the wall time: threads: of the whole
+  // multi-thread run; MPI: the ranks start together (barrier) and the slowest
+  // rank's time counts. Any rank's error fails every process's call.
+  Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn);
+
+  // The largest `mine` of every process (threads: mine).
+  Result<double> Max(double mine);
+  // CommitAfterLastWrite over every rank's SaveStats; `local`: this process's
+  // ranks' stats (MPI: gathered from every process).
+  Result<double> CommitAfterLastWrite(const std::vector<dcp::SaveStats>& local);
+  // Makes one process's status everyone's: the first error of any process, or
+  // OK (threads: s). Every process must call it.
+  Status Agree(Status s);
+  // `value` of rank 0 on every process (threads: value).
+  Result<std::string> FromRank0(std::string value);
+
+ private:
+  dist::ProcessGroup* mpi_;
+  int world_;
+  std::string fresh_path_;
+  uint64_t fresh_bytes_ = 0;
+};
+
+}  // namespace megackpt::bench
+
+#endif  // MEGACKPT_BENCH_RANK_RUNNER_H_
