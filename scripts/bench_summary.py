@@ -4,7 +4,7 @@
     python3 scripts/bench_summary.py DIR
 
 reads the `--json` outputs scripts/bench-all.sh saved in DIR (format.json,
-dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json,
+dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json, mega_mpi2.json,
 reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
 hub.json; missing
 files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
@@ -151,7 +151,7 @@ def main(argv):
         j = load(d, name + ".json")
         if j:
             save_load_rows(t, name, j)
-    for name in ("mega_w1", "mega_w2"):
+    for name in ("mega_w1", "mega_w2", "mega_mpi2"):
         j = load(d, name + ".json")
         if j:
             save_load_rows(t, name, j)
