@@ -33,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "bench_report.h"
 #include "bench_util.h"
 #include "dcp_bench.h"
 #include "rank_runner.h"
@@ -222,20 +221,10 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
 }  // namespace
 
 int RunDcpBench(const DcpBenchOptions& options) {
-  std::unique_ptr<dist::ProcessGroup> mpi;
-  if (options.backend == "mpi") {
-    auto g = dist::NewMpiProcessGroup();
-    if (!g.ok()) {
-      std::fprintf(stderr, "megackpt bench dcp: %s\n", g.status().ToString().c_str());
-      return 1;
-    }
-    mpi = std::move(*g);
-  }
-  nlohmann::json out = nlohmann::json::object();
-  std::string table;
-  Status s = Bench(options, mpi.get(), &out, &table);
-  if (s.ok() && mpi && mpi->rank() != 0) return 0;
-  return PrintBenchResult("dcp", s, out, table, options.json);
+  return RunSaveLoadBench("dcp", options.backend, options.json,
+                          [&](dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
+                            return Bench(options, mpi, out, table);
+                          });
 }
 
 }  // namespace megackpt::bench

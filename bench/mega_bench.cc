@@ -40,7 +40,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench_report.h"
 #include "bench_util.h"
 #include "rank_runner.h"
 #include "row_sharded_state.h"
@@ -329,20 +328,10 @@ int RunMegaBench(const MegaBenchOptions& options) {
   MegaBenchOptions o = options;
   o.world_size = std::max(1, o.world_size);
   o.reps = std::max(1, o.reps);
-  std::unique_ptr<dist::ProcessGroup> mpi;
-  if (o.backend == "mpi") {
-    auto g = dist::NewMpiProcessGroup();
-    if (!g.ok()) {
-      std::fprintf(stderr, "megackpt bench mega: %s\n", g.status().ToString().c_str());
-      return 1;
-    }
-    mpi = std::move(*g);
-  }
-  nlohmann::json out = nlohmann::json::object();
-  std::string table;
-  Status s = RunAll(o, mpi.get(), &out, &table);
-  if (s.ok() && mpi && mpi->rank() != 0) return 0;
-  return PrintBenchResult("mega", s, out, table, o.json);
+  return RunSaveLoadBench("mega", o.backend, o.json,
+                          [&](dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
+                            return RunAll(o, mpi, out, table);
+                          });
 }
 
 }  // namespace megackpt::bench

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "bench_report.h"
 #include "bench_util.h"
 
 namespace megackpt::bench {
@@ -90,6 +92,23 @@ Status RankRunner::Agree(Status s) {
 Result<std::string> RankRunner::FromRank0(std::string value) {
   if (!mpi_) return value;
   return mpi_->Broadcast(std::move(value), 0);
+}
+
+int RunSaveLoadBench(
+    std::string_view name, const std::string& backend, bool json,
+    const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&
+        bench) {
+  std::unique_ptr<dist::ProcessGroup> mpi;
+  if (backend == "mpi") {
+    auto g = dist::NewMpiProcessGroup();
+    if (!g.ok()) return PrintBenchResult(name, g.status(), nlohmann::json::object(), "", json);
+    mpi = std::move(*g);
+  }
+  nlohmann::json out = nlohmann::json::object();
+  std::string table;
+  const Status s = bench(mpi.get(), &out, &table);
+  if (s.ok() && mpi && mpi->rank() != 0) return 0;
+  return PrintBenchResult(name, s, out, table, json);
 }
 
 }  // namespace megackpt::bench

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "megackpt/core/status.h"
 #include "megackpt/dcp/checkpoint.h"
@@ -59,6 +62,15 @@ class RankRunner {
   std::string fresh_path_;
   uint64_t fresh_bytes_ = 0;
 };
+
+// Runs a save/load bench named `name` ("dcp", "mega") on `backend` ("threads":
+// bench(nullptr, ...); "mpi": bench(the MPI group, ...), under mpirun) and
+// reports it from rank 0 (PrintBenchResult: the table, or JSON with `json`);
+// the other MPI ranks print nothing. Returns the exit code.
+int RunSaveLoadBench(
+    std::string_view name, const std::string& backend, bool json,
+    const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&
+        bench);
 
 }  // namespace megackpt::bench
 
