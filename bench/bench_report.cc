@@ -13,9 +13,17 @@ std::string BenchDir(const std::string& dir, const std::string& prefix,
 
 int PrintBenchResult(std::string_view name, const Status& s, const nlohmann::json& out,
                      const std::string& table, bool json) {
+  const std::string command = "bench " + std::string(name);
   if (!s.ok()) {
-    std::fprintf(stderr, "megackpt bench %.*s: %s\n", static_cast<int>(name.size()), name.data(),
-                 s.ToString().c_str());
+    const std::string code(StatusCodeName(s.code()));
+    std::fprintf(stderr, "megackpt: error: %s: %s: %s\n", command.c_str(), code.c_str(),
+                 s.message().c_str());
+    if (json) {  // the CLI's error object (tools/megackpt/cli_util.h)
+      nlohmann::json j;
+      j["error"] = {{"code", code}, {"message", command + ": " + s.message()}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    std::fflush(stdout);
     return 1;
   }
   if (json) {
@@ -23,6 +31,9 @@ int PrintBenchResult(std::string_view name, const Status& s, const nlohmann::jso
   } else {
     std::fputs(table.c_str(), stdout);
   }
+  // Out before the caller ends an MPI group: mpirun need not forward what a
+  // rank writes after MPI_Finalize.
+  std::fflush(stdout);
   return 0;
 }
 

@@ -30,9 +30,11 @@ struct StateBenchOptions {
 std::string BenchDir(const std::string& dir, const std::string& prefix,
                      std::unique_ptr<TempDir>* holder);
 
-// Reports the run of `megackpt bench NAME`: a failed `s` as one line
-// "megackpt bench NAME: <status>" on stderr (returns 1); otherwise `out` as
-// JSON (indent 2) when `json`, else `table`, on stdout (returns 0).
+// Reports the run of `megackpt bench NAME`, as the CLI reports a command: a
+// failed `s` as "megackpt: error: bench NAME: CODE: message" on stderr and, with
+// `json`, as {"error": {"code", "message"}} on stdout (returns 1); otherwise
+// `out` as JSON (indent 2) when `json`, else `table`, on stdout (returns 0).
+// stdout is flushed before it returns.
 int PrintBenchResult(std::string_view name, const Status& s, const nlohmann::json& out,
                      const std::string& table, bool json);
 

@@ -116,10 +116,16 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   const int parallelism = world * std::max(1, o.threads);
   std::unique_ptr<PlainIo> io;
   std::unique_ptr<CeilingRounds> rounds;
+  Status made;  // rank 0's, shared at once (not after the others' timeout)
   if (my_rank == 0) {
-    MEGA_ASSIGN_OR_RETURN(io, PlainIo::Create(base + "/limit", bytes));
-    rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+    auto created = PlainIo::Create(base + "/limit", bytes);
+    made = created.status();
+    if (created.ok()) {
+      io = std::move(*created);
+      rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+    }
   }
+  MEGA_RETURN_IF_ERROR(runner.Agree(made));
   auto ceiling_round = [&](CeilingKind kind) -> Status {
     Status s;
     if (my_rank == 0) s = kind == CeilingKind::kWarmRead ? rounds->Round(kind) : rounds->WriteRound(kind, ckpt);

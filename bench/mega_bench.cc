@@ -197,7 +197,15 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
     tmp = std::make_unique<TempDir>("megackpt-bench-mega");
     base = tmp->path();
   }
-  if (lead) std::filesystem::create_directories(base);
+  // Rank 0's own steps end in Agree: its error reaches the other processes
+  // at once instead of after their collectives' timeout.
+  Status made;
+  if (lead) {
+    std::error_code ec;
+    std::filesystem::create_directories(base, ec);
+    if (ec) made = IOError("cannot create the bench folder " + base + ": " + ec.message());
+  }
+  MEGA_RETURN_IF_ERROR(runner.Agree(made));
   MEGA_ASSIGN_OR_RETURN(base, runner.FromRank0(base));
   const std::string ckpt = base + "/ckpt";
   Bench bench(o, ckpt, &runner);
@@ -213,9 +221,14 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   std::unique_ptr<PlainIo> io;
   std::unique_ptr<CeilingRounds> rounds;
   if (lead) {
-    MEGA_ASSIGN_OR_RETURN(io, PlainIo::Create(base + "/limit", bytes));
-    rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+    auto created = PlainIo::Create(base + "/limit", bytes);
+    made = created.status();
+    if (created.ok()) {
+      io = std::move(*created);
+      rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
+    }
   }
+  MEGA_RETURN_IF_ERROR(runner.Agree(made));
   auto round = [&](CeilingKind kind) {
     return [&, kind]() -> Status {
       Status s;

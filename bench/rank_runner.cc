@@ -107,7 +107,11 @@ int RunSaveLoadBench(
   nlohmann::json out = nlohmann::json::object();
   std::string table;
   const Status s = bench(mpi.get(), &out, &table);
-  if (s.ok() && mpi && mpi->rank() != 0) return 0;
+  if (mpi && mpi->rank() != 0) {
+    // Rank 0 prints the result; stdout holds one JSON object. An error goes
+    // to stderr from every rank (a rank's own may differ from rank 0's).
+    return s.ok() ? 0 : PrintBenchResult(name, s, out, table, /*json=*/false);
+  }
   return PrintBenchResult(name, s, out, table, json);
 }
 

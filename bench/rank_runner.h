@@ -66,7 +66,7 @@ class RankRunner {
 // Runs a save/load bench named `name` ("dcp", "mega") on `backend` ("threads":
 // bench(nullptr, ...); "mpi": bench(the MPI group, ...), under mpirun) and
 // reports it from rank 0 (PrintBenchResult: the table, or JSON with `json`);
-// the other MPI ranks print nothing. Returns the exit code.
+// the other MPI ranks print only an error, on stderr. Returns the exit code.
 int RunSaveLoadBench(
     std::string_view name, const std::string& backend, bool json,
     const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&

@@ -87,6 +87,17 @@ TEST(DistWire, CombineTakesLowestFailingRank) {
   EXPECT_EQ(s.message(), "rank 2: key 'w' missing");
 }
 
+TEST(DistWire, CombineKeepsARankAlreadyNamed) {
+  // Combined once already: the rank named stays, whichever rank passes it on.
+  EXPECT_EQ(dist::CombineRankStatuses({IOError("rank 3: disk full"), Status::OK()}).message(),
+            "rank 3: disk full");
+  // Not a rank prefix: prefixed as usual.
+  for (const char* m : {"ranking: off", "rank : x", "rank 2x: y", "rank 12"}) {
+    EXPECT_EQ(dist::CombineRankStatuses({Status::OK(), InternalError(m)}).message(),
+              std::string("rank 1: ") + m);
+  }
+}
+
 // ---------------------------------------------------------------- single
 
 TEST(SingleProcessGroup, CollectivesAreLocalCopies) {
@@ -186,6 +197,28 @@ TEST_P(ThreadGroupSizes, AllCollectivesDeliverExactBytes) {
   });
   ASSERT_EQ(results.size(), static_cast<size_t>(n));
   ExpectAllOk(results);
+}
+
+// A combined status passed on to a second AllReduceStatus (a collective
+// operation inside another one) keeps the rank that failed: rank 1's error,
+// combined once, comes out of the second round as "rank 1: ...", not as
+// "rank 0: rank 1: ..." (rank 0 holds it too, and is the lowest).
+TEST(ThreadProcessGroup, AllReduceStatusPassedOnKeepsTheRankThatFailed) {
+  for (int n : {2, 3}) {
+    std::vector<Status> twice(n);
+    std::vector<Status> results = RunThreadRanks(n, [&](ProcessGroup& g) -> Status {
+      const Status once = g.AllReduceStatus(
+          g.rank() == 1 ? IOError("ckpt/model-00002.mega: disk full") : Status::OK());
+      twice[g.rank()] = g.AllReduceStatus(once);
+      return Status::OK();
+    });
+    ExpectAllOk(results);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(twice[r].code(), StatusCode::kIOError) << "world " << n << ", rank " << r;
+      EXPECT_EQ(twice[r].message(), "rank 1: ckpt/model-00002.mega: disk full")
+          << "world " << n << ", rank " << r;
+    }
+  }
 }
 
 TEST_P(ThreadGroupSizes, AllReduceStatusGivesEveryRankTheLowestFailure) {

@@ -1,6 +1,7 @@
 #include "dist/wire.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "megackpt/core/endian.h"
 
@@ -101,9 +102,25 @@ Result<std::vector<std::string>> UnpackBlobs(std::string_view packed) {
   return blobs;
 }
 
+namespace {
+
+// "rank <digits>: ..." (what CombineRankStatuses writes).
+bool NamesItsRank(std::string_view message) {
+  constexpr std::string_view kRank = "rank ";
+  if (!message.starts_with(kRank)) return false;
+  size_t i = kRank.size();
+  const size_t digits = i;
+  while (i < message.size() && message[i] >= '0' && message[i] <= '9') ++i;
+  return i > digits && message.substr(i).starts_with(": ");
+}
+
+}  // namespace
+
 Status CombineRankStatuses(const std::vector<Status>& statuses) {
   for (size_t r = 0; r < statuses.size(); ++r) {
-    if (!statuses[r].ok()) return statuses[r].WithContext("rank " + std::to_string(r));
+    if (statuses[r].ok()) continue;
+    if (NamesItsRank(statuses[r].message())) return statuses[r];
+    return statuses[r].WithContext("rank " + std::to_string(r));
   }
   return Status::OK();
 }

@@ -47,7 +47,9 @@ Result<std::vector<std::string>> UnpackBlobs(std::string_view packed);
 
 // The combined result AllReduceStatus returns given every rank's status:
 // OK when all are OK, else the lowest failing rank's status with its message
-// prefixed "rank R: ".
+// prefixed "rank R: ". A message that already starts with "rank N: " (a
+// status an earlier AllReduceStatus combined, passed on) is kept as it is: it
+// names the rank that failed, and a second prefix would name one that did not.
 Status CombineRankStatuses(const std::vector<Status>& statuses);
 
 }  // namespace megackpt::dist

@@ -46,3 +46,13 @@ foreach(area dcp mega)
     PROPERTIES PASS_REGULAR_EXPRESSION "\"backend\": \"mpi\".*\"world_size\": 2"
                FAIL_REGULAR_EXPRESSION "\"error\"")
 endforeach()
+
+# Rank 0 fails alone (its bench folder cannot be made: the path runs through a
+# file): both processes must end at once with one JSON error, not after the
+# other rank's 5-minute collective timeout.
+megackpt_add_mpi_test(NAME bench_mega_mpi_np2_rank0_error TARGET megackpt_cli NP 2 TIMEOUT 60
+  LABELS dcp bench
+  ARGS bench mega --backend mpi --size 1MB --reps 1 --json
+       --dir $<TARGET_FILE:megackpt_cli>/not-a-folder
+  PROPERTIES PASS_REGULAR_EXPRESSION
+             "\"error\":.*\"code\":\"IOError\".*\"bench mega: rank 0: cannot create the bench folder")

@@ -12,7 +12,8 @@
 //    never hang.
 //  - AllReduceStatus() is how an error on one rank reaches every rank: each rank
 //    passes its local status and all receive the same result (the lowest failing
-//    rank's status, its message prefixed with "rank R: ").
+//    rank's status, its message prefixed with "rank R: " unless it already
+//    starts with "rank N: ", i.e. was combined by an earlier AllReduceStatus).
 //  - After a collective failed, the group is broken: later calls fail fast with
 //    Aborted.
 // REQUIRES: all ranks call the same collectives in the same order.
