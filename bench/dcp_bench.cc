@@ -114,23 +114,9 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // itself, so both see the same machine state. Rank 0 alone runs the ceilings;
   // the other ranks wait for its status.
   const int parallelism = world * std::max(1, o.threads);
-  std::unique_ptr<PlainIo> io;
-  std::unique_ptr<CeilingRounds> rounds;
-  Status made;  // rank 0's, shared at once (not after the others' timeout)
-  if (my_rank == 0) {
-    auto created = PlainIo::Create(base + "/limit", bytes);
-    made = created.status();
-    if (created.ok()) {
-      io = std::move(*created);
-      rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
-    }
-  }
-  MEGA_RETURN_IF_ERROR(runner.Agree(made));
-  auto ceiling_round = [&](CeilingKind kind) -> Status {
-    Status s;
-    if (my_rank == 0) s = kind == CeilingKind::kWarmRead ? rounds->Round(kind) : rounds->WriteRound(kind, ckpt);
-    return runner.Agree(s);
-  };
+  MEGA_ASSIGN_OR_RETURN(auto ceilings,
+                        LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
+  auto ceiling_round = [&](CeilingKind kind) { return ceilings->Round(kind, ckpt); };
   runner.set_fresh_path(ckpt, bytes);
   SaveLoadSeconds secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
@@ -154,20 +140,20 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     if (i >= kWarmup) secs.load.push_back(dt);
   }
   // The benchmark measures real loads: the last one must have restored the bytes.
-  for (const RankState& st : states) {
+  Status loaded;
+  for (size_t r = 0; r < states.size() && loaded.ok(); ++r) {
+    const RankState& st = states[r];
     for (size_t i = 0; i < st.save_shards.size(); ++i) {
       if (!TensorBytesEqual(st.save_shards[i], st.load_shards[i])) {
-        return InternalError("bench dcp: loaded tensor " + std::to_string(i) + " differs from the saved one");
+        loaded = InternalError("bench dcp: rank " + std::to_string(runner.LocalRanks()[r]) +
+                               ": loaded tensor " + std::to_string(i) + " differs from the saved one");
+        break;
       }
     }
   }
+  MEGA_RETURN_IF_ERROR(runner.Agree(loaded));
   states.clear();
-  SaveLoadCeilings ceil;
-  if (my_rank == 0) {
-    ceil = rounds->GetAll();
-    rounds.reset();
-    io.reset();  // removes the ceiling's files
-  }
+  const SaveLoadCeilings ceil = ceilings->Finish();  // rank 0's; removes the ceiling's files
   MEGA_RETURN_IF_ERROR(runner.Agree(Status::OK()));  // every process is done with the files
   if (my_rank != 0) return Status::OK();
   std::error_code ec;

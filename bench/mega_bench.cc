@@ -218,27 +218,10 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   // for its status.
   const int world = runner.world();
   const int parallelism = world * std::max(1, o.threads);
-  std::unique_ptr<PlainIo> io;
-  std::unique_ptr<CeilingRounds> rounds;
-  if (lead) {
-    auto created = PlainIo::Create(base + "/limit", bytes);
-    made = created.status();
-    if (created.ok()) {
-      io = std::move(*created);
-      rounds = std::make_unique<CeilingRounds>(*io, parallelism, kWarmup);
-    }
-  }
-  MEGA_RETURN_IF_ERROR(runner.Agree(made));
+  MEGA_ASSIGN_OR_RETURN(auto ceilings,
+                        LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
   auto round = [&](CeilingKind kind) {
-    return [&, kind]() -> Status {
-      Status s;
-      if (lead) {
-        s = kind == CeilingKind::kDurableWrite || kind == CeilingKind::kPageCacheWrite
-                ? rounds->WriteRound(kind, ckpt)
-                : rounds->Round(kind);
-      }
-      return runner.Agree(s);
-    };
+    return [&, kind]() { return ceilings->Round(kind, ckpt); };
   };
   SaveLoadSeconds secs;
   MEGA_ASSIGN_OR_RETURN(secs.save,
@@ -263,9 +246,7 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   if (!lead) return Status::OK();
   std::error_code ec;
   std::filesystem::remove_all(ckpt, ec);
-  const SaveLoadCeilings ceil = rounds->GetAll();
-  rounds.reset();
-  io.reset();  // removes the ceiling's files
+  const SaveLoadCeilings ceil = ceilings->Finish();  // removes the ceiling's files
   const double memcpy_seconds = ceil.memcpy.best.median > 0 ? bytes / ceil.memcpy.best.median / 1e9 : 0;
   const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
   // Blocked seconds over the memcpy round's seconds right before each save.

@@ -94,6 +94,42 @@ Result<std::string> RankRunner::FromRank0(std::string value) {
   return mpi_->Broadcast(std::move(value), 0);
 }
 
+Result<std::unique_ptr<LeadCeilings>> LeadCeilings::Create(RankRunner* runner, const std::string& dir,
+                                                           uint64_t bytes, int parallelism, int warmup) {
+  std::unique_ptr<LeadCeilings> c(new LeadCeilings(runner));
+  Status made;
+  if (runner->rank() == 0) {
+    auto io = PlainIo::Create(dir, bytes);
+    made = io.status();
+    if (io.ok()) {
+      c->io_ = std::move(*io);
+      c->rounds_ = std::make_unique<CeilingRounds>(*c->io_, parallelism, warmup);
+    }
+  }
+  // At once, not after the other processes' collective timeout.
+  MEGA_RETURN_IF_ERROR(runner->Agree(made));
+  return c;
+}
+
+LeadCeilings::~LeadCeilings() = default;
+
+Status LeadCeilings::Round(CeilingKind kind, const std::string& checkpoint) {
+  Status s;
+  if (rounds_) {
+    const bool write = kind == CeilingKind::kDurableWrite || kind == CeilingKind::kPageCacheWrite;
+    s = write ? rounds_->WriteRound(kind, checkpoint) : rounds_->Round(kind);
+  }
+  return runner_->Agree(s);
+}
+
+SaveLoadCeilings LeadCeilings::Finish() {
+  SaveLoadCeilings all;
+  if (rounds_) all = rounds_->GetAll();
+  rounds_.reset();
+  io_.reset();  // removes the files
+  return all;
+}
+
 int RunSaveLoadBench(
     std::string_view name, const std::string& backend, bool json,
     const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"  // CeilingKind, CeilingRounds, PlainIo
 #include "megackpt/core/status.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dist/process_group.h"
@@ -61,6 +63,31 @@ class RankRunner {
   int world_;
   std::string fresh_path_;
   uint64_t fresh_bytes_ = 0;
+};
+
+// The ceiling rounds of a save/load bench (bench_util.h CeilingRounds: best
+// of 1, 2 and `parallelism` plain writers/readers), run by rank 0 alone next
+// to each row; the other processes wait for its status.
+class LeadCeilings {
+ public:
+  // Rank 0 makes the plain-I/O files under `dir` (bytes each round moves);
+  // every process gets rank 0's status. `runner` must outlive this.
+  static Result<std::unique_ptr<LeadCeilings>> Create(RankRunner* runner, const std::string& dir,
+                                                      uint64_t bytes, int parallelism, int warmup);
+  ~LeadCeilings();
+
+  // One round of `kind` on rank 0, status shared. Write kinds (page-cache
+  // write, write + fsync) first remove `checkpoint`, the folder the row saves
+  // into (CeilingRounds::WriteRound).
+  Status Round(CeilingKind kind, const std::string& checkpoint);
+  // Rank 0: every ceiling measured, and removes the files; others: empty.
+  SaveLoadCeilings Finish();
+
+ private:
+  explicit LeadCeilings(RankRunner* runner) : runner_(runner) {}
+  RankRunner* runner_;
+  std::unique_ptr<PlainIo> io_;  // rank 0 only
+  std::unique_ptr<CeilingRounds> rounds_;
 };
 
 // Runs a save/load bench named `name` ("dcp", "mega") on `backend` ("threads":
