@@ -228,7 +228,7 @@ std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
       if (kind == CeilingKind::kMemcpy) out.push_back({p, io, true});
       if (kind == CeilingKind::kWarmRead) out.push_back({p, io, false, true});
     }
-    if (kind == CeilingKind::kDurableWrite) out.push_back({p, kCrcWritePiece, false, false, true});
+    if (kind == CeilingKind::kDurableWrite) out.push_back({p, kDirectWritePiece, false, false, true});
   }
   return out;
 }
@@ -338,7 +338,7 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct)
   return RunParallel(writers, [&](int i) -> Status {
     const auto [begin, end] = PartRange(bytes_, i, writers);
     const std::string path = WritePath(i);
-    if (durable && direct) return WriteDirect(path, src_ + begin, end - begin, io_bytes ? io_bytes : kCrcWritePiece);
+    if (durable && direct) return WriteDirect(path, src_ + begin, end - begin, io_bytes ? io_bytes : kDirectWritePiece);
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
     // Durable: the library's pwrites (core kCrcWritePiece), writeback every

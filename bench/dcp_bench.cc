@@ -117,21 +117,20 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   MEGA_ASSIGN_OR_RETURN(auto ceilings,
                         LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
   auto ceiling_round = [&](CeilingKind kind) { return ceilings->Round(kind, ckpt); };
-  runner.set_fresh_path(ckpt, bytes);
+  const FreshWrite fresh{ckpt, bytes};
   SaveLoadSeconds secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
-    MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(true)));
+    MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(true), fresh));
     MEGA_ASSIGN_OR_RETURN(double commit, last_commit());
     if (i >= kWarmup) secs.save.push_back(dt);
     if (i >= kWarmup) secs.save_commit.push_back(commit);
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kPageCacheWrite));
-    MEGA_ASSIGN_OR_RETURN(dt, runner.Run(save_fn(false)));  // the last one is loaded below
+    MEGA_ASSIGN_OR_RETURN(dt, runner.Run(save_fn(false), fresh));  // the last one is loaded below
     MEGA_ASSIGN_OR_RETURN(commit, last_commit());
     if (i >= kWarmup) secs.save_nosync.push_back(dt);
     if (i >= kWarmup) secs.save_nosync_commit.push_back(commit);
   }
-  runner.set_fresh_path("");
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kWarmRead));
     MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(load_fn(dcp::VerifyMode::kOff)));
@@ -142,14 +141,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // The benchmark measures real loads: the last one must have restored the bytes.
   Status loaded;
   for (size_t r = 0; r < states.size() && loaded.ok(); ++r) {
-    const RankState& st = states[r];
-    for (size_t i = 0; i < st.save_shards.size(); ++i) {
-      if (!TensorBytesEqual(st.save_shards[i], st.load_shards[i])) {
-        loaded = InternalError("bench dcp: rank " + std::to_string(runner.LocalRanks()[r]) +
-                               ": loaded tensor " + std::to_string(i) + " differs from the saved one");
-        break;
-      }
-    }
+    loaded = states[r].CheckLoaded("bench dcp: rank " + std::to_string(runner.LocalRanks()[r]));
   }
   MEGA_RETURN_IF_ERROR(runner.Agree(loaded));
   states.clear();

@@ -80,8 +80,8 @@ class Bench {
   // Runs fn on every rank (RankRunner::Run); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
   Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    runner_->set_fresh_path(fresh ? ckpt_ : "", bytes());
-    return runner_->Run([&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); });
+    return runner_->Run([&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); },
+                        fresh ? FreshWrite{ckpt_, bytes()} : FreshWrite{});
   }
 
   // Seconds of each repetition of the save SaveFn(sync), and in *commits each
@@ -168,10 +168,8 @@ class Bench {
 
   Status CheckLoaded() const {
     for (size_t r = 0; r < states_.size(); ++r) {
-      if (!states_[r].state.LoadedMatches()) {
-        return InternalError("bench mega: rank " + std::to_string(runner_->LocalRanks()[r]) +
-                             " loaded bytes that differ from the saved ones");
-      }
+      MEGA_RETURN_IF_ERROR(states_[r].state.CheckLoaded("bench mega: rank " +
+                                                        std::to_string(runner_->LocalRanks()[r])));
     }
     return Status::OK();
   }

@@ -25,17 +25,13 @@ std::vector<int> RankRunner::LocalRanks() const {
   return ranks;
 }
 
-void RankRunner::set_fresh_path(std::string path, uint64_t bytes) {
-  fresh_path_ = std::move(path);
-  fresh_bytes_ = bytes;
-}
-
-Result<double> RankRunner::Run(const std::function<Status(dist::ProcessGroup&)>& fn) {
-  if (!fresh_path_.empty()) {
+Result<double> RankRunner::Run(const std::function<Status(dist::ProcessGroup&)>& fn,
+                               const FreshWrite& fresh) {
+  if (!fresh.path.empty()) {
     // Rank 0 removes the target, then (after a barrier, so no process writes
     // back the old checkpoint's dirty pages while they are being discarded)
     // every other process syncs: the remove-then-sync of PrepareFreshWrite.
-    if (rank() == 0) PrepareFreshWrite(fresh_path_, fresh_bytes_);
+    if (rank() == 0) PrepareFreshWrite(fresh.path, fresh.bytes);
     if (mpi_) {
       MEGA_RETURN_IF_ERROR(mpi_->Barrier());
       if (rank() != 0) sync();

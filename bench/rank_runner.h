@@ -21,6 +21,15 @@
 
 namespace megackpt::bench {
 
+// The untimed preparation of a RankRunner::Run that writes `path` afresh, like
+// the ceilings' writes: PrepareFreshWrite of `path` with `bytes` (rank 0 removes
+// it and primes the free memory; after a barrier every other process syncs).
+// An empty path: no preparation.
+struct FreshWrite {
+  std::string path;
+  uint64_t bytes = 0;
+};
+
 class RankRunner {
  public:
   // mpi null: `world` thread ranks in this process. Else this process is rank
@@ -37,15 +46,10 @@ class RankRunner {
   // Index of rank group `g`'s state among LocalRanks().
   int LocalIndex(const dist::ProcessGroup& g) const { return mpi_ ? 0 : g.rank(); }
 
-  // Non-empty: before every Run (untimed), PrepareFreshWrite of `path` (rank 0
-  // removes it and primes; after a barrier every other process syncs), like the
-  // ceilings' writes. Empty: nothing.
-  void set_fresh_path(std::string path, uint64_t bytes = 0);
-
-  // Runs fn on every rank and returns the wall time: threads: of the whole
-  // multi-thread run; MPI: the ranks start together (barrier) and the slowest
-  // rank's time counts. Any rank's error fails every process's call.
-  Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn);
+  // Runs fn on every rank, after `fresh`, and returns the wall time: threads:
+  // of the whole multi-thread run; MPI: the ranks start together (barrier) and
+  // the slowest rank's time counts. Any rank's error fails every process's call.
+  Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn, const FreshWrite& fresh = FreshWrite());
 
   // The largest `mine` of every process (threads: mine).
   Result<double> Max(double mine);
@@ -61,8 +65,6 @@ class RankRunner {
  private:
   dist::ProcessGroup* mpi_;
   int world_;
-  std::string fresh_path_;
-  uint64_t fresh_bytes_ = 0;
 };
 
 // The ceiling rounds of a save/load bench (bench_util.h CeilingRounds: best

@@ -127,10 +127,8 @@ class StorageBench {
       row.bytes_read_ratio = static_cast<double>(read) / static_cast<double>(bytes());
     }
     for (const RowShardedRank& st : ranks) {
-      if (!st.LoadedMatches()) {
-        return InternalError("bench reshard: a " + storage_ + " load at world size " + std::to_string(world) +
-                             " restored wrong bytes");
-      }
+      MEGA_RETURN_IF_ERROR(
+          st.CheckLoaded("bench reshard: a " + storage_ + " load at world size " + std::to_string(world)));
     }
     row.gbps = Summarize(ToGbps(secs, bytes()));
     return row;

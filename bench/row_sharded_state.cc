@@ -53,7 +53,7 @@ Result<RowShardedRank> BuildRowShardedRank(const RowShardedLayout& layout, uint6
   return st;
 }
 
-bool RowShardedRank::LoadedMatches() const {
+Status RowShardedRank::CheckLoaded(std::string_view who) const {
   const size_t row_bytes = static_cast<size_t>(layout.cols) * 4;
   std::string expect(row_bytes, '\0');
   for (size_t t = 0; t < load_shards.size(); ++t) {
@@ -62,10 +62,13 @@ bool RowShardedRank::LoadedMatches() const {
     const auto* base = static_cast<const char*>(dst.data());
     for (int64_t r = 0; r < n; ++r) {
       FillRandom(expect.data(), row_bytes, RowSeed(static_cast<int>(t), first_row[t] + r));
-      if (std::memcmp(base + r * row_bytes, expect.data(), row_bytes) != 0) return false;
+      if (std::memcmp(base + r * row_bytes, expect.data(), row_bytes) != 0) {
+        return InternalError(std::string(who) + ": loaded bytes differ from the saved ones in layers." +
+                             std::to_string(t) + ".weight, row " + std::to_string(first_row[t] + r));
+      }
     }
   }
-  return true;
+  return Status::OK();
 }
 
 }  // namespace megackpt::bench

@@ -7,6 +7,7 @@
 #define MEGACKPT_BENCH_ROW_SHARDED_STATE_H_
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "megackpt/core/status.h"
@@ -30,9 +31,12 @@ struct RowShardedRank {
   std::vector<Tensor> save_shards, load_shards;
   std::vector<int64_t> first_row;     // per tensor: the global row of the piece's row 0
   RowShardedLayout layout;
-  // True when every destination holds the bytes the state has at those global
-  // rows (regenerated, not compared with a copy): the value check after a load.
-  bool LoadedMatches() const;
+  // The value check after a load, of every bench that loads this state: OK
+  // when every destination holds the bytes the state has at those global rows
+  // (regenerated, not compared with a copy); else an Internal error that
+  // starts with `who` (e.g. "bench mega: rank 1") and names the first tensor
+  // and global row that differ.
+  Status CheckLoaded(std::string_view who) const;
 };
 
 // Names "layers.<t>.weight". The bytes depend on (t, global row), not on the

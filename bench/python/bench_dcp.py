@@ -332,20 +332,29 @@ def parse_results(out):
     return found
 
 
+def mpirun(world, cmd, env=None):
+    """`cmd` as `world` ranks under mpirun, and the environment (`env`, default
+    os.environ, plus Open MPI's consent to run as root) it runs in: the
+    one launcher of the rows that run under MPI (the native rows, and the cpp
+    row at world > 1), so native-rows / cpp compares the Python layer alone.
+    --bind-to none: Open MPI pins each of 2 ranks to one core by default, so a
+    rank's I/O threads would share its core while every other row (the gloo
+    processes, the cpp row's thread ranks at world 1) runs unpinned."""
+    env = dict(os.environ if env is None else env, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return ["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + cmd, env
+
+
 def run_system(system, world, args):
     base = [sys.executable, os.path.abspath(__file__), "--worker", system, "--world", str(world),
             "--size", str(args.size), "--reps", str(args.reps), "--dir", args.dir,
             "--threads", str(args.threads)]
-    env = dict(os.environ, BENCH_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = dict(os.environ, BENCH_PORT=str(free_port()))
     if system.startswith("native") and world > 1:
         if not shutil.which("mpirun"):
             return None, "mpirun missing"
-        # --bind-to none: Open MPI pins each of 2 ranks to one core by default, so a
-        # rank's I/O threads would share its core while every other row (the cpp's
-        # thread ranks, the gloo processes) runs unpinned.
-        procs = [subprocess.Popen(["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + base,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)]
+        cmd, env = mpirun(world, base, env)
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)]
     else:
         procs = [subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, env=env) for r in range(world)]
@@ -381,11 +390,7 @@ def run_cpp(world, args):
            "--threads", str(args.threads), "--dir", args.dir, "--json"]
     env = None
     if world > 1 and shutil.which("mpirun"):
-        # The processes of the native rows (run_system): the same launcher and
-        # flags, so native-rows / cpp compares the Python layer alone.
-        cmd = (["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none"] + cmd
-               + ["--backend", "mpi"])
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd, env = mpirun(world, cmd + ["--backend", "mpi"])  # the native rows' processes
     else:
         cmd += ["--world-size", str(world)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -394,6 +399,15 @@ def run_cpp(world, args):
     except ValueError:
         lines = (r.stderr or r.stdout).strip().splitlines()
         return None, f"{exe} exited {r.returncode}: " + (lines[-1] if lines else "no output")
+
+
+def write_rounds(path, rounds):
+    """The rounds so far as JSON ({"system/wN": [round values]}), replacing `path`
+    atomically: a reader never sees half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({f"{s}/w{w}": v for (s, w), v in rounds.items()}, f, indent=1)
+    os.replace(tmp, path)
 
 
 def spread(values, fmt="{:.2f}"):
@@ -429,7 +443,8 @@ def main():
     ap.add_argument("--worlds", default="1,2")
     ap.add_argument("--threads", type=int, default=2, help="I/O threads per rank (native, mega-dcp, cpp)")
     ap.add_argument("--systems", default=",".join(SYSTEMS + ["cpp"]))
-    ap.add_argument("--json", help="also write every round's values to this file")
+    ap.add_argument("--json", help="also write every round's values to this file (rewritten after "
+                    "each round, so an interrupted run keeps the rounds it finished)")
     ap.add_argument("--worker")
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--rank", type=int, default=0)
@@ -469,12 +484,11 @@ def main():
                     continue
                 rounds.setdefault((system, world), []).append(agg)
             print(f"  round {r + 1}/{args.rounds}, world {world} done", flush=True)
+            if args.json:  # after every round, so an interrupted run keeps what it measured
+                write_rounds(args.json, rounds)
     for world in worlds:  # the checkpoints the workers left (about --size each)
         for system in systems:
             shutil.rmtree(os.path.join(args.dir, f"bench-{system}-w{world}"), ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({f"{s}/w{w}": v for (s, w), v in rounds.items()}, f, indent=1)
 
     def series(system, world, key):
         return [a[key] for a in rounds.get((system, world), []) if a.get(key)]

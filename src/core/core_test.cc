@@ -357,6 +357,19 @@ TEST(ChecksumTest, CopyWithCrc32CopiesAndMatchesCrc32) {
 // BlockCrc32Stream, fed in pieces that start and end anywhere, gives the same
 // table as one BlockCrc32s call over the whole stream and the whole stream's
 // Crc32 (combined from the blocks); block 0 gives the whole CRC only.
+// NextWritePiece: up to the next multiple of the piece, rounded down to whole
+// 64-byte units when that leaves anything, never past what is left.
+TEST(ChecksumTest, NextWritePieceEndsOnPieceMultiples) {
+  static_assert(kCrcWritePiece == 256u << 10);
+  EXPECT_EQ(NextWritePiece(0, 10 << 20), kCrcWritePiece);
+  EXPECT_EQ(NextWritePiece(kCrcWritePiece, 10 << 20), kCrcWritePiece);
+  EXPECT_EQ(NextWritePiece(100, 10 << 20), (kCrcWritePiece - 100) / 64 * 64);
+  EXPECT_EQ(NextWritePiece(kCrcWritePiece - 10, 10 << 20), 10u);  // under 64: not rounded to 0
+  EXPECT_EQ(NextWritePiece(0, 1000), 1000u);
+  EXPECT_EQ(NextWritePiece(0, 10 << 20, 2 << 20), 2u << 20);
+  EXPECT_EQ(NextWritePiece(3 << 20, 10 << 20, 2 << 20), 1u << 20);
+}
+
 TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
   std::mt19937_64 rng(12);
   std::vector<std::byte> data(300000);
@@ -489,8 +502,12 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
   auto made = CreateLocalFile(path);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   WritableFile& f = **made;
+  EXPECT_FALSE(f.direct_io());
+  EXPECT_EQ(WritePieceFor(f), kCrcWritePiece);
   if (!f.UseDirectIo()) GTEST_SKIP() << "the file system under " << dir.path() << " refuses O_DIRECT";
   EXPECT_TRUE(f.UseDirectIo());  // taken once, stays taken
+  EXPECT_TRUE(f.direct_io());
+  EXPECT_EQ(WritePieceFor(f), kDirectWritePiece);  // the writers' pieces on it
 
   constexpr uint64_t kB = 4096;
   constexpr uint64_t kSize = 5 * (1 << 20) + 1234;
@@ -565,6 +582,7 @@ TEST(FileTest, DirectIoIsRefusedAfterTheFirstWrite) {
   const std::string bytes = "abc";
   ASSERT_TRUE((*f)->Append(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))).ok());
   EXPECT_FALSE((*f)->UseDirectIo());
+  EXPECT_FALSE((*f)->direct_io());
   ASSERT_TRUE((*f)->Close().ok());
   EXPECT_EQ(*ReadLocalFile(dir.path() + "/late.bin"), "abc");
 }

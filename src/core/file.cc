@@ -123,7 +123,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
 // writes are multiples of it (4 KiB satisfies 512 B and 4 KiB devices alike).
 constexpr uint64_t kDirectBlock = 4096;
 // The bounce buffer of a writer thread whose source is not aligned like the file.
-constexpr uint64_t kDirectBounceBytes = kCrcWritePiece;
+constexpr uint64_t kDirectBounceBytes = kDirectWritePiece;
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
@@ -301,6 +301,7 @@ class PosixWritableFile final : public WritableFile {
     direct_ = std::make_unique<DirectBlocks>(fd_, name_);
     return true;
   }
+  bool direct_io() const override { return direct_ != nullptr; }
 
   Status Close() override {
     if (fd_ < 0) return Status::OK();

@@ -2,9 +2,10 @@
 //
 // Write path (the hot one): items are spread over `thread_count` data files by
 // size; each file is written by one thread, item after item, straight from the
-// tensor's memory in pieces ending on 2 MiB multiples of the file (core's
-// NextWritePiece: the page cache keeps 2 MiB folios); each piece's block CRCs are
-// computed right after its pwrite, while the bytes are still in cache.
+// tensor's memory in pieces ending on multiples of core's WritePieceFor the file
+// (NextWritePiece: 256 KiB through the page cache, 2 MiB with direct I/O); each
+// piece's block CRCs are computed right after its pwrite, while the bytes are
+// still in cache.
 // Strided tensors go through a bounded per-thread buffer. After an item's bytes
 // comes its block CRC table (u32 LE per block; .metadata records its offset). With
 // FileSystemWriterOptions::hash_block_size, each piece is also fed to an XXH3-128
@@ -289,6 +290,7 @@ class FileSystemWriterImpl final : public StorageWriter {
                    const SavePlan& plan, const std::vector<size_t>& items, SavePlanner& planner,
                    std::vector<WriteResult>* results) {
     const bool positioned = file->supports_write_at();
+    const uint64_t write_piece = WritePieceFor(*file);
     std::shared_ptr<std::byte> buffer;  // for strided tensors, allocated on first need
     uint64_t offset = 0;
     uint64_t written_back = 0;  // durable saves: writeback started for [0, written_back)
@@ -307,7 +309,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       if (options_.hash_block_size > 0) hasher.emplace(options_.hash_block_size);
       auto write = [&](std::span<const std::byte> bytes) -> Status {
         while (!bytes.empty()) {
-          const uint64_t n = NextWritePiece(offset, bytes.size());
+          const uint64_t n = NextWritePiece(offset, bytes.size(), write_piece);
           auto piece = bytes.first(static_cast<size_t>(n));
           if (positioned) {
             MEGA_RETURN_IF_ERROR(file->WriteAt(offset, piece));

@@ -110,6 +110,7 @@ class InstrumentedFileSystem : public fs::FileSystem {
     Status Sync() override { return f_->Sync(); }
     void StartWriteback(uint64_t offset, uint64_t length) override { f_->StartWriteback(offset, length); }
     bool UseDirectIo() override { return f_->UseDirectIo(); }
+    bool direct_io() const override { return f_->direct_io(); }
     Status Close() override { return f_->Close(); }
 
    private:

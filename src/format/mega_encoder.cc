@@ -25,9 +25,10 @@ using format_internal::Quote;
 using mega_internal::AddOverflows;
 using mega_internal::AlignUp;
 
-// pwrite + CRC granularity (core's kCrcWritePiece); a multiple of every element
-// size and of every block size (<= 64 KiB).
-constexpr uint64_t kWritePiece = kCrcWritePiece;
+// The largest pwrite + CRC piece (core's WritePieceFor: kCrcWritePiece, or
+// kDirectWritePiece with direct I/O): the strided-gather scratch's size; a
+// multiple of every element size and of every block size (<= 64 KiB).
+constexpr uint64_t kWritePiece = std::max(kCrcWritePiece, kDirectWritePiece);
 constexpr uint64_t kMaxAlignment = 1ull << 30;
 
 // Scratch for gathering strided tensors, one per thread, pre-faulted once.
@@ -331,9 +332,10 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   std::optional<Sha256> sha;
   if (type == MegaChecksumType::kSha256) sha.emplace();
   const uint64_t base = tensor_file_offset(i);
+  const uint64_t piece_size = WritePieceFor(file);
   uint64_t written_back = 0;  // tensor-relative: bytes handed to StartWriteback
   for (uint64_t off = 0, len = 0; off < nbytes; off += len) {
-    len = NextWritePiece(base + off, nbytes - off);  // ends on a kCrcWritePiece multiple
+    len = NextWritePiece(base + off, nbytes - off, piece_size);  // ends on a piece_size multiple
     std::span<const std::byte> bytes = piece(off, len);
     // Write first, checksum second: the pwrite's copy pulls the piece from memory
     // while it writes, and the CRCs then run on cached bytes. CRC first would add

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "core/test_files.h"
@@ -41,6 +44,37 @@ class AppendOnlyFile final : public WritableFile {
  private:
   std::string name_;
   std::string bytes_;
+};
+
+// A positioned sink in memory that records the size and end of every WriteAt,
+// and says it writes with direct I/O when `direct` (as a local file that took
+// UseDirectIo does).
+class RecordingFile final : public WritableFile {
+ public:
+  explicit RecordingFile(bool direct) : direct_(direct) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+  bool supports_write_at() const override { return true; }
+  bool direct_io() const override { return direct_; }
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes_.size() < offset + data.size()) bytes_.resize(offset + data.size());
+    std::memcpy(bytes_.data() + offset, data.data(), data.size());
+    writes_.push_back({offset, data.size()});
+    return Status::OK();
+  }
+  Status Append(std::span<const std::byte> data) override { return WriteAt(bytes_.size(), data); }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override { return Status::OK(); }
+  const std::string& bytes() const { return bytes_; }
+  const std::vector<std::pair<uint64_t, uint64_t>>& writes() const { return writes_; }  // offset, size
+
+ private:
+  const bool direct_;
+  std::string name_ = "recorded.mega";
+  std::mutex mu_;
+  std::string bytes_;
+  std::vector<std::pair<uint64_t, uint64_t>> writes_;
 };
 
 using ::megackpt::test_util::TempDir;
@@ -165,6 +199,38 @@ TEST(MegaEncoderTest, FinishBeforeAllWrittenFails) {
   ASSERT_TRUE((*w)->WriteTensor(**file, 0, Filled(DType::kF32, {4}, 1)).ok());
   EXPECT_EQ((*w)->FinishPositioned(**file).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->WriteTensor(**file, 1, Filled(DType::kF32, {5}, 1)).code(), StatusCode::kInvalidArgument);
+}
+
+// A tensor's payload goes out in pieces of core's WritePieceFor(file): 256 KiB
+// pieces (kCrcWritePiece) through the page cache, 2 MiB (kDirectWritePiece) on a
+// direct-I/O file, each ending on a multiple of its size; the file's bytes are
+// the same either way.
+TEST(MegaEncoderTest, WritesInPiecesOfWritePieceFor) {
+  const Tensor t = Filled(DType::kF32, {(5 << 20) / 4 + 25}, 9);  // 5 MiB + 100 B
+  std::string bytes[2];
+  for (bool direct : {false, true}) {
+    MegaEncoderOptions o;
+    o.tensor_alignment = 64;  // so a piece ends on a piece multiple, not a few bytes short of one
+    auto w = MegaEncoder::Plan("recorded.mega", {{"a", DType::kU8, {3}}, {"w", DType::kF32, t.shape()}}, {}, o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    RecordingFile file(direct);
+    ASSERT_TRUE((*w)->WriteTensor(file, 1, t).ok());
+    const uint64_t piece = direct ? kDirectWritePiece : kCrcWritePiece;
+    EXPECT_EQ(WritePieceFor(file), piece);
+    ASSERT_GE(file.writes().size(), 3u);
+    uint64_t largest = 0;
+    for (size_t k = 0; k < file.writes().size(); ++k) {
+      const auto [offset, size] = file.writes()[k];
+      largest = std::max(largest, size);
+      EXPECT_LE(size, piece) << "write " << k;
+      if (k + 1 < file.writes().size()) EXPECT_EQ((offset + size) % piece, 0u) << "write " << k << " ends off a piece";
+    }
+    EXPECT_EQ(largest, piece);
+    ASSERT_TRUE((*w)->WriteTensor(file, 0, Filled(DType::kU8, {3}, 2)).ok());
+    ASSERT_TRUE((*w)->FinishPositioned(file).ok());
+    bytes[direct] = file.bytes();
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
 }
 
 TEST(MegaEncoderTest, RejectsDuplicateNames) {

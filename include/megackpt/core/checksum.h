@@ -46,28 +46,31 @@ uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const s
 // MEGA). A power of two >= every CRC block size the writers pick.
 inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
 
-// The pwrite size of the writers (fs and MEGA), each piece CRC'd right after
-// its pwrite; pieces end on file offsets that are multiples of it (the first
-// piece of an item or tensor is shorter), so a 2 MiB-aligned 2 MiB pwrite lets
-// ext4 (Linux 6.x large folios) cache the file in 2 MiB folios. Loads gain:
-// pread copies them faster and the verified readers' mapped windows
-// (core/file.h) map them in a few page-table entries: on the bench VM, a
-// cached 1 GiB file written in 1 MiB pieces reads at 17 GB/s (2 threads,
-// pread + CRC) and maps at 28 GB/s of populate, against 22 (pread + CRC) and
-// 31 (mapped, fused CRC) written in aligned 2 MiB pieces (docs/benchmarks.md).
-// Larger than kCrcHotPiece on purpose: on ext4 a page-cache write pays per
-// call (inode lock, delalloc reservation, dirty throttling checks), and
-// 256 KiB pwrites made a 2 GiB no-sync save ~16% slower than 1 MiB ones. A
-// multiple of every CRC block size the writers pick.
-inline constexpr uint64_t kCrcWritePiece = 2ull << 20;
+// The pwrite size of the writers (fs and MEGA) through the page cache, each
+// piece CRC'd right after its pwrite; pieces end on file offsets that are
+// multiples of it (the first piece of an item or tensor is shorter). The size
+// that keeps the CRC cheap: a pwrite moves its piece and the piece's
+// page-cache copy through the core's L2, so the CRC after it finds the bytes
+// there only when both fit. On the bench VM (2 MiB L2, Linux 6.18), with
+// 2 MiB pieces the CRC read its bytes back from memory (~11 GB/s per core on
+// 256 B blocks, against ~27 cached) and a 2 GiB no-sync save ran at 0.83
+// (MEGA) and 0.46 (fs) of plain 2 MiB writers; with 256 KiB pieces at 0.96
+// and 0.91 (docs/benchmarks.md, "No-sync saves: the CRC after a pwrite").
+// The price: ext4 (large folios) caches the file in folios of the piece's
+// size, and a warm load right after the save runs 5-12% slower than from
+// 2 MiB folios. Files written with direct I/O use kDirectWritePiece
+// (core/file.h WritePieceFor). A multiple of every CRC block size the
+// writers pick.
+inline constexpr uint64_t kCrcWritePiece = kCrcHotPiece;
 
 // The length of the next write piece at file offset `at` with `left` bytes to
-// go: up to the next multiple of kCrcWritePiece, rounded down to a multiple
-// of 64 bytes (whole elements of every dtype) when that leaves anything, so a
-// piece never splits an element.
-inline uint64_t NextWritePiece(uint64_t at, uint64_t left) {
-  uint64_t n = kCrcWritePiece - at % kCrcWritePiece;
-  if (n != kCrcWritePiece && n >= 64) n = n / 64 * 64;
+// go: up to the next multiple of `piece`, rounded down to a multiple of 64
+// bytes (whole elements of every dtype) when that leaves anything, so a piece
+// never splits an element.
+// REQUIRES: piece is a multiple of 64.
+inline uint64_t NextWritePiece(uint64_t at, uint64_t left, uint64_t piece = kCrcWritePiece) {
+  uint64_t n = piece - at % piece;
+  if (n != piece && n >= 64) n = n / 64 * 64;
   return n < left ? n : left;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "megackpt/core/checksum.h"  // kCrcWritePiece
 #include "megackpt/core/status.h"
 
 namespace megackpt::inline core {
@@ -105,10 +106,23 @@ class WritableFile {
   // its bytes only after Sync() or Close(); StartWriteback does nothing.
   // Default: not taken.
   virtual bool UseDirectIo() { return false; }
+  // True once UseDirectIo has been taken.
+  virtual bool direct_io() const { return false; }
 
   // Finishes the file. After Close, only the destructor may be called.
   virtual Status Close() = 0;
 };
+
+// The writers' piece on a file that took UseDirectIo (and the size of its
+// bounce buffer): each O_DIRECT pwrite waits for the device, so pieces larger
+// than the page-cache writes' kCrcWritePiece keep the device busy.
+inline constexpr uint64_t kDirectWritePiece = 2ull << 20;
+
+// The piece size the writers (fs and MEGA) pwrite `file` in, with
+// NextWritePiece: kDirectWritePiece with direct I/O, else kCrcWritePiece.
+inline uint64_t WritePieceFor(const WritableFile& file) {
+  return file.direct_io() ? kDirectWritePiece : kCrcWritePiece;
+}
 
 // How often the durable writers (fs and MEGA storage) call
 // WritableFile::StartWriteback: once every kWritebackUnit bytes written, so the

@@ -11,9 +11,9 @@
 //      table. Nothing is written.
 //   2. Payloads, in any order, from any thread (one tensor per thread at a
 //      time): WriteTensor / WriteTensorBytes copy a raw tensor from caller
-//      memory to the file in 1 MiB positioned writes and compute its checksum
-//      (and block CRCs) on each piece right before writing it, while it is in
-//      cache. Callers that produce stored bytes themselves (zstd, byte
+//      memory to the file in positioned writes (core's WritePieceFor: 256 KiB
+//      pieces through the page cache) and compute its checksum (and block
+//      CRCs) on each piece right after writing it, while it is in cache. Callers that produce stored bytes themselves (zstd, byte
 //      shuffle) write them with WriteAt / Append and hand in the checksums
 //      (SetUnitChecksum).
 //   3. Finish: the header (at offset 0, positioned sinks) and
@@ -185,8 +185,9 @@ class MegaEncoder {
   MegaEncoder() = default;
   Result<std::string> EncodeHeader() const;
   Result<MegaMetadata> BuildMetadata() const;
-  // Writes tensor i's nbytes in pieces ending on kCrcWritePiece multiples of
-  // the file (NextWritePiece); piece(off, n) hands over bytes [off, off + n).
+  // Writes tensor i's nbytes in pieces ending on multiples of core's
+  // WritePieceFor(file) (NextWritePiece); piece(off, n) hands over bytes
+  // [off, off + n).
   Status WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
                   const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
                   bool positioned);
