@@ -49,7 +49,8 @@ class RankRunner {
   // Runs fn on every rank, after `fresh`, and returns the wall time: threads:
   // of the whole multi-thread run; MPI: the ranks start together (barrier) and
   // the slowest rank's time counts. Any rank's error fails every process's call.
-  Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn, const FreshWrite& fresh = FreshWrite());
+  Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn,
+                     const FreshWrite& fresh = FreshWrite());
 
   // The largest `mine` of every process (threads: mine).
   Result<double> Max(double mine);

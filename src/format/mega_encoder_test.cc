@@ -63,11 +63,14 @@ class RecordingFile final : public WritableFile {
     writes_.push_back({offset, data.size()});
     return Status::OK();
   }
-  Status Append(std::span<const std::byte> data) override { return WriteAt(bytes_.size(), data); }
+  Status Append(std::span<const std::byte> data) override {
+    return WriteAt(bytes_.size(), data);
+  }
   Status Sync() override { return Status::OK(); }
   Status Close() override { return Status::OK(); }
   const std::string& bytes() const { return bytes_; }
-  const std::vector<std::pair<uint64_t, uint64_t>>& writes() const { return writes_; }  // offset, size
+  // (offset, size) of every WriteAt, in order.
+  const std::vector<std::pair<uint64_t, uint64_t>>& writes() const { return writes_; }
 
  private:
   const bool direct_;
@@ -210,8 +213,9 @@ TEST(MegaEncoderTest, WritesInPiecesOfWritePieceFor) {
   std::string bytes[2];
   for (bool direct : {false, true}) {
     MegaEncoderOptions o;
-    o.tensor_alignment = 64;  // so a piece ends on a piece multiple, not a few bytes short of one
-    auto w = MegaEncoder::Plan("recorded.mega", {{"a", DType::kU8, {3}}, {"w", DType::kF32, t.shape()}}, {}, o);
+    o.tensor_alignment = 64;  // pieces then end on piece multiples, not a few bytes short
+    auto w = MegaEncoder::Plan("recorded.mega",
+                               {{"a", DType::kU8, {3}}, {"w", DType::kF32, t.shape()}}, {}, o);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     RecordingFile file(direct);
     ASSERT_TRUE((*w)->WriteTensor(file, 1, t).ok());
@@ -223,7 +227,9 @@ TEST(MegaEncoderTest, WritesInPiecesOfWritePieceFor) {
       const auto [offset, size] = file.writes()[k];
       largest = std::max(largest, size);
       EXPECT_LE(size, piece) << "write " << k;
-      if (k + 1 < file.writes().size()) EXPECT_EQ((offset + size) % piece, 0u) << "write " << k << " ends off a piece";
+      if (k + 1 < file.writes().size()) {
+        EXPECT_EQ((offset + size) % piece, 0u) << "write " << k << " ends off a piece";
+      }
     }
     EXPECT_EQ(largest, piece);
     ASSERT_TRUE((*w)->WriteTensor(file, 0, Filled(DType::kU8, {3}, 2)).ok());

@@ -13,8 +13,9 @@
 //      time): WriteTensor / WriteTensorBytes copy a raw tensor from caller
 //      memory to the file in positioned writes (core's WritePieceFor: 256 KiB
 //      pieces through the page cache) and compute its checksum (and block
-//      CRCs) on each piece right after writing it, while it is in cache. Callers that produce stored bytes themselves (zstd, byte
-//      shuffle) write them with WriteAt / Append and hand in the checksums
+//      CRCs) on each piece right after writing it, while it is in cache.
+//      Callers that produce stored bytes themselves (zstd, byte shuffle)
+//      write them with WriteAt / Append and hand in the checksums
 //      (SetUnitChecksum).
 //   3. Finish: the header (at offset 0, positioned sinks) and
 //      the tail guard (docs/format/mega-v1.md §8.11).
