@@ -72,7 +72,8 @@ std::string FreshWriteNote(bool direct_io) {
   std::string note;
   if (!FreshWritesPrimed()) {
     char idle[64] = "";
-    if (FreshWriteIdleSeconds() > 0) std::snprintf(idle, sizeof idle, ", %g s idle before each", FreshWriteIdleSeconds());
+    if (FreshWriteIdleSeconds() > 0)
+      std::snprintf(idle, sizeof idle, ", %g s idle before each", FreshWriteIdleSeconds());
     note += std::string(" (MEGACKPT_BENCH_NO_PRIME: fresh writes not primed") + idle + ")";
   }
   if (direct_io) note += " (durable saves: direct I/O)";
@@ -94,7 +95,8 @@ void PrimeFreeMemory(const std::string& scratch, uint64_t bytes) {
   int fd = open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
   for (uint64_t off = 0; off < bytes;) {
-    const ssize_t n = pwrite(fd, zeros.data(), std::min(kChunk, bytes - off), static_cast<off_t>(off));
+    const ssize_t n =
+        pwrite(fd, zeros.data(), std::min(kChunk, bytes - off), static_cast<off_t>(off));
     if (n <= 0) break;
     off += static_cast<uint64_t>(n);
   }
@@ -168,8 +170,8 @@ Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path,
     off += len;
     if (writeback_unit > 0 && off - written_back >= writeback_unit) {
       // A hint: failure only leaves all the work to fdatasync.
-      (void)sync_file_range(fd, static_cast<off_t>(written_back), static_cast<off_t>(off - written_back),
-                            SYNC_FILE_RANGE_WRITE);
+      (void)sync_file_range(fd, static_cast<off_t>(written_back),
+                            static_cast<off_t>(off - written_back), SYNC_FILE_RANGE_WRITE);
       written_back = off;
     }
   }
@@ -182,11 +184,16 @@ Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path,
 
 const char* CeilingName(CeilingKind kind) {
   switch (kind) {
-    case CeilingKind::kPageCacheWrite: return "page-cache write";
-    case CeilingKind::kDurableWrite: return "write + fdatasync";
-    case CeilingKind::kWarmRead: return "warm read";
-    case CeilingKind::kColdRead: return "device read (cold)";
-    case CeilingKind::kMemcpy: return "memcpy";
+    case CeilingKind::kPageCacheWrite:
+      return "page-cache write";
+    case CeilingKind::kDurableWrite:
+      return "write + fdatasync";
+    case CeilingKind::kWarmRead:
+      return "warm read";
+    case CeilingKind::kColdRead:
+      return "device read (cold)";
+    case CeilingKind::kMemcpy:
+      return "memcpy";
   }
   return "?";
 }
@@ -200,22 +207,31 @@ std::vector<int> CeilingParallelisms(int n) {
 
 std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
   switch (kind) {
-    case CeilingKind::kPageCacheWrite: return {kMiB, kLargeIo};
-    case CeilingKind::kDurableWrite: return {8 * kMiB, kWritebackUnit};
-    case CeilingKind::kWarmRead: return {kMiB, 4 * kMiB, kLargeIo};
-    case CeilingKind::kColdRead: return {kMiB, 8 * kMiB};
-    case CeilingKind::kMemcpy: return {0};
+    case CeilingKind::kPageCacheWrite:
+      return {kMiB, kLargeIo};
+    case CeilingKind::kDurableWrite:
+      return {8 * kMiB, kWritebackUnit};
+    case CeilingKind::kWarmRead:
+      return {kMiB, 4 * kMiB, kLargeIo};
+    case CeilingKind::kColdRead:
+      return {kMiB, 8 * kMiB};
+    case CeilingKind::kMemcpy:
+      return {0};
   }
   return {0};
 }
 
 const char* CeilingIoName(CeilingKind kind) {
   switch (kind) {
-    case CeilingKind::kPageCacheWrite: return "pwrite_bytes";
-    case CeilingKind::kDurableWrite: return "writeback_bytes";
+    case CeilingKind::kPageCacheWrite:
+      return "pwrite_bytes";
+    case CeilingKind::kDurableWrite:
+      return "writeback_bytes";
     case CeilingKind::kWarmRead:
-    case CeilingKind::kColdRead: return "pread_bytes";
-    case CeilingKind::kMemcpy: return "";
+    case CeilingKind::kColdRead:
+      return "pread_bytes";
+    case CeilingKind::kMemcpy:
+      return "";
   }
   return "";
 }
@@ -228,7 +244,8 @@ std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n) {
       if (kind == CeilingKind::kMemcpy) out.push_back({p, io, true});
       if (kind == CeilingKind::kWarmRead) out.push_back({p, io, false, true});
     }
-    if (kind == CeilingKind::kDurableWrite) out.push_back({p, kDirectWritePiece, false, false, true});
+    if (kind == CeilingKind::kDurableWrite)
+      out.push_back({p, kDirectWritePiece, false, false, true});
   }
   return out;
 }
@@ -254,7 +271,8 @@ std::pair<uint64_t, uint64_t> PartRange(uint64_t bytes, int i, int n) {
 // partial last block at the fdatasync.
 Status WriteDirect(const std::string& path, const std::byte* p, uint64_t n, uint64_t piece) {
   MEGA_ASSIGN_OR_RETURN(auto file, CreateLocalFile(path));
-  if (!file->UseDirectIo()) return FailedPreconditionError(path + ": the file system refuses O_DIRECT");
+  if (!file->UseDirectIo())
+    return FailedPreconditionError(path + ": the file system refuses O_DIRECT");
   for (uint64_t off = 0; off < n; off += piece) {
     MEGA_RETURN_IF_ERROR(file->WriteAt(off, {p + off, std::min(piece, n - off)}));
   }
@@ -338,14 +356,16 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct)
   return RunParallel(writers, [&](int i) -> Status {
     const auto [begin, end] = PartRange(bytes_, i, writers);
     const std::string path = WritePath(i);
-    if (durable && direct) return WriteDirect(path, src_ + begin, end - begin, io_bytes ? io_bytes : kDirectWritePiece);
+    if (durable && direct)
+      return WriteDirect(path, src_ + begin, end - begin, io_bytes ? io_bytes : kDirectWritePiece);
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
     // Durable: the library's pwrites (core kCrcWritePiece), writeback every
     // io_bytes; page cache: pwrites of io_bytes.
-    Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
-                                  io_bytes ? io_bytes : kWritebackUnit)
-                       : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
+    Status s = durable
+                   ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
+                              io_bytes ? io_bytes : kWritebackUnit)
+                   : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
     if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
     close(fd);
     return s;
@@ -413,11 +433,15 @@ Status PlainIo::Memcpy(int threads, bool streaming) {
 
 Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
   switch (kind) {
-    case CeilingKind::kPageCacheWrite: return Write(c.parallelism, false, c.io_bytes);
-    case CeilingKind::kDurableWrite: return Write(c.parallelism, true, c.io_bytes, c.direct);
+    case CeilingKind::kPageCacheWrite:
+      return Write(c.parallelism, false, c.io_bytes);
+    case CeilingKind::kDurableWrite:
+      return Write(c.parallelism, true, c.io_bytes, c.direct);
     case CeilingKind::kWarmRead:
-    case CeilingKind::kColdRead: return Read(c.parallelism, c.io_bytes, c.mapped);
-    case CeilingKind::kMemcpy: return Memcpy(c.parallelism, c.streaming);
+    case CeilingKind::kColdRead:
+      return Read(c.parallelism, c.io_bytes, c.mapped);
+    case CeilingKind::kMemcpy:
+      return Memcpy(c.parallelism, c.streaming);
   }
   return Status::OK();
 }
@@ -523,7 +547,8 @@ Result<Summary> OneThread(const std::string& path, uint64_t bytes, CeilingKind k
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps) {
   CeilingRounds rounds(io, n, warmup);
   for (int r = 0; r < warmup + reps; ++r) MEGA_RETURN_IF_ERROR(rounds.Round(kind));
-  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite) io.RemoveWriteFiles();
+  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite)
+    io.RemoveWriteFiles();
   return rounds.Get(kind);
 }
 
@@ -544,7 +569,8 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 
 void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   PutSummary(out, key, c.best);
-  const std::string stem = key.size() > 5 && key.ends_with("_gbps") ? key.substr(0, key.size() - 5) : key;
+  const std::string stem =
+      key.size() > 5 && key.ends_with("_gbps") ? key.substr(0, key.size() - 5) : key;
   (*out)[stem + "_parallelism"] = c.best_parallelism;
   const std::string io_name = CeilingIoName(c.kind);
   if (!io_name.empty()) (*out)[stem + "_" + io_name] = c.best_io_bytes;
@@ -586,10 +612,13 @@ void PutSummary(nlohmann::json* out, const std::string& key, const Summary& s) {
   (*out)[key + "_max"] = s.max;
 }
 
-SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const SaveLoadCeilings& c) {
+SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
+                              const SaveLoadCeilings& c) {
   SaveLoadRows r;
-  const std::vector<double> save = ToGbps(secs.save, bytes), nosync = ToGbps(secs.save_nosync, bytes);
-  const std::vector<double> load = ToGbps(secs.load, bytes), unverified = ToGbps(secs.load_unverified, bytes);
+  const std::vector<double> save = ToGbps(secs.save, bytes),
+                            nosync = ToGbps(secs.save_nosync, bytes);
+  const std::vector<double> load = ToGbps(secs.load, bytes),
+                            unverified = ToGbps(secs.load_unverified, bytes);
   r.save = Summarize(save);
   r.save_nosync = Summarize(nosync);
   r.load = Summarize(load);
@@ -606,19 +635,21 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const
 double CommitAfterLastWrite(const std::vector<dcp::SaveStats>& ranks) {
   const dcp::SaveStats* last = nullptr;
   for (const dcp::SaveStats& s : ranks) {
-    if (!last || s.plan_seconds + s.write_seconds > last->plan_seconds + last->write_seconds) last = &s;
+    if (!last || s.plan_seconds + s.write_seconds > last->plan_seconds + last->write_seconds)
+      last = &s;
   }
   return last ? last->commit_seconds : 0;
 }
 
 std::string CommitRow(const std::string& label, const Summary& seconds) {
   char row[160];
-  std::snprintf(row, sizeof row, "  %-32s %8.1f %8.1f %8.1f   ms, after the last rank's data", label.c_str(),
-                seconds.min * 1e3, seconds.median * 1e3, seconds.max * 1e3);
+  std::snprintf(row, sizeof row, "  %-32s %8.1f %8.1f %8.1f   ms, after the last rank's data",
+                label.c_str(), seconds.min * 1e3, seconds.median * 1e3, seconds.max * 1e3);
   return row;
 }
 
-void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism) {
+void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c,
+                     int parallelism) {
   (*out)["fresh_writes_primed"] = FreshWritesPrimed();
   (*out)["idle_seconds"] = FreshWriteIdleSeconds();
   PutSummary(out, "save_gbps", r.save);
@@ -661,22 +692,25 @@ std::string ConfigText(const CeilingConfig& c) {
 }
 
 std::string BestConfigText(const Ceiling& c) {
-  return ConfigText({c.best_parallelism, c.best_io_bytes, c.best_streaming, c.best_mapped, c.best_direct});
+  return ConfigText(
+      {c.best_parallelism, c.best_io_bytes, c.best_streaming, c.best_mapped, c.best_direct});
 }
 
 namespace {
 // "preads", "writeback units", "pwrites": what the I/O size of `kind` is.
 const char* IoUnitName(CeilingKind kind) {
   return kind == CeilingKind::kWarmRead || kind == CeilingKind::kColdRead ? "preads"
-         : kind == CeilingKind::kDurableWrite ? "writeback units"
-                                              : "pwrites";
+         : kind == CeilingKind::kDurableWrite                             ? "writeback units"
+                                                                          : "pwrites";
 }
 }  // namespace
 
 std::string CeilingRow(const std::string& label, const Ceiling& c) {
   std::string row = FormatRow(label + " (" + std::to_string(c.best_parallelism) + " thr)", c.best);
   if (c.best_io_bytes > 0) {
-    const char* unit = c.best_mapped ? "mapped windows" : c.best_direct ? "O_DIRECT pwrites" : IoUnitName(c.kind);
+    const char* unit = c.best_mapped   ? "mapped windows"
+                       : c.best_direct ? "O_DIRECT pwrites"
+                                       : IoUnitName(c.kind);
     row += "   " + IoSizeText(c.best_io_bytes) + " " + unit;
   }
   if (c.kind == CeilingKind::kMemcpy) row += c.best_streaming ? "   streaming stores" : "   memcpy";
@@ -756,16 +790,18 @@ Summary PairedRatio(const std::vector<double>& ours_gbps, const Ceiling& limit) 
   return Summarize(std::move(r));
 }
 
-std::string FormatRow(const std::string& name, const Summary& s, double ratio_to, const Summary& paired) {
+std::string FormatRow(const std::string& name, const Summary& s, double ratio_to,
+                      const Summary& paired) {
   char buf[320];
   if (ratio_to > 0) {
     const double ratio = s.median / ratio_to;
     char per_rep[64] = "";
     if (paired.runs > 0) {
-      std::snprintf(per_rep, sizeof per_rep, "  [%.2f %.2f %.2f]", paired.min, paired.median, paired.max);
+      std::snprintf(per_rep, sizeof per_rep, "  [%.2f %.2f %.2f]", paired.min, paired.median,
+                    paired.max);
     }
-    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx%s%s", name.c_str(), s.min, s.median,
-                  s.max, ratio, per_rep, ratio > kCeilingSlack ? kCeilingTooLow : "");
+    std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f   %6.2fx%s%s", name.c_str(), s.min,
+                  s.median, s.max, ratio, per_rep, ratio > kCeilingSlack ? kCeilingTooLow : "");
   } else {
     std::snprintf(buf, sizeof buf, "%-34s %8.3f %8.3f %8.3f", name.c_str(), s.min, s.median, s.max);
   }

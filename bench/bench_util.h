@@ -11,10 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/test_files.h"
 #include "megackpt/core/status.h"
@@ -228,12 +227,12 @@ class PlainIo {
 
 struct Ceiling {
   CeilingKind kind = CeilingKind::kMemcpy;
-  Summary best;          // GB/s of the configuration with the highest median
+  Summary best;  // GB/s of the configuration with the highest median
   int best_parallelism = 1;
-  uint64_t best_io_bytes = 0;  // its I/O size (CeilingIoSizes)
-  bool best_streaming = false;  // kMemcpy: its copy is StreamingCopy
-  bool best_mapped = false;     // kWarmRead: it copies from mapped windows
-  bool best_direct = false;     // kDurableWrite: it writes with O_DIRECT
+  uint64_t best_io_bytes = 0;                           // its I/O size (CeilingIoSizes)
+  bool best_streaming = false;                          // kMemcpy: its copy is StreamingCopy
+  bool best_mapped = false;                             // kWarmRead: it copies from mapped windows
+  bool best_direct = false;                             // kDurableWrite: it writes with O_DIRECT
   std::vector<std::pair<int, Summary>> by_parallelism;  // for each of 1, 2, N: its best I/O size
   std::vector<std::pair<CeilingConfig, Summary>> by_config;  // every configuration measured
   // GB/s of the winning configuration in each kept round, in round order: the
@@ -343,14 +342,16 @@ struct SaveLoadRows {
 double CommitAfterLastWrite(const std::vector<dcp::SaveStats>& ranks);
 // "  <label>  min / median / max ms" for a row of such commits.
 std::string CommitRow(const std::string& label, const Summary& seconds);
-SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes, const SaveLoadCeilings& c);
+SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
+                              const SaveLoadCeilings& c);
 // Puts the rows (save_gbps, save_nosync_gbps, load_gbps, load_unverified_gbps,
-// save_commit_seconds, save_nosync_commit_seconds with PutSummary), the ceilings (PutSaveLoadCeilings), ceiling_parallelism,
-// each row over its ceiling as a ratio of medians (PutRatio: save_vs_durable_write,
-// save_nosync_vs_pagecache_write, load_vs_pagecache_read,
+// save_commit_seconds, save_nosync_commit_seconds with PutSummary), the ceilings
+// (PutSaveLoadCeilings), ceiling_parallelism, each row over its ceiling as a ratio of medians
+// (PutRatio: save_vs_durable_write, save_nosync_vs_pagecache_write, load_vs_pagecache_read,
 // load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio),
 // load_verified_vs_unverified, and fresh_writes_primed (FreshWritesPrimed).
-void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c, int parallelism);
+void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c,
+                     int parallelism);
 
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
 // memcpy_gbps when measured) with PutCeiling.

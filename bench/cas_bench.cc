@@ -49,13 +49,17 @@ class NullBackend final : public CasBackend {
   Result<std::string> GetXorbRange(const MerkleHash&, uint64_t, uint64_t) override {
     return UnimplementedError("null backend");
   }
-  Result<std::string> GetXorb(const MerkleHash&) override { return UnimplementedError("null backend"); }
+  Result<std::string> GetXorb(const MerkleHash&) override {
+    return UnimplementedError("null backend");
+  }
   Result<XorbLayout> GetXorbLayout(const MerkleHash&) override {
     return UnimplementedError("null backend");
   }
   Result<std::vector<MerkleHash>> ListXorbs() override { return std::vector<MerkleHash>{}; }
   Status DeleteXorbs(std::span<const MerkleHash>) override { return Status::OK(); }
-  Result<uint64_t> XorbSize(const MerkleHash&) override { return UnimplementedError("null backend"); }
+  Result<uint64_t> XorbSize(const MerkleHash&) override {
+    return UnimplementedError("null backend");
+  }
   Status PutFile(const FileReconstruction&) override { return Status::OK(); }
   Result<FileReconstruction> GetFile(const MerkleHash&) override {
     return UnimplementedError("null backend");
@@ -70,7 +74,7 @@ class NullBackend final : public CasBackend {
 };
 
 struct Row {
-  std::string key;    // JSON key (median) and label
+  std::string key;  // JSON key (median) and label
   std::string label;
   Summary s;
   std::string ratio_to;  // key of the limit this row is compared with
@@ -97,17 +101,20 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
   std::vector<Row> rows;
   auto add = [&](std::string key, std::string label, const std::vector<double>& secs,
                  std::string ratio_to = "") {
-    rows.push_back({std::move(key), std::move(label), Summarize(ToGbps(secs, size)), std::move(ratio_to)});
+    rows.push_back(
+        {std::move(key), std::move(label), Summarize(ToGbps(secs, size)), std::move(ratio_to)});
   };
 
   // ---- machine limits ----
   MEGA_ASSIGN_OR_RETURN(Summary memcpy_s, MemcpyGbps(size, o.warmup, o.reps));
   rows.push_back({"memcpy_gbps", "memcpy (1 thread)", memcpy_s, ""});
   const std::string src_path = dir + "/source.bin";
-  MEGA_ASSIGN_OR_RETURN(Summary write_s, FileWriteGbps(dir + "/limit.bin", size, false, o.warmup, o.reps));
+  MEGA_ASSIGN_OR_RETURN(Summary write_s,
+                        FileWriteGbps(dir + "/limit.bin", size, false, o.warmup, o.reps));
   rows.push_back({"page_cache_write_gbps", "page-cache write", write_s, ""});
   if (o.sync) {
-    MEGA_ASSIGN_OR_RETURN(Summary fsync_s, FileWriteGbps(dir + "/limit.bin", size, true, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(Summary fsync_s,
+                          FileWriteGbps(dir + "/limit.bin", size, true, o.warmup, o.reps));
     rows.push_back({"write_fsync_gbps", "write + fsync", fsync_s, ""});
   }
   MEGA_ASSIGN_OR_RETURN(Summary read_s, FileReadGbps(dir + "/limit.bin", size, o.warmup, o.reps));
@@ -140,9 +147,9 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
                           uint64_t prev = 0;
                           compressed = 0;
                           for (size_t i = 0; i < ends.size(); ++i) {
-                            compressed += cas::EncodeChunkRecord(bytes.subspan(prev, ends[i] - prev),
-                                                                 cas::CompressionPolicy::kAuto,
-                                                                 record.data());
+                            compressed += cas::EncodeChunkRecord(
+                                bytes.subspan(prev, ends[i] - prev), cas::CompressionPolicy::kAuto,
+                                record.data());
                             prev = ends[i];
                           }
                           return Status::OK();
@@ -155,11 +162,11 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
     auto null_store = cas::CasStore::Open(std::make_shared<NullBackend>(),
                                           {.pool = &pool, .upload_threads = threads});
     if (!null_store.ok()) return null_store.status();
-    MEGA_ASSIGN_OR_RETURN(secs, TimeRuns(o.warmup, o.reps, [&] {
-                            return (*null_store)->Upload(bytes).status();
-                          }));
+    MEGA_ASSIGN_OR_RETURN(
+        secs, TimeRuns(o.warmup, o.reps, [&] { return (*null_store)->Upload(bytes).status(); }));
     add("chunk_hash_compress_" + std::to_string(threads) + "t_gbps",
-        "chunk+hash+compress (" + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "") + ")",
+        "chunk+hash+compress (" + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "") +
+            ")",
         secs, "memcpy_gbps");
   }
 
@@ -186,16 +193,16 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
       o.sync ? "write_fsync_gbps" : "page_cache_write_gbps");
   MEGA_ASSIGN_OR_RETURN(auto store, cas::CasStore::OpenLocal(store_dir, store_opts, local));
   MEGA_ASSIGN_OR_RETURN(auto out, AllocateBuffer(n, true));
-  MEGA_ASSIGN_OR_RETURN(secs, TimeRuns(o.warmup, o.reps, [&]() -> Status {
-                          size_t pos = 0;
-                          MEGA_RETURN_IF_ERROR(store->Download(
-                              file_hash, {}, [&](std::span<const std::byte> piece) {
-                                std::memcpy(out.get() + pos, piece.data(), piece.size());
-                                pos += piece.size();
-                                return Status::OK();
-                              }));
-                          return pos == n ? Status::OK() : DataLossError("short download");
-                        }));
+  MEGA_ASSIGN_OR_RETURN(
+      secs, TimeRuns(o.warmup, o.reps, [&]() -> Status {
+        size_t pos = 0;
+        MEGA_RETURN_IF_ERROR(store->Download(file_hash, {}, [&](std::span<const std::byte> piece) {
+          std::memcpy(out.get() + pos, piece.data(), piece.size());
+          pos += piece.size();
+          return Status::OK();
+        }));
+        return pos == n ? Status::OK() : DataLossError("short download");
+      }));
   add("get_gbps", "get (local store -> warm buffer)", secs, "page_cache_read_gbps");
   if (std::memcmp(out.get(), data.get(), n) != 0) return DataLossError("bench: download differs");
   std::filesystem::remove(src_path);
@@ -208,10 +215,11 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
     MEGA_ASSIGN_OR_RETURN(auto dstore, cas::CasStore::OpenLocal(dd, store_opts, local));
     cas::scenario::Options so;
     so.total_bytes = o.dedup_size;
-    MEGA_ASSIGN_OR_RETURN(auto report, cas::scenario::Run(*dstore, so, /*verify=*/false,
-                                                          [&](const std::string& line) {
-                                                            if (!o.json) std::fprintf(stderr, "  %s\n", line.c_str());
-                                                          }));
+    MEGA_ASSIGN_OR_RETURN(
+        auto report,
+        cas::scenario::Run(*dstore, so, /*verify=*/false, [&](const std::string& line) {
+          if (!o.json) std::fprintf(stderr, "  %s\n", line.c_str());
+        }));
     dedup = std::move(report);
     std::filesystem::remove_all(dd);
   }
@@ -230,7 +238,8 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
     for (const Row& r : rows) {
       j[r.key] = r.s.median;
       j["details"][r.key] = {{"min", r.s.min}, {"median", r.s.median}, {"max", r.s.max}};
-      if (!r.ratio_to.empty()) j["ratios"][r.key + "/" + r.ratio_to] = r.s.median / median[r.ratio_to];
+      if (!r.ratio_to.empty())
+        j["ratios"][r.key + "/" + r.ratio_to] = r.s.median / median[r.ratio_to];
     }
     if (dedup) {
       for (const auto& p : dedup->phases) {
@@ -261,7 +270,9 @@ Result<std::string> RunCasBench(const CasBenchOptions& o) {
     if (!r.ratio_to.empty()) text += " of " + r.ratio_to.substr(0, r.ratio_to.size() - 5);
     text += "\n";
   }
-  if (dedup) text += "\nDedup scenario (" + std::to_string(o.dedup_size >> 20) + " MiB per version):\n" + dedup->ToString();
+  if (dedup)
+    text += "\nDedup scenario (" + std::to_string(o.dedup_size >> 20) + " MiB per version):\n" +
+            dedup->ToString();
   return text;
 }
 

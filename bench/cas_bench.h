@@ -15,10 +15,10 @@ struct CasBenchOptions {
   uint64_t size = 256ull << 20;  // bytes of the test file
   int warmup = 1;
   int reps = 5;
-  std::string dir;               // temp folder for files and stores ("" = $TMPDIR)
+  std::string dir;  // temp folder for files and stores ("" = $TMPDIR)
   bool json = false;
-  bool sync = false;             // fsync xorbs in the put measurement
-  uint64_t dedup_size = 0;       // > 0: also run the dedup scenario at this size
+  bool sync = false;        // fsync xorbs in the put measurement
+  uint64_t dedup_size = 0;  // > 0: also run the dedup scenario at this size
 };
 
 // Runs the benchmark and returns the table (or JSON) to print.

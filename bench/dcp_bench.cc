@@ -22,6 +22,8 @@
 //  Before every save, and before every write of the limits, the other's files
 //  are removed and PrepareFreshWrite (untimed) writes back dirty pages and
 //  primes the free memory (PrimeFreeMemory): both start from the same state.
+#include "dcp_bench.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,11 +36,10 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "dcp_bench.h"
-#include "rank_runner.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dist/process_group.h"
+#include "rank_runner.h"
 #include "row_sharded_state.h"
 
 namespace megackpt::bench {
@@ -54,7 +55,8 @@ Result<RankState> BuildState(uint64_t size, int world, int rank) {
 
 uint64_t GlobalBytes(uint64_t size) { return RowShardedLayout{}.BytesFor(size); }
 
-Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table) {
+Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* out,
+             std::string* table) {
   RankRunner runner(mpi, o.world_size);
   const int world = runner.world();
   const int my_rank = runner.rank();
@@ -114,8 +116,8 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // itself, so both see the same machine state. Rank 0 alone runs the ceilings;
   // the other ranks wait for its status.
   const int parallelism = world * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(auto ceilings,
-                        LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
+  MEGA_ASSIGN_OR_RETURN(
+      auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
   auto ceiling_round = [&](CeilingKind kind) { return ceilings->Round(kind, ckpt); };
   const FreshWrite fresh{ckpt, bytes};
   SaveLoadSeconds secs;
@@ -174,16 +176,23 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                 "vs ceiling  [per rep: min med max]");
   *table += cols;
   *table += CeilingRow("ceiling: write + fdatasync", ceil.durable) + "\n";
-  *table += FormatRow("save (durable, default)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
+  *table +=
+      FormatRow("save (durable, default)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CommitRow("its commit", r.save_commit) + "\n";
   *table += CeilingRow("ceiling: page-cache write", ceil.pagecache_write) + "\n";
-  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median, r.nosync_paired) + "\n";
+  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median,
+                      r.nosync_paired) +
+            "\n";
   *table += CommitRow("its commit", r.nosync_commit) + "\n";
   *table += CeilingRow("ceiling: warm read", ceil.warm_read) + "\n";
-  *table += FormatRow("load (verified, default)", r.load, ceil.warm_read.best.median, r.load_paired) + "\n";
-  *table += FormatRow("load, verification off (kOff)", r.load_unverified, ceil.warm_read.best.median,
-                      r.unverified_paired) + "\n";
-  *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";
+  *table +=
+      FormatRow("load (verified, default)", r.load, ceil.warm_read.best.median, r.load_paired) +
+      "\n";
+  *table += FormatRow("load, verification off (kOff)", r.load_unverified,
+                      ceil.warm_read.best.median, r.unverified_paired) +
+            "\n";
+  *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) +
+            " (ranks x I/O threads) plain threads:\n";
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
     *table += "  " + DescribeCeiling(*c) + "\n";
   }
@@ -196,7 +205,8 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                   reset_ok ? "" : " (peak reset not permitted: upper bound)");
   } else {
     std::snprintf(mem, sizeof mem, "peak extra RSS during a synchronous save: %.1f MiB%s\n",
-                  peak_extra / 1048576.0, reset_ok ? "" : " (peak reset not permitted: upper bound)");
+                  peak_extra / 1048576.0,
+                  reset_ok ? "" : " (peak reset not permitted: upper bound)");
   }
   *table += mem;
   return Status::OK();

@@ -8,13 +8,13 @@
 namespace megackpt::bench {
 
 struct DcpBenchOptions {
-  uint64_t size = 2ull << 30;    // state bytes
-  int world_size = 1;            // threads backend; MPI takes mpirun's size
+  uint64_t size = 2ull << 30;       // state bytes
+  int world_size = 1;               // threads backend; MPI takes mpirun's size
   std::string backend = "threads";  // "threads" or "mpi"
   int reps = 5;
   bool json = false;
-  std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
-  int threads = 2;  // I/O threads per rank
+  std::string dir;         // empty: a temp folder under $TMPDIR or /tmp
+  int threads = 2;         // I/O threads per rank
   bool direct_io = false;  // durable saves: FileSystemWriterOptions::direct_io
 };
 

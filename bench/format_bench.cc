@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "megackpt/format/mega.h"
-#include "megackpt/format/safetensors.h"
 #include "megackpt/core/tensor.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
 
 namespace megackpt::bench {
 namespace {
@@ -177,9 +177,7 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
       {"mega_write", "MEGA write (CRC32, default)", "pagecache_write",
        mega_write(format::MegaChecksumType::kCrc32, 0), false, mega},
       {"safetensors_write", "safetensors write", "pagecache_write",
-       [&]() -> Status {
-         return format::SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false);
-       },
+       [&]() -> Status { return format::SaveSafetensorsFile(st, named, {}, {}, /*sync=*/false); },
        false, st},
       {"mega_read", "MEGA read (CRC32 verified, pool)", "pagecache_read", mega_read(true, pool, 0),
        true},
@@ -249,9 +247,9 @@ Status Run(uint64_t size_bytes, int reps, int num_tensors, const std::string& di
     for (const CeilingConfig& cfg : cfgs) by_config.push_back(secs[ceiling_key(ck, cfg)]);
     Ceiling c = CeilingFromSeconds(ck.kind, cfgs, by_config, bytes);
     gbps[ck.key] = c.best;
-    rows->push_back({ck.key,
-                     "ceiling: " + std::string(CeilingName(ck.kind)) + " (" + BestConfigText(c) + ")",
-                     c.best, 0});
+    rows->push_back(
+        {ck.key, "ceiling: " + std::string(CeilingName(ck.kind)) + " (" + BestConfigText(c) + ")",
+         c.best, 0});
     ceilings->push_back(c);
   }
   // Kept for scripts that read it: the 2-thread read.
@@ -344,12 +342,13 @@ int RunFormatBench(uint64_t size_bytes, int reps, int num_tensors, bool json,
       }
     }
     for (const Ceiling& c : ceilings) {
-      const std::string stem = c.kind == CeilingKind::kMemcpy          ? "memcpy"
-                               : c.kind == CeilingKind::kWarmRead      ? "pagecache_read"
-                                                                       : "pagecache_write";
+      const std::string stem = c.kind == CeilingKind::kMemcpy     ? "memcpy"
+                               : c.kind == CeilingKind::kWarmRead ? "pagecache_read"
+                                                                  : "pagecache_write";
       doc[stem + "_parallelism"] = c.best_parallelism;
       if (*CeilingIoName(c.kind)) doc[stem + "_" + CeilingIoName(c.kind)] = c.best_io_bytes;
-      for (const auto& [p, sum] : c.by_parallelism) doc[stem + "_gbps_by_parallelism"][std::to_string(p)] = sum.median;
+      for (const auto& [p, sum] : c.by_parallelism)
+        doc[stem + "_gbps_by_parallelism"][std::to_string(p)] = sum.median;
     }
     std::printf("%s\n", doc.dump(2).c_str());
     return 0;

@@ -6,22 +6,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "bench_util.h"
 #include "megackpt/cas/store.h"
+#include "megackpt/core/tensor.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/store.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/core/tensor.h"
 
 namespace megackpt::bench {
 namespace {
@@ -107,7 +107,8 @@ Status Load(fs::FileSystem& fs, const std::string& uri, std::byte* dst, uint64_t
   uint64_t per = bytes / kFiles;
   ThreadPool pool(kThreads);
   return ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(fs::JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
+    MEGA_ASSIGN_OR_RETURN(auto f,
+                          fs.OpenForRead(fs::JoinPath(uri, "shard-" + std::to_string(i) + ".bin")));
     return f->ReadExactlyAt(0, std::span<std::byte>(dst + i * per, per));
   });
 }
@@ -135,10 +136,14 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   Ceiling wlimit, dlimit, rlimit, clim;
   {
     PlainIo io(tmp.path() + "/limit", bytes, data, out);
-    MEGA_ASSIGN_OR_RETURN(wlimit, MeasureCeiling(io, CeilingKind::kPageCacheWrite, kThreads, o.warmup, o.reps));
-    MEGA_ASSIGN_OR_RETURN(dlimit, MeasureCeiling(io, CeilingKind::kDurableWrite, kThreads, o.warmup, o.reps));
-    MEGA_ASSIGN_OR_RETURN(rlimit, MeasureCeiling(io, CeilingKind::kWarmRead, kThreads, o.warmup, o.reps));
-    MEGA_ASSIGN_OR_RETURN(clim, MeasureCeiling(io, CeilingKind::kColdRead, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(
+        wlimit, MeasureCeiling(io, CeilingKind::kPageCacheWrite, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(
+        dlimit, MeasureCeiling(io, CeilingKind::kDurableWrite, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(rlimit,
+                          MeasureCeiling(io, CeilingKind::kWarmRead, kThreads, o.warmup, o.reps));
+    MEGA_ASSIGN_OR_RETURN(clim,
+                          MeasureCeiling(io, CeilingKind::kColdRead, kThreads, o.warmup, o.reps));
   }  // removes the limit files
   rows.push_back({"page-cache write (limit)", wlimit.best});
   rows.push_back({"write + fdatasync (limit)", dlimit.best});
@@ -157,14 +162,16 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
       uint64_t per = bytes / kFiles;
       ThreadPool pool(kThreads);
       MEGA_RETURN_IF_ERROR(ParallelFor(&pool, kFiles, [&](size_t i) -> Status {
-        MEGA_ASSIGN_OR_RETURN(auto f, fs->OpenForWrite(dir + "/shard-" + std::to_string(i) + ".bin"));
+        MEGA_ASSIGN_OR_RETURN(auto f,
+                              fs->OpenForWrite(dir + "/shard-" + std::to_string(i) + ".bin"));
         MEGA_RETURN_IF_ERROR(f->Append(std::span<const std::byte>(data + i * per, per)));
         return f->Close();
       }));
       double t1 = NowSeconds();
       MEGA_RETURN_IF_ERROR(Load(*fs, dir, out, bytes));
       double t2 = NowSeconds();
-      if (std::memcmp(out, data, bytes) != 0) return DataLossError("bench hub: local load mismatch");
+      if (std::memcmp(out, data, bytes) != 0)
+        return DataLossError("bench hub: local load mismatch");
       if (r >= o.warmup) {
         save.push_back(bytes / (t1 - t0) / 1e9);
         load.push_back(bytes / (t2 - t1) / 1e9);
@@ -214,7 +221,8 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
       double t1 = NowSeconds();
       MEGA_RETURN_IF_ERROR(Load(*fs, uri, out, bytes));
       double t2 = NowSeconds();
-      if (std::memcmp(out, data, bytes) != 0) return DataLossError("bench hub: " + m.name + " load mismatch");
+      if (std::memcmp(out, data, bytes) != 0)
+        return DataLossError("bench hub: " + m.name + " load mismatch");
       if (r >= o.warmup) {
         save.push_back(bytes / (t1 - t0) / 1e9);
         load.push_back(bytes / (t2 - t1) / 1e9);
@@ -239,11 +247,17 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   }
 
   if (o.json) {
-    nlohmann::json j = {{"bytes", bytes}, {"files", kFiles}, {"rows", nlohmann::json::array()}, {"second_version", second},
+    nlohmann::json j = {{"bytes", bytes},
+                        {"files", kFiles},
+                        {"rows", nlohmann::json::array()},
+                        {"second_version", second},
                         {"cas_direct_io", direct_io}};
     for (const auto& r : rows) {
-      nlohmann::json row = {{"name", r.name}, {"min_gbps", r.gbps.min}, {"median_gbps", r.gbps.median},
-                            {"max_gbps", r.gbps.max}, {"ratio_to_limit", 0}};
+      nlohmann::json row = {{"name", r.name},
+                            {"min_gbps", r.gbps.min},
+                            {"median_gbps", r.gbps.median},
+                            {"max_gbps", r.gbps.max},
+                            {"ratio_to_limit", 0}};
       if (r.limit && r.limit->best.median > 0) {
         row["ratio_to_limit"] = r.gbps.median / r.limit->best.median;
         row["limit"] = CeilingName(r.limit->kind);
@@ -263,24 +277,29 @@ Result<std::string> RunHubBench(const HubBenchOptions& o) {
   }
   std::string text;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "hub bench: %llu bytes in %d files, median of %d runs after %d warm-up (GB/s)\n",
+  std::snprintf(buf, sizeof buf,
+                "hub bench: %llu bytes in %d files, median of %d runs after %d warm-up (GB/s)\n",
                 static_cast<unsigned long long>(bytes), kFiles, o.reps, o.warmup);
   text += buf;
   text += direct_io ? "xorb writes: O_DIRECT (the default; MEGACKPT_CAS_DIRECT_IO=0 for buffered)\n"
                     : "xorb writes: buffered (MEGACKPT_CAS_DIRECT_IO=0)\n";
-  std::snprintf(buf, sizeof buf, "%-34s %8s %8s %8s   %s\n", "", "min", "median", "max", "vs limit");
+  std::snprintf(buf, sizeof buf, "%-34s %8s %8s %8s   %s\n", "", "min", "median", "max",
+                "vs limit");
   text += buf;
   for (const auto& r : rows) {
     text += FormatRow(r.name, r.gbps, r.limit ? r.limit->best.median : 0) + "\n";
   }
-  text += "ceilings, best of 1 and " + std::to_string(kThreads) + " (the paths' I/O threads) plain threads:\n";
-  for (const Ceiling* c : {&wlimit, &dlimit, &rlimit, &clim}) text += "  " + DescribeCeiling(*c) + "\n";
+  text += "ceilings, best of 1 and " + std::to_string(kThreads) +
+          " (the paths' I/O threads) plain threads:\n";
+  for (const Ceiling* c : {&wlimit, &dlimit, &rlimit, &clim})
+    text += "  " + DescribeCeiling(*c) + "\n";
   text += "\nsecond version (2 of 20 files changed):\n";
   for (const auto& s : second) {
     std::snprintf(buf, sizeof buf, "  %-30s uploaded %llu of %llu bytes (%.1f%%) in %.3f s\n",
-                  s["mode"].get<std::string>().c_str(), static_cast<unsigned long long>(s["uploaded_bytes"].get<uint64_t>()),
-                  static_cast<unsigned long long>(bytes), 100 * s["uploaded_fraction"].get<double>(),
-                  s["seconds"].get<double>());
+                  s["mode"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(s["uploaded_bytes"].get<uint64_t>()),
+                  static_cast<unsigned long long>(bytes),
+                  100 * s["uploaded_fraction"].get<double>(), s["seconds"].get<double>());
     text += buf;
   }
   return text;
@@ -349,11 +368,14 @@ Result<std::string> RunHubLoad(const HubLoadOptions& o) {
   auto stats = nlohmann::json::parse(stats_text, nullptr, false);
   uint64_t peak = stats.is_object() ? stats.value("peak_rss_bytes", uint64_t{0}) : 0;
   uint64_t s5xx = stats.is_object() ? stats.value("responses_5xx", uint64_t{0}) : 0;
-  nlohmann::json j = {{"clients", o.clients},      {"seconds", dt},
-                      {"pushes", pushes.load()},   {"pulls", pulls.load()},
+  nlohmann::json j = {{"clients", o.clients},
+                      {"seconds", dt},
+                      {"pushes", pushes.load()},
+                      {"pulls", pulls.load()},
                       {"ops_per_second", (pushes + pulls) / dt},
                       {"mb_per_second", bytes / dt / 1e6},
-                      {"errors", errors.load()},   {"server_5xx", s5xx},
+                      {"errors", errors.load()},
+                      {"server_5xx", s5xx},
                       {"server_peak_rss_bytes", peak}};
   if (!first_error.empty()) j["first_error"] = first_error;
   std::string out;
@@ -361,12 +383,13 @@ Result<std::string> RunHubLoad(const HubLoadOptions& o) {
     out = j.dump(2) + "\n";
   } else {
     char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "hub load: %d clients for %.1f s: %llu pushes + %llu pulls (%.0f ops/s, %.1f MB/s), "
-                  "errors %llu, server 5xx %llu, server peak RSS %.1f MiB\n",
-                  o.clients, dt, (unsigned long long)pushes.load(), (unsigned long long)pulls.load(),
-                  (pushes + pulls) / dt, bytes / dt / 1e6, (unsigned long long)errors.load(),
-                  (unsigned long long)s5xx, peak / 1048576.0);
+    std::snprintf(
+        buf, sizeof buf,
+        "hub load: %d clients for %.1f s: %llu pushes + %llu pulls (%.0f ops/s, %.1f MB/s), "
+        "errors %llu, server 5xx %llu, server peak RSS %.1f MiB\n",
+        o.clients, dt, (unsigned long long)pushes.load(), (unsigned long long)pulls.load(),
+        (pushes + pulls) / dt, bytes / dt / 1e6, (unsigned long long)errors.load(),
+        (unsigned long long)s5xx, peak / 1048576.0);
     out = buf;
     if (!first_error.empty()) out += "first error: " + first_error + "\n";
   }

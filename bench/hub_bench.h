@@ -25,9 +25,9 @@ Result<std::string> RunHubBench(const HubBenchOptions& options);
 
 struct HubLoadOptions {
   int clients = 16;
-  double seconds = 15;            // bounded duration
+  double seconds = 15;               // bounded duration
   uint64_t file_bytes = 256 * 1024;  // per push (new content each round)
-  std::string megahub;            // path of the megahub binary (required)
+  std::string megahub;               // path of the megahub binary (required)
   bool json = false;
 };
 

@@ -54,8 +54,9 @@ Result<RankState> MakeRankState(uint64_t size, int world, int rank) {
     const uint64_t n = my_rows * st.cols * 4;
     MEGA_ASSIGN_OR_RETURN(auto buf, AllocateBuffer(n, /*prefault=*/true));
     FillRandom(buf.get(), n, 1000 + i * 64 + rank);
-    MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBlob(buf.get(), DType::kF32,
-                                                     {static_cast<int64_t>(my_rows), static_cast<int64_t>(st.cols)}));
+    MEGA_ASSIGN_OR_RETURN(
+        Tensor t, Tensor::FromBlob(buf.get(), DType::kF32,
+                                   {static_cast<int64_t>(my_rows), static_cast<int64_t>(st.cols)}));
     st.buffers.push_back(std::move(buf));
     st.tensors.push_back(t);
   }
@@ -174,28 +175,29 @@ int RunIncrementalBench(const IncrementalBenchOptions& o) {
     incr.push_back(reps[r].incremental);
     written.push_back(static_cast<double>(reps[r].bytes_written));
   }
-  const Summary sp = Summarize(plain), sf = Summarize(full), sp2 = Summarize(plain2), si = Summarize(incr),
-                sw = Summarize(written);
+  const Summary sp = Summarize(plain), sf = Summarize(full), sp2 = Summarize(plain2),
+                si = Summarize(incr), sw = Summarize(written);
   const uint64_t bytes_written = static_cast<uint64_t>(sw.median);
-  nlohmann::json j = {{"size", state_bytes},
-                      {"world_size", world},
-                      {"changed", o.changed},
-                      {"changed_tensors", nchanged},
-                      {"tensors", kTensors},
-                      {"reps", o.reps},
-                      {"plain_full_save_seconds", sp.median},
-                      {"full_save_seconds", sf.median},
-                      {"plain_second_save_seconds", sp2.median},
-                      {"incremental_save_seconds", si.median},
-                      {"bytes_written", bytes_written},
-                      {"changed_bytes", changed_bytes},
-                      {"durable_write_gbps", limit->median},
-                      {"full_save_gbps", state_bytes / sf.median / 1e9},
-                      {"incremental_vs_full", si.median / sf.median},
-                      {"full_vs_plain", sf.median / sp.median},
-                      {"incremental_vs_plain", si.median / sp2.median},
-                      {"written_vs_changed", changed_bytes ? bytes_written / double(changed_bytes) : 0.0},
-                      {"written_vs_state", bytes_written / double(state_bytes)}};
+  nlohmann::json j = {
+      {"size", state_bytes},
+      {"world_size", world},
+      {"changed", o.changed},
+      {"changed_tensors", nchanged},
+      {"tensors", kTensors},
+      {"reps", o.reps},
+      {"plain_full_save_seconds", sp.median},
+      {"full_save_seconds", sf.median},
+      {"plain_second_save_seconds", sp2.median},
+      {"incremental_save_seconds", si.median},
+      {"bytes_written", bytes_written},
+      {"changed_bytes", changed_bytes},
+      {"durable_write_gbps", limit->median},
+      {"full_save_gbps", state_bytes / sf.median / 1e9},
+      {"incremental_vs_full", si.median / sf.median},
+      {"full_vs_plain", sf.median / sp.median},
+      {"incremental_vs_plain", si.median / sp2.median},
+      {"written_vs_changed", changed_bytes ? bytes_written / double(changed_bytes) : 0.0},
+      {"written_vs_state", bytes_written / double(state_bytes)}};
   PutCeiling(&j, "durable_write_gbps", *ceiling);
   j["ceiling_parallelism"] = parallelism;
   PutRatio(&j, "full_save_vs_durable_write", state_bytes / sf.median / 1e9 / limit->median);
@@ -203,20 +205,26 @@ int RunIncrementalBench(const IncrementalBenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("bench incremental: %.2f GB state (%d F32 tensors), %d rank(s), %d of them changed (%.0f%%), "
-              "durable saves, median of %d\n",
-              state_bytes / 1e9, kTensors, world, nchanged, o.changed * 100, o.reps);
-  std::printf("  durable write ceiling (best of 1/2/%d)   %7.3f GB/s  -> %.3f s for the state (%d thr)\n",
-              parallelism, limit->median, state_bytes / limit->median / 1e9, ceiling->best_parallelism);
+  std::printf(
+      "bench incremental: %.2f GB state (%d F32 tensors), %d rank(s), %d of them changed (%.0f%%), "
+      "durable saves, median of %d\n",
+      state_bytes / 1e9, kTensors, world, nchanged, o.changed * 100, o.reps);
+  std::printf(
+      "  durable write ceiling (best of 1/2/%d)   %7.3f GB/s  -> %.3f s for the state (%d thr)\n",
+      parallelism, limit->median, state_bytes / limit->median / 1e9, ceiling->best_parallelism);
   std::printf("  plain full save (no hashing)             %7.3f s\n", sp.median);
-  std::printf("  full save, hashes recorded               %7.3f s  (%.2fx plain; %.2fx the ceiling's speed%s)\n",
-              sf.median, sf.median / sp.median, state_bytes / sf.median / 1e9 / limit->median,
-              state_bytes / sf.median / 1e9 / limit->median > kCeilingSlack ? kCeilingTooLow : "");
+  std::printf(
+      "  full save, hashes recorded               %7.3f s  (%.2fx plain; %.2fx the ceiling's "
+      "speed%s)\n",
+      sf.median, sf.median / sp.median, state_bytes / sf.median / 1e9 / limit->median,
+      state_bytes / sf.median / 1e9 / limit->median > kCeilingSlack ? kCeilingTooLow : "");
   std::printf("  plain save of step 2 (step 1 on disk)    %7.3f s\n", sp2.median);
-  std::printf("  incremental save                         %7.3f s  (%.2fx full; %.2fx the plain step 2)\n",
-              si.median, si.median / sf.median, si.median / sp2.median);
-  std::printf("  bytes written %.3f GB for %.3f GB changed (%.2fx), %.2f%% of the state\n", bytes_written / 1e9,
-              changed_bytes / 1e9, changed_bytes ? bytes_written / double(changed_bytes) : 0.0,
+  std::printf(
+      "  incremental save                         %7.3f s  (%.2fx full; %.2fx the plain step 2)\n",
+      si.median, si.median / sf.median, si.median / sp2.median);
+  std::printf("  bytes written %.3f GB for %.3f GB changed (%.2fx), %.2f%% of the state\n",
+              bytes_written / 1e9, changed_bytes / 1e9,
+              changed_bytes ? bytes_written / double(changed_bytes) : 0.0,
               100.0 * bytes_written / state_bytes);
   return 0;
 }

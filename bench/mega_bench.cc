@@ -35,17 +35,16 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bench_util.h"
-#include "rank_runner.h"
-#include "row_sharded_state.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dist/process_group.h"
+#include "rank_runner.h"
+#include "row_sharded_state.h"
 
 namespace megackpt::bench {
 namespace {
@@ -80,8 +79,9 @@ class Bench {
   // Runs fn on every rank (RankRunner::Run); `fresh` empties the checkpoint
   // folder first (untimed). Returns the wall time.
   Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
-    return runner_->Run([&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); },
-                        fresh ? FreshWrite{ckpt_, bytes()} : FreshWrite{});
+    return runner_->Run(
+        [&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); },
+        fresh ? FreshWrite{ckpt_, bytes()} : FreshWrite{});
   }
 
   // Seconds of each repetition of the save SaveFn(sync), and in *commits each
@@ -135,7 +135,8 @@ class Bench {
   // row, so it is not resident during the other rows.
   // `before` (untimed) runs before every save: the interleaved ceiling round.
   Result<std::vector<double>> AsyncBlocked(const std::function<Status()>& before) {
-    for (RankState& st : states_) st.pool = dcp::StagingPool::Create(st.bytes + (o_.tensors + 1) * 4096);
+    for (RankState& st : states_)
+      st.pool = dcp::StagingPool::Create(st.bytes + (o_.tensors + 1) * 4096);
     std::vector<double> blocked;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
       MEGA_RETURN_IF_ERROR(before());
@@ -144,7 +145,8 @@ class Bench {
       MEGA_RETURN_IF_ERROR(Run(true, [&](dist::ProcessGroup& g, RankState& st) -> Status {
                              dcp::MegaStorageWriterOptions wo;
                              wo.thread_count = o_.threads;
-                             auto writer = std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);
+                             auto writer =
+                                 std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);
                              dcp::AsyncSaveOptions ao;
                              ao.pool = st.pool;
                              const double t0 = NowSeconds();
@@ -216,16 +218,17 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   // for its status.
   const int world = runner.world();
   const int parallelism = world * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(auto ceilings,
-                        LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
+  MEGA_ASSIGN_OR_RETURN(
+      auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
   auto round = [&](CeilingKind kind) {
     return [&, kind]() { return ceilings->Round(kind, ckpt); };
   };
   SaveLoadSeconds secs;
-  MEGA_ASSIGN_OR_RETURN(secs.save,
-                        bench.SaveSeconds(true, round(CeilingKind::kDurableWrite), &secs.save_commit));
-  MEGA_ASSIGN_OR_RETURN(secs.save_nosync, bench.SaveSeconds(false, round(CeilingKind::kPageCacheWrite),
-                                                            &secs.save_nosync_commit));
+  MEGA_ASSIGN_OR_RETURN(
+      secs.save, bench.SaveSeconds(true, round(CeilingKind::kDurableWrite), &secs.save_commit));
+  MEGA_ASSIGN_OR_RETURN(
+      secs.save_nosync,
+      bench.SaveSeconds(false, round(CeilingKind::kPageCacheWrite), &secs.save_nosync_commit));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked(round(CeilingKind::kMemcpy)));
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
@@ -245,7 +248,8 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   std::error_code ec;
   std::filesystem::remove_all(ckpt, ec);
   const SaveLoadCeilings ceil = ceilings->Finish();  // removes the ceiling's files
-  const double memcpy_seconds = ceil.memcpy.best.median > 0 ? bytes / ceil.memcpy.best.median / 1e9 : 0;
+  const double memcpy_seconds =
+      ceil.memcpy.best.median > 0 ? bytes / ceil.memcpy.best.median / 1e9 : 0;
   const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
   // Blocked seconds over the memcpy round's seconds right before each save.
   std::vector<double> blocked_vs_memcpy;
@@ -274,7 +278,8 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   (*out)["memcpy_state_seconds"] = memcpy_seconds;
   (*out)["async_blocked_vs_memcpy"] = memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0;
   PutPairedRatio(out, "async_blocked_vs_memcpy", blocked_p);
-  PutRatio(out, "async_staging_vs_memcpy", blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
+  PutRatio(out, "async_staging_vs_memcpy",
+           blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 
   char head[384];
   std::snprintf(head, sizeof head,
@@ -287,27 +292,35 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";
   *table += CommitRow("its commit", r.save_commit) + "\n";
-  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median, r.nosync_paired) + "\n";
+  *table += FormatRow("save --no-sync", r.save_nosync, ceil.pagecache_write.best.median,
+                      r.nosync_paired) +
+            "\n";
   *table += CeilingRow("  ceiling: page-cache write", ceil.pagecache_write) + "\n";
   *table += CommitRow("its commit", r.nosync_commit) + "\n";
-  *table += FormatRow("load (verified, reused tensors)", r.load, ceil.warm_read.best.median, r.load_paired) + "\n";
+  *table += FormatRow("load (verified, reused tensors)", r.load, ceil.warm_read.best.median,
+                      r.load_paired) +
+            "\n";
   *table += FormatRow("load, verify_checksums off", r.load_unverified, ceil.warm_read.best.median,
-                      r.unverified_paired) + "\n";
+                      r.unverified_paired) +
+            "\n";
   *table += CeilingRow("  ceiling: warm read", ceil.warm_read) + "\n";
   *table += CeilingRow("  ceiling: memcpy", ceil.memcpy) + "\n";
   char tail[768];
-  std::snprintf(tail, sizeof tail,
-                "seconds min / median / max\n"
-                "  sync save          %8.4f %8.4f %8.4f\n"
-                "  async blocked      %8.4f %8.4f %8.4f   (%.1f%% of the sync save; %.2fx the "
-                "ceiling's memcpy of the state, %.4f s, per rep [%.2f %.2f %.2f]; goal <= 1.5x)%s\n",
-                sync_s.min, sync_s.median, sync_s.max, blocked_s.min, blocked_s.median, blocked_s.max,
-                sync_s.median > 0 ? 100.0 * blocked_s.median / sync_s.median : 0.0,
-                memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0.0, memcpy_seconds, blocked_p.min,
-                blocked_p.median, blocked_p.max,
-                blocked_s.median > 0 && memcpy_seconds / blocked_s.median > kCeilingSlack ? kCeilingTooLow : "");
+  std::snprintf(
+      tail, sizeof tail,
+      "seconds min / median / max\n"
+      "  sync save          %8.4f %8.4f %8.4f\n"
+      "  async blocked      %8.4f %8.4f %8.4f   (%.1f%% of the sync save; %.2fx the "
+      "ceiling's memcpy of the state, %.4f s, per rep [%.2f %.2f %.2f]; goal <= 1.5x)%s\n",
+      sync_s.min, sync_s.median, sync_s.max, blocked_s.min, blocked_s.median, blocked_s.max,
+      sync_s.median > 0 ? 100.0 * blocked_s.median / sync_s.median : 0.0,
+      memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0.0, memcpy_seconds, blocked_p.min,
+      blocked_p.median, blocked_p.max,
+      blocked_s.median > 0 && memcpy_seconds / blocked_s.median > kCeilingSlack ? kCeilingTooLow
+                                                                                : "");
   *table += tail;
-  *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) + " (ranks x I/O threads) plain threads:\n";
+  *table += "ceilings, best of 1, 2 and " + std::to_string(parallelism) +
+            " (ranks x I/O threads) plain threads:\n";
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read, &ceil.memcpy}) {
     *table += "  " + DescribeCeiling(*c) + "\n";
   }

@@ -90,8 +90,9 @@ Result<std::string> RankRunner::FromRank0(std::string value) {
   return mpi_->Broadcast(std::move(value), 0);
 }
 
-Result<std::unique_ptr<LeadCeilings>> LeadCeilings::Create(RankRunner* runner, const std::string& dir,
-                                                           uint64_t bytes, int parallelism, int warmup) {
+Result<std::unique_ptr<LeadCeilings>> LeadCeilings::Create(RankRunner* runner,
+                                                           const std::string& dir, uint64_t bytes,
+                                                           int parallelism, int warmup) {
   std::unique_ptr<LeadCeilings> c(new LeadCeilings(runner));
   Status made;
   if (runner->rank() == 0) {
@@ -126,10 +127,9 @@ SaveLoadCeilings LeadCeilings::Finish() {
   return all;
 }
 
-int RunSaveLoadBench(
-    std::string_view name, const std::string& backend, bool json,
-    const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&
-        bench) {
+int RunSaveLoadBench(std::string_view name, const std::string& backend, bool json,
+                     const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out,
+                                                std::string* table)>& bench) {
   std::unique_ptr<dist::ProcessGroup> mpi;
   if (backend == "mpi") {
     auto g = dist::NewMpiProcessGroup();

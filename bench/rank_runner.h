@@ -8,11 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench_util.h"  // CeilingKind, CeilingRounds, PlainIo
 #include "megackpt/core/status.h"
@@ -97,10 +96,9 @@ class LeadCeilings {
 // bench(nullptr, ...); "mpi": bench(the MPI group, ...), under mpirun) and
 // reports it from rank 0 (PrintBenchResult: the table, or JSON with `json`);
 // the other MPI ranks print only an error, on stderr. Returns the exit code.
-int RunSaveLoadBench(
-    std::string_view name, const std::string& backend, bool json,
-    const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out, std::string* table)>&
-        bench);
+int RunSaveLoadBench(std::string_view name, const std::string& backend, bool json,
+                     const std::function<Status(dist::ProcessGroup* mpi, nlohmann::json* out,
+                                                std::string* table)>& bench);
 
 }  // namespace megackpt::bench
 

@@ -54,8 +54,9 @@ using RankFn = std::function<Status(dist::ProcessGroup&, RowShardedRank&)>;
 
 Result<double> RunRanks(std::vector<RowShardedRank>& ranks, const RankFn& fn) {
   const double t0 = NowSeconds();
-  auto results = dist::RunThreadRanks(static_cast<int>(ranks.size()),
-                                      [&](dist::ProcessGroup& g) { return fn(g, ranks[g.rank()]); });
+  auto results = dist::RunThreadRanks(static_cast<int>(ranks.size()), [&](dist::ProcessGroup& g) {
+    return fn(g, ranks[g.rank()]);
+  });
   const double dt = NowSeconds() - t0;
   for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
   return dt;
@@ -77,20 +78,21 @@ class StorageBench {
       MEGA_ASSIGN_OR_RETURN(auto st, BuildRowShardedRank(layout_, o_.size, o_.save_world, r));
       ranks.push_back(std::move(st));
     }
-    return RunRanks(ranks, [&](dist::ProcessGroup& g, RowShardedRank& st) -> Status {
-             if (storage_ == "fs") {
-               dcp::FileSystemWriterOptions wo;
-               wo.sync = false;
-               wo.thread_count = o_.threads;
-               auto writer = dcp::NewFileSystemWriter(ckpt_, wo);
-               return dcp::Save(st.save, *writer, &g);
-             }
-             dcp::MegaStorageWriterOptions wo;
-             wo.sync = false;
-             wo.thread_count = o_.threads;
-             dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
-             return dcp::Save(st.save, writer, &g);
-           })
+    return RunRanks(ranks,
+                    [&](dist::ProcessGroup& g, RowShardedRank& st) -> Status {
+                      if (storage_ == "fs") {
+                        dcp::FileSystemWriterOptions wo;
+                        wo.sync = false;
+                        wo.thread_count = o_.threads;
+                        auto writer = dcp::NewFileSystemWriter(ckpt_, wo);
+                        return dcp::Save(st.save, *writer, &g);
+                      }
+                      dcp::MegaStorageWriterOptions wo;
+                      wo.sync = false;
+                      wo.thread_count = o_.threads;
+                      dcp::MegaStorageWriter writer(ckpt_, std::nullopt, wo);
+                      return dcp::Save(st.save, writer, &g);
+                    })
         .status();
   }
 
@@ -127,8 +129,8 @@ class StorageBench {
       row.bytes_read_ratio = static_cast<double>(read) / static_cast<double>(bytes());
     }
     for (const RowShardedRank& st : ranks) {
-      MEGA_RETURN_IF_ERROR(
-          st.CheckLoaded("bench reshard: a " + storage_ + " load at world size " + std::to_string(world)));
+      MEGA_RETURN_IF_ERROR(st.CheckLoaded("bench reshard: a " + storage_ + " load at world size " +
+                                          std::to_string(world)));
     }
     row.gbps = Summarize(ToGbps(secs, bytes()));
     return row;
@@ -155,10 +157,11 @@ Status Bench(const ReshardBenchOptions& o, nlohmann::json* out, std::string* tab
   (*out)["threads_per_rank"] = o.threads;
   (*out)["reps"] = o.reps;
   char head[256];
-  std::snprintf(head, sizeof head,
-                "megackpt bench reshard: %.2f GB state (16 row-sharded F32 tensors) saved at world %d, "
-                "loaded at %d and %d (threads), %d I/O threads/rank, %d reps after %d warm-up\n",
-                bytes / 1e9, o.save_world, o.save_world, o.load_world, o.threads, o.reps, kWarmup);
+  std::snprintf(
+      head, sizeof head,
+      "megackpt bench reshard: %.2f GB state (16 row-sharded F32 tensors) saved at world %d, "
+      "loaded at %d and %d (threads), %d I/O threads/rank, %d reps after %d warm-up\n",
+      bytes / 1e9, o.save_world, o.save_world, o.load_world, o.threads, o.reps, kWarmup);
   *table += head;
   char cols[160];
   std::snprintf(cols, sizeof cols, "%-40s %8s %8s %8s   %-12s %s\n", "GB/s", "min", "median", "max",
@@ -182,11 +185,11 @@ Status Bench(const ReshardBenchOptions& o, nlohmann::json* out, std::string* tab
       const double ratio = off.gbps.median > 0 ? on.gbps.median / off.gbps.median : 0;
       (*out)[key + "_verified_vs_unverified"] = ratio;
       for (const auto& [label, r, vs] : {std::tuple{"verified (default)", on, ratio},
-                                          std::tuple{"verification off", off, 1.0}}) {
+                                         std::tuple{"verification off", off, 1.0}}) {
         char line[256];
         std::snprintf(line, sizeof line, "%-40s %8.2f %8.2f %8.2f   %-12.3f %.3f\n",
-                      (storage + " load at " + std::to_string(world) + ", " + label).c_str(), r.gbps.min,
-                      r.gbps.median, r.gbps.max, vs, r.bytes_read_ratio);
+                      (storage + " load at " + std::to_string(world) + ", " + label).c_str(),
+                      r.gbps.min, r.gbps.median, r.gbps.max, vs, r.bytes_read_ratio);
         *table += line;
       }
     }

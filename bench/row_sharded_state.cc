@@ -35,7 +35,8 @@ Result<RowShardedRank> BuildRowShardedRank(const RowShardedLayout& layout, uint6
     const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * row_bytes;
     MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(nbytes, true));
     MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(nbytes, true));
-    for (int64_t r = r0; r < r1; ++r) FillRandom(a.get() + (r - r0) * row_bytes, row_bytes, RowSeed(t, r));
+    for (int64_t r = r0; r < r1; ++r)
+      FillRandom(a.get() + (r - r0) * row_bytes, row_bytes, RowSeed(t, r));
     MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, local, a));
     MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, local, b));
     const std::string name = "layers." + std::to_string(t) + ".weight";
@@ -63,8 +64,9 @@ Status RowShardedRank::CheckLoaded(std::string_view who) const {
     for (int64_t r = 0; r < n; ++r) {
       FillRandom(expect.data(), row_bytes, RowSeed(static_cast<int>(t), first_row[t] + r));
       if (std::memcmp(base + r * row_bytes, expect.data(), row_bytes) != 0) {
-        return InternalError(std::string(who) + ": loaded bytes differ from the saved ones in layers." +
-                             std::to_string(t) + ".weight, row " + std::to_string(first_row[t] + r));
+        return InternalError(
+            std::string(who) + ": loaded bytes differ from the saved ones in layers." +
+            std::to_string(t) + ".weight, row " + std::to_string(first_row[t] + r));
       }
     }
   }

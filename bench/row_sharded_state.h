@@ -26,10 +26,10 @@ struct RowShardedLayout {
 };
 
 struct RowShardedRank {
-  dcp::StateDict save;                // this rank's pieces, holding the data
-  dcp::StateDict load;                // the same pieces' destinations
+  dcp::StateDict save;  // this rank's pieces, holding the data
+  dcp::StateDict load;  // the same pieces' destinations
   std::vector<Tensor> save_shards, load_shards;
-  std::vector<int64_t> first_row;     // per tensor: the global row of the piece's row 0
+  std::vector<int64_t> first_row;  // per tensor: the global row of the piece's row 0
   RowShardedLayout layout;
   // The value check after a load, of every bench that loads this state: OK
   // when every destination holds the bytes the state has at those global rows

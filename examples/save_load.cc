@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "step differs\n");
     return 1;
   }
-  std::printf("saved and loaded %lld floats at %s: OK\n", static_cast<long long>(loaded->numel()), argv[1]);
+  std::printf("saved and loaded %lld floats at %s: OK\n", static_cast<long long>(loaded->numel()),
+              argv[1]);
   return 0;
 }

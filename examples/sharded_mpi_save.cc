@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (g.rank() == 0) std::printf("%d ranks saved %s sharded and loaded it whole: OK\n", g.world_size(), argv[1]);
+  if (g.rank() == 0)
+    std::printf("%d ranks saved %s sharded and loaded it whole: OK\n", g.world_size(), argv[1]);
   return 0;
 }

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& f : shard->files) {
     for (const auto& t : f.reconstruction.terms) verification &= !t.verification_hash.IsZero();
   }
-  std::string again = SerializeShard(*shard, {.with_verification = verification, .with_footer = true});
+  std::string again =
+      SerializeShard(*shard, {.with_verification = verification, .with_footer = true});
   auto reparsed = ParseShard(std::as_bytes(std::span(again)));
   if (!reparsed.ok()) std::abort();
   return 0;

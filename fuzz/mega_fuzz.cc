@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
+#include "megackpt/format/mega.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace megackpt;

@@ -16,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
-void RunOne(const std::vector<uint8_t>& bytes) { LLVMFuzzerTestOneInput(bytes.data(), bytes.size()); }
+void RunOne(const std::vector<uint8_t>& bytes) {
+  LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
+}
 
 void RunWithMutations(const std::vector<uint8_t>& bytes, std::mt19937_64& rng) {
   RunOne(bytes);
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
     }
     for (auto& p : paths) {
       std::ifstream in(p, std::ios::binary);
-      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
       RunWithMutations(bytes, rng);
       ++files;
     }

@@ -60,7 +60,8 @@ TEST_F(CasCliTest, PutGetChunkStat) {
   const std::string out = dir_ + "/out.bin";
   ASSERT_EQ(Exec("cas get --store " + store + " " + hash + " " + out).code, 0);
   EXPECT_TRUE(ReadFileOrEmpty(out) == data_);
-  ASSERT_EQ(Exec("cas get --store " + store + " " + hash + " " + out + " --range 1000-1999").code, 0);
+  ASSERT_EQ(Exec("cas get --store " + store + " " + hash + " " + out + " --range 1000-1999").code,
+            0);
   EXPECT_TRUE(ReadFileOrEmpty(out) == data_.substr(1000, 1000));  // END is inclusive
 
   CliRun stat = Exec("cas stat --store " + store + " --json");

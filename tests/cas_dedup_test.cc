@@ -45,10 +45,10 @@ TEST(CasDedupTest, CheckpointVersionsAndResharding) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->files, static_cast<uint64_t>(opts.shards * 2 + opts.reshards));
   EXPECT_GT(stats->dedup_ratio(), 2.5);
-  std::printf("store: %llu files, %.1f MiB logical, %.1f MiB unique, %.1f MiB on disk, dedup %.2fx\n",
-              static_cast<unsigned long long>(stats->files), stats->logical_bytes / 1048576.0,
-              stats->unpacked_bytes / 1048576.0, stats->stored_bytes / 1048576.0,
-              stats->dedup_ratio());
+  std::printf(
+      "store: %llu files, %.1f MiB logical, %.1f MiB unique, %.1f MiB on disk, dedup %.2fx\n",
+      static_cast<unsigned long long>(stats->files), stats->logical_bytes / 1048576.0,
+      stats->unpacked_bytes / 1048576.0, stats->stored_bytes / 1048576.0, stats->dedup_ratio());
   EXPECT_TRUE((*store)->Verify().ok());
 
   // Dropping v1 and v2 keeps v3 intact and frees the chunks only they used.

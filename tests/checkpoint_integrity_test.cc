@@ -143,7 +143,8 @@ TEST(PathSafety, MegaMetadataNamingAFileOutsideIsRefused) {
     ASSERT_FALSE(v.ok());
     EXPECT_EQ(v.status().code(), StatusCode::kDataLoss);
     EXPECT_NE(v.status().message().find("'..'"), std::string::npos) << v.status().ToString();
-    EXPECT_NE(v.status().message().find("relative_path"), std::string::npos) << v.status().ToString();
+    EXPECT_NE(v.status().message().find("relative_path"), std::string::npos)
+        << v.status().ToString();
   }
 }
 

@@ -2,7 +2,6 @@
 // steps, async saves that never overlap, crash recovery (a child saving in a
 // loop is SIGKILLed at random instants; every time, the newest valid step is a
 // complete step, bit-exact), multi-rank saves and resharded loads.
-#include "core/test_files.h"
 #include "megackpt/dcp/checkpoint_manager.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "core/test_files.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
 #include "megackpt/dcp/diff.h"
@@ -34,8 +34,8 @@ constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 1024;
 
 uint32_t Value(int64_t step, uint32_t salt, uint64_t i) {
-  uint64_t z = (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull) ^ (salt * 0xBF58476D1CE4E5B9ull) ^
-               (i * 0x94D049BB133111EBull);
+  uint64_t z = (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull) ^
+               (salt * 0xBF58476D1CE4E5B9ull) ^ (i * 0x94D049BB133111EBull);
   z ^= z >> 31;
   z *= 0xD6E8FEB86659FD93ull;
   return static_cast<uint32_t>(z ^ (z >> 32));
@@ -69,12 +69,14 @@ StepState MakeStepState(int64_t step, int world = 1, int rank = 0, bool fill = t
   model.Set("w", StateValue(std::move(w)));
   model.Set("b", StateValue(make(2, {kCols}, 0)));
   st.sd.Set("model", StateValue(std::move(model)));
-  st.sd.Set("step", StateValue::Bytes(fill ? "step=" + std::to_string(step) : std::string(16, '?')));
+  st.sd.Set("step",
+            StateValue::Bytes(fill ? "step=" + std::to_string(step) : std::string(16, '?')));
   return st;
 }
 
 // Compares a loaded state with MakeStepState(step, ...) element by element.
-::testing::AssertionResult SameAsStep(StepState& loaded, int64_t step, int world = 1, int rank = 0) {
+::testing::AssertionResult SameAsStep(StepState& loaded, int64_t step, int world = 1,
+                                      int rank = 0) {
   StepState want = MakeStepState(step, world, rank);
   for (size_t b = 0; b < want.buffers.size(); ++b) {
     if (*want.buffers[b] != *loaded.buffers[b]) {
@@ -240,7 +242,8 @@ TEST(CheckpointManagerTest, DirectIoStepsSkipThePageCache) {
       for (int64_t step : {1, 2}) {
         StepState st = MakeStepState(step);
         ASSERT_TRUE((*m)->Save(step, st.sd).ok());
-        testing::ExpectSavedAroundThePageCache((*m)->StepPath(step), "", std::string(storage) == "mega" ? ".mega" : ".distcp");
+        testing::ExpectSavedAroundThePageCache(
+            (*m)->StepPath(step), "", std::string(storage) == "mega" ? ".mega" : ".distcp");
       }
       StepState into = MakeStepState(0, 1, 0, /*fill=*/false);
       auto loaded = (*m)->Load(into.sd);
@@ -324,7 +327,8 @@ TEST(CheckpointManagerTest, DamagedNewestStepIsSkippedAndNamed) {
   ASSERT_TRUE(v3.ok());
   EXPECT_EQ(v3->step, 1);
   ASSERT_EQ(v3->skipped.size(), 2u);
-  EXPECT_EQ(v3->skipped[1].reason.code(), StatusCode::kNotFound) << v3->skipped[1].reason.ToString();
+  EXPECT_EQ(v3->skipped[1].reason.code(), StatusCode::kNotFound)
+      << v3->skipped[1].reason.ToString();
   // Everything damaged: NotFound listing each step.
   FlipByte(DataFiles(m->StepPath(1))[0], 7);
   auto none = m->LatestValid();
@@ -519,7 +523,7 @@ TEST(DiffCheckpointsTest, AddedRemovedChangedBytesAndMaxAbsDiff) {
   TempDir tmp("ckpt-diff");
   std::vector<float> w(1000, 1.0f), w2 = w;
   w2[3] = 1.5f;
-  w2[999] = -2.0f;  // |1 - (-2)| = 3
+  w2[999] = -2.0f;                                                    // |1 - (-2)| = 3
   std::vector<uint16_t> h = {0x3C00, 0x4000}, h2 = {0x3C00, 0x4200};  // F16: 2 -> 3
   std::vector<int32_t> same = {1, 2, 3};
   std::vector<double> dt = {1.0};
@@ -563,7 +567,8 @@ TEST(DiffCheckpointsTest, AddedRemovedChangedBytesAndMaxAbsDiff) {
   EXPECT_EQ(d->changed[3].changed_bytes, 8u);
   EXPECT_EQ(d->changed[3].max_abs_diff, 3.0);
   EXPECT_EQ(d->changed_bytes, 8u + 8u + 2u + 3u + 2u);  // dt (max 8, 4), h, s, w, new
-  EXPECT_EQ(DiffCheckpoints(tmp.path("a"), tmp.path("missing")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(DiffCheckpoints(tmp.path("a"), tmp.path("missing")).status().code(),
+            StatusCode::kNotFound);
 }
 
 // ---- kill -9 at random instants ------------------------------------------------
@@ -605,8 +610,8 @@ TEST(CheckpointManagerCrashTest, KillAtRandomInstantsLeavesALoadableCompleteStep
     if (pid == 0) {
       setenv("MEGACKPT_CKPT_CHILD_ROOT", root.c_str(), 1);
       if (async) setenv("MEGACKPT_CKPT_CHILD_ASYNC", "1", 1);
-      execl("/proc/self/exe", "checkpoint_manager_test", "--gtest_filter=CheckpointManagerChild.SaveLoop",
-            static_cast<char*>(nullptr));
+      execl("/proc/self/exe", "checkpoint_manager_test",
+            "--gtest_filter=CheckpointManagerChild.SaveLoop", static_cast<char*>(nullptr));
       _exit(127);
     }
     // Kill somewhere between start-up and several saves in.
@@ -614,8 +619,8 @@ TEST(CheckpointManagerCrashTest, KillAtRandomInstantsLeavesALoadableCompleteStep
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "trial " << trial << ": the child exited early (status "
-                                     << status << ")";
+    ASSERT_TRUE(WIFSIGNALED(status))
+        << "trial " << trial << ": the child exited early (status " << status << ")";
 
     // Recovery: opening removes what the crash left half-written.
     auto m = CheckpointManager::Open(root, FastOptions());
@@ -632,7 +637,8 @@ TEST(CheckpointManagerCrashTest, KillAtRandomInstantsLeavesALoadableCompleteStep
       EXPECT_EQ(last_seen, 0) << "trial " << trial << ": a committed step was lost";
       continue;
     }
-    EXPECT_TRUE(valid->skipped.empty()) << "trial " << trial << ": " << valid->skipped[0].reason.ToString();
+    EXPECT_TRUE(valid->skipped.empty())
+        << "trial " << trial << ": " << valid->skipped[0].reason.ToString();
     EXPECT_EQ(latest, valid->step);
     EXPECT_EQ((*m)->LatestRecord().value(), valid->step) << "Open rolls `latest` forward";
     EXPECT_GE(valid->step, last_seen) << "trial " << trial << ": went back in time";

@@ -38,8 +38,9 @@ void FlipByte(const std::string& file, uint64_t offset) {
 TEST(CkptCli, TrainingLoopDemoLsLatestGcDiff) {
   megackpt::dcp::testing::TempDir dir("ckpt-cli");
   const std::string root = dir.path("run");
-  CliRun r = Cli("demo --out " + root +
-                 " --steps 4 --change-fraction 0.25 --size 2MB --world-size 2 --keep-last 3 --full-saves");
+  CliRun r =
+      Cli("demo --out " + root +
+          " --steps 4 --change-fraction 0.25 --size 2MB --world-size 2 --keep-last 3 --full-saves");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("reload of step 4 at 3 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kept steps: 2 3 4"), std::string::npos) << r.out;
@@ -118,7 +119,8 @@ TEST(CkptCli, TrainingLoopDemoLsLatestGcDiff) {
 TEST(CkptCli, IncrementalDemoReferencesUnchangedEntries) {
   megackpt::dcp::testing::TempDir dir("ckpt-cli-incr");
   const std::string root = dir.path("run");
-  CliRun r = Cli("demo --out " + root + " --steps 3 --change-fraction 0.1 --size 2MB --world-size 2");
+  CliRun r =
+      Cli("demo --out " + root + " --steps 3 --change-fraction 0.1 --size 2MB --world-size 2");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("incremental saves"), std::string::npos) << r.out;
   r = CliSplit("ckpt ls " + root + " --json --verify");
@@ -130,7 +132,8 @@ TEST(CkptCli, IncrementalDemoReferencesUnchangedEntries) {
     const auto& s = ls["steps"][i];
     EXPECT_TRUE(s["valid"].get<bool>());
     EXPECT_EQ(s["base_step"], i);
-    EXPECT_GT(s["bytes_referenced"].get<uint64_t>(), s["bytes_written"].get<uint64_t>()) << s.dump();
+    EXPECT_GT(s["bytes_referenced"].get<uint64_t>(), s["bytes_written"].get<uint64_t>())
+        << s.dump();
   }
 }
 

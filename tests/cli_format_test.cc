@@ -14,12 +14,12 @@
 #include "core/test_files.h"
 #include "core/test_tensors.h"
 #include "megackpt/core/file.h"
+#include "megackpt/core/tensor.h"
 #include "megackpt/dcp/index_io.h"
-#include "megackpt/fs/filesystem.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/safetensors.h"
-#include "megackpt/core/tensor.h"
+#include "megackpt/fs/filesystem.h"
 #include "test_util.h"
 
 namespace megackpt {
@@ -67,7 +67,8 @@ class CliFormatTest : public ::testing::Test {
   std::string WriteSource(const std::string& name) {
     const std::string path = Path(name);
     auto ts = Model();
-    EXPECT_TRUE(format::SaveSafetensorsFile(path, ts, {{"format", "pt"}, {"origin", "cli test"}}).ok());
+    EXPECT_TRUE(
+        format::SaveSafetensorsFile(path, ts, {{"format", "pt"}, {"origin", "cli test"}}).ok());
     return path;
   }
 
@@ -265,7 +266,8 @@ TEST_F(CliFormatTest, VerifyExitCodes) {
   EXPECT_THAT(missing.err, HasSubstr("nope.mega"));
 
   // A flipped payload byte in a MEGA file: names the file and the tensor.
-  const std::string last_tensor = (*format::MegaReader::OpenFile(Path("m.mega")))->tensors().back().name;
+  const std::string last_tensor =
+      (*format::MegaReader::OpenFile(Path("m.mega")))->tensors().back().name;
   FlipByte(Path("m.mega"), 2);
   RunResult bad = Run("verify " + Path("m.mega"));
   EXPECT_EQ(bad.code, 1);
@@ -341,8 +343,8 @@ TEST_F(CliFormatTest, VerifyChecksTheIndexIsTruthful) {
 // shards that hold only chunks; a corrupt chunk still fails naming the file.
 TEST_F(CliFormatTest, VerifyShardedDcpCheckpoint) {
   const std::string ckpt = Path("dcp");
-  RunResult save = Run("demo --out " + ckpt +
-                       " --storage mega --mode save --world-size 2 --size 4MB --seed 3");
+  RunResult save =
+      Run("demo --out " + ckpt + " --storage mega --mode save --world-size 2 --size 4MB --seed 3");
   ASSERT_EQ(save.code, 0) << save.err;
   const std::string index_text = ReadAll(ckpt + "/model.mega.index.json");
   json index = json::parse(index_text);

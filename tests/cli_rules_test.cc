@@ -29,8 +29,10 @@ using test_util::CommandResult;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-CommandResult Cli(const std::string& args, const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  return test_util::RunMegackpt(args, {.stderr_to = test_util::StderrTo::kErr, .env = env, .stdin_data = ""});
+CommandResult Cli(const std::string& args,
+                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  return test_util::RunMegackpt(
+      args, {.stderr_to = test_util::StderrTo::kErr, .env = env, .stdin_data = ""});
 }
 
 // The subcommand names listed under "SUBCOMMANDS:" in `megackpt PATH --help`.
@@ -83,9 +85,10 @@ bool IsJsonOutput(const std::string& out) {
 TEST(CliRules, EveryCommandHasJsonAndExitCodesInHelp) {
   const std::vector<std::string> leaves = LeafCommands();
   // The tree as README lists it (a command added later is checked too).
-  for (const char* expected : {"inspect", "verify", "convert", "consolidate", "demo", "diff", "ckpt ls",
-                               "ckpt latest", "ckpt gc", "cas put", "cas get", "cas stat", "cas gc",
-                               "cas chunk", "cas verify", "push", "pull", "ls", "rm", "log", "bench dcp"}) {
+  for (const char* expected :
+       {"inspect",     "verify",  "convert", "consolidate", "demo",     "diff",   "ckpt ls",
+        "ckpt latest", "ckpt gc", "cas put", "cas get",     "cas stat", "cas gc", "cas chunk",
+        "cas verify",  "push",    "pull",    "ls",          "rm",       "log",    "bench dcp"}) {
     EXPECT_NE(std::find(leaves.begin(), leaves.end(), expected), leaves.end()) << expected;
   }
   for (const std::string& cmd : leaves) {
@@ -153,12 +156,13 @@ TEST(CliRules, EveryCommandPrintsValidJson) {
     std::istringstream words(args);
     std::string first, second;
     words >> first >> second;
-    ran.insert(first == "cas" || first == "ckpt" || first == "bench" ? first + " " + second : first);
+    ran.insert(first == "cas" || first == "ckpt" || first == "bench" ? first + " " + second
+                                                                     : first);
   }
   // cas get needs the hash `cas put` printed.
   json put = json::parse(Cli("cas put --store " + d + "cas " + data + " --json").out);
-  CommandResult get = Cli("cas get --store " + d + "cas " + put["file_hash"].get<std::string>() + " " + d +
-                          "data.out --json");
+  CommandResult get = Cli("cas get --store " + d + "cas " + put["file_hash"].get<std::string>() +
+                          " " + d + "data.out --json");
   EXPECT_EQ(get.code, 0) << get.err;
   ASSERT_TRUE(json::accept(get.out)) << get.out;
   EXPECT_EQ(json::parse(get.out)["bytes"], 300000);
@@ -219,13 +223,14 @@ TEST(CliRules, ErrorsUnderJsonAreOneJsonObject) {
       {"cas stat --store " + d + "missing", 1, "FailedPrecondition"},
       {"cas get --store " + d + "cas nothex " + d + "o", 2, "usage"},
       {"demo --out " + d + "x --size lots", 2, "usage"},
-      {"inspect", 2, "usage"},                   // a missing argument (CLI11)
+      {"inspect", 2, "usage"},                    // a missing argument (CLI11)
       {"inspect --frobnicate " + d, 2, "usage"},  // an unknown flag (CLI11)
-      {"inpsect " + d, 2, "usage"},              // a typo'd command
+      {"inpsect " + d, 2, "usage"},               // a typo'd command
       {"pull mega://org/none " + d + "down", 1, "NotFound"},
   };
   for (const Case& c : cases) {
-    CommandResult r = Cli(c.args + " --json", {{"MEGA_ENDPOINT", "file://" + d + "hub"}, {"MEGA_HOME", d + "home"}});
+    CommandResult r = Cli(c.args + " --json",
+                          {{"MEGA_ENDPOINT", "file://" + d + "hub"}, {"MEGA_HOME", d + "home"}});
     EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.out << r.err;
     ASSERT_TRUE(json::accept(r.out)) << c.args << " printed:\n" << r.out;
     json j = json::parse(r.out);
@@ -235,7 +240,8 @@ TEST(CliRules, ErrorsUnderJsonAreOneJsonObject) {
     EXPECT_THAT(r.err, StartsWith("megackpt: error: ")) << c.args;
   }
   // Damage found by verify is a result with "ok": false and the error.
-  test_util::WriteFileCreatingDirs(d + "junk.safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\":", 13));
+  test_util::WriteFileCreatingDirs(d + "junk.safetensors",
+                                   std::string("\x10\0\0\0\0\0\0\0{\"a\":", 13));
   CommandResult bad = Cli("verify " + d + "junk.safetensors --json");
   EXPECT_NE(bad.code, 0);
   ASSERT_TRUE(json::accept(bad.out)) << bad.out;
@@ -244,8 +250,9 @@ TEST(CliRules, ErrorsUnderJsonAreOneJsonObject) {
 
 TEST(CliRules, ErrorsWithoutJsonHaveOnePrefix) {
   dcp::testing::TempDir dir("cli-prefix");
-  for (const std::string& args : std::vector<std::string>{"inspect " + dir.path("missing"), "cas stat --store " + dir.path("none"),
-                                 "ckpt latest " + dir.path("none"), "inspect", "demo --out x --size lots"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "inspect " + dir.path("missing"), "cas stat --store " + dir.path("none"),
+           "ckpt latest " + dir.path("none"), "inspect", "demo --out x --size lots"}) {
     CommandResult r = Cli(args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_THAT(r.err, StartsWith("megackpt: error: ")) << args << ": " << r.err;

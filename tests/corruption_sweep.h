@@ -80,7 +80,8 @@ inline Status LoadAt(const synthetic::Spec& spec, const Storage& storage, const 
   auto results = dist::RunThreadRanks(
       world,
       [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 1, false));
+        MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                              synthetic::BuildRankState(spec, world, g.rank(), 1, false));
         auto r = storage.reader(dir);
         MEGA_RETURN_IF_ERROR(Load(sd, *r, &g));
         Status v = synthetic::VerifyRankState(spec, sd);
@@ -119,8 +120,10 @@ inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, s
     stored[info.relative_path].push_back({info.offset, info.offset + info.length, idx.fqn});
     if (info.length == 0) continue;
     h = Mix(h);
-    for (uint64_t at : {info.offset, info.offset + info.length - 1, info.offset + h % info.length}) {
-      flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h + at) % 8), true, idx.fqn});
+    for (uint64_t at :
+         {info.offset, info.offset + info.length - 1, info.offset + h % info.length}) {
+      flips.push_back(
+          Flip{info.relative_path, at, static_cast<int>(Mix(h + at) % 8), true, idx.fqn});
     }
     // A block CRC table in the data file (fs storage) is part of the piece too:
     // its first, last and one interior byte.
@@ -129,7 +132,8 @@ inline std::vector<Flip> PlanFlips(const std::string& dir, const Metadata& md, s
       const uint64_t t = *info.block_table_offset;
       stored[info.relative_path].push_back({t, t + table_bytes, idx.fqn});
       for (uint64_t at : {t, t + table_bytes - 1, t + h % table_bytes}) {
-        flips.push_back(Flip{info.relative_path, at, static_cast<int>(Mix(h ^ at) % 8), true, idx.fqn});
+        flips.push_back(
+            Flip{info.relative_path, at, static_cast<int>(Mix(h ^ at) % 8), true, idx.fqn});
       }
     }
   }
@@ -179,8 +183,8 @@ inline size_t RunSweep(const Storage& storage, uint64_t state_bytes, size_t per_
   for (const Flip& f : flips) {
     const std::string path = dir + "/" + f.file;
     FlipBit(path, f.offset, f.bit);
-    const std::string where = f.file + " byte " + std::to_string(f.offset) + " bit " +
-                              std::to_string(f.bit);
+    const std::string where =
+        f.file + " byte " + std::to_string(f.offset) + " bit " + std::to_string(f.bit);
     for (int world : {1, 2, 3}) {
       bool silent = false;
       Status s = LoadAt(spec, storage, dir, world, &silent);
@@ -215,8 +219,8 @@ inline size_t RunSweep(const Storage& storage, uint64_t state_bytes, size_t per_
     }
     if (!problems.empty()) {
       EXPECT_NE(problems.find(f.file), std::string::npos)
-          << storage.name << ": verify after flipping " << where << " does not name the file: "
-          << problems;
+          << storage.name << ": verify after flipping " << where
+          << " does not name the file: " << problems;
     }
     FlipBit(path, f.offset, f.bit);  // restore
   }

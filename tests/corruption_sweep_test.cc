@@ -11,8 +11,7 @@ namespace megackpt::dcp::sweep {
 namespace {
 
 TEST(CorruptionSweep, FileSystemStorage) {
-  Storage fs{"fs",
-             [](const std::string& dir) { return NewFileSystemWriter(dir); },
+  Storage fs{"fs", [](const std::string& dir) { return NewFileSystemWriter(dir); },
              [](const std::string& dir) { return NewFileSystemReader(dir); }};
   const size_t flips = RunSweep(fs, 2 << 20, 6);
   EXPECT_GT(flips, 100u);
@@ -29,7 +28,8 @@ TEST(CorruptionSweep, MegaStorage) {
                }};
   const size_t flips = RunSweep(mega, 2 << 20, 6);
   EXPECT_GT(flips, 100u);
-  std::printf("mega corruption sweep: %zu flips, each loaded at 1, 2, 3 ranks and verified\n", flips);
+  std::printf("mega corruption sweep: %zu flips, each loaded at 1, 2, 3 ranks and verified\n",
+              flips);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ class TempDir : public megackpt::dcp::testing::TempDir {
 
 TEST(DcpCli, DemoSavesAndReloadsResharded) {
   TempDir dir;
-  CliRun r = Cli("demo --out " + dir.path("c") + " --world-size 2 --load-world-size 3 --size 3MB --seed 11");
+  CliRun r = Cli("demo --out " + dir.path("c") +
+                 " --world-size 2 --load-world-size 3 --size 3MB --seed 11");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("save   2 ranks"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("load   3 ranks"), std::string::npos) << r.out;
@@ -53,17 +54,20 @@ TEST(DcpCli, DemoDirectIoSavesAroundThePageCache) {
   for (const std::string storage : {"fs", "mega"}) {
     SCOPED_TRACE(storage);
     const std::string ext = storage == "mega" ? ".mega" : ".distcp";
-    CliRun r = Cli("demo --mode save --direct-io --size 3MB --storage " + storage + " --out " + dir.path(storage));
+    CliRun r = Cli("demo --mode save --direct-io --size 3MB --storage " + storage + " --out " +
+                   dir.path(storage));
     ASSERT_EQ(r.code, 0) << r.out;
     megackpt::dcp::testing::ExpectSavedAroundThePageCache(dir.path(storage), "", ext);
-    r = Cli("demo --mode load --load-world-size 1 --size 3MB --storage " + storage + " --out " + dir.path(storage));
+    r = Cli("demo --mode load --load-world-size 1 --size 3MB --storage " + storage + " --out " +
+            dir.path(storage));
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("every byte identical"), std::string::npos) << r.out;
     // The loop reloads its newest step at the end; step 1 stays unread.
     r = Cli("demo --steps 2 --full-saves --direct-io --size 3MB --storage " + storage + " --out " +
             dir.path(storage + "-run"));
     ASSERT_EQ(r.code, 0) << r.out;
-    megackpt::dcp::testing::ExpectSavedAroundThePageCache(dir.path(storage + "-run") + "/step-000000001", "", ext);
+    megackpt::dcp::testing::ExpectSavedAroundThePageCache(
+        dir.path(storage + "-run") + "/step-000000001", "", ext);
   }
 }
 
@@ -134,7 +138,6 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
   }
 }
 
-
 // ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------
 
 // The summary line both inspect and verify print for a DCP folder.
@@ -192,7 +195,9 @@ TEST(DcpCli, InspectAndVerifyAgreeOnEveryLayout) {
   for (const char* storage : {"fs", "mega"}) {
     const std::string c = dir.path(storage);
     ASSERT_EQ(Cli(std::string("demo --out ") + c + " --storage " + storage +
-                  " --world-size 2 --mode save --size 2MB").code, 0);
+                  " --world-size 2 --mode save --size 2MB")
+                  .code,
+              0);
     CliRun inspect = Cli("inspect " + c);
     CliRun verify = Cli("verify " + c);
     ASSERT_EQ(inspect.code, 0) << inspect.out;
@@ -221,7 +226,9 @@ TEST(DcpCli, ConvertRefusesShardedInputAndConsolidateFixesIt) {
   for (const char* storage : {"mega", "fs"}) {
     const std::string c = dir.path(std::string("src-") + storage);
     ASSERT_EQ(Cli(std::string("demo --out ") + c + " --storage " + storage +
-                  " --world-size 2 --mode save --size 2MB").code, 0);
+                  " --world-size 2 --mode save --size 2MB")
+                  .code,
+              0);
     CliRun conv = Cli("convert " + c + " " + dir.path(std::string("out-") + storage));
     EXPECT_EQ(conv.code, 1) << conv.out;
     EXPECT_NE(conv.out.find("megackpt consolidate"), std::string::npos) << conv.out;
@@ -240,9 +247,11 @@ TEST(DcpCli, ConvertRefusesShardedInputAndConsolidateFixesIt) {
     ASSERT_EQ(after.code, 0) << after.out;
     // Same entries and bytes, now 0 sharded.
     const std::string before_line = CountLine(inspect.out), after_line = CountLine(after.out);
-    EXPECT_EQ(before_line.substr(0, before_line.find(" (")), after_line.substr(0, after_line.find(" (")))
+    EXPECT_EQ(before_line.substr(0, before_line.find(" (")),
+              after_line.substr(0, after_line.find(" (")))
         << before_line << " vs " << after_line;
-    CliRun st = Cli("convert " + whole + " " + dir.path(std::string("st-") + storage) + ".safetensors");
+    CliRun st =
+        Cli("convert " + whole + " " + dir.path(std::string("st-") + storage) + ".safetensors");
     ASSERT_EQ(st.code, 0) << st.out;
     auto j = nlohmann::json::parse(Cli("inspect --json " + whole).out, nullptr, false);
     ASSERT_FALSE(j.is_discarded());
@@ -257,15 +266,16 @@ TEST(DcpCli, ConvertRefusesShardedInputAndConsolidateFixesIt) {
 TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
   TempDir dir;
   const std::string c = dir.path("c");
-  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code, 0);
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code,
+            0);
   auto shards = FilesWith(c, ".mega");
   ASSERT_FALSE(shards.empty());
   stdfs::remove(shards[0]);
   ASSERT_EQ(mkfifo(shards[0].c_str(), 0600), 0);
-  for (const std::string& cmd : {"inspect " + c + "/model.mega.index.json",
-                                "verify " + c + "/model.mega.index.json", "verify " + c,
-                                "convert " + c + "/model.mega.index.json " + dir.path("o"),
-                                "demo --out " + c + " --storage mega --mode load --size 1MB"}) {
+  for (const std::string& cmd :
+       {"inspect " + c + "/model.mega.index.json", "verify " + c + "/model.mega.index.json",
+        "verify " + c, "convert " + c + "/model.mega.index.json " + dir.path("o"),
+        "demo --out " + c + " --storage mega --mode load --size 1MB"}) {
     CliRun r = Cli(cmd);  // a hang here is the bug (ctest's timeout)
     EXPECT_NE(r.code, 0) << cmd << ": " << r.out;
     EXPECT_NE(r.out.find("FIFO"), std::string::npos) << cmd << ": " << r.out;
@@ -281,8 +291,8 @@ TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
   ASSERT_EQ(Cli("demo --out " + f + " --world-size 1 --mode save --size 1MB").code, 0);
   stdfs::remove(f + "/.metadata");
   ASSERT_EQ(mkfifo((f + "/.metadata").c_str(), 0600), 0);
-  for (const std::string& cmd : {"inspect " + f, "verify " + f,
-                                "demo --out " + f + " --mode load --size 1MB"}) {
+  for (const std::string& cmd :
+       {"inspect " + f, "verify " + f, "demo --out " + f + " --mode load --size 1MB"}) {
     CliRun m = Cli(cmd);
     EXPECT_EQ(m.code, 1) << cmd << ": " << m.out;
     EXPECT_NE(m.out.find("FIFO"), std::string::npos) << cmd << ": " << m.out;
@@ -295,7 +305,8 @@ TEST(DcpCli, FifoInsteadOfAFileIsRefusedWithoutBlocking) {
 TEST(DcpCli, SavingAnotherLayoutRemovesTheOldFiles) {
   TempDir dir;
   const std::string c = dir.path("c");
-  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code, 0);
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code,
+            0);
   ASSERT_FALSE(FilesWith(c, ".mega").empty());
   ASSERT_EQ(Cli("demo --out " + c + " --storage fs --world-size 2 --mode save --size 1MB").code, 0);
   EXPECT_TRUE(FilesWith(c, ".mega").empty());
@@ -304,13 +315,16 @@ TEST(DcpCli, SavingAnotherLayoutRemovesTheOldFiles) {
   CliRun v = Cli("verify " + c);
   EXPECT_EQ(v.code, 0) << v.out;
   EXPECT_NE(v.out.find("dcp-fs"), std::string::npos) << v.out;
-  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code, 0);
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 2 --mode save --size 1MB").code,
+            0);
   EXPECT_TRUE(FilesWith(c, ".distcp").empty());
   EXPECT_FALSE(FilesWith(c, ".mega").empty());
   v = Cli("verify " + c);
   EXPECT_EQ(v.code, 0) << v.out;
   EXPECT_NE(v.out.find("dcp-mega"), std::string::npos) << v.out;
-  EXPECT_EQ(Cli("demo --out " + c + " --storage mega --mode load --size 1MB --load-world-size 3").code, 0);
+  EXPECT_EQ(
+      Cli("demo --out " + c + " --storage mega --mode load --size 1MB --load-world-size 3").code,
+      0);
 }
 
 // A folder whose .metadata is pickled (TensorPlay's / torch's own writers) is
@@ -319,7 +333,8 @@ TEST(DcpCli, SavingAnotherLayoutRemovesTheOldFiles) {
 TEST(DcpCli, PickledMetadataFolderIsReadThroughItsIndex) {
   TempDir dir;
   const std::string c = dir.path("c");
-  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code, 0);
+  ASSERT_EQ(Cli("demo --out " + c + " --storage mega --world-size 1 --mode save --size 1MB").code,
+            0);
   std::ofstream(c + "/.metadata", std::ios::trunc | std::ios::binary) << "\x80\x04\x95pickled";
   CliRun v = Cli("verify " + c);
   EXPECT_EQ(v.code, 0) << v.out;

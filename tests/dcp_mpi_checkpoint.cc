@@ -44,7 +44,8 @@ TEST_F(DcpMpi, SaveThenResharedLoads) {
   }
   // Same world size through MPI, every tensor in another layout.
   for (int variant : {1, 3}) {
-    Status s = testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(ckpt), g.get(), variant);
+    Status s =
+        testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(ckpt), g.get(), variant);
     ASSERT_TRUE(s.ok()) << "variant " << variant << ": " << s.ToString();
   }
   // Other world sizes: rank 0 loads with 1..4 threads ranks.
@@ -53,7 +54,8 @@ TEST_F(DcpMpi, SaveThenResharedLoads) {
       auto results = dist::RunThreadRanks(load_world, [&](dist::ProcessGroup& tg) -> Status {
         return testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(ckpt), &tg, 2);
       });
-      for (const Status& s : results) EXPECT_TRUE(s.ok()) << "load world " << load_world << ": " << s.ToString();
+      for (const Status& s : results)
+        EXPECT_TRUE(s.ok()) << "load world " << load_world << ": " << s.ToString();
     }
   }
 }
@@ -69,7 +71,8 @@ TEST_F(DcpMpi, AsyncSaveThenLoad) {
   ASSERT_TRUE(h.staged.get().ok());
   Status done = h.done.get();
   ASSERT_TRUE(done.ok()) << done.ToString();
-  Status loaded = testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(dir->path("a")), g.get(), 5);
+  Status loaded =
+      testing::LoadAndVerifySyntheticRank(spec, *NewFileSystemReader(dir->path("a")), g.get(), 5);
   EXPECT_TRUE(loaded.ok()) << loaded.ToString();
 }
 

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -41,7 +41,8 @@ std::vector<Status> OnRankStates(const synthetic::Spec& spec, int world, int var
   return dist::RunThreadRanks(
       world,
       [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, fill));
+        MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                              synthetic::BuildRankState(spec, world, g.rank(), variant, fill));
         return fn(g, sd);
       },
       Quick());
@@ -49,10 +50,11 @@ std::vector<Status> OnRankStates(const synthetic::Spec& spec, int world, int var
 
 Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
                      int variant = 0, FileSystemWriterOptions options = {}) {
-  auto results = OnRankStates(spec, world, variant, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    auto writer = NewFileSystemWriter(dir, options);
-    return Save(sd, *writer, &g);
-  });
+  auto results =
+      OnRankStates(spec, world, variant, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+        auto writer = NewFileSystemWriter(dir, options);
+        return Save(sd, *writer, &g);
+      });
   for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
   return Status::OK();
 }
@@ -60,11 +62,12 @@ Status SaveSynthetic(const synthetic::Spec& spec, const std::string& dir, int wo
 // Loads at `world` with layout `variant` and verifies every rank's bytes.
 std::vector<Status> LoadSynthetic(const synthetic::Spec& spec, const std::string& dir, int world,
                                   int variant) {
-  return OnRankStates(spec, world, variant, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    auto reader = NewFileSystemReader(dir);
-    MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
-    return synthetic::VerifyRankState(spec, sd);
-  });
+  return OnRankStates(spec, world, variant, false,
+                      [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+                        auto reader = NewFileSystemReader(dir);
+                        MEGA_RETURN_IF_ERROR(Load(sd, *reader, &g));
+                        return synthetic::VerifyRankState(spec, sd);
+                      });
 }
 
 void ExpectAllFail(const std::vector<Status>& results, StatusCode code,
@@ -90,9 +93,9 @@ TEST(DcpThreads, ReshardMatrix) {
       for (int variant : {0, 1 + (save_world + load_world) % (synthetic::kNumLayouts - 1)}) {
         auto results = LoadSynthetic(spec, ckpt, load_world, variant);
         for (size_t r = 0; r < results.size(); ++r) {
-          EXPECT_TRUE(results[r].ok()) << "save " << save_world << " -> load " << load_world
-                                       << " variant " << variant << " rank " << r << ": "
-                                       << results[r].ToString();
+          EXPECT_TRUE(results[r].ok())
+              << "save " << save_world << " -> load " << load_world << " variant " << variant
+              << " rank " << r << ": " << results[r].ToString();
         }
       }
     }
@@ -132,7 +135,8 @@ TEST(DcpThreads, DirectIoSaveWritesTheSameDataFiles) {
     EXPECT_TRUE(a == b) << key << ": differs from the buffered save's";
   }
   for (int world : {1, 3}) {
-    for (const Status& s : LoadSynthetic(spec, dir.path("direct"), world, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
+    for (const Status& s : LoadSynthetic(spec, dir.path("direct"), world, 1))
+      EXPECT_TRUE(s.ok()) << s.ToString();
   }
 }
 
@@ -151,15 +155,17 @@ TEST(DcpThreads, ReplicatedItemsAreWrittenOnce) {
 TEST(DcpThreads, AsyncSaveFromFourRanks) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(9, 400 << 10);
-  auto results = OnRankStates(spec, 4, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    AsyncSaveOptions opts;
-    opts.pool = StagingPool::Create(64 << 10);
-    AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path("a")), &g, opts);
-    MEGA_RETURN_IF_ERROR(h.staged.get());
-    return h.done.get();
-  });
+  auto results =
+      OnRankStates(spec, 4, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+        AsyncSaveOptions opts;
+        opts.pool = StagingPool::Create(64 << 10);
+        AsyncSaveHandle h = AsyncSave(sd, NewFileSystemWriter(dir.path("a")), &g, opts);
+        MEGA_RETURN_IF_ERROR(h.staged.get());
+        return h.done.get();
+      });
   for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
-  for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : LoadSynthetic(spec, dir.path("a"), 3, 4))
+    EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 // What a resharded load read: the data bytes read and the bytes the
@@ -177,15 +183,16 @@ ReadBytes ReshardedLoadReads(const synthetic::Spec& spec, const std::string& dir
                              int variant, VerifyMode verify) {
   auto counting = std::make_shared<testing::InstrumentedFileSystem>();
   std::atomic<uint64_t> needed{0};
-  auto results = OnRankStates(spec, world, variant, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    FileSystemReaderOptions ro;
-    ro.fs = counting;
-    ro.verify = verify;
-    MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir, ro), &g));
-    MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
-    needed += synthetic::RankStateBytes(sd);
-    return Status::OK();
-  });
+  auto results = OnRankStates(spec, world, variant, false,
+                              [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+                                FileSystemReaderOptions ro;
+                                ro.fs = counting;
+                                ro.verify = verify;
+                                MEGA_RETURN_IF_ERROR(Load(sd, *NewFileSystemReader(dir, ro), &g));
+                                MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
+                                needed += synthetic::RankStateBytes(sd);
+                                return Status::OK();
+                              });
   bool ok = true;
   for (const Status& s : results) {
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -206,8 +213,8 @@ TEST(DcpThreads, ReshardedLoadReadsAtMostFivePercentExtra) {
     const ReadBytes b = ReshardedLoadReads(spec, dir.path("c"), 3, variant, VerifyMode::kOff);
     ASSERT_TRUE(b.ok);
     const double ratio = b.ratio();
-    EXPECT_LE(ratio, 1.05) << "variant " << variant << ": read " << b.read
-                           << " bytes for " << b.needed;
+    EXPECT_LE(ratio, 1.05) << "variant " << variant << ": read " << b.read << " bytes for "
+                           << b.needed;
     EXPECT_GE(ratio, 1.0) << "variant " << variant;
   }
 }
@@ -227,8 +234,8 @@ TEST(DcpThreads, VerifiedReshardedLoadsReadAtMostTenPercentExtra) {
           ReshardedLoadReads(spec, dir.path("c"), world, variant, FileSystemReaderOptions{}.verify);
       ASSERT_TRUE(b.ok);
       const double ratio = b.ratio();
-      EXPECT_LE(ratio, 1.10) << "world " << world << " variant " << variant << ": read "
-                             << b.read << " bytes for " << b.needed;
+      EXPECT_LE(ratio, 1.10) << "world " << world << " variant " << variant << ": read " << b.read
+                             << " bytes for " << b.needed;
       EXPECT_GE(ratio, 1.0) << "world " << world << " variant " << variant;
       std::printf("verified load, world %d, variant %d: read/needed %.4f\n", world, variant, ratio);
     }
@@ -269,16 +276,18 @@ TEST(DcpThreads, NoCollectivesPerRankCheckpoints) {
 TEST(DcpThreadsFaults, RankThrowingDuringWriteFailsEveryRank) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(1, 100 << 10);
-  auto results = OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
-    SaveOptions so;
-    so.planner = &planner;
-    return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);
-  });
+  auto results =
+      OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+        testing::ThrowingSavePlanner planner(g.rank() == 1, "disk on fire");
+        SaveOptions so;
+        so.planner = &planner;
+        return Save(sd, *NewFileSystemWriter(dir.path("t")), &g, so);
+      });
   ExpectAllFail(results, StatusCode::kInternal, {"rank 1: ", "disk on fire"});
   EXPECT_FALSE(stdfs::exists(dir.path("t") + "/.metadata"));
   // Every rank aborted: no data files left behind.
-  for (auto& e : stdfs::directory_iterator(dir.path("t"))) ADD_FAILURE() << "left over: " << e.path();
+  for (auto& e : stdfs::directory_iterator(dir.path("t")))
+    ADD_FAILURE() << "left over: " << e.path();
 }
 
 TEST(DcpThreadsFaults, WriterErrorOnOneRankFailsEveryRank) {
@@ -287,10 +296,11 @@ TEST(DcpThreadsFaults, WriterErrorOnOneRankFailsEveryRank) {
   // Rank 2 writes into a path that is a regular file: its data files cannot be created.
   stdfs::create_directories(dir.path("w"));
   std::ofstream(dir.path("blocker")) << "x";
-  auto results = OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
-    return Save(sd, *writer, &g);
-  });
+  auto results =
+      OnRankStates(spec, 3, 0, true, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+        auto writer = NewFileSystemWriter(g.rank() == 2 ? dir.path("blocker/sub") : dir.path("w"));
+        return Save(sd, *writer, &g);
+      });
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_FALSE(results[r].ok()) << r;
     EXPECT_NE(results[r].message().find("rank 2: "), std::string::npos) << results[r].ToString();
@@ -319,16 +329,19 @@ class DcpThreadsLoadFaults : public ::testing::Test {
 
 TEST_F(DcpThreadsLoadFaults, MissingDataFile) {
   stdfs::remove(data_files_.back());
-  ExpectAllFail(LoadAt(3), StatusCode::kNotFound, {"is missing", stdfs::path(data_files_.back()).filename()});
+  ExpectAllFail(LoadAt(3), StatusCode::kNotFound,
+                {"is missing", stdfs::path(data_files_.back()).filename()});
 }
 
 TEST_F(DcpThreadsLoadFaults, TruncatedDataFile) {
   stdfs::resize_file(data_files_[0], stdfs::file_size(data_files_[0]) / 2);
-  ExpectAllFail(LoadAt(4), StatusCode::kDataLoss, {"truncated", stdfs::path(data_files_[0]).filename()});
+  ExpectAllFail(LoadAt(4), StatusCode::kDataLoss,
+                {"truncated", stdfs::path(data_files_[0]).filename()});
 }
 
 TEST_F(DcpThreadsLoadFaults, CorruptMetadata) {
-  std::ofstream(ckpt_ + "/.metadata", std::ios::trunc) << "{\"format\": \"megackpt-dcp-metadata\", \"version\": 1}";
+  std::ofstream(ckpt_ + "/.metadata", std::ios::trunc)
+      << "{\"format\": \"megackpt-dcp-metadata\", \"version\": 1}";
   ExpectAllFail(LoadAt(2), StatusCode::kDataLoss, {".metadata", "state_dict_metadata"});
 }
 
@@ -343,16 +356,18 @@ TEST_F(DcpThreadsLoadFaults, FlippedDataByte) {
     f.write(&c, 1);
   }
   // World 1 reads every byte, so the flipped one is certainly checked.
-  ExpectAllFail(LoadAt(1), StatusCode::kDataLoss, {"checksum mismatch", stdfs::path(data_files_[0]).filename()});
+  ExpectAllFail(LoadAt(1), StatusCode::kDataLoss,
+                {"checksum mismatch", stdfs::path(data_files_[0]).filename()});
   auto r3 = LoadAt(3);
   for (const Status& s : r3) EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
 }
 
 TEST_F(DcpThreadsLoadFaults, ShapeMismatchOnOneRankFailsEveryRank) {
-  auto results = OnRankStates(spec_, 3, 1, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
-    if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
-    return Load(sd, *NewFileSystemReader(ckpt_), &g);
-  });
+  auto results =
+      OnRankStates(spec_, 3, 1, false, [&](dist::ProcessGroup& g, StateDict& sd) -> Status {
+        if (g.rank() == 1) sd.Set("rng_state", StateValue(Tensor::Empty(DType::kF32, {3}).value()));
+        return Load(sd, *NewFileSystemReader(ckpt_), &g);
+      });
   ExpectAllFail(results, StatusCode::kInvalidArgument, {"rank 1: ", "'rng_state'"});
 }
 

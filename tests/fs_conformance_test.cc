@@ -211,7 +211,8 @@ TEST_P(FsConformanceTest, ConcurrentRangeReads) {
       std::string buf(4096, '\0');
       for (int i = 0; i < 20; ++i) {
         uint64_t off = rng() % (data.size() - buf.size());
-        Status s = (*f)->ReadExactlyAt(off, std::as_writable_bytes(std::span<char>(buf.data(), buf.size())));
+        Status s = (*f)->ReadExactlyAt(
+            off, std::as_writable_bytes(std::span<char>(buf.data(), buf.size())));
         if (!s.ok() || buf != data.substr(off, buf.size())) ++bad;
       }
     });
@@ -221,13 +222,14 @@ TEST_P(FsConformanceTest, ConcurrentRangeReads) {
 }
 
 TEST_P(FsConformanceTest, ManySmallFiles) {
-  for (int i = 0; i < 12; ++i) Write(P("many/f" + std::to_string(i)), "content " + std::to_string(i));
+  for (int i = 0; i < 12; ++i)
+    Write(P("many/f" + std::to_string(i)), "content " + std::to_string(i));
   auto list = fs_->List(P("many"));
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 12u);
-  for (int i = 0; i < 12; ++i) EXPECT_EQ(Read(P("many/f" + std::to_string(i))), "content " + std::to_string(i));
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(Read(P("many/f" + std::to_string(i))), "content " + std::to_string(i));
 }
-
 
 // ---- transactions ---------------------------------------------------------------
 
@@ -256,7 +258,8 @@ TEST_P(FsConformanceTest, TransactionCommitPublishesEverything) {
   ASSERT_TRUE(WriteIn(*txn, "data/shard-1.bin", big).ok());
   ASSERT_TRUE(txn->Put("index.json", "{\"v\":2}").ok());
   ASSERT_TRUE(txn->Put("meta", "new meta").ok());
-  EXPECT_THAT(txn->staged_files(), ::testing::ElementsAre("data/shard-1.bin", "index.json", "meta"));
+  EXPECT_THAT(txn->staged_files(),
+              ::testing::ElementsAre("data/shard-1.bin", "index.json", "meta"));
   // Nothing counts as committed yet: the Puts are not visible, and on an
   // isolated store nothing is.
   EXPECT_EQ(Read(P("t/meta")), "old meta");
@@ -338,7 +341,8 @@ TEST_P(FsConformanceTest, TransactionParticipantsExportAndTheCoordinatorCommitsO
     ranks.emplace_back([&, r] {
       auto txn = Begin(*fs_, P("m"), join);
       ASSERT_NE(txn, nullptr);
-      ASSERT_TRUE(WriteIn(*txn, "rank" + std::to_string(r) + ".bin", RandomData(50000 + r, 10 + r)).ok());
+      ASSERT_TRUE(
+          WriteIn(*txn, "rank" + std::to_string(r) + ".bin", RandomData(50000 + r, 10 + r)).ok());
       auto e = txn->Export();
       ASSERT_TRUE(e.ok()) << e.status().ToString();
       exports[r] = *e;
@@ -352,8 +356,8 @@ TEST_P(FsConformanceTest, TransactionParticipantsExportAndTheCoordinatorCommitsO
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   ASSERT_TRUE(coord->Import(exports[0]).ok());  // importing twice is harmless
-  EXPECT_THAT(coord->staged_files(), ::testing::IsSupersetOf({"rank0.bin", "rank1.bin", "rank2.bin",
-                                                             "rank-coord.bin"}));
+  EXPECT_THAT(coord->staged_files(),
+              ::testing::IsSupersetOf({"rank0.bin", "rank1.bin", "rank2.bin", "rank-coord.bin"}));
   EXPECT_EQ(coord->Import("not an export").code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(coord->Put("meta", "after").ok());
   EXPECT_EQ(Read(P("m/meta")), "before");

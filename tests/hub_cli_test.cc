@@ -53,8 +53,10 @@ class HubCliTest : public ::megackpt::testing::MegahubTest {
     int landed = 0, unchanged = 0, conflicts = 0;
     for (int round = 0; round < 3; ++round) {
       CommandResult ra, rb;
-      std::thread ta([&] { ra = Cli("push -q " + a + " mega://org/race --json", token, endpoint); });
-      std::thread tb([&] { rb = Cli("push -q " + b + " mega://org/race --json", token, endpoint); });
+      std::thread ta(
+          [&] { ra = Cli("push -q " + a + " mega://org/race --json", token, endpoint); });
+      std::thread tb(
+          [&] { rb = Cli("push -q " + b + " mega://org/race --json", token, endpoint); });
       ta.join();
       tb.join();
       for (const CommandResult* r : {&ra, &rb}) {
@@ -77,9 +79,10 @@ class HubCliTest : public ::megackpt::testing::MegahubTest {
     ASSERT_EQ(r.code, 0);
     EXPECT_EQ(static_cast<int>(log.size()), landed + 1);  // + initial commit
     // The last landed content of both files is readable.
-    EXPECT_EQ(Cli("pull -q mega://org/race " + work_.path() + "/race-out", token, endpoint).code, 0);
-    std::printf("concurrent pushes: %d landed, %d with nothing to change, %d conflicts\n", landed, unchanged,
-                conflicts);
+    EXPECT_EQ(Cli("pull -q mega://org/race " + work_.path() + "/race-out", token, endpoint).code,
+              0);
+    std::printf("concurrent pushes: %d landed, %d with nothing to change, %d conflicts\n", landed,
+                unchanged, conflicts);
   }
 
   TempDir work_{"cli-work"};
@@ -112,9 +115,10 @@ TEST_F(HubCliTest, PushPullLsLogRm) {
   ASSERT_EQ(r.code, 0) << r.err;
   uint64_t sent = ServerBytes() - before;
   json j2 = json::parse(r.out, nullptr, false);
-  std::printf("second push: client reports %llu uploaded, server received %llu of %llu bytes (%.1f%%)\n",
-              (unsigned long long)j2["uploaded_bytes"].get<uint64_t>(), (unsigned long long)sent,
-              (unsigned long long)total, 100.0 * sent / total);
+  std::printf(
+      "second push: client reports %llu uploaded, server received %llu of %llu bytes (%.1f%%)\n",
+      (unsigned long long)j2["uploaded_bytes"].get<uint64_t>(), (unsigned long long)sent,
+      (unsigned long long)total, 100.0 * sent / total);
   EXPECT_LE(sent, total * 15 / 100);
   EXPECT_LE(j2["uploaded_bytes"].get<uint64_t>(), total * 15 / 100);
   std::string c2 = j2["commit"];
@@ -175,7 +179,8 @@ TEST_F(HubCliTest, PushWithNothingToChangeMakesNoCommit) {
     ASSERT_EQ(text.code, 0) << text.err;
     EXPECT_THAT(text.out, HasSubstr("nothing to change"));
     CommandResult log = Cli("log mega://org/same --json", token, endpoint);
-    EXPECT_EQ(json::parse(log.out, nullptr, false).size(), 2u) << endpoint;  // initial + the first push
+    EXPECT_EQ(json::parse(log.out, nullptr, false).size(), 2u)
+        << endpoint;  // initial + the first push
   }
 }
 
@@ -184,7 +189,8 @@ TEST_F(HubCliTest, PushWithNothingToChangeMakesNoCommit) {
 // (same size, other bytes) is downloaded again.
 TEST_F(HubCliTest, PullSkipsFilesThatAlreadyMatch) {
   std::string src = work_.path() + "/skip-src", dst = work_.path() + "/skip-dst";
-  for (int i = 0; i < 4; ++i) WriteFileCreatingDirs(src + "/f" + std::to_string(i) + ".bin", RandomData(150000, 40 + i));
+  for (int i = 0; i < 4; ++i)
+    WriteFileCreatingDirs(src + "/f" + std::to_string(i) + ".bin", RandomData(150000, 40 + i));
   ASSERT_EQ(Cli("push -q " + src + " mega://org/skip").code, 0);
   CommandResult first = Cli("pull -q mega://org/skip " + dst + " --json");
   ASSERT_EQ(first.code, 0) << first.err;
@@ -241,11 +247,13 @@ TEST_F(HubCliTest, CommandsNameTheEndpointAndErrorsSayWhatToDo) {
   EXPECT_THAT(r.err, HasSubstr("(--endpoint)"));
   // No MEGA_ENDPOINT: the default embedded hub under MEGA_HOME, and it says so.
   const std::string home = work_.path() + "/mega-home";
-  r = test_util::RunMegackpt("push " + src + " mega://org/named",
-                             {.stderr_to = test_util::StderrTo::kErr,
-                              .env = {{"MEGA_ENDPOINT", ""}, {"MEGA_TOKEN", ""}, {"MEGA_HOME", home}}});
+  r = test_util::RunMegackpt(
+      "push " + src + " mega://org/named",
+      {.stderr_to = test_util::StderrTo::kErr,
+       .env = {{"MEGA_ENDPOINT", ""}, {"MEGA_TOKEN", ""}, {"MEGA_HOME", home}}});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("the embedded hub at " + home + "/hub (default: MEGA_ENDPOINT is not set"));
+  EXPECT_THAT(r.err,
+              HasSubstr("the embedded hub at " + home + "/hub (default: MEGA_ENDPOINT is not set"));
   // No token: how to give one. A refused connection: is megahub running there?
   r = Cli("push " + src + " mega://org/named2", "");
   EXPECT_EQ(r.code, 1);

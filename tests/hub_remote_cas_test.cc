@@ -34,7 +34,8 @@ Result<std::shared_ptr<cas::CasBackend>> StartRemoteBackend(const std::string& r
   std::string token = CreateToken(root, "write");
   if (token.empty()) return UnavailableError("megahub token create failed for " + root);
   auto holder = std::make_shared<RemoteHubBackend>();
-  if (!holder->server.Start(root)) return UnavailableError("megahub serve did not start on " + root);
+  if (!holder->server.Start(root))
+    return UnavailableError("megahub serve did not start on " + root);
   hub::RemoteOptions options;
   options.max_retries = 1;
   auto http = std::make_shared<hub::HttpClient>(holder->server.endpoint(), token, options);
@@ -151,7 +152,8 @@ TEST(HubGcRaceTest, RemoteXorbsInFlightSurviveConcurrentGc) {
   ASSERT_TRUE((*backend)->PutXorb(serialized, x.layout).ok());
 
   int rc = -1;
-  std::string out = RunCommand(MegahubBinary() + " gc --root '" + root + "' --grace-seconds 3600", &rc);
+  std::string out =
+      RunCommand(MegahubBinary() + " gc --root '" + root + "' --grace-seconds 3600", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(*(*backend)->HasXorb(x.layout.xorb_hash)) << out;
 

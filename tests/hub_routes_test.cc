@@ -36,9 +36,10 @@ class HubRoutesTest : public ::megackpt::testing::MegahubTest {
 
   // PUT /api/repos/{repo}/files/{path}{query} with X-Mega-Sha256/X-Mega-Size
   // of `data` (unless overridden).
-  ::megackpt::testing::HttpResult PutFile(const std::string& repo, const std::string& path_and_query,
-                          const std::string& data, const std::string& token,
-                          std::string sha = "", std::string size = "") {
+  ::megackpt::testing::HttpResult PutFile(const std::string& repo,
+                                          const std::string& path_and_query,
+                                          const std::string& data, const std::string& token,
+                                          std::string sha = "", std::string size = "") {
     ::megackpt::testing::HttpHeaders h = Auth(token);
     h.emplace("X-Mega-Sha256", sha.empty() ? hub::Sha256Hex(data) : sha);
     h.emplace("X-Mega-Size", size.empty() ? std::to_string(data.size()) : size);
@@ -54,13 +55,15 @@ class HubRoutesTest : public ::megackpt::testing::MegahubTest {
     return "";
   }
   size_t CommitCount(const std::string& repo = "org/m", const std::string& rev = "main") {
-    auto r = http_->Get(("/api/repos/" + repo + "/commits?limit=1000&revision=" + rev).c_str(), Auth(write_));
+    auto r = http_->Get(("/api/repos/" + repo + "/commits?limit=1000&revision=" + rev).c_str(),
+                        Auth(write_));
     return Body(r)["commits"].size();
   }
   // GET resolve of path at revision: (status, body).
   std::pair<int, std::string> Resolve(const std::string& path, const std::string& rev = "main",
                                       const std::string& repo = "org/m") {
-    auto r = http_->Get(("/api/repos/" + repo + "/resolve/" + path + "?revision=" + rev).c_str(), Auth(write_));
+    auto r = http_->Get(("/api/repos/" + repo + "/resolve/" + path + "?revision=" + rev).c_str(),
+                        Auth(write_));
     return {r->status, r->body};
   }
 };
@@ -110,7 +113,10 @@ TEST_F(HubRoutesTest, PutFileMakesOneCommit) {
 }
 
 TEST_F(HubRoutesTest, PutFileOnOtherBranchAndParentConflict) {
-  ASSERT_EQ(PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_)->status, 201);
+  ASSERT_EQ(
+      PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_)
+          ->status,
+      201);
   std::string main_head = Head();
   auto r = PutFile("org/m", "x.txt?revision=dev", "on dev", write_);
   ASSERT_EQ(r->status, 201) << r->body;
@@ -130,7 +136,9 @@ TEST_F(HubRoutesTest, PutFileOnOtherBranchAndParentConflict) {
   EXPECT_EQ(Body(r)["parent_revision"], dev_head);
 
   // Tags and commit ids are not writable branches.
-  ASSERT_EQ(PostJson("/api/repos/org/m/refs/tags", {{"name", "v1"}, {"revision", "main"}}, write_)->status, 201);
+  ASSERT_EQ(PostJson("/api/repos/org/m/refs/tags", {{"name", "v1"}, {"revision", "main"}}, write_)
+                ->status,
+            201);
   r = PutFile("org/m", "z.txt?revision=v1", "z", write_);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RevisionNotFound");
@@ -206,7 +214,8 @@ TEST_F(HubRoutesTest, DeleteFileMakesOneCommit) {
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RevisionNotFound");
   EXPECT_EQ(http_->Delete("/api/repos/org/m/files/d/%2E%2E/x", Auth(write_))->status, 400);
-  r = http_->Delete(("/api/repos/org/m/files/d/b.txt?parent_revision=" + before).c_str(), Auth(write_));
+  r = http_->Delete(("/api/repos/org/m/files/d/b.txt?parent_revision=" + before).c_str(),
+                    Auth(write_));
   EXPECT_EQ(r->status, 409) << r->body;
   EXPECT_EQ(Resolve("d/b.txt").second, "B");
   EXPECT_EQ(CommitCount(), n + 1);
@@ -221,7 +230,8 @@ TEST_F(HubRoutesTest, CopyMakesOneCommit) {
   ASSERT_EQ(PutFile("org/m", "src.bin", data, write_)->status, 201);
   std::string v1 = Head();
   size_t n = CommitCount();
-  auto r = PostJson("/api/repos/org/m/copy", {{"source_path", "src.bin"}, {"path", "dst/copy.bin"}}, write_);
+  auto r = PostJson("/api/repos/org/m/copy", {{"source_path", "src.bin"}, {"path", "dst/copy.bin"}},
+                    write_);
   ASSERT_EQ(r->status, 201) << r->body;
   json j = Body(r);
   EXPECT_EQ(j["parent_revision"], v1);
@@ -237,8 +247,11 @@ TEST_F(HubRoutesTest, CopyMakesOneCommit) {
   ASSERT_EQ(PutFile("org/m", "src.bin", "v2", write_)->status, 201);
   std::string head = Head();
   r = PostJson("/api/repos/org/m/copy",
-               {{"source_path", "src.bin"}, {"path", "old.bin"}, {"source_revision", v1},
-                {"commit_message", "restore"}, {"parent_revision", head}},
+               {{"source_path", "src.bin"},
+                {"path", "old.bin"},
+                {"source_revision", v1},
+                {"commit_message", "restore"},
+                {"parent_revision", head}},
                write_);
   ASSERT_EQ(r->status, 201) << r->body;
   EXPECT_EQ(Resolve("old.bin").second, data);
@@ -246,14 +259,16 @@ TEST_F(HubRoutesTest, CopyMakesOneCommit) {
   // A stale parent: 409, nothing changes.
   std::string now = Head();
   r = PostJson("/api/repos/org/m/copy",
-               {{"source_path", "src.bin"}, {"path", "late.bin"}, {"parent_revision", head}}, write_);
+               {{"source_path", "src.bin"}, {"path", "late.bin"}, {"parent_revision", head}},
+               write_);
   EXPECT_EQ(r->status, 409) << r->body;
   EXPECT_EQ(Head(), now);
   EXPECT_EQ(Resolve("late.bin").first, 404);
 }
 
 TEST_F(HubRoutesTest, CopyAcrossReposAuthAndBadInput) {
-  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "other/priv"}, {"private", true}}, write_)->status, 201);
+  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "other/priv"}, {"private", true}}, write_)->status,
+            201);
   ASSERT_EQ(PutFile("other/priv", "secret.bin", "secret", write_)->status, 201);
   ASSERT_EQ(PutFile("org/m", "a.txt", "A", write_)->status, 201);
   std::string head = Head();
@@ -268,18 +283,28 @@ TEST_F(HubRoutesTest, CopyAcrossReposAuthAndBadInput) {
   json ok = {{"source_path", "a.txt"}, {"path", "b.txt"}};
   EXPECT_EQ(PostJson("/api/repos/org/m/copy", ok, "")->status, 401);
   EXPECT_EQ(PostJson("/api/repos/org/m/copy", ok, read_)->status, 403);
-  EXPECT_EQ(PostJson("/api/repos/other/priv/copy", {{"source_path", "secret.bin"}, {"path", "c"}}, org_only_)->status, 403);
+  EXPECT_EQ(PostJson("/api/repos/other/priv/copy", {{"source_path", "secret.bin"}, {"path", "c"}},
+                     org_only_)
+                ->status,
+            403);
   EXPECT_EQ(PostJson("/api/repos/org/m/copy", {{"path", "b.txt"}}, write_)->status, 400);
   EXPECT_EQ(PostJson("/api/repos/org/m/copy", {{"source_path", "a.txt"}}, write_)->status, 400);
-  EXPECT_EQ(PostJson("/api/repos/org/m/copy", {{"source_path", "a.txt"}, {"path", "../x"}}, write_)->status, 400);
-  EXPECT_EQ(http_->Post("/api/repos/org/m/copy", Auth(write_), "{not json", "application/json")->status, 400);
-  r = PostJson("/api/repos/org/m/copy", {{"source_path", "missing.txt"}, {"path", "b.txt"}}, write_);
+  EXPECT_EQ(PostJson("/api/repos/org/m/copy", {{"source_path", "a.txt"}, {"path", "../x"}}, write_)
+                ->status,
+            400);
+  EXPECT_EQ(
+      http_->Post("/api/repos/org/m/copy", Auth(write_), "{not json", "application/json")->status,
+      400);
+  r = PostJson("/api/repos/org/m/copy", {{"source_path", "missing.txt"}, {"path", "b.txt"}},
+               write_);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "EntryNotFound");
-  r = PostJson("/api/repos/org/m/copy", {{"source_path", "a.txt"}, {"path", "b.txt"}, {"source_revision", "nope"}}, write_);
+  r = PostJson("/api/repos/org/m/copy",
+               {{"source_path", "a.txt"}, {"path", "b.txt"}, {"source_revision", "nope"}}, write_);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RevisionNotFound");
-  r = PostJson("/api/repos/org/m/copy", {{"source_repo_id", "org/none"}, {"source_path", "a"}, {"path", "b"}}, write_);
+  r = PostJson("/api/repos/org/m/copy",
+               {{"source_repo_id", "org/none"}, {"source_path", "a"}, {"path", "b"}}, write_);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RepoNotFound");
   EXPECT_EQ(PostJson("/api/repos/org/none/copy", ok, write_)->status, 404);
@@ -291,9 +316,12 @@ TEST_F(HubRoutesTest, CopyAcrossReposAuthAndBadInput) {
 // ---------------------------------------------------------------------------
 
 TEST_F(HubRoutesTest, RepoListingFilters) {
-  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/data"}, {"repo_type", "dataset"}}, write_)->status, 201);
+  ASSERT_EQ(
+      PostJson("/api/repos", {{"repo_id", "org/data"}, {"repo_type", "dataset"}}, write_)->status,
+      201);
   ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "zed/model-two"}}, write_)->status, 201);
-  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "zed/hidden"}, {"private", true}}, write_)->status, 201);
+  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "zed/hidden"}, {"private", true}}, write_)->status,
+            201);
   auto ids = [&](const std::string& q, const std::string& token = "") {
     auto r = http_->Get(("/api/repos" + q).c_str(), Auth(token));
     std::vector<std::string> out;
@@ -313,7 +341,8 @@ TEST_F(HubRoutesTest, RepoListingFilters) {
   std::vector<std::string> all;
   std::string cursor;
   for (int page = 0; page < 10; ++page) {
-    auto r = http_->Get(("/api/repos?type=model&limit=1" + (cursor.empty() ? "" : "&cursor=" + cursor)).c_str());
+    auto r = http_->Get(
+        ("/api/repos?type=model&limit=1" + (cursor.empty() ? "" : "&cursor=" + cursor)).c_str());
     json j = Body(r);
     for (const auto& x : j["repos"]) all.push_back(x["repo_id"]);
     if (j["next_cursor"].is_null()) break;
@@ -330,17 +359,24 @@ TEST_F(HubRoutesTest, NdjsonCommitCreatePr) {
   ASSERT_EQ(PutFile("org/m", "base.txt", "base", write_)->status, 201);
   std::string main_head = Head();
   auto ndjson = [](const std::string& path, const std::string& content) {
-    return json({{"key", "header"}, {"value", {{"summary", "pr " + path}, {"description", ""}}}}).dump() + "\n" +
+    return json({{"key", "header"}, {"value", {{"summary", "pr " + path}, {"description", ""}}}})
+               .dump() +
+           "\n" +
            json({{"key", "file"},
-                 {"value", {{"path", path}, {"content", hub::Base64Encode(content)}, {"encoding", "base64"}}}})
+                 {"value",
+                  {{"path", path},
+                   {"content", hub::Base64Encode(content)},
+                   {"encoding", "base64"}}}})
                .dump() +
            "\n";
   };
   auto post = [&](const std::string& target, const std::string& body, const std::string& token) {
     return http_->Post(target.c_str(), Auth(token), body, "application/x-ndjson");
   };
-  EXPECT_EQ(post("/api/models/org/m/commit/main?create_pr=1", ndjson("p.txt", "x"), "")->status, 401);
-  EXPECT_EQ(post("/api/models/org/m/commit/main?create_pr=1", ndjson("p.txt", "x"), read_)->status, 403);
+  EXPECT_EQ(post("/api/models/org/m/commit/main?create_pr=1", ndjson("p.txt", "x"), "")->status,
+            401);
+  EXPECT_EQ(post("/api/models/org/m/commit/main?create_pr=1", ndjson("p.txt", "x"), read_)->status,
+            403);
   auto r = post("/api/models/org/m/commit/nope?create_pr=1", ndjson("p.txt", "x"), write_);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RevisionNotFound");
@@ -349,7 +385,8 @@ TEST_F(HubRoutesTest, NdjsonCommitCreatePr) {
   ASSERT_EQ(r->status, 200) << r->body;
   json j = Body(r);
   EXPECT_EQ(j["pullRequestUrl"], server_.endpoint() + "/org/m/discussions/1");
-  EXPECT_EQ(j["commitUrl"], server_.endpoint() + "/org/m/commit/" + j["commitOid"].get<std::string>());
+  EXPECT_EQ(j["commitUrl"],
+            server_.endpoint() + "/org/m/commit/" + j["commitOid"].get<std::string>());
   EXPECT_EQ(Head(), main_head) << "create_pr moved main";
   EXPECT_EQ(Head("org/m", "refs/pr/1"), j["commitOid"]);
   EXPECT_EQ(Resolve("p.txt", "refs%2Fpr%2F1").second, "first pr");
@@ -370,7 +407,8 @@ TEST_F(HubRoutesTest, NdjsonCommitCreatePr) {
 }
 
 TEST_F(HubRoutesTest, McpRepositoriesAreNotServed) {
-  auto r = http_->Post("/api/mcps/org/m/preupload/main", Auth(write_), "{\"files\":[]}", "application/json");
+  auto r = http_->Post("/api/mcps/org/m/preupload/main", Auth(write_), "{\"files\":[]}",
+                       "application/json");
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(r->get_header_value("X-Error-Code"), "RepoNotFound");
   EXPECT_EQ(http_->Get("/api/mcps/org/m/xet-read-token/main")->status, 404);
@@ -397,7 +435,9 @@ TEST_F(HubRoutesTest, WhoamiTagsUploadsAndBucketTokens) {
   EXPECT_EQ(Body(r)["ref"], "refs/tags/v1");
   EXPECT_EQ(Body(r)["target_revision"], Head());
   EXPECT_EQ(PostJson("/api/repos/org/m/refs/tags", {{"name", "v1"}}, write_)->status, 409);
-  EXPECT_EQ(PostJson("/api/repos/org/m/refs/tags", {{"name", "v2"}, {"revision", "nope"}}, write_)->status, 404);
+  EXPECT_EQ(PostJson("/api/repos/org/m/refs/tags", {{"name", "v2"}, {"revision", "nope"}}, write_)
+                ->status,
+            404);
   json refs = Body(http_->Get("/api/repos/org/m/refs"));
   ASSERT_EQ(refs["tags"].size(), 1u);
   EXPECT_EQ(http_->Get("/api/repos/org/m/commits/v1")->status, 200);
@@ -409,8 +449,12 @@ TEST_F(HubRoutesTest, WhoamiTagsUploadsAndBucketTokens) {
   // DELETE /api/uploads/{id} (megahub extension): cancels a multipart upload.
   std::string data = RandomData(5000, 4);
   r = PostJson("/api/uploads",
-               {{"repo_id", "org/m"}, {"path", "big.bin"}, {"revision", "main"}, {"size", data.size()},
-                {"sha256", hub::Sha256Hex(data)}, {"stage_only", true}},
+               {{"repo_id", "org/m"},
+                {"path", "big.bin"},
+                {"revision", "main"},
+                {"size", data.size()},
+                {"sha256", hub::Sha256Hex(data)},
+                {"stage_only", true}},
                write_);
   ASSERT_EQ(r->status, 200) << r->body;
   std::string id = Body(r)["upload_id"];
@@ -438,7 +482,8 @@ TEST_F(HubRoutesTest, GlobalDedupChunkQuery) {
   std::string xorb = recon["terms"][0]["hash"];
   auto layout_r = http_->Get(("/v1/xorbs/default/" + xorb + "/layout").c_str(), Auth(read_));
   ASSERT_EQ(layout_r->status, 200);
-  auto layout = cas::ParseXorbFooter(std::as_bytes(std::span(layout_r->body)), *cas::MerkleHash::FromHex(xorb));
+  auto layout = cas::ParseXorbFooter(std::as_bytes(std::span(layout_r->body)),
+                                     *cas::MerkleHash::FromHex(xorb));
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   std::string chunk = layout->chunks[1].hash.ToHex();
 
@@ -450,7 +495,8 @@ TEST_F(HubRoutesTest, GlobalDedupChunkQuery) {
   EXPECT_EQ(shard->xorbs[0].xorb_hash.ToHex(), xorb);
   EXPECT_EQ(shard->xorbs[0].chunks.size(), layout->chunks.size());
   EXPECT_EQ(http_->Get(("/v1/chunks/default/" + chunk).c_str())->status, 401);
-  EXPECT_EQ(http_->Get(("/v1/chunks/default/" + std::string(64, '1')).c_str(), Auth(read_))->status, 404);
+  EXPECT_EQ(http_->Get(("/v1/chunks/default/" + std::string(64, '1')).c_str(), Auth(read_))->status,
+            404);
   EXPECT_EQ(http_->Get("/v1/chunks/default/zz", Auth(read_))->status, 400);
 }
 
@@ -474,7 +520,8 @@ class HubReconstructionTest : public HubRoutesTest {
     auto r = http_->Head(("/api/repos/org/m/resolve/" + path).c_str());
     return r->get_header_value("X-Xet-Hash");
   }
-  ::megackpt::testing::HttpResult Get(const std::string& path, const std::string& token, const std::string& range = "") {
+  ::megackpt::testing::HttpResult Get(const std::string& path, const std::string& token,
+                                      const std::string& range = "") {
     ::megackpt::testing::HttpHeaders h = Auth(token);
     if (!range.empty()) h.emplace("Range", range);
     return http_->Get(path.c_str(), h);
@@ -508,8 +555,9 @@ class HubReconstructionTest : public HubRoutesTest {
             auto path = e["url"].get<std::string>().substr(server_.endpoint().size());
             path = path.substr(0, path.find('?'));  // the URL is presigned
             auto layout = Get(path + "/layout", read_);
-            auto parsed = cas::ParseXorbFooter(std::as_bytes(std::span(layout->body)),
-                                               *cas::MerkleHash::FromHex(t["hash"].get<std::string>()));
+            auto parsed =
+                cas::ParseXorbFooter(std::as_bytes(std::span(layout->body)),
+                                     *cas::MerkleHash::FromHex(t["hash"].get<std::string>()));
             EXPECT_TRUE(parsed.ok());
             for (uint32_t c = es; c < cs; ++c) skip += parsed->chunks[c].unpacked_bytes;
           }
@@ -546,7 +594,8 @@ TEST_F(HubReconstructionTest, V2WholeFileAndRanges) {
     }
   }
   // A byte range: only the chunks covering it, exact bytes after the offset.
-  for (auto [first, last] : {std::pair<uint64_t, uint64_t>{1000, 2000}, {299'000, 301'000}, {599'000, 599'999}}) {
+  for (auto [first, last] :
+       {std::pair<uint64_t, uint64_t>{1000, 2000}, {299'000, 301'000}, {599'000, 599'999}}) {
     r = Get("/v2/reconstructions/" + xb_, read_,
             "bytes=" + std::to_string(first) + "-" + std::to_string(last));
     ASSERT_EQ(r->status, 200) << r->body;
@@ -574,7 +623,9 @@ TEST_F(HubReconstructionTest, V2AuthAndErrors) {
   auto malformed = Get("/v2/reconstructions/" + xa_, read_, "bytes=5-1");
   EXPECT_EQ(malformed->status, 200);
   EXPECT_EQ(Body(malformed)["terms"], Body(Get("/v2/reconstructions/" + xa_, read_))["terms"]);
-  EXPECT_EQ(http_->Post(("/v2/reconstructions/" + xa_).c_str(), Auth(write_), "", "text/plain")->status, 404);
+  EXPECT_EQ(
+      http_->Post(("/v2/reconstructions/" + xa_).c_str(), Auth(write_), "", "text/plain")->status,
+      404);
 }
 
 // hf_xet fetches `fetch_info` / V2 xorb URLs without an Authorization header
@@ -587,8 +638,8 @@ TEST_F(HubReconstructionTest, XorbUrlsArePresigned) {
   std::string url = entries[0]["url"];
   ASSERT_NE(url.find("X-Xet-Signature="), std::string::npos) << url;
   std::string path = url.substr(server_.endpoint().size());
-  std::string range = "bytes=" + std::to_string(entries[0]["url_range"]["start"].get<uint64_t>()) + "-" +
-                      std::to_string(entries[0]["url_range"]["end"].get<uint64_t>());
+  std::string range = "bytes=" + std::to_string(entries[0]["url_range"]["start"].get<uint64_t>()) +
+                      "-" + std::to_string(entries[0]["url_range"]["end"].get<uint64_t>());
   auto r = Get(path, "", range);
   EXPECT_EQ(r->status, 206) << r->body;
   // No signature, a wrong one, an invalid token next to it: 401.
@@ -630,7 +681,8 @@ TEST_F(HubReconstructionTest, BatchReconstructions) {
       for (const auto& t : terms) {
         bool covered = false;
         for (const auto& e : j["fetch_info"][t["hash"].get<std::string>()]) {
-          covered |= e["range"]["start"] <= t["range"]["start"] && e["range"]["end"] >= t["range"]["end"];
+          covered |=
+              e["range"]["start"] <= t["range"]["start"] && e["range"]["end"] >= t["range"]["end"];
         }
         EXPECT_TRUE(covered) << id << " " << t.dump();
       }
@@ -642,7 +694,9 @@ TEST_F(HubReconstructionTest, BatchReconstructions) {
 
   EXPECT_EQ(PostJson("/v1/reconstructions", {{"file_ids", {xa_}}}, "")->status, 401);
   EXPECT_EQ(Get("/v1/reconstructions?file_id=" + xa_, "")->status, 401);
-  EXPECT_EQ(PostJson("/v1/reconstructions", {{"file_ids", {xa_, std::string(64, '0')}}}, read_)->status, 404);
+  EXPECT_EQ(
+      PostJson("/v1/reconstructions", {{"file_ids", {xa_, std::string(64, '0')}}}, read_)->status,
+      404);
   EXPECT_EQ(PostJson("/v1/reconstructions", {{"file_ids", {"xyz"}}}, read_)->status, 400);
   EXPECT_EQ(PostJson("/v1/reconstructions", {{"file_ids", {1, 2}}}, read_)->status, 400);
   EXPECT_EQ(PostJson("/v1/reconstructions", {{"ids", {xa_}}}, read_)->status, 400);

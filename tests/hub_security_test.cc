@@ -22,10 +22,10 @@ namespace {
 
 using json = nlohmann::json;
 using ::megackpt::hub::testing::RawConnection;
+using ::megackpt::test_util::RandomData;
 using ::megackpt::testing::CreateToken;
 using ::megackpt::testing::HttpHeaders;
 using ::megackpt::testing::HttpResult;
-using ::megackpt::test_util::RandomData;
 using ::testing::HasSubstr;
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -43,37 +43,47 @@ class HubSecurityTest : public ::megackpt::testing::MegahubTest {
 
   HttpResult PutFile(const std::string& repo, const std::string& path, const std::string& data,
                      const std::string& token) {
-    return http_->Put("/api/repos/" + repo + "/files/" + path, Auth(token), data, "application/octet-stream");
+    return http_->Put("/api/repos/" + repo + "/files/" + path, Auth(token), data,
+                      "application/octet-stream");
   }
   std::string Head(const std::string& repo) {
     return Body(http_->Get("/api/repos/" + repo + "/commits/main", Auth(write_)))["revision"];
   }
   size_t CommitCount(const std::string& repo) {
-    return Body(http_->Get("/api/repos/" + repo + "/commits?limit=1000", Auth(write_)))["commits"].size();
+    return Body(http_->Get("/api/repos/" + repo + "/commits?limit=1000", Auth(write_)))["commits"]
+        .size();
   }
-  HttpResult NdjsonCommit(const std::string& repo, const std::vector<json>& lines, const std::string& token) {
+  HttpResult NdjsonCommit(const std::string& repo, const std::vector<json>& lines,
+                          const std::string& token) {
     std::string body = json{{"key", "header"}, {"value", {{"summary", "s"}}}}.dump() + "\n";
     for (const json& l : lines) body += l.dump() + "\n";
-    return http_->Post("/api/models/" + repo + "/commit/main", Auth(token), body, "application/x-ndjson");
+    return http_->Post("/api/models/" + repo + "/commit/main", Auth(token), body,
+                       "application/x-ndjson");
   }
-  static std::string Error(const HttpResult& r) { return WithoutHashes(Body(r).value("error", "")); }
+  static std::string Error(const HttpResult& r) {
+    return WithoutHashes(Body(r).value("error", ""));
+  }
 };
 
 TEST_F(HubSecurityTest, ContentNamedByHashMustBeReadable) {
   const std::string other = CreateToken(root_.path(), "write", "other");
   ASSERT_FALSE(other.empty());
   // org/secret is private and holds S; org/pub is public and holds P.
-  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/secret"}, {"private", true}}, write_)->status, 201);
+  ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/secret"}, {"private", true}}, write_)->status,
+            201);
   ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/pub"}}, write_)->status, 201);
   const std::string secret = RandomData(70000, 1), pub = RandomData(50000, 2);
   ASSERT_EQ(PutFile("org/secret", "s.bin", secret, write_)->status, 201);
   ASSERT_EQ(PutFile("org/pub", "p.bin", pub, write_)->status, 201);
-  std::string secret_xet = http_->Head("/api/repos/org/secret/resolve/s.bin", Auth(write_))->get_header_value("X-Xet-Hash");
+  std::string secret_xet = http_->Head("/api/repos/org/secret/resolve/s.bin", Auth(write_))
+                               ->get_header_value("X-Xet-Hash");
   ASSERT_EQ(secret_xet.size(), 64u);
-  const std::string secret_sha = hub::Sha256Hex(secret), unknown_sha = hub::Sha256Hex("never uploaded");
+  const std::string secret_sha = hub::Sha256Hex(secret),
+                    unknown_sha = hub::Sha256Hex("never uploaded");
   const std::string unknown_xet(64, '7');
   ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "other/m"}}, other)->status, 201);
-  ASSERT_EQ(http_->Post("/api/buckets/other/b", Auth(other), "{}", "application/json")->status, 200);
+  ASSERT_EQ(http_->Post("/api/buckets/other/b", Auth(other), "{}", "application/json")->status,
+            200);
   const std::string head = Head("other/m");
 
   auto json_add = [&](const std::string& sha, const std::string& xet, uint64_t size) {
@@ -95,10 +105,12 @@ TEST_F(HubSecurityTest, ContentNamedByHashMustBeReadable) {
   EXPECT_EQ(Error(stolen), Error(unknown));
   // NDJSON lfsFile.
   auto lfs = [&](const std::string& sha) {
-    return NdjsonCommit("other/m", {{{"key", "lfsFile"},
-                                     {"value", {{"path", "x.bin"}, {"algo", "sha256"}, {"oid", sha},
-                                                {"size", secret.size()}}}}},
-                        other);
+    return NdjsonCommit(
+        "other/m",
+        {{{"key", "lfsFile"},
+          {"value",
+           {{"path", "x.bin"}, {"algo", "sha256"}, {"oid", sha}, {"size", secret.size()}}}}},
+        other);
   };
   stolen = lfs(secret_sha);
   unknown = lfs(unknown_sha);
@@ -110,7 +122,8 @@ TEST_F(HubSecurityTest, ContentNamedByHashMustBeReadable) {
     auto batch = [&](const std::string& xet) {
       json line = {{"type", "addFile"}, {"path", "x.bin"}, {"xetHash", xet}, {"mtime", 1}};
       if (size) line["size"] = size;
-      return http_->Post("/api/buckets/other/b/batch", Auth(other), line.dump() + "\n", "application/x-ndjson");
+      return http_->Post("/api/buckets/other/b/batch", Auth(other), line.dump() + "\n",
+                         "application/x-ndjson");
     };
     stolen = batch(secret_xet);
     unknown = batch(unknown_xet);
@@ -128,29 +141,37 @@ TEST_F(HubSecurityTest, ContentNamedByHashMustBeReadable) {
   EXPECT_EQ(p->status, 201) << p->body;
   HttpHeaders h = Auth(other);
   h.emplace("X-Mega-Size", std::to_string(secret.size()));
-  ASSERT_EQ(http_->Put("/api/repos/other/m/blobs/" + secret_sha, h, secret, "application/octet-stream")->status, 200);
+  ASSERT_EQ(
+      http_->Put("/api/repos/other/m/blobs/" + secret_sha, h, secret, "application/octet-stream")
+          ->status,
+      200);
   auto own = json_add(secret_sha, "", secret.size());
   EXPECT_EQ(own->status, 201) << own->body;
   EXPECT_TRUE(http_->Get("/api/repos/other/m/resolve/x.bin", Auth(other))->body == secret);
   // Unrestricted tokens may name anything stored.
   ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/copy"}}, write_)->status, 201);
   EXPECT_EQ(PostJson("/api/repos/org/copy/commits",
-                     {{"operations", {{{"operation", "add"}, {"path", "s.bin"}, {"size", secret.size()},
-                                       {"sha256", secret_sha}}}}},
-                     write_)->status,
+                     {{"operations",
+                       {{{"operation", "add"},
+                         {"path", "s.bin"},
+                         {"size", secret.size()},
+                         {"sha256", secret_sha}}}}},
+                     write_)
+                ->status,
             201);
 }
 
 TEST_F(HubSecurityTest, NoBodyIsReadBeforeTheCallerIsAuthorised) {
   // Headers announcing 64 MiB, no body: the answer comes at once.
-  for (const auto& [target, auth, want] :
-       std::vector<std::tuple<std::string, std::string, int>>{{"/api/repos", "", 401},
-                                                              {"/api/repos", read_, 403},
-                                                              {"/v1/xorbs/default/" + std::string(64, 'a'), "", 401},
-                                                              {"/api/repos/org/m/commits", "mega_bogus", 401}}) {
+  for (const auto& [target, auth, want] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"/api/repos", "", 401},
+           {"/api/repos", read_, 403},
+           {"/v1/xorbs/default/" + std::string(64, 'a'), "", 401},
+           {"/api/repos/org/m/commits", "mega_bogus", 401}}) {
     RawConnection c(server_.port());
     ASSERT_TRUE(c.ok());
-    std::string head = "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+    std::string head = "POST " + target +
+                       " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
                        (auth.empty() ? "" : "Authorization: Bearer " + auth + "\r\n") +
                        "Content-Length: " + std::to_string(64 << 20) + "\r\n\r\n";
     auto t0 = std::chrono::steady_clock::now();
@@ -182,8 +203,9 @@ TEST_F(HubSecurityTest, NoBodyIsReadBeforeTheCallerIsAuthorised) {
   EXPECT_EQ(refused.load(), kClients);
   json st = Body(http_->Get("/api/stats"));
   uint64_t read = st["request_body_bytes"].get<uint64_t>() - before;
-  std::printf("refused %d uploads of %zu bytes: %llu body bytes read, server peak RSS %.1f MiB\n", kClients,
-              junk.size(), static_cast<unsigned long long>(read), st["peak_rss_bytes"].get<uint64_t>() / 1048576.0);
+  std::printf("refused %d uploads of %zu bytes: %llu body bytes read, server peak RSS %.1f MiB\n",
+              kClients, junk.size(), static_cast<unsigned long long>(read),
+              st["peak_rss_bytes"].get<uint64_t>() / 1048576.0);
   EXPECT_LT(read, uint64_t{kClients} * (8u << 20));
   EXPECT_LT(st["peak_rss_bytes"].get<uint64_t>(), uint64_t{200} << 20);
   // The server still answers.
@@ -193,8 +215,9 @@ TEST_F(HubSecurityTest, NoBodyIsReadBeforeTheCallerIsAuthorised) {
 class HubConnectionLimitsTest : public ::megackpt::testing::MegahubTest {
  protected:
   HubConnectionLimitsTest()
-      : MegahubTest({"hub-limits-test",
-                     {"--threads", "16", "--header-timeout", "2", "--max-connections-per-client", "24"}}) {}
+      : MegahubTest(
+            {"hub-limits-test",
+             {"--threads", "16", "--header-timeout", "2", "--max-connections-per-client", "24"}}) {}
 };
 
 TEST_F(HubConnectionLimitsTest, IdleSocketsHeaderDeadlineAndPerClientCap) {
@@ -249,9 +272,11 @@ TEST_F(HubSecurityTest, PathSegmentsAreAtMost255Bytes) {
   EXPECT_EQ(PutFile("org/m", std::string(1000, 'a'), "x", write_)->status, 400);
   EXPECT_EQ(PutFile("org/m", "d/" + std::string(256, 'b') + "/f", "x", write_)->status, 400);
   EXPECT_EQ(PutFile("org/m", "d/" + std::string(255, 'c'), "x", write_)->status, 201);
-  auto r = NdjsonCommit("org/m", {{{"key", "file"}, {"value", {{"path", std::string(300, 'n')}, {"content", "eA=="},
-                                                                {"encoding", "base64"}}}}},
-                        write_);
+  auto r = NdjsonCommit(
+      "org/m",
+      {{{"key", "file"},
+        {"value", {{"path", std::string(300, 'n')}, {"content", "eA=="}, {"encoding", "base64"}}}}},
+      write_);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_EQ(CommitCount("org/m"), 2u);  // initial + the 255-byte one
 }
@@ -262,7 +287,8 @@ TEST_F(HubSecurityTest, RangeHeadersFollowRfc7233) {
   ASSERT_EQ(PutFile("org/m", "a.bin", data, write_)->status, 201);
   const std::string url = "/api/repos/org/m/resolve/a.bin";
   // Invalid, other units and several ranges: ignored, the whole file.
-  for (const char* range : {"bytes=abc", "bytes=5-1", "items=0-5", "bytes=0-1,5-6", "bytes=", "bytes=-"}) {
+  for (const char* range :
+       {"bytes=abc", "bytes=5-1", "items=0-5", "bytes=0-1,5-6", "bytes=", "bytes=-"}) {
     auto r = http_->Get(url, {{"Range", range}});
     EXPECT_EQ(r->status, 200) << range;
     EXPECT_TRUE(r->body == data) << range;
@@ -287,13 +313,16 @@ TEST_F(HubSecurityTest, RangeHeadersFollowRfc7233) {
   std::string xorb = recon["terms"][0]["hash"];
   auto whole = http_->Get("/v1/xorbs/default/" + xorb, Auth(read_));
   ASSERT_EQ(whole->status, 200);
-  auto ignored = http_->Get("/v1/xorbs/default/" + xorb, {{"Range", "bytes=zz"}, {"Authorization", "Bearer " + read_}});
+  auto ignored = http_->Get("/v1/xorbs/default/" + xorb,
+                            {{"Range", "bytes=zz"}, {"Authorization", "Bearer " + read_}});
   EXPECT_EQ(ignored->status, 200);
   EXPECT_EQ(ignored->body.size(), whole->body.size());
-  auto past = http_->Get("/v1/xorbs/default/" + xorb, {{"Range", "bytes=" + std::to_string(whole->body.size()) + "-"},
-                                                         {"Authorization", "Bearer " + read_}});
+  auto past = http_->Get("/v1/xorbs/default/" + xorb,
+                         {{"Range", "bytes=" + std::to_string(whole->body.size()) + "-"},
+                          {"Authorization", "Bearer " + read_}});
   EXPECT_EQ(past->status, 416);
-  EXPECT_EQ(past->get_header_value("Content-Range"), "bytes */" + std::to_string(whole->body.size()));
+  EXPECT_EQ(past->get_header_value("Content-Range"),
+            "bytes */" + std::to_string(whole->body.size()));
 }
 
 TEST_F(HubSecurityTest, CommitWithNothingToChangeMakesNoCommit) {
@@ -308,21 +337,29 @@ TEST_F(HubSecurityTest, CommitWithNothingToChangeMakesNoCommit) {
   EXPECT_EQ(Body(again)["no_change"], true);
   auto json_again = PostJson("/api/repos/org/m/commits",
                              {{"parent_revision", head},
-                              {"operations", {{{"operation", "add"}, {"path", "a.bin"}, {"size", data.size()},
-                                               {"sha256", hub::Sha256Hex(data)}}}}},
+                              {"operations",
+                               {{{"operation", "add"},
+                                 {"path", "a.bin"},
+                                 {"size", data.size()},
+                                 {"sha256", hub::Sha256Hex(data)}}}}},
                              write_);
   EXPECT_EQ(json_again->status, 200) << json_again->body;
   EXPECT_EQ(Body(json_again)["no_change"], true);
   // NDJSON: an inline file equal to what is there.
-  ASSERT_EQ(NdjsonCommit("org/m", {{{"key", "file"}, {"value", {{"path", "r.txt"}, {"content", "aGk="},
-                                                                 {"encoding", "base64"}}}}},
-                         write_)->status,
-            200);
+  ASSERT_EQ(
+      NdjsonCommit("org/m",
+                   {{{"key", "file"},
+                     {"value", {{"path", "r.txt"}, {"content", "aGk="}, {"encoding", "base64"}}}}},
+                   write_)
+          ->status,
+      200);
   const std::string head2 = Head("org/m");
   EXPECT_NE(head2, head);
-  auto nd = NdjsonCommit("org/m", {{{"key", "file"}, {"value", {{"path", "r.txt"}, {"content", "aGk="},
-                                                                {"encoding", "base64"}}}}},
-                         write_);
+  auto nd =
+      NdjsonCommit("org/m",
+                   {{{"key", "file"},
+                     {"value", {{"path", "r.txt"}, {"content", "aGk="}, {"encoding", "base64"}}}}},
+                   write_);
   EXPECT_EQ(nd->status, 200);
   EXPECT_EQ(Body(nd)["commitOid"], head2);
   EXPECT_EQ(Body(nd)["noChange"], true);
@@ -334,10 +371,12 @@ TEST_F(HubSecurityTest, CommitWithNothingToChangeMakesNoCommit) {
 }
 
 TEST_F(HubSecurityTest, MalformedClientJsonIsAClientError) {
-  EXPECT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}, {"private", "yes"}}, write_)->status, 400);
+  EXPECT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}, {"private", "yes"}}, write_)->status,
+            400);
   ASSERT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}}, write_)->status, 201);
-  auto r = PostJson("/api/repos/org/m/commits", {{"operations", {{{"operation", "add"}, {"path", "a"}, {"size", "big"}}}}},
-                    write_);
+  auto r =
+      PostJson("/api/repos/org/m/commits",
+               {{"operations", {{{"operation", "add"}, {"path", "a"}, {"size", "big"}}}}}, write_);
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("size"));
   EXPECT_EQ(http_->Get("/api/repos?limit=lots")->status, 400);
@@ -346,7 +385,8 @@ TEST_F(HubSecurityTest, MalformedClientJsonIsAClientError) {
 
 TEST(MegahubCli, Version) {
   int rc = -1;
-  std::string out = ::megackpt::testing::RunCommand(::megackpt::testing::MegahubBinary() + " --version", &rc);
+  std::string out =
+      ::megackpt::testing::RunCommand(::megackpt::testing::MegahubBinary() + " --version", &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_THAT(out, ::testing::StartsWith("megahub "));
   EXPECT_THAT(out, HasSubstr("libmicrohttpd"));

@@ -23,8 +23,8 @@ namespace megackpt {
 namespace {
 
 using json = nlohmann::json;
-using ::megackpt::testing::CreateToken;
 using ::megackpt::test_util::RandomData;
+using ::megackpt::testing::CreateToken;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -36,7 +36,8 @@ class HubServerTest : public ::megackpt::testing::MegahubTest {
  protected:
   HubServerTest()
       : MegahubTest({"hub-server-test",
-                     {"--max-json-bytes", "1048576", "--max-object-bytes", "33554432", "--part-size", "1024"}}) {}
+                     {"--max-json-bytes", "1048576", "--max-object-bytes", "33554432",
+                      "--part-size", "1024"}}) {}
 
   // One "add" operation of a native commit (POST /api/repos/{id}/commits).
   static json AddOp(const std::string& path, uint64_t size, const std::string& sha) {
@@ -46,7 +47,7 @@ class HubServerTest : public ::megackpt::testing::MegahubTest {
   // POST /api/repos/org/m/commits (write token) on branch main with
   // `operations`, and a parent_revision and commit_message unless empty.
   ::megackpt::testing::HttpResult PostCommit(const json& operations, const std::string& parent = "",
-                             const std::string& message = "") {
+                                             const std::string& message = "") {
     json body = {{"revision", "main"}, {"operations", operations}};
     if (!parent.empty()) body["parent_revision"] = parent;
     if (!message.empty()) body["commit_message"] = message;
@@ -71,7 +72,8 @@ class HubServerTest : public ::megackpt::testing::MegahubTest {
     std::string sha = hub::Sha256Hex(data);
     ::megackpt::testing::HttpHeaders h = Auth(write_);
     h.emplace("X-Mega-Size", std::to_string(data.size()));
-    auto put = http_->Put(("/api/repos/org/m/blobs/" + sha).c_str(), h, data, "application/octet-stream");
+    auto put =
+        http_->Put(("/api/repos/org/m/blobs/" + sha).c_str(), h, data, "application/octet-stream");
     EXPECT_EQ(put->status, 200) << put->body;
     auto refs = http_->Get("/api/repos/org/m/refs", Auth(write_));
     std::string head = Body(refs)["branches"][0]["target_revision"];
@@ -92,7 +94,8 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
   std::string commit = SeedRepo(data);
   EXPECT_TRUE(hub::IsCommitId(commit));
   EXPECT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}}, write_)->status, 409);
-  EXPECT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}, {"exist_ok", true}}, write_)->status, 201);
+  EXPECT_EQ(PostJson("/api/repos", {{"repo_id", "org/m"}, {"exist_ok", true}}, write_)->status,
+            201);
 
   auto info = http_->Get("/api/repos/org/m");
   ASSERT_EQ(info->status, 200);
@@ -113,7 +116,8 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
   EXPECT_EQ(Body(list)["commits"].size(), 1u);
   ASSERT_TRUE(Body(list)["next_cursor"].is_string());
   auto list2 = http_->Get(("/api/repos/org/m/commits?limit=1&revision=main&cursor=" +
-                           Body(list)["next_cursor"].get<std::string>()).c_str());
+                           Body(list)["next_cursor"].get<std::string>())
+                              .c_str());
   EXPECT_TRUE(Body(list2)["next_cursor"].is_null());
   EXPECT_TRUE(Body(list2)["commits"][0]["parent_revision"].is_null());
 
@@ -135,16 +139,24 @@ TEST_F(HubServerTest, RepoLifecycleAndNativeCommit) {
   // Blob checks: wrong sha256 and unstaged objects are 400.
   ::megackpt::testing::HttpHeaders h = Auth(write_);
   h.emplace("X-Mega-Size", "3");
-  EXPECT_EQ(http_->Put(("/api/repos/org/m/blobs/" + std::string(64, 'a')).c_str(), h, "abc", "application/octet-stream")->status, 400);
+  EXPECT_EQ(http_
+                ->Put(("/api/repos/org/m/blobs/" + std::string(64, 'a')).c_str(), h, "abc",
+                      "application/octet-stream")
+                ->status,
+            400);
   auto unstaged = PostCommit(json::array({AddOp("x", 1, std::string(64, 'b'))}));
   EXPECT_EQ(unstaged->status, 400);
 
   // Refs: create a branch, then delete it.
-  auto br = PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_);
+  auto br =
+      PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_);
   ASSERT_EQ(br->status, 201) << br->body;
   EXPECT_EQ(Body(br)["name"], "dev");
   EXPECT_EQ(Body(br)["target_revision"], commit);
-  EXPECT_EQ(PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_)->status, 409);
+  EXPECT_EQ(
+      PostJson("/api/repos/org/m/refs/branches", {{"name", "dev"}, {"revision", "main"}}, write_)
+          ->status,
+      409);
   EXPECT_EQ(http_->Delete("/api/repos/org/m/refs/branches/dev", Auth(write_))->status, 200);
   EXPECT_EQ(http_->Delete("/api/repos/org/m", Auth(read_))->status, 403);
   EXPECT_EQ(http_->Delete("/api/repos/org/m", Auth(write_))->status, 200);
@@ -166,7 +178,8 @@ TEST_F(HubServerTest, ResolveHeadersAndExactRanges) {
   auto full = http_->Get("/api/repos/org/m/resolve/a.bin?revision=main");
   ASSERT_EQ(full->status, 200);
   EXPECT_EQ(full->body, data);
-  auto range = http_->Get("/api/repos/org/m/resolve/a.bin?revision=main", {{"Range", "bytes=70000-70009"}});
+  auto range =
+      http_->Get("/api/repos/org/m/resolve/a.bin?revision=main", {{"Range", "bytes=70000-70009"}});
   ASSERT_EQ(range->status, 206);
   EXPECT_EQ(range->body, data.substr(70000, 10));
   EXPECT_EQ(range->get_header_value("Content-Range"), "bytes 70000-70009/200000");
@@ -174,7 +187,8 @@ TEST_F(HubServerTest, ResolveHeadersAndExactRanges) {
                          {{"Range", "bytes=199990-"}});
   ASSERT_EQ(tail->status, 206);
   EXPECT_EQ(tail->body, data.substr(199990));
-  EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/a.bin", {{"Range", "bytes=300000-"}})->status, 416);
+  EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/a.bin", {{"Range", "bytes=300000-"}})->status,
+            416);
   // HF-style URL too.
   auto hf = http_->Get("/org/m/resolve/main/a.bin", {{"Range", "bytes=0-3"}});
   ASSERT_EQ(hf->status, 206);
@@ -183,9 +197,11 @@ TEST_F(HubServerTest, ResolveHeadersAndExactRanges) {
   auto missing = http_->Head("/api/repos/org/m/resolve/nope.bin?revision=main");
   EXPECT_EQ(missing->status, 404);
   EXPECT_EQ(missing->get_header_value("X-Error-Code"), "EntryNotFound");
-  EXPECT_EQ(http_->Head("/api/repos/org/m/resolve/a.bin?revision=nope")->get_header_value("X-Error-Code"),
-            "RevisionNotFound");
-  EXPECT_EQ(http_->Head("/api/repos/org/zz/resolve/a.bin")->get_header_value("X-Error-Code"), "RepoNotFound");
+  EXPECT_EQ(
+      http_->Head("/api/repos/org/m/resolve/a.bin?revision=nope")->get_header_value("X-Error-Code"),
+      "RevisionNotFound");
+  EXPECT_EQ(http_->Head("/api/repos/org/zz/resolve/a.bin")->get_header_value("X-Error-Code"),
+            "RepoNotFound");
   // Traversal is rejected.
   EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/x/%2E%2E/a.bin?revision=main")->status, 400);
   EXPECT_EQ(http_->Get("/api/repos/org/m/resolve?revision=main&path=../a.bin")->status, 400);
@@ -202,19 +218,31 @@ TEST_F(HubServerTest, ResolveHeadersAndExactRanges) {
 
 TEST_F(HubServerTest, PreuploadAndNdjsonCommit) {
   SeedRepo("seed");
-  auto pre = PostJson("/api/models/org/m/preupload/main",
-                      {{"files", {{{"path", "README.md"}, {"sample", hub::Base64Encode("# hi")}, {"size", 4}},
-                                  {{"path", "w.bin"}, {"sample", hub::Base64Encode(std::string("\0\1", 2))}, {"size", 50000000}}}}},
-                      write_);
+  auto pre =
+      PostJson("/api/models/org/m/preupload/main",
+               {{"files",
+                 {{{"path", "README.md"}, {"sample", hub::Base64Encode("# hi")}, {"size", 4}},
+                  {{"path", "w.bin"},
+                   {"sample", hub::Base64Encode(std::string("\0\1", 2))},
+                   {"size", 50000000}}}}},
+               write_);
   ASSERT_EQ(pre->status, 200) << pre->body;
   EXPECT_EQ(Body(pre)["files"][0]["uploadMode"], "regular");
   EXPECT_EQ(Body(pre)["files"][0]["shouldIgnore"], false);
   EXPECT_EQ(Body(pre)["files"][1]["uploadMode"], "lfs");
 
   std::string head = Body(http_->Get("/api/repos/org/m/commits/main"))["revision"];
-  std::string body = json{{"key", "header"}, {"value", {{"summary", "ndjson"}, {"description", ""}, {"parentCommit", head}}}}.dump() + "\n" +
-                     json{{"key", "deletedFile"}, {"value", {{"path", "a.bin"}}}}.dump() + "\n" +
-                     json{{"key", "file"}, {"value", {{"content", hub::Base64Encode("# hi")}, {"path", "README.md"}, {"encoding", "base64"}}}}.dump() + "\n";
+  std::string body =
+      json{{"key", "header"},
+           {"value", {{"summary", "ndjson"}, {"description", ""}, {"parentCommit", head}}}}
+          .dump() +
+      "\n" + json{{"key", "deletedFile"}, {"value", {{"path", "a.bin"}}}}.dump() + "\n" +
+      json{
+          {"key", "file"},
+          {"value",
+           {{"content", hub::Base64Encode("# hi")}, {"path", "README.md"}, {"encoding", "base64"}}}}
+          .dump() +
+      "\n";
   ::megackpt::testing::HttpHeaders h = Auth(write_);
   auto c = http_->Post("/api/models/org/m/commit/main", h, body, "application/x-ndjson");
   ASSERT_EQ(c->status, 200) << c->body;
@@ -224,17 +252,30 @@ TEST_F(HubServerTest, PreuploadAndNdjsonCommit) {
   EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/README.md?revision=main")->body, "# hi");
 
   // The same body again: its parent is stale now.
-  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", h, body, "application/x-ndjson")->status, 409);
+  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", h, body, "application/x-ndjson")->status,
+            409);
   // Malformed NDJSON, unknown keys and traversal are 400.
-  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", h, "{\"key\":\"header\",\"value\":{", "application/x-ndjson")->status, 400);
-  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", h,
-                        "{\"key\":\"header\",\"value\":{}}\n{\"key\":\"bogus\",\"value\":{}}\n", "application/x-ndjson")->status, 400);
-  std::string evil = json{{"key", "header"}, {"value", {{"summary", "x"}}}}.dump() + "\n" +
-                     json{{"key", "file"}, {"value", {{"content", "AA=="}, {"path", "../../etc/passwd"}}}}.dump() + "\n";
+  EXPECT_EQ(http_
+                ->Post("/api/models/org/m/commit/main", h, "{\"key\":\"header\",\"value\":{",
+                       "application/x-ndjson")
+                ->status,
+            400);
+  EXPECT_EQ(http_
+                ->Post("/api/models/org/m/commit/main", h,
+                       "{\"key\":\"header\",\"value\":{}}\n{\"key\":\"bogus\",\"value\":{}}\n",
+                       "application/x-ndjson")
+                ->status,
+            400);
+  std::string evil =
+      json{{"key", "header"}, {"value", {{"summary", "x"}}}}.dump() + "\n" +
+      json{{"key", "file"}, {"value", {{"content", "AA=="}, {"path", "../../etc/passwd"}}}}.dump() +
+      "\n";
   auto ev = http_->Post("/api/models/org/m/commit/main", h, evil, "application/x-ndjson");
   EXPECT_EQ(ev->status, 400);
   EXPECT_THAT(ev->body, HasSubstr("traversal"));
-  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", Auth(read_), body, "application/x-ndjson")->status, 403);
+  EXPECT_EQ(http_->Post("/api/models/org/m/commit/main", Auth(read_), body, "application/x-ndjson")
+                ->status,
+            403);
 
   // Xet token routes.
   auto rt = http_->Get(("/api/models/org/m/xet-read-token/" + oid).c_str());
@@ -246,7 +287,8 @@ TEST_F(HubServerTest, PreuploadAndNdjsonCommit) {
   auto wt = http_->Get("/api/models/org/m/xet-write-token/main", Auth(write_));
   ASSERT_EQ(wt->status, 200);
   // The CAS token opens the /v1 routes; anonymous CAS access is refused.
-  std::string xet = Body(http_->Get("/api/repos/org/m/files?revision=main"))["files"][0]["xet_hash"];
+  std::string xet =
+      Body(http_->Get("/api/repos/org/m/files?revision=main"))["files"][0]["xet_hash"];
   EXPECT_EQ(http_->Head(("/v1/files/" + xet).c_str())->status, 401);
   EXPECT_EQ(http_->Head(("/v1/files/" + xet).c_str(), Auth(Body(rt)["accessToken"]))->status, 200);
   auto recon = http_->Get(("/v1/reconstructions/" + xet).c_str(), Auth(Body(rt)["accessToken"]));
@@ -254,7 +296,10 @@ TEST_F(HubServerTest, PreuploadAndNdjsonCommit) {
   EXPECT_TRUE(Body(recon)["terms"].is_array());
   EXPECT_TRUE(Body(recon)["fetch_info"].is_object());
   // A read CAS token cannot upload.
-  EXPECT_EQ(http_->Post("/v1/shards", Auth(Body(rt)["accessToken"]), "x", "application/octet-stream")->status, 403);
+  EXPECT_EQ(
+      http_->Post("/v1/shards", Auth(Body(rt)["accessToken"]), "x", "application/octet-stream")
+          ->status,
+      403);
 }
 
 TEST_F(HubServerTest, ResumableMultipartUpload) {
@@ -262,8 +307,12 @@ TEST_F(HubServerTest, ResumableMultipartUpload) {
   std::string data = RandomData(2500, 4);  // 3 parts of 1024 (server --part-size 1024)
   std::string sha = hub::Sha256Hex(data);
   auto up = PostJson("/api/uploads",
-                     {{"repo_id", "org/m"}, {"path", "big.bin"}, {"revision", "main"}, {"size", data.size()},
-                      {"sha256", sha}, {"stage_only", true}},
+                     {{"repo_id", "org/m"},
+                      {"path", "big.bin"},
+                      {"revision", "main"},
+                      {"size", data.size()},
+                      {"sha256", sha},
+                      {"stage_only", true}},
                      write_);
   ASSERT_EQ(up->status, 200) << up->body;
   std::string id = Body(up)["upload_id"];
@@ -271,8 +320,9 @@ TEST_F(HubServerTest, ResumableMultipartUpload) {
   EXPECT_TRUE(Body(http_->Get(("/api/uploads/" + id).c_str(), Auth(write_)))["parts"].empty());
   json parts = json::array();
   for (int n = 1; n <= 3; ++n) {
-    auto p = http_->Put(("/api/uploads/" + id + "/parts/" + std::to_string(n)).c_str(), Auth(write_),
-                        data.substr((n - 1) * 1024, 1024), "application/octet-stream");
+    auto p =
+        http_->Put(("/api/uploads/" + id + "/parts/" + std::to_string(n)).c_str(), Auth(write_),
+                   data.substr((n - 1) * 1024, 1024), "application/octet-stream");
     ASSERT_EQ(p->status, 200) << p->body;
     parts.push_back({{"part_number", n}, {"etag", Body(p)["etag"]}});
   }
@@ -304,11 +354,24 @@ TEST_F(HubServerTest, BucketsRoutes) {
   ASSERT_TRUE((*up)->Append(AsBytes(data)).ok());
   ASSERT_TRUE((*up)->Close().ok());
   std::string xet = (*up)->entry().xet_hash;
-  std::string batch = json{{"type", "addFile"}, {"path", "run/a.bin"}, {"xetHash", xet}, {"mtime", 1700000000000LL}}.dump() + "\n" +
-                      json{{"type", "addFile"}, {"path", "run/sub/b.bin"}, {"xetHash", xet}, {"mtime", 1700000000000LL}}.dump() + "\n";
-  auto b = http_->Post("/api/buckets/org/scratch/batch", Auth(write_), batch, "application/x-ndjson");
+  std::string batch =
+      json{{"type", "addFile"}, {"path", "run/a.bin"}, {"xetHash", xet}, {"mtime", 1700000000000LL}}
+          .dump() +
+      "\n" +
+      json{{"type", "addFile"},
+           {"path", "run/sub/b.bin"},
+           {"xetHash", xet},
+           {"mtime", 1700000000000LL}}
+          .dump() +
+      "\n";
+  auto b =
+      http_->Post("/api/buckets/org/scratch/batch", Auth(write_), batch, "application/x-ndjson");
   ASSERT_EQ(b->status, 200) << b->body;
-  EXPECT_EQ(http_->Post("/api/buckets/org/scratch/batch", Auth(write_), "not json\n", "application/x-ndjson")->status, 400);
+  EXPECT_EQ(http_
+                ->Post("/api/buckets/org/scratch/batch", Auth(write_), "not json\n",
+                       "application/x-ndjson")
+                ->status,
+            400);
 
   auto info = http_->Get("/api/buckets/org/scratch");
   EXPECT_EQ(Body(info)["totalFiles"], 2);
@@ -334,7 +397,8 @@ TEST_F(HubServerTest, BucketsRoutes) {
   EXPECT_EQ(Body(page2)[0]["path"], "run/sub/b.bin");
   EXPECT_TRUE(page2->get_header_value("Link").empty());
 
-  auto pi = http_->Post("/api/buckets/org/scratch/paths-info", json{{"paths", {"run/a.bin", "nope"}}}.dump(), "application/json");
+  auto pi = http_->Post("/api/buckets/org/scratch/paths-info",
+                        json{{"paths", {"run/a.bin", "nope"}}}.dump(), "application/json");
   ASSERT_EQ(pi->status, 200);
   EXPECT_EQ(Body(pi).size(), 1u);
 
@@ -358,20 +422,28 @@ TEST_F(HubServerTest, SizeLimitsAndTraversal) {
   SeedRepo("x");
   // JSON bodies above --max-json-bytes (1 MiB) -> 413; the connection stays usable.
   std::string big(2 << 20, ' ');
-  auto r = http_->Post("/api/repos/org/m/commits", Auth(write_), "{" + big + "}", "application/json");
+  auto r =
+      http_->Post("/api/repos/org/m/commits", Auth(write_), "{" + big + "}", "application/json");
   EXPECT_EQ(r->status, 413);
   EXPECT_EQ(http_->Get("/api/repos/org/m")->status, 200);
   // Objects above --max-object-bytes (32 MiB) -> 413.
   std::string huge((32 << 20) + 10, 'x');
   ::megackpt::testing::HttpHeaders h = Auth(write_);
-  auto b = http_->Put(("/api/repos/org/m/blobs/" + hub::Sha256Hex(huge)).c_str(), h, huge, "application/octet-stream");
+  auto b = http_->Put(("/api/repos/org/m/blobs/" + hub::Sha256Hex(huge)).c_str(), h, huge,
+                      "application/octet-stream");
   EXPECT_EQ(b->status, 413);
   // Paths with '..', absolute paths and empty segments are refused.
   for (std::string p : {"../x", "/etc/passwd", "a//b", "a/./b"}) {
     auto c = PostCommit(json::array({json{{"operation", "delete"}, {"path", p}}}));
     EXPECT_EQ(c->status, 400) << p;
   }
-  EXPECT_EQ(PostJson("/api/uploads", {{"repo_id", "org/m"}, {"path", "../x"}, {"size", 1}, {"sha256", std::string(64, 'a')}}, write_)->status, 400);
+  EXPECT_EQ(
+      PostJson(
+          "/api/uploads",
+          {{"repo_id", "org/m"}, {"path", "../x"}, {"size", 1}, {"sha256", std::string(64, 'a')}},
+          write_)
+          ->status,
+      400);
   EXPECT_EQ(http_->Get("/api/repos/org/m/resolve/%2Fetc%2Fpasswd")->status, 400);
 }
 
@@ -387,7 +459,8 @@ TEST_F(HubServerTest, SecondVersionUploadsOnlyChangedBytes) {
   auto save = [&]() -> std::string {
     auto txn = hub::HubTransaction::Begin(hubc, root);
     EXPECT_TRUE(txn.ok()) << txn.status().ToString();
-    for (int i = 0; i < kFiles; ++i) EXPECT_TRUE((*txn)->Put("t" + std::to_string(i) + ".bin", files[i]).ok());
+    for (int i = 0; i < kFiles; ++i)
+      EXPECT_TRUE((*txn)->Put("t" + std::to_string(i) + ".bin", files[i]).ok());
     auto c = (*txn)->Commit();
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? c->id : "";
@@ -402,8 +475,8 @@ TEST_F(HubServerTest, SecondVersionUploadsOnlyChangedBytes) {
   uint64_t total = kFiles * kSize;
   uint64_t sent_first = after_first - before, sent_second = after_second - after_first;
   std::printf("first save sent %llu bytes, second %llu bytes (%.1f%% of %llu)\n",
-              (unsigned long long)sent_first, (unsigned long long)sent_second, 100.0 * sent_second / total,
-              (unsigned long long)total);
+              (unsigned long long)sent_first, (unsigned long long)sent_second,
+              100.0 * sent_second / total, (unsigned long long)total);
   EXPECT_GE(sent_first, total);  // random data: everything travels once
   EXPECT_LE(sent_second, total * 15 / 100);
   EXPECT_NE(first, second);
@@ -474,14 +547,17 @@ TEST_F(HubServerTest, UnauthorizedWritesRejected) {
     ASSERT_TRUE(txn.ok()) << txn.status().ToString();  // reading refs is public
     Status put = (*txn)->Put("x.txt", "x");
     Status s = put.ok() ? (*txn)->Commit().status() : put;
-    EXPECT_TRUE(s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied)
+    EXPECT_TRUE(s.code() == StatusCode::kUnauthenticated ||
+                s.code() == StatusCode::kPermissionDenied)
         << s.ToString();
   }
   // Anonymous reads of a public repo work; private repos need a token.
   auto fs = hub::NewMegaFileSystem(anon);
   EXPECT_EQ(*fs->ReadWhole("mega://org/m/a.bin"), "seed");
   auto w = Remote(write_);
-  ASSERT_TRUE(hub::HubTransaction::Begin(w, *hub::ParseMegaUri("mega://org/secret"), {.create_private = true}).ok());
+  ASSERT_TRUE(hub::HubTransaction::Begin(w, *hub::ParseMegaUri("mega://org/secret"),
+                                         {.create_private = true})
+                  .ok());
   EXPECT_EQ(anon->GetRepo("org/secret").status().code(), StatusCode::kUnauthenticated);
   EXPECT_TRUE(reader->GetRepo("org/secret").ok());
 }
@@ -588,9 +664,11 @@ TEST_F(HubServerTest, LoadSixteenClientsNoErrors) {
   for (auto& t : threads) t.join();
   double dt = NowSecondsForTest() - t0;
   json st = Stats();
-  std::printf("load: %d clients, %.1f s, %llu ops (%.0f ops/s), %.1f MB/s, errors %llu, server peak RSS %.1f MiB\n",
-              kClients, dt, (unsigned long long)ops.load(), ops / dt, bytes / dt / 1e6,
-              (unsigned long long)errors.load(), st["peak_rss_bytes"].get<uint64_t>() / 1048576.0);
+  std::printf(
+      "load: %d clients, %.1f s, %llu ops (%.0f ops/s), %.1f MB/s, errors %llu, server peak RSS "
+      "%.1f MiB\n",
+      kClients, dt, (unsigned long long)ops.load(), ops / dt, bytes / dt / 1e6,
+      (unsigned long long)errors.load(), st["peak_rss_bytes"].get<uint64_t>() / 1048576.0);
   EXPECT_EQ(errors.load(), 0u);
   EXPECT_GT(ops.load(), 0u);
   EXPECT_EQ(st["responses_5xx"].get<uint64_t>(), 0u);

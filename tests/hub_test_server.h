@@ -7,12 +7,11 @@
 #define MEGACKPT_TESTS_HUB_TEST_SERVER_H_
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -27,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "hub/http_client.h"
 #include "core/test_files.h"
+#include "hub/http_client.h"
 #include "test_util.h"
 
 namespace megackpt::testing {
@@ -67,7 +66,7 @@ class MegahubProcess {
   bool Start(const std::string& root, const std::vector<std::string>& extra = {}, int port = 0) {
     int fds[2];
     if (pipe(fds) != 0) return false;
-    std::vector<std::string> args = {MegahubBinary(), "serve", "--root", root, "--port",
+    std::vector<std::string> args = {MegahubBinary(),     "serve", "--root", root, "--port",
                                      std::to_string(port)};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
@@ -210,16 +209,24 @@ class HttpResult {
 class TestHttpClient {
  public:
   explicit TestHttpClient(std::string endpoint) : http_(std::move(endpoint), "", NoRetries()) {}
-  HttpResult Get(const std::string& path, const HttpHeaders& h = {}) { return Send("GET", path, h, "", ""); }
-  HttpResult Head(const std::string& path, const HttpHeaders& h = {}) { return Send("HEAD", path, h, "", ""); }
-  HttpResult Delete(const std::string& path, const HttpHeaders& h = {}) { return Send("DELETE", path, h, "", ""); }
-  HttpResult Post(const std::string& path, const HttpHeaders& h, const std::string& body, const std::string& type) {
+  HttpResult Get(const std::string& path, const HttpHeaders& h = {}) {
+    return Send("GET", path, h, "", "");
+  }
+  HttpResult Head(const std::string& path, const HttpHeaders& h = {}) {
+    return Send("HEAD", path, h, "", "");
+  }
+  HttpResult Delete(const std::string& path, const HttpHeaders& h = {}) {
+    return Send("DELETE", path, h, "", "");
+  }
+  HttpResult Post(const std::string& path, const HttpHeaders& h, const std::string& body,
+                  const std::string& type) {
     return Send("POST", path, h, body, type);
   }
   HttpResult Post(const std::string& path, const std::string& body, const std::string& type) {
     return Send("POST", path, {}, body, type);
   }
-  HttpResult Put(const std::string& path, const HttpHeaders& h, const std::string& body, const std::string& type) {
+  HttpResult Put(const std::string& path, const HttpHeaders& h, const std::string& body,
+                 const std::string& type) {
     return Send("PUT", path, h, body, type);
   }
   HttpResult Put(const std::string& path, const std::string& body, const std::string& type) {
@@ -281,11 +288,14 @@ class MegahubTest : public ::testing::Test {
   static HttpHeaders Auth(const std::string& token) {
     return token.empty() ? HttpHeaders{} : HttpHeaders{{"Authorization", "Bearer " + token}};
   }
-  HttpResult PostJson(const std::string& path, const nlohmann::json& body, const std::string& token) {
+  HttpResult PostJson(const std::string& path, const nlohmann::json& body,
+                      const std::string& token) {
     return http_->Post(path.c_str(), Auth(token), body.dump(), "application/json");
   }
   // The response body as JSON (discarded when it is not JSON).
-  static nlohmann::json Body(const HttpResult& r) { return nlohmann::json::parse(r->body, nullptr, false); }
+  static nlohmann::json Body(const HttpResult& r) {
+    return nlohmann::json::parse(r->body, nullptr, false);
+  }
 
   MegahubTestOptions options_;
   TempDir root_;

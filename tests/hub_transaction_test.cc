@@ -68,7 +68,9 @@ TEST_P(HubTransactionTest, ManyFilesOneCommit) {
   EXPECT_EQ(base, Head());
   // Writes through the FileSystem seam below the root join the transaction.
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(fs_->WriteAtomically(repo_ + "/ckpt/step-100/shard" + std::to_string(i), "data" + std::to_string(i)).ok());
+    ASSERT_TRUE(fs_->WriteAtomically(repo_ + "/ckpt/step-100/shard" + std::to_string(i),
+                                     "data" + std::to_string(i))
+                    .ok());
   }
   ASSERT_TRUE((*txn)->Put("meta.json", "{}").ok());
   // Nothing is visible on the branch yet, but this FileSystem reads its own writes.
@@ -132,7 +134,8 @@ TEST_P(HubTransactionTest, MultiRankSaveIsOneCommit) {
       auto conn = Connect();  // each rank its own connection (as its own process would)
       auto txn = hub::HubTransaction::Begin(conn, root, {}, base);
       ASSERT_TRUE(txn.ok()) << txn.status().ToString();
-      ASSERT_TRUE((*txn)->Put("rank" + std::to_string(r) + ".mega", std::string(10000 + r, 'a' + r)).ok());
+      ASSERT_TRUE(
+          (*txn)->Put("rank" + std::to_string(r) + ".mega", std::string(10000 + r, 'a' + r)).ok());
       payloads[r] = hub::SerializeStaged((*txn)->staged());
     });
   }
@@ -148,7 +151,8 @@ TEST_P(HubTransactionTest, MultiRankSaveIsOneCommit) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(CommitCount(), before + 1);
   for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(*fs_->ReadWhole(repo_ + "/ckpt/rank" + std::to_string(r) + ".mega"), std::string(10000 + r, 'a' + r));
+    EXPECT_EQ(*fs_->ReadWhole(repo_ + "/ckpt/rank" + std::to_string(r) + ".mega"),
+              std::string(10000 + r, 'a' + r));
   }
   EXPECT_FALSE(hub::ParseStaged("[{\"path\":\"../x\",\"size\":1}]").ok());
   EXPECT_FALSE(hub::ParseStaged("{").ok());
@@ -207,7 +211,9 @@ TEST_P(HubTransactionTest, BucketTransactionIsOneBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EmbeddedAndRemote, HubTransactionTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Remote" : "Embedded"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Remote" : "Embedded";
+                         });
 
 // FileSystemForPath routes mega:// by MEGA_ENDPOINT (file:// = embedded).
 TEST(FileSystemForPathTest, RoutesMegaUris) {

@@ -2,6 +2,8 @@
 // tensors changed; references survive the deletion of older steps and gc; a
 // flipped byte in a referenced file is caught by every step using it; forced
 // full saves; strided tensors; async saves; two thread ranks loaded at four.
+#include "dcp/incremental.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -9,7 +11,6 @@
 #include <fstream>
 
 #include "core/test_files.h"
-#include "dcp/incremental.h"
 #include "dcp/test_util.h"
 #include "megackpt/dcp/checkpoint_manager.h"
 
@@ -51,14 +52,17 @@ State MakeState(const std::vector<int>& gen, int world = 1, int rank = 0, bool f
       st.sd.Set(name, StateValue(std::move(s)));
     }
   }
-  st.sd.Set("meta", StateValue::Bytes(fill ? "gen0=" + std::to_string(gen[0]) : std::string(8, '?')));
+  st.sd.Set("meta",
+            StateValue::Bytes(fill ? "gen0=" + std::to_string(gen[0]) : std::string(8, '?')));
   return st;
 }
 
-::testing::AssertionResult Same(const State& got, const std::vector<int>& gen, int world = 1, int rank = 0) {
+::testing::AssertionResult Same(const State& got, const std::vector<int>& gen, int world = 1,
+                                int rank = 0) {
   State want = MakeState(gen, world, rank);
   for (int i = 0; i < kTensors; ++i) {
-    if (*got.buffers[i] != *want.buffers[i]) return ::testing::AssertionFailure() << "layer" << i << " differs";
+    if (*got.buffers[i] != *want.buffers[i])
+      return ::testing::AssertionFailure() << "layer" << i << " differs";
   }
   return ::testing::AssertionSuccess();
 }
@@ -120,8 +124,9 @@ TEST(BlockHashesTest, RecordRoundTripsAndRejectsJunk) {
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, h);
   EXPECT_EQ(HashBlocks({}, 64).digests.size(), 1u);
-  for (std::string bad : {"", "crc32:00", "xxh3-128/", "xxh3-128/0/00000000000000000000000000000000",
-                          "xxh3-128/64/0123", "xxh3-128/64/0000000000000000000000000000000g"}) {
+  for (std::string bad :
+       {"", "crc32:00", "xxh3-128/", "xxh3-128/0/00000000000000000000000000000000",
+        "xxh3-128/64/0123", "xxh3-128/64/0000000000000000000000000000000g"}) {
     EXPECT_FALSE(DecodeBlockHashes(bad).has_value()) << bad;
   }
 }
@@ -139,10 +144,12 @@ TEST(BlockHashesTest, KnownAnswerAndAnyPiecesHashLikeTheWhole) {
   ASSERT_EQ(whole.digests.size(), 3u);  // the last one of 1808 bytes
   for (size_t piece : {1, 7, 4095, 4096, 5000}) {
     BlockHasher h(4096);
-    for (size_t at = 0; at < data.size(); at += piece) h.Add(AsBytes(std::string_view(data).substr(at, piece)));
+    for (size_t at = 0; at < data.size(); at += piece)
+      h.Add(AsBytes(std::string_view(data).substr(at, piece)));
     EXPECT_EQ(h.Finish(), whole) << piece;
   }
-  EXPECT_EQ(whole.digests[2], HashBlocks(AsBytes(std::string_view(data).substr(8192)), 4096).digests[0]);
+  EXPECT_EQ(whole.digests[2],
+            HashBlocks(AsBytes(std::string_view(data).substr(8192)), 4096).digests[0]);
 }
 
 class ChangedFractionTest : public ::testing::TestWithParam<int> {};
@@ -199,7 +206,9 @@ BlockHashes RecordOf(const std::string& dir, const std::string& fqn) {
   return {};
 }
 
-std::span<const std::byte> BytesOf(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
+std::span<const std::byte> BytesOf(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
 
 // A full save in incremental mode hashes nothing before writing (the writer
 // threads hash while they write), yet records every item's block hashes; a
@@ -250,13 +259,14 @@ TEST(IncrementalTest, ChangeOnlyInTheLastOrAMiddleBlockIsWritten) {
   State s = MakeState(gen);
   ASSERT_TRUE(m->Save(1, s.sd).ok());
   const uint64_t before = o.incremental.stats->bytes_compared;
-  s.buffers[3]->back() += 1;              // last element: block 3 only
-  (*s.buffers[5])[kElems / 2 + 1] += 1;   // block 2 only
-  (*s.buffers[7])[0] += 1;                // block 0
+  s.buffers[3]->back() += 1;             // last element: block 3 only
+  (*s.buffers[5])[kElems / 2 + 1] += 1;  // block 2 only
+  (*s.buffers[7])[0] += 1;               // block 0
   ASSERT_TRUE(m->Save(2, s.sd).ok());
   EXPECT_EQ(Info(*m, 2).bytes_written, 3 * kTensorBytes);
   // Unchanged: all 4 blocks; layer3: 4, layer5: 3, layer7: 1; "meta": its 6 bytes.
-  EXPECT_EQ(o.incremental.stats->bytes_compared - before, (kTensors - 3) * kTensorBytes + (4 + 3 + 1) * bs + 6);
+  EXPECT_EQ(o.incremental.stats->bytes_compared - before,
+            (kTensors - 3) * kTensorBytes + (4 + 3 + 1) * bs + 6);
   State into = MakeState(gen, 1, 0, false);
   ASSERT_TRUE(m->Load(into.sd, 2).ok());
   for (int i = 0; i < kTensors; ++i) EXPECT_EQ(*into.buffers[i], *s.buffers[i]) << i;
@@ -308,7 +318,8 @@ TEST(IncrementalTest, FlippedByteInAReferencedFileIsCaughtByEveryStepUsingIt) {
     State into = MakeState(gen, 1, 0, false);
     Status st = m->Load(into.sd, step).status();
     EXPECT_EQ(st.code(), StatusCode::kDataLoss) << "step " << step << ": " << st.ToString();
-    EXPECT_NE(st.message().find(stdfs::path(file).filename().string()), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find(stdfs::path(file).filename().string()), std::string::npos)
+        << st.ToString();
     EXPECT_EQ(m->VerifyStep(step).code(), StatusCode::kDataLoss);
   }
   EXPECT_EQ(m->LatestValid().status().code(), StatusCode::kNotFound);
@@ -334,7 +345,8 @@ TEST(IncrementalTest, FlippedTableByteInAReferencedFileIsCaughtByTheLaterStep) {
   Status st = m->Load(into.sd, 2).status();
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
   EXPECT_NE(st.message().find(info.relative_path), std::string::npos) << st.ToString();
-  EXPECT_NE(st.message().find("data or its checksum table is damaged"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("data or its checksum table is damaged"), std::string::npos)
+      << st.ToString();
 }
 
 TEST(IncrementalTest, FullSavesForcedEveryNthAndOnRequest) {
@@ -348,7 +360,8 @@ TEST(IncrementalTest, FullSavesForcedEveryNthAndOnRequest) {
   std::vector<std::optional<int64_t>> bases;
   const std::vector<StepInfo> steps = m->Steps().value();
   for (const StepInfo& i : steps) bases.push_back(i.base_step);
-  EXPECT_EQ(bases, (std::vector<std::optional<int64_t>>{std::nullopt, 1, std::nullopt, 3, std::nullopt}));
+  EXPECT_EQ(bases,
+            (std::vector<std::optional<int64_t>>{std::nullopt, 1, std::nullopt, 3, std::nullopt}));
   EXPECT_EQ(Info(*m, 3).bytes_referenced, 0u);
   StepSaveOptions full;
   full.force_full = true;

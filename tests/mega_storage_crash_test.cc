@@ -53,7 +53,8 @@ class KillingFs : public fs::FileSystem {
     const std::string tmp = p + ".tmp." + std::to_string(getpid()) + ".k";
     {
       MEGA_ASSIGN_OR_RETURN(auto f, base_->OpenForWrite(tmp));
-      MEGA_RETURN_IF_ERROR(f->Append(std::as_bytes(std::span<const char>(data.data(), data.size()))));
+      MEGA_RETURN_IF_ERROR(
+          f->Append(std::as_bytes(std::span<const char>(data.data(), data.size()))));
       if (sync) MEGA_RETURN_IF_ERROR(f->Sync());
       MEGA_RETURN_IF_ERROR(f->Close());
     }
@@ -96,7 +97,8 @@ FqnToIndexMapping Mapping(const synthetic::Spec& spec) {
   return m;
 }
 
-Status SaveSpec(const synthetic::Spec& spec, const std::string& dir, std::shared_ptr<fs::FileSystem> fs) {
+Status SaveSpec(const synthetic::Spec& spec, const std::string& dir,
+                std::shared_ptr<fs::FileSystem> fs) {
   auto results = dist::RunThreadRanks(kWorld, [&](dist::ProcessGroup& g) -> Status {
     MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, kWorld, g.rank(), 0, true));
     MegaStorageWriterOptions o;
@@ -124,7 +126,9 @@ int SettledThreadCount() {
   for (int i = 0; i < 200; ++i) {
     std::error_code ec;
     count = 0;
-    for (stdfs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++count;
+    for (stdfs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end;
+         it.increment(ec))
+      ++count;
     if (ec) return -1;
     if (count == 1) break;
     usleep(10 * 1000);
@@ -146,11 +150,13 @@ int SettledThreadCount() {
 // fork of a multi-threaded process could copy a lock held by another thread
 // and hang the child (the hub variant in mega_storage_hub_test.cc exec's its
 // child for that reason).
-int RunChildSave(const synthetic::Spec& spec, const std::string& dir, int kill_at, double delay_seconds) {
+int RunChildSave(const synthetic::Spec& spec, const std::string& dir, int kill_at,
+                 double delay_seconds) {
   const int threads = SettledThreadCount();
   if (threads != 1) {
-    ADD_FAILURE() << "this process has " << threads << " threads (-1: /proc/self/task unreadable) "
-                  << "before fork(); a child forked without exec could inherit a held lock and hang";
+    ADD_FAILURE()
+        << "this process has " << threads << " threads (-1: /proc/self/task unreadable) "
+        << "before fork(); a child forked without exec could inherit a held lock and hang";
     return -1;
   }
   pid_t pid = fork();
@@ -224,8 +230,8 @@ TEST_F(CrashTest, SeedDefect8_KillAtEveryFilesystemStep) {
     int status = RunChildSave(specs_[next], dir_, k, -1);
     ASSERT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
         << "child failed at step " << k;
-    CheckOldOrNew("killed at step " + std::to_string(k) + " of " + std::to_string(steps), &new_count,
-                  &old_count);
+    CheckOldOrNew("killed at step " + std::to_string(k) + " of " + std::to_string(steps),
+                  &new_count, &old_count);
     if (HasFatalFailure()) return;
   }
   // Early kills keep the old checkpoint, late ones (after the commit) the new one.
@@ -255,8 +261,8 @@ TEST_F(CrashTest, SeedDefect8_KillAtRandomInstants) {
   for (int i = 0; i < kIterations; ++i) {
     const double d = delay(rng);
     ASSERT_NE(RunChildSave(specs_[1 - current_], dir_, 0, d), -1);
-    CheckOldOrNew("iteration " + std::to_string(i) + ", killed after " + std::to_string(d) + " s of ~" +
-                      std::to_string(full) + " s",
+    CheckOldOrNew("iteration " + std::to_string(i) + ", killed after " + std::to_string(d) +
+                      " s of ~" + std::to_string(full) + " s",
                   &new_count, &old_count);
     if (HasFatalFailure()) return;
   }

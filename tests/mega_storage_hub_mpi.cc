@@ -12,9 +12,9 @@
 #include "hub_test_server.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
+#include "megackpt/dist/process_group.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
-#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {

@@ -17,27 +17,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "dcp/synthetic.h"
 #include "dcp/test_fs.h"
 #include "hub_test_server.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
+#include "megackpt/dist/process_group.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/mega_fs.h"
 #include "megackpt/hub/transaction.h"
-#include "megackpt/dist/process_group.h"
 
 namespace megackpt::dcp {
 namespace {
 
+using ::megackpt::testing::RunCommand;
 using ::megackpt::testing::SharedHub;
 using ::megackpt::testing::SharedHubServer;
-using ::megackpt::testing::RunCommand;
 using ::megackpt::testing::TempDir;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
@@ -64,12 +63,16 @@ class HookedWriter final : public StorageWriter {
 
   MegaStorageWriter& inner() { return *inner_; }
   Status Reset(std::string_view id) override { return inner_->Reset(id); }
-  bool ValidateCheckpointId(std::string_view id) const override { return inner_->ValidateCheckpointId(id); }
+  bool ValidateCheckpointId(std::string_view id) const override {
+    return inner_->ValidateCheckpointId(id);
+  }
   Status SetUpStorageWriter(const StorageSetUp& setup) override {
     rank_ = setup.rank;
     return inner_->SetUpStorageWriter(setup);
   }
-  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override { return inner_->PrepareLocalPlan(std::move(plan)); }
+  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override {
+    return inner_->PrepareLocalPlan(std::move(plan));
+  }
   Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override {
     return inner_->PrepareGlobalPlan(std::move(plans));
   }
@@ -103,7 +106,8 @@ struct VersionedState {
   VersionedState() : version(20, 0) {}
 
   float Value(int i, int64_t flat) const {
-    uint64_t x = (static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(flat) * 0xBF58476D1CE4E5B9ull) ^
+    uint64_t x = (static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) ^
+                 (static_cast<uint64_t>(flat) * 0xBF58476D1CE4E5B9ull) ^
                  (static_cast<uint64_t>(version[i]) * 0x94D049BB133111EBull);
     x ^= x >> 31;
     x *= 0xD6E8FEB86659FD39ull;
@@ -125,7 +129,8 @@ struct VersionedState {
       if (end > begin) {
         MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {end - begin, 256}));
         float* p = static_cast<float*>(t.data());
-        for (int64_t k = 0; k < (end - begin) * 256; ++k) p[k] = fill ? Value(i, begin * 256 + k) : -1.0f;
+        for (int64_t k = 0; k < (end - begin) * 256; ++k)
+          p[k] = fill ? Value(i, begin * 256 + k) : -1.0f;
         st.shards.push_back({{begin, 0}, t});
       }
       sd.Set(Name(i), StateValue(std::move(st)));
@@ -142,7 +147,8 @@ struct VersionedState {
         const int64_t n = s.tensor.shape()[0] * 256;
         for (int64_t k = 0; k < n; ++k) {
           if (p[k] != Value(i, s.offsets[0] * 256 + k)) {
-            return DataLossError(Name(i) + " differs at element " + std::to_string(s.offsets[0] * 256 + k));
+            return DataLossError(Name(i) + " differs at element " +
+                                 std::to_string(s.offsets[0] * 256 + k));
           }
         }
       }
@@ -196,7 +202,8 @@ Result<pid_t> SpawnCrashChild(const std::vector<std::string>& args) {
 // only when something went wrong, after saying what on stderr.
 int RunCrashChild(int argc, char** argv) {
   if (argc != 6 || (std::strcmp(argv[2], "remote") != 0 && std::strcmp(argv[2], "embedded") != 0)) {
-    std::fprintf(stderr, "crash child: usage: %s %s remote|embedded <endpoint|store> <token> <path>\n",
+    std::fprintf(stderr,
+                 "crash child: usage: %s %s remote|embedded <endpoint|store> <token> <path>\n",
                  argv[0], kCrashChildFlag);
     return 2;
   }
@@ -225,8 +232,9 @@ int RunCrashChild(int argc, char** argv) {
       },
       Quick());
   for (size_t r = 0; r < st.size(); ++r) {
-    std::fprintf(stderr, "crash child: the save of %s returned instead of reaching the kill; rank %zu: %s\n",
-                 path.c_str(), r, st[r].ToString().c_str());
+    std::fprintf(
+        stderr, "crash child: the save of %s returned instead of reaching the kill; rank %zu: %s\n",
+        path.c_str(), r, st[r].ToString().c_str());
   }
   return 4;
 }
@@ -291,17 +299,20 @@ class MegaStorageHubTest : public ::testing::TestWithParam<bool /*remote*/> {
     return AllOk(dist::RunThreadRanks(
         world,
         [&](dist::ProcessGroup& g) -> Status {
-          MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 0, true));
+          MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                                synthetic::BuildRankState(spec, world, g.rank(), 0, true));
           MegaStorageWriter writer(path, std::nullopt, WriterOptions());
           return Save(sd, writer, &g);
         },
         Quick()));
   }
-  Status LoadSynthetic(const synthetic::Spec& spec, const std::string& path, int world, int variant) {
+  Status LoadSynthetic(const synthetic::Spec& spec, const std::string& path, int world,
+                       int variant) {
     return AllOk(dist::RunThreadRanks(
         world,
         [&](dist::ProcessGroup& g) -> Status {
-          MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
+          MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                                synthetic::BuildRankState(spec, world, g.rank(), variant, false));
           MegaStorageReader reader(path, ReaderOptions());
           MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
           return synthetic::VerifyRankState(spec, sd);
@@ -398,7 +409,8 @@ TEST_P(MegaStorageHubTest, ResaveWithTenPercentChangedUploadsLittleAndDropsStale
   if (GetParam()) {
     auto st = hub::FetchServerStats(Server()->server.endpoint());
     ASSERT_TRUE(st.ok());
-    const uint64_t received = json::parse(*st).value("xorb_bytes_received", uint64_t{0}) - server_before;
+    const uint64_t received =
+        json::parse(*st).value("xorb_bytes_received", uint64_t{0}) - server_before;
     EXPECT_LE(received, state.TotalBytes() * 15 / 100) << "server received " << received;
   }
   // The world-3 files are gone (deleted in the commit that replaced them).
@@ -519,13 +531,15 @@ TEST_P(MegaStorageHubTest, CrashBeforeTheCommitLeavesTheOldRevision) {
     if (waited == 0) usleep(100 * 1000);
   }
   if (waited == 0) {
-    ADD_FAILURE() << "the saving child (pid " << *pid << ") did not reach its SIGKILL within 120 s; killing it";
+    ADD_FAILURE() << "the saving child (pid " << *pid
+                  << ") did not reach its SIGKILL within 120 s; killing it";
     kill(*pid, SIGKILL);
     waited = waitpid(*pid, &status, 0);
   }
   ASSERT_EQ(waited, *pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
-                                   << " (its stderr says why)";
+  ASSERT_TRUE(WIFSIGNALED(status))
+      << "child exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+      << " (its stderr says why)";
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   {
     // Reopen (the embedded store was written by another process meanwhile).
@@ -673,7 +687,8 @@ TEST_P(MegaStorageHubTest, SliceReadDownloadsAboutTheSlice) {
     EXPECT_LE(received, 64u * cols * 4 + 256 * 1024) << "HTTP bytes received for a 256 KiB slice";
   }
   const float* p = static_cast<const float*>(part->data());
-  for (int64_t k = 0; k < 64 * cols; ++k) ASSERT_EQ(p[k], static_cast<float>((256 * cols + k) % 100003));
+  for (int64_t k = 0; k < 64 * cols; ++k)
+    ASSERT_EQ(p[k], static_cast<float>((256 * cols + k) % 100003));
   const uint64_t slice = 64 * cols * 4;
   EXPECT_GE(counting->data_bytes_read.load(), slice);
   EXPECT_LE(counting->data_bytes_read.load(), slice + 128 * 1024)
@@ -730,7 +745,8 @@ TEST_P(MegaStorageHubTest, WithoutCollectivesEveryRankCommitsAlone) {
           StateDict sd;
           MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {64, 64}));
           float* p = static_cast<float*>(t.data());
-          for (int i = 0; i < 64 * 64; ++i) p[i] = static_cast<float>(round * 1000 + g.rank() * 100 + i);
+          for (int i = 0; i < 64 * 64; ++i)
+            p[i] = static_cast<float>(round * 1000 + g.rank() * 100 + i);
           sd.Set("w", t);
           MegaStorageWriter writer(path, std::nullopt, WriterOptions());
           SaveOptions so;
@@ -787,8 +803,9 @@ TEST_P(MegaStorageHubCliTest, DemoSavesOneCommitAndLoadsResharded) {
     env = "MEGA_ENDPOINT=file://" + dir.path() + "/hub MEGA_TOKEN=";
   }
   int rc = -1;
-  const std::string cmd = "env " + env + " HOME=" + dir.path() + " " + ::megackpt::testing::MegackptBinary() +
-                          " demo --out mega://" + repo + "/ckpt --size 2MB --world-size 3 2>&1";
+  const std::string cmd = "env " + env + " HOME=" + dir.path() + " " +
+                          ::megackpt::testing::MegackptBinary() + " demo --out mega://" + repo +
+                          "/ckpt --size 2MB --world-size 3 2>&1";
   std::string out = RunCommand(cmd, &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("OK"));

@@ -60,8 +60,8 @@ Status SaveAt(const synthetic::Spec& spec, const std::string& dir, int world) {
 }
 
 struct LoadOutcome {
-  bool silent = false;     // a rank's load succeeded with wrong bytes
-  std::string error;       // the first load error ("" = every rank loaded)
+  bool silent = false;  // a rank's load succeeded with wrong bytes
+  std::string error;    // the first load error ("" = every rank loaded)
   std::string silent_what;
 };
 
@@ -75,7 +75,8 @@ LoadOutcome LoadAt(const synthetic::Spec& spec, const std::string& dir, int worl
     o.thread_count = 1;
     o.fs = fs;
     MegaStorageReader reader(dir, o);
-    MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
+    MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                          synthetic::BuildRankState(spec, world, g.rank(), variant, false));
     Status load = Load(sd, reader, &g);
     if (!load.ok()) return load;
     Status check = synthetic::VerifyRankState(spec, sd);
@@ -141,7 +142,8 @@ TEST(MegaStorageIntegrity, CorruptionSweep) {
     ASSERT_TRUE(clean.error.empty() && !clean.silent) << clean.error << clean.silent_what;
   }
   std::vector<std::string> files;
-  for (const auto& e : stdfs::directory_iterator(ckpt)) files.push_back(e.path().filename().string());
+  for (const auto& e : stdfs::directory_iterator(ckpt))
+    files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   int flips = 0, errors = 0, silent = 0;
   for (const std::string& name : files) {
@@ -159,8 +161,9 @@ TEST(MegaStorageIntegrity, CorruptionSweep) {
         for (int world : {1, 2, 3}) {
           const int variant = 1 + (world + static_cast<int>(k)) % 3;
           LoadOutcome o = LoadAt(spec, ckpt, world, variant);
-          SCOPED_TRACE(name + " byte " + std::to_string(offsets[k]) + " bit " + std::to_string(bit) +
-                       " world " + std::to_string(world) + (with_metadata ? "" : " without .metadata"));
+          SCOPED_TRACE(name + " byte " + std::to_string(offsets[k]) + " bit " +
+                       std::to_string(bit) + " world " + std::to_string(world) +
+                       (with_metadata ? "" : " without .metadata"));
           if (o.silent) {
             ++silent;
             ADD_FAILURE() << "silent corruption: " << o.silent_what;
@@ -200,7 +203,8 @@ TEST(MegaStorageIntegrity, ReadBudget) {
         MegaStorageReaderOptions o;
         o.fs = counting;
         MegaStorageReader reader(ckpt, o);
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), variant, false));
+        MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                              synthetic::BuildRankState(spec, world, g.rank(), variant, false));
         MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
         MEGA_RETURN_IF_ERROR(synthetic::VerifyRankState(spec, sd));
         needed += synthetic::RankStateBytes(sd);
@@ -286,8 +290,8 @@ TEST(MegaStorageIntegrity, PartialReadOfFlippedBlockFails) {
     MegaStorageReader r(ckpt);
     return Load(dst, r);
   };
-  EXPECT_TRUE(load_box({0, 0}, {64, 256}).ok());       // rows 0..63: intact
-  EXPECT_TRUE(load_box({0, 128}, {256, 64}).ok());     // columns 128..191: intact
+  EXPECT_TRUE(load_box({0, 0}, {64, 256}).ok());    // rows 0..63: intact
+  EXPECT_TRUE(load_box({0, 128}, {256, 64}).ok());  // columns 128..191: intact
   for (Status s : {load_box({96, 0}, {8, 256}), load_box({0, 0}, {256, 8})}) {
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
     EXPECT_NE(s.message().find("model.mega"), std::string::npos) << s.ToString();
@@ -347,10 +351,12 @@ TEST(MegaStorageIntegrity, LargePieceReadInParts) {
       FlipBit(file, offset + at, 5);
       if (checksummed) {
         auto got = load(load_path, true, nullptr);
-        EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << at << ": " << got.status().ToString();
+        EXPECT_EQ(got.status().code(), StatusCode::kDataLoss)
+            << at << ": " << got.status().ToString();
         const std::string base = stdfs::path(file).filename().string();
         EXPECT_NE(got.status().message().find(base), std::string::npos) << got.status().ToString();
-        EXPECT_NE(got.status().message().find("'big'"), std::string::npos) << got.status().ToString();
+        EXPECT_NE(got.status().message().find("'big'"), std::string::npos)
+            << got.status().ToString();
       }
       auto raw = load(load_path, false, nullptr);
       ASSERT_TRUE(raw.ok()) << raw.status().ToString();

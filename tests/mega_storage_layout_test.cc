@@ -72,7 +72,8 @@ void ExpectAllRanksLoad(const std::string& dir, int saved_world) {
   for (int r = 0; r < saved_world; ++r) {
     for (int t = 0; t < 4; ++t) {
       const float* p = static_cast<const float*>(sd.Find(Fqn(r, t))->tensor().data());
-      for (int e = 0; e < kElems[t]; ++e) ASSERT_EQ(p[e], Value(r, t, e)) << Fqn(r, t) << "[" << e << "]";
+      for (int e = 0; e < kElems[t]; ++e)
+        ASSERT_EQ(p[e], Value(r, t, e)) << Fqn(r, t) << "[" << e << "]";
     }
   }
 }
@@ -141,9 +142,11 @@ TEST(MegaStorageLayout, FilesPerRankFollowsTheKnobAndTheItemCount) {
   MegaStorageWriterOptions o;
   o.files_per_rank = 3;  // more files than threads: still one task per file
   ASSERT_TRUE(SaveRanks(dir.path("three"), 1, std::nullopt, o).ok());
-  EXPECT_EQ(ShardsIn(dir.path("three")), (std::vector<std::string>{Numbered(1, 3), Numbered(2, 3), Numbered(3, 3)}));
+  EXPECT_EQ(ShardsIn(dir.path("three")),
+            (std::vector<std::string>{Numbered(1, 3), Numbered(2, 3), Numbered(3, 3)}));
   // 400 | 300 | 200 + 100.
-  EXPECT_EQ(TensorsOf(dir.path("three/") + Numbered(3, 3)), (std::vector<std::string>{Fqn(0, 2), Fqn(0, 3)}));
+  EXPECT_EQ(TensorsOf(dir.path("three/") + Numbered(3, 3)),
+            (std::vector<std::string>{Fqn(0, 2), Fqn(0, 3)}));
   ExpectAllRanksLoad(dir.path("three"), 1);
   // Never more files than items; automatic follows thread_count.
   o.files_per_rank = 0;
@@ -184,12 +187,17 @@ TEST(MegaStorageLayout, ExplicitMappingKeepsOneFilePerBucketPerRank) {
   o.thread_count = 4;
   o.files_per_rank = 4;  // ignored with a mapping
   ASSERT_TRUE(SaveRanks(ckpt, 2, mapping, o).ok());
-  ASSERT_EQ(ShardsIn(ckpt), (std::vector<std::string>{Numbered(1, 4), Numbered(2, 4), Numbered(3, 4), Numbered(4, 4)}));
+  ASSERT_EQ(ShardsIn(ckpt), (std::vector<std::string>{Numbered(1, 4), Numbered(2, 4),
+                                                      Numbered(3, 4), Numbered(4, 4)}));
   // (bucket, rank) order: b1 r0, b1 r1, b2 r0, b2 r1.
-  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(1, 4)), (std::vector<std::string>{Fqn(0, 0), Fqn(0, 1)}));
-  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(2, 4)), (std::vector<std::string>{Fqn(1, 0), Fqn(1, 1)}));
-  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(3, 4)), (std::vector<std::string>{Fqn(0, 2), Fqn(0, 3)}));
-  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(4, 4)), (std::vector<std::string>{Fqn(1, 2), Fqn(1, 3)}));
+  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(1, 4)),
+            (std::vector<std::string>{Fqn(0, 0), Fqn(0, 1)}));
+  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(2, 4)),
+            (std::vector<std::string>{Fqn(1, 0), Fqn(1, 1)}));
+  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(3, 4)),
+            (std::vector<std::string>{Fqn(0, 2), Fqn(0, 3)}));
+  EXPECT_EQ(TensorsOf(ckpt + "/" + Numbered(4, 4)),
+            (std::vector<std::string>{Fqn(1, 2), Fqn(1, 3)}));
   ExpectAllRanksLoad(ckpt, 2);
 }
 

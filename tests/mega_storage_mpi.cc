@@ -12,8 +12,8 @@
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/format/index_file.h"
 #include "megackpt/dist/process_group.h"
+#include "megackpt/format/index_file.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -35,7 +35,8 @@ Status SaveFromRanks(dist::ProcessGroup& g, const synthetic::Spec& spec, const s
   return testing::SaveSyntheticRank(spec, writer, &g);
 }
 
-Status LoadOnRanks(dist::ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir, int variant) {
+Status LoadOnRanks(dist::ProcessGroup& g, const synthetic::Spec& spec, const std::string& dir,
+                   int variant) {
   MegaStorageReader reader(dir);
   return testing::LoadAndVerifySyntheticRank(spec, reader, &g, variant);
 }
@@ -59,7 +60,8 @@ class MegaStorageMpi : public ::testing::Test {
   // Saves `spec` at ckpt_ from every rank (a MegaStorageWriter with `mapping`
   // and `o`), then loads it back on every rank at layout `variant`. A save
   // that fails on any rank is a fatal failure (on every rank).
-  void SaveThenLoadOnRanks(const synthetic::Spec& spec, const std::optional<FqnToIndexMapping>& mapping,
+  void SaveThenLoadOnRanks(const synthetic::Spec& spec,
+                           const std::optional<FqnToIndexMapping>& mapping,
                            const MegaStorageWriterOptions& o, int variant) {
     Status s = All(*g_, SaveFromRanks(*g_, spec, ckpt_, mapping, o));
     ASSERT_TRUE(s.ok()) << s.ToString();

@@ -2,6 +2,8 @@
 // round trips with and without a mapping, one test per seed defect of
 // spec/dcp.md §4, commit failures, corruption, Hugging Face layouts,
 // consolidation (+ an independent safetensors reader in Python) and the CLI.
+#include "megackpt/dcp/mega_storage.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,11 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/test_files.h"
 #include "dcp/synthetic.h"
@@ -23,12 +24,11 @@
 #include "megackpt/core/checksum.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
-#include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/storage_factory.h"
+#include "megackpt/dist/process_group.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/mega_encoder.h"  // MegaBlockSizeFor
-#include "megackpt/dist/process_group.h"
 #include "megackpt/format/safetensors.h"
 #include "test_util.h"
 
@@ -38,12 +38,12 @@ namespace {
 namespace stdfs = std::filesystem;
 using json = nlohmann::json;
 
-using testing::FilesIn;
-using testing::RoundRobinMapping;
-using testing::ShardsIn;
-using testing::RunThreadRanksForTest;
 using test_util::RunCommand;
 using test_util::RunMegackpt;
+using testing::FilesIn;
+using testing::RoundRobinMapping;
+using testing::RunThreadRanksForTest;
+using testing::ShardsIn;
 
 // A fresh folder, removed at the end.
 class TempDir : public testing::TempDir {
@@ -64,7 +64,8 @@ template <typename T>
 Result<Tensor> Ramp(DType dtype, Shape shape, double start, double step = 1) {
   MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, std::move(shape)));
   T* p = static_cast<T*>(t.data());
-  for (uint64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(start + step * static_cast<double>(i));
+  for (uint64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<T>(start + step * static_cast<double>(i));
   return t;
 }
 
@@ -222,8 +223,8 @@ TEST(MegaStorage, FolderIsSyncedAfterCreatingTheShardsAndBeforeWritingThem) {
     });
     ASSERT_TRUE(s.ok()) << s.ToString();
     for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(recording[r]->Events(), "ckpt" + std::to_string(world),
-                                                          ".mega"),
+      EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(recording[r]->Events(),
+                                                          "ckpt" + std::to_string(world), ".mega"),
                 "")
           << "world " << world << ", rank " << r;
     }
@@ -235,7 +236,9 @@ TEST(MegaStorage, FactoryBuildsMegaBackend) {
   auto spec = synthetic::MakeSpec(13, 64 << 10);
   auto w = MakeStorageWriter("mega", dir.path("c"));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
-  ASSERT_TRUE(SaveSynthetic(spec, 1, [&](int) { return std::move(*MakeStorageWriter("mega", dir.path("c"))); }).ok());
+  ASSERT_TRUE(SaveSynthetic(spec, 1, [&](int) {
+                return std::move(*MakeStorageWriter("mega", dir.path("c")));
+              }).ok());
   auto r = MakeStorageReader("mega", dir.path("c"));
   ASSERT_TRUE(r.ok());
   auto md = (*r)->ReadMetadata();
@@ -272,16 +275,14 @@ TEST(MegaStorage, AsyncSaveInWavesSplitsShardsAcrossWriteDataCalls) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(31, 400 << 10);
   const std::string ckpt = dir.path("a");
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
-        AsyncSaveOptions opts;
-        opts.pool = StagingPool::Create(48 << 10);  // far smaller than a shard: many waves
-        AsyncSaveHandle h = AsyncSave(sd, std::make_shared<MegaStorageWriter>(ckpt), &g, opts);
-        MEGA_RETURN_IF_ERROR(h.staged.get());
-        return h.done.get();
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
+    AsyncSaveOptions opts;
+    opts.pool = StagingPool::Create(48 << 10);  // far smaller than a shard: many waves
+    AsyncSaveHandle h = AsyncSave(sd, std::make_shared<MegaStorageWriter>(ckpt), &g, opts);
+    MEGA_RETURN_IF_ERROR(h.staged.get());
+    return h.done.get();
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   ExpectGloballyNumbered(ShardsIn(ckpt));
   Status s = LoadSynthetic(spec, ckpt, 3, 2);
@@ -312,7 +313,8 @@ TEST(MegaStorage, AsyncSaveOfALargeStateStagesExactBytes) {
   opts.pool = StagingPool::Create(80 << 20);  // the whole state fits: staged before the save
   AsyncSaveHandle h = AsyncSave(sd, std::make_shared<MegaStorageWriter>(ckpt), nullptr, opts);
   ASSERT_TRUE(h.staged.get().ok());
-  for (const auto& [name, n] : sizes) std::memset(sd.Find(name)->tensor().data(), 0xAB, static_cast<size_t>(n));
+  for (const auto& [name, n] : sizes)
+    std::memset(sd.Find(name)->tensor().data(), 0xAB, static_cast<size_t>(n));
   Status done = h.done.get();
   ASSERT_TRUE(done.ok()) << done.ToString();
   StateDict loaded;
@@ -379,17 +381,15 @@ TEST(MegaStorage, SequentialSinkWritesTheSameShards) {
 TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        StateDict sd;
-        MEGA_ASSIGN_OR_RETURN(Tensor t, Ramp<float>(DType::kF32, {4, 4}, g.rank() * 100));
-        sd.Set("w", t);
-        MegaStorageWriter writer(ckpt);
-        SaveOptions so;
-        so.use_collectives = false;
-        return Save(sd, writer, &g, so);
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    StateDict sd;
+    MEGA_ASSIGN_OR_RETURN(Tensor t, Ramp<float>(DType::kF32, {4, 4}, g.rank() * 100));
+    sd.Set("w", t);
+    MegaStorageWriter writer(ckpt);
+    SaveOptions so;
+    so.use_collectives = false;
+    return Save(sd, writer, &g, so);
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   EXPECT_TRUE(stdfs::exists(ckpt + "/.metadata"));
   EXPECT_TRUE(stdfs::exists(ckpt + "/.metadata.rank1"));
@@ -415,20 +415,18 @@ TEST(MegaStorage, WithoutCollectivesEveryRankSavesAlone) {
 TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
-  Status ranks = RunThreadRanksForTest(
-      3,
-      [&](dist::ProcessGroup& g) -> Status {
-        StateDict sd;
-        MEGA_ASSIGN_OR_RETURN(Tensor own, Ramp<int32_t>(DType::kI32, {8}, g.rank() * 1000));
-        sd.Set("rank" + std::to_string(g.rank()) + ".w", own);
-        MEGA_ASSIGN_OR_RETURN(Tensor rep, Tensor::Empty(DType::kI32, {2}));
-        static_cast<int32_t*>(rep.data())[0] = 7;
-        static_cast<int32_t*>(rep.data())[1] = 9;
-        sd.Set("replicated", rep);
-        MEGA_ASSIGN_OR_RETURN(Tensor part, Ramp<int32_t>(DType::kI32, {2, 2}, g.rank() * 4));
-        sd.Set("sharded", OneShard({6, 2}, {2 * g.rank(), 0}, part));
-        return Save(sd, *MegaWriterAt(ckpt)(g.rank()), &g);
-      });
+  Status ranks = RunThreadRanksForTest(3, [&](dist::ProcessGroup& g) -> Status {
+    StateDict sd;
+    MEGA_ASSIGN_OR_RETURN(Tensor own, Ramp<int32_t>(DType::kI32, {8}, g.rank() * 1000));
+    sd.Set("rank" + std::to_string(g.rank()) + ".w", own);
+    MEGA_ASSIGN_OR_RETURN(Tensor rep, Tensor::Empty(DType::kI32, {2}));
+    static_cast<int32_t*>(rep.data())[0] = 7;
+    static_cast<int32_t*>(rep.data())[1] = 9;
+    sd.Set("replicated", rep);
+    MEGA_ASSIGN_OR_RETURN(Tensor part, Ramp<int32_t>(DType::kI32, {2, 2}, g.rank() * 4));
+    sd.Set("sharded", OneShard({6, 2}, {2 * g.rank(), 0}, part));
+    return Save(sd, *MegaWriterAt(ckpt)(g.rank()), &g);
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   auto shards = ShardsIn(ckpt);
   // Distinct files for every rank, none overwritten: thread_count (2) files per
@@ -436,17 +434,20 @@ TEST(MegaStorageSeedDefects, SeedDefect1_UniqueFileNamesAcrossRanks) {
   ASSERT_EQ(shards.size(), 6u);
   EXPECT_EQ(std::set<std::string>(shards.begin(), shards.end()).size(), 6u);
   format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
-  EXPECT_EQ(IndexFqns(idx), (std::set<std::string>{"rank0.w", "rank1.w", "rank2.w", "replicated", "sharded"}));
+  EXPECT_EQ(IndexFqns(idx),
+            (std::set<std::string>{"rank0.w", "rank1.w", "rank2.w", "replicated", "sharded"}));
   EXPECT_EQ(idx.weight_map.at("rank2.w"), shards[4]);  // rank 2's first file: its largest item
   // Every rank's data comes back (the seed lost two ranks' files).
   StateDict sd;
-  for (int r = 0; r < 3; ++r) sd.Set("rank" + std::to_string(r) + ".w", *Tensor::Empty(DType::kI32, {8}, true));
+  for (int r = 0; r < 3; ++r)
+    sd.Set("rank" + std::to_string(r) + ".w", *Tensor::Empty(DType::kI32, {8}, true));
   sd.Set("replicated", *Tensor::Empty(DType::kI32, {2}, true));
   sd.Set("sharded", *Tensor::Empty(DType::kI32, {6, 2}, true));
   MegaStorageReader reader(ckpt);
   ASSERT_TRUE(Load(sd, reader).ok());
   for (int r = 0; r < 3; ++r) {
-    const auto* p = static_cast<const int32_t*>(sd.Find("rank" + std::to_string(r) + ".w")->tensor().data());
+    const auto* p =
+        static_cast<const int32_t*>(sd.Find("rank" + std::to_string(r) + ".w")->tensor().data());
     EXPECT_EQ(p[3], r * 1000 + 3);
   }
   const auto* sp = static_cast<const int32_t*>(sd.Find("sharded")->tensor().data());
@@ -458,20 +459,20 @@ TEST(MegaStorageSeedDefects, SeedDefect2_GlobalFileCountInNames) {
   TempDir dir;
   const std::string ckpt = dir.path("c");
   FqnToIndexMapping mapping{{"a", 1}, {"b", 2}, {"c", 3}};
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        StateDict sd;
-        // Rank 0 holds only bucket 1; rank 1 buckets 2 and 3.
-        for (const char* name : g.rank() == 0 ? std::vector<const char*>{"a"} : std::vector<const char*>{"b", "c"}) {
-          MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {3}, true));
-          sd.Set(name, t);
-        }
-        return Save(sd, *MegaWriterAt(ckpt, mapping)(g.rank()), &g);
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    StateDict sd;
+    // Rank 0 holds only bucket 1; rank 1 buckets 2 and 3.
+    for (const char* name :
+         g.rank() == 0 ? std::vector<const char*>{"a"} : std::vector<const char*>{"b", "c"}) {
+      MEGA_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {3}, true));
+      sd.Set(name, t);
+    }
+    return Save(sd, *MegaWriterAt(ckpt, mapping)(g.rank()), &g);
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
-  EXPECT_EQ(ShardsIn(ckpt), (std::vector<std::string>{"model-00001-of-00003.mega", "model-00002-of-00003.mega",
-                                                      "model-00003-of-00003.mega"}));
+  EXPECT_EQ(ShardsIn(ckpt),
+            (std::vector<std::string>{"model-00001-of-00003.mega", "model-00002-of-00003.mega",
+                                      "model-00003-of-00003.mega"}));
   format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   EXPECT_EQ(idx.weight_map.at("a"), "model-00001-of-00003.mega");
   EXPECT_EQ(idx.weight_map.at("b"), "model-00002-of-00003.mega");
@@ -485,19 +486,17 @@ TEST(MegaStorageSeedDefects, SeedDefect3_SizesAreTensorBytes) {
   const std::string ckpt = dir.path("c");
   std::mutex mu;
   std::map<std::string, uint64_t> written_per_rank;
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
-        MegaStorageWriter w(ckpt);
-        SaveStats stats;
-        SaveOptions so;
-        so.stats = &stats;
-        MEGA_RETURN_IF_ERROR(Save(sd, w, &g, so));
-        std::lock_guard<std::mutex> lock(mu);
-        written_per_rank[std::to_string(g.rank())] = stats.bytes_written;
-        return Status::OK();
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, 2, g.rank(), 0, true));
+    MegaStorageWriter w(ckpt);
+    SaveStats stats;
+    SaveOptions so;
+    so.stats = &stats;
+    MEGA_RETURN_IF_ERROR(Save(sd, w, &g, so));
+    std::lock_guard<std::mutex> lock(mu);
+    written_per_rank[std::to_string(g.rank())] = stats.bytes_written;
+    return Status::OK();
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   format::ShardIndex idx = ReadIndex(ckpt + "/model.mega.index.json");
   ASSERT_TRUE(idx.total_size.has_value());
@@ -560,7 +559,8 @@ TEST(MegaStorageSeedDefects, SeedDefect4_ShardedTensorChunksRecordedInShards) {
     auto entries = json::parse(std::string(*(*r)->metadata().GetString(kDcpEntriesKey)));
     for (const auto& t : (*r)->tensors()) {
       ASSERT_TRUE(entries.contains(t.name)) << t.name;
-      for (int64_t o : entries[t.name].value("offsets", std::vector<int64_t>{})) saw_offset |= o != 0;
+      for (int64_t o : entries[t.name].value("offsets", std::vector<int64_t>{}))
+        saw_offset |= o != 0;
     }
   }
   EXPECT_TRUE(saw_offset);
@@ -681,31 +681,30 @@ TEST(MegaStorageSeedDefects, SeedDefect7_PortableMetadataAndPickleFallback) {
   ASSERT_TRUE(w2.WriteFile(tp + "/model-00002-of-00002.mega").ok());
   format::ShardIndex idx;
   idx.total_size = 24 * 4 + 3 * 8;
-  idx.weight_map = {{"layer.a", "model-00001-of-00002.mega"}, {"layer.b", "model-00002-of-00002.mega"}};
+  idx.weight_map = {{"layer.a", "model-00001-of-00002.mega"},
+                    {"layer.b", "model-00002-of-00002.mega"}};
   ASSERT_TRUE(format::WriteShardIndexFile(tp + "/model.mega.index.json", idx).ok());
   {
     std::ofstream f(tp + "/.metadata", std::ios::binary);
     f << std::string("\x80\x05\x95pickle", 10);
   }
   // Resharded: two ranks, each half the rows of layer.a.
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        MEGA_ASSIGN_OR_RETURN(Tensor half, Tensor::Empty(DType::kF32, {3, 4}, true));
-        StateDict sd;
-        sd.Set("layer.a", OneShard({6, 4}, {3 * g.rank(), 0}, half));
-        MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kI64, {3}, true));
-        sd.Set("layer.b", bb);
-        MegaStorageReader r(tp);
-        MEGA_RETURN_IF_ERROR(Load(sd, r, &g));
-        for (int i = 0; i < 12; ++i) {
-          if (static_cast<float*>(half.data())[i] != (12 * g.rank() + i) * 0.5f) {
-            return DataLossError("layer.a differs at " + std::to_string(i));
-          }
-        }
-        if (static_cast<int64_t*>(bb.data())[2] != -2) return DataLossError("layer.b differs");
-        return Status::OK();
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    MEGA_ASSIGN_OR_RETURN(Tensor half, Tensor::Empty(DType::kF32, {3, 4}, true));
+    StateDict sd;
+    sd.Set("layer.a", OneShard({6, 4}, {3 * g.rank(), 0}, half));
+    MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kI64, {3}, true));
+    sd.Set("layer.b", bb);
+    MegaStorageReader r(tp);
+    MEGA_RETURN_IF_ERROR(Load(sd, r, &g));
+    for (int i = 0; i < 12; ++i) {
+      if (static_cast<float*>(half.data())[i] != (12 * g.rank() + i) * 0.5f) {
+        return DataLossError("layer.a differs at " + std::to_string(i));
+      }
+    }
+    if (static_cast<int64_t*>(bb.data())[2] != -2) return DataLossError("layer.b differs");
+    return Status::OK();
+  });
   EXPECT_TRUE(ranks.ok()) << ranks.ToString();
 }
 
@@ -725,7 +724,9 @@ TEST(MegaStorageSeedDefects, SeedDefect8_FailedSaveKeepsPreviousCheckpoint) {
 
   // (a) the commit (.metadata rename) fails.
   auto fail_commit = std::make_shared<testing::InstrumentedFileSystem>();
-  fail_commit->fail_write_atomically = [](const std::string& p) { return p.ends_with("/.metadata"); };
+  fail_commit->fail_write_atomically = [](const std::string& p) {
+    return p.ends_with("/.metadata");
+  };
   MegaStorageWriterOptions o;
   o.fs = fail_commit;
   Status s = SaveSynthetic(new_spec, 2, MegaWriterAt(ckpt, std::nullopt, o));
@@ -736,7 +737,9 @@ TEST(MegaStorageSeedDefects, SeedDefect8_FailedSaveKeepsPreviousCheckpoint) {
 
   // (b) one rank cannot create its shard: every rank fails, nothing changes.
   auto fail_rank1 = std::make_shared<testing::InstrumentedFileSystem>();
-  fail_rank1->fail_open_for_write = [](const std::string& p) { return p.find("-00002-of-") != std::string::npos; };
+  fail_rank1->fail_open_for_write = [](const std::string& p) {
+    return p.find("-00002-of-") != std::string::npos;
+  };
   o.fs = fail_rank1;
   s = SaveSynthetic(new_spec, 2, MegaWriterAt(ckpt, std::nullopt, o));
   EXPECT_FALSE(s.ok());
@@ -845,7 +848,8 @@ TEST(MegaStorage, MixedSavesWithoutMetadataAreRefused) {
   // Shard 2 of another save of the same state: a torn mix for an index reader.
   const std::string last = ShardsIn(dir.path("y")).back();
   ASSERT_EQ(last, ShardsIn(dir.path("x")).back());
-  stdfs::copy_file(dir.path("y/" + last), dir.path("x/" + last), stdfs::copy_options::overwrite_existing);
+  stdfs::copy_file(dir.path("y/" + last), dir.path("x/" + last),
+                   stdfs::copy_options::overwrite_existing);
   stdfs::remove(dir.path("x/.metadata"));
   auto md = RebuildMetadataFromShards(dir.path("x"));
   EXPECT_EQ(md.status().code(), StatusCode::kDataLoss) << md.status().ToString();
@@ -869,37 +873,40 @@ TEST(MegaStorage, LoadsHuggingFaceLayoutResharded) {
   Tensor b = *Ramp<float>(DType::kF32, {6}, 0.25);
   std::vector<std::pair<std::string, Tensor>> f1{{"model.w", w}};
   std::vector<std::pair<std::string, Tensor>> f2{{"model.b", b}};
-  ASSERT_TRUE(format::SaveSafetensorsFile(hf + "/model-00001-of-00002.safetensors", f1, {{"format", "pt"}}).ok());
-  ASSERT_TRUE(format::SaveSafetensorsFile(hf + "/model-00002-of-00002.safetensors", f2, {{"format", "pt"}}).ok());
+  ASSERT_TRUE(
+      format::SaveSafetensorsFile(hf + "/model-00001-of-00002.safetensors", f1, {{"format", "pt"}})
+          .ok());
+  ASSERT_TRUE(
+      format::SaveSafetensorsFile(hf + "/model-00002-of-00002.safetensors", f2, {{"format", "pt"}})
+          .ok());
   format::ShardIndex idx;
   idx.total_size = 60 * 2 + 6 * 4;
   idx.weight_map = {{"model.w", "model-00001-of-00002.safetensors"},
                     {"model.b", "model-00002-of-00002.safetensors"}};
   ASSERT_TRUE(format::WriteShardIndexFile(hf + "/model.safetensors.index.json", idx).ok());
   for (std::string path : {hf, hf + "/model.safetensors.index.json"}) {
-    Status ranks = RunThreadRanksForTest(
-        2,
-        [&](dist::ProcessGroup& g) -> Status {
-          // Column split: rank r holds columns [3r, 3r+3) of model.w (strided reads).
-          MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kBF16, {10, 3}, true));
-          StateDict sd;
-          sd.Set("model.w", OneShard({10, 6}, {0, 3 * g.rank()}, part));
-          MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kF32, {6}, true));
-          sd.Set("model.b", bb);
-          MegaStorageReader reader(path);
-          MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
-          if (reader.source() != CheckpointSource::kSafetensors) return InternalError("source");
-          for (int r = 0; r < 10; ++r) {
-            for (int c = 0; c < 3; ++c) {
-              uint16_t want = static_cast<uint16_t>((r * 6 + 3 * g.rank() + c) * 3);
-              if (static_cast<uint16_t*>(part.data())[r * 3 + c] != want) {
-                return DataLossError("model.w differs at " + std::to_string(r) + "," + std::to_string(c));
-              }
-            }
+    Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+      // Column split: rank r holds columns [3r, 3r+3) of model.w (strided reads).
+      MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kBF16, {10, 3}, true));
+      StateDict sd;
+      sd.Set("model.w", OneShard({10, 6}, {0, 3 * g.rank()}, part));
+      MEGA_ASSIGN_OR_RETURN(Tensor bb, Tensor::Empty(DType::kF32, {6}, true));
+      sd.Set("model.b", bb);
+      MegaStorageReader reader(path);
+      MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
+      if (reader.source() != CheckpointSource::kSafetensors) return InternalError("source");
+      for (int r = 0; r < 10; ++r) {
+        for (int c = 0; c < 3; ++c) {
+          uint16_t want = static_cast<uint16_t>((r * 6 + 3 * g.rank() + c) * 3);
+          if (static_cast<uint16_t*>(part.data())[r * 3 + c] != want) {
+            return DataLossError("model.w differs at " + std::to_string(r) + "," +
+                                 std::to_string(c));
           }
-          if (static_cast<float*>(bb.data())[5] != 5.25f) return DataLossError("model.b differs");
-          return Status::OK();
-        });
+        }
+      }
+      if (static_cast<float*>(bb.data())[5] != 5.25f) return DataLossError("model.b differs");
+      return Status::OK();
+    });
     EXPECT_TRUE(ranks.ok()) << path << ": " << ranks.ToString();
   }
   // One lone .safetensors file.
@@ -948,9 +955,10 @@ void ExpectTruthfulIndex(const std::string& dir, const std::string& index_name,
   EXPECT_EQ(idx.total_size.value_or(0), total);
   // No file holds a tensor the index does not map to it.
   for (const auto& f : idx.ShardFiles()) {
-    EXPECT_EQ(idx.TensorsInShard(f).size(), f.ends_with(".mega")
-                                                 ? (*format::MegaReader::OpenFile(dir + "/" + f))->tensors().size()
-                                                 : (*format::SafetensorsReader::Open(dir + "/" + f))->tensors().size());
+    EXPECT_EQ(idx.TensorsInShard(f).size(),
+              f.ends_with(".mega")
+                  ? (*format::MegaReader::OpenFile(dir + "/" + f))->tensors().size()
+                  : (*format::SafetensorsReader::Open(dir + "/" + f))->tensors().size());
   }
 }
 
@@ -1030,13 +1038,11 @@ TEST(MegaStorageConsolidate, CollectiveOverThreadRanks) {
   TempDir dir;
   auto spec = synthetic::MakeSpec(83, 300 << 10);
   ASSERT_TRUE(SaveSynthetic(spec, 2, MegaWriterAt(dir.path("src"))).ok());
-  Status ranks = RunThreadRanksForTest(
-      2,
-      [&](dist::ProcessGroup& g) -> Status {
-        ConsolidateOptions o;
-        o.max_shard_size = 64 << 10;
-        return Consolidate(dir.path("src"), dir.path("dst"), o, &g).status();
-      });
+  Status ranks = RunThreadRanksForTest(2, [&](dist::ProcessGroup& g) -> Status {
+    ConsolidateOptions o;
+    o.max_shard_size = 64 << 10;
+    return Consolidate(dir.path("src"), dir.path("dst"), o, &g).status();
+  });
   ASSERT_TRUE(ranks.ok()) << ranks.ToString();
   ExpectTruthfulIndex(dir.path("dst"), "model.mega.index.json", spec);
   EXPECT_TRUE(LoadSynthetic(spec, dir.path("dst"), 3, 2).ok());
@@ -1081,8 +1087,8 @@ for name in sorted(index["weight_map"]):
 assert total == index["metadata"]["total_size"], (total, index["metadata"]["total_size"])
 )PY";
   }
-  test_util::CommandResult python =
-      RunCommand("/usr/bin/python3 " + script + " " + dir.path("hf"), {.stderr_to = test_util::StderrTo::kOut});
+  test_util::CommandResult python = RunCommand("/usr/bin/python3 " + script + " " + dir.path("hf"),
+                                               {.stderr_to = test_util::StderrTo::kOut});
   const std::string& out = python.out;
   ASSERT_EQ(python.code, 0) << out;
   // Compare with the expected global content of every entry.
@@ -1124,18 +1130,22 @@ uint64_t ProcStatusBytes(const std::string& field) {
 TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
   TempDir dir;
   constexpr int kTensors = 16;  // 16 x 4 MiB = 64 MiB of state
-  ASSERT_TRUE(dist::RunThreadRanks(2, [&](dist::ProcessGroup& g) -> Status {
-                StateDict sd;
-                for (int t = 0; t < kTensors; ++t) {
-                  MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kF32, {512, 1024}, true));
-                  static_cast<float*>(part.data())[7] = static_cast<float>(t + g.rank());
-                  std::string name = "t";
-                  name += std::to_string(t);
-                  sd.Set(std::move(name), OneShard({1024, 1024}, {512 * g.rank(), 0}, part));
-                }
-                MegaStorageWriter w(dir.path("src"));
-                return Save(sd, w, &g);
-              })[0].ok());
+  ASSERT_TRUE(
+      dist::RunThreadRanks(
+          2,
+          [&](dist::ProcessGroup& g) -> Status {
+            StateDict sd;
+            for (int t = 0; t < kTensors; ++t) {
+              MEGA_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(DType::kF32, {512, 1024}, true));
+              static_cast<float*>(part.data())[7] = static_cast<float>(t + g.rank());
+              std::string name = "t";
+              name += std::to_string(t);
+              sd.Set(std::move(name), OneShard({1024, 1024}, {512 * g.rank(), 0}, part));
+            }
+            MegaStorageWriter w(dir.path("src"));
+            return Save(sd, w, &g);
+          })[0]
+          .ok());
   {
     std::ofstream clear("/proc/self/clear_refs");
     clear << "5";
@@ -1153,7 +1163,8 @@ TEST(MegaStorageConsolidate, StreamingMemoryIsBoundedByTheLargestTensor) {
   EXPECT_EQ(r->files.size(), 4u);
   // Two threads, each assembling one 4 MiB tensor at a time: far below the 64 MiB model.
   EXPECT_LT(peak - std::min(peak, before), 24ull << 20) << "peak " << peak << " before " << before;
-  std::printf("[ info ] consolidation of 64 MiB: peak RSS growth %.1f MiB\n", (peak - std::min(peak, before)) / 1048576.0);
+  std::printf("[ info ] consolidation of 64 MiB: peak RSS growth %.1f MiB\n",
+              (peak - std::min(peak, before)) / 1048576.0);
 }
 
 TEST(MegaStorageConsolidate, CliConsolidate) {

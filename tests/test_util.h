@@ -123,7 +123,8 @@ class ScratchFile {
 inline CommandResult RunCommand(const std::string& command, const RunOptions& options = {}) {
   CommandResult r;
   std::string exports, redirects;
-  for (const auto& [name, value] : options.env) exports += "export " + name + "=" + ShellQuote(value) + "; ";
+  for (const auto& [name, value] : options.env)
+    exports += "export " + name + "=" + ShellQuote(value) + "; ";
   std::optional<internal::ScratchFile> err_file, in_file;
   switch (options.stderr_to) {
     case StderrTo::kInherit:

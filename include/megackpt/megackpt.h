@@ -13,19 +13,11 @@
 #define MEGACKPT_MEGACKPT_H_
 
 #include "megackpt/config.h"
-
 #include "megackpt/core/dtype.h"
 #include "megackpt/core/file.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
 #include "megackpt/core/thread_pool.h"
-#include "megackpt/fs/filesystem.h"
-#include "megackpt/format/convert.h"
-#include "megackpt/format/index_file.h"
-#include "megackpt/format/mega.h"
-#include "megackpt/format/mega_encoder.h"
-#include "megackpt/format/safetensors.h"
-#include "megackpt/dist/process_group.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
@@ -36,6 +28,13 @@
 #include "megackpt/dcp/state_dict.h"
 #include "megackpt/dcp/storage.h"
 #include "megackpt/dcp/storage_factory.h"
+#include "megackpt/dist/process_group.h"
+#include "megackpt/format/convert.h"
+#include "megackpt/format/index_file.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/mega_encoder.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/fs/filesystem.h"
 
 #if MEGACKPT_WITH_HUB
 #include "megackpt/hub/client.h"

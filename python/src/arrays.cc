@@ -19,15 +19,19 @@ constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBool = 6;
 // unsigned types and every dtype numpy lacks (NumpyLacksDType).
 uint8_t NumpyCode(DType d) {
   switch (d) {
-    case DType::kBool: return kCodeBool;
+    case DType::kBool:
+      return kCodeBool;
     case DType::kI8:
     case DType::kI16:
     case DType::kI32:
-    case DType::kI64: return kCodeInt;
+    case DType::kI64:
+      return kCodeInt;
     case DType::kF16:
     case DType::kF32:
-    case DType::kF64: return kCodeFloat;
-    default: return kCodeUInt;  // U8..U64, BF16, F8_*, F4
+    case DType::kF64:
+      return kCodeFloat;
+    default:
+      return kCodeUInt;  // U8..U64, BF16, F8_*, F4
   }
 }
 
@@ -43,7 +47,8 @@ Result<Tensor> WrapArray(const Array& a, std::string_view what) {
   if (a.device_type() != nb::device::cpu::value) {
     return InvalidArgumentError(std::string(what) + ": only CPU arrays can be saved or loaded");
   }
-  MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(a.dtype().code, a.dtype().bits, a.dtype().lanes, what));
+  MEGA_ASSIGN_OR_RETURN(DType dtype,
+                        DTypeFromDLPack(a.dtype().code, a.dtype().bits, a.dtype().lanes, what));
   Shape shape(a.ndim());
   std::vector<int64_t> strides(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) {
@@ -70,7 +75,8 @@ Result<Tensor> TensorFromArray(nb::handle array, bool writable, std::string_view
     if (nb::try_cast(array, a, /*convert=*/false)) return WrapArray(a, what);
     nb::ndarray<nb::ro> ro;
     if (nb::try_cast(array, ro, /*convert=*/false)) {
-      return InvalidArgumentError(std::string(what) + ": the array is read-only; a load needs a "
+      return InvalidArgumentError(std::string(what) +
+                                  ": the array is read-only; a load needs a "
                                   "writable destination");
     }
   } else {

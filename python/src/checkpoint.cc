@@ -5,6 +5,8 @@
 // are pickled objects) travels as a JSON text in Metadata::planner_data.extra:
 // each rank's save planner puts its own in the local plan, and the coordinator
 // stores the union ({"megackpt.python": 1, "objects": [fqn, ...]}).
+#include "megackpt/dcp/checkpoint.h"
+
 #include <chrono>
 #include <future>
 #include <memory>
@@ -14,9 +16,8 @@
 #include <vector>
 
 #include "common.h"
-#include "planners.h"
-#include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/planner.h"
+#include "planners.h"
 
 namespace megackpt::python {
 namespace {
@@ -42,7 +43,9 @@ class PyAsyncSave {
   bool staged() const { return IsReady(handle_.staged); }
   bool done() const { return IsReady(handle_.done); }
   // Raises the save's error, if any, once `which` is ready; False on timeout.
-  bool Wait(bool for_done, double timeout) { return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout); }
+  bool Wait(bool for_done, double timeout) {
+    return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout);
+  }
 
  private:
   std::unique_ptr<PySavePlanner> planner_;
@@ -102,8 +105,8 @@ PyAsyncSave* AsyncSave(nb::handle tree, const std::string& path, const std::stri
 }  // namespace
 
 void RegisterCheckpoint(nb::module_& m) {
-  m.def("_save", &Save, nb::arg("tree"), nb::arg("path"), nb::arg("storage"), nb::arg("group").none(),
-        nb::arg("extra"), nb::arg("use_collectives"), nb::arg("options"));
+  m.def("_save", &Save, nb::arg("tree"), nb::arg("path"), nb::arg("storage"),
+        nb::arg("group").none(), nb::arg("extra"), nb::arg("use_collectives"), nb::arg("options"));
   m.def("_load", &Load, nb::arg("path"), nb::arg("tree").none(), nb::arg("storage"),
         nb::arg("group").none(), nb::arg("allow_partial"), nb::arg("use_collectives"),
         nb::arg("options"));

@@ -38,9 +38,9 @@ namespace megackpt::python {
 namespace {
 
 using Dims = std::vector<int64_t>;
-using WriteItemTuple = std::tuple<std::string, std::optional<Dims>, int, std::optional<std::string>,
-                                  std::optional<Dims>, std::optional<Dims>, std::optional<Dims>,
-                                  uint64_t>;
+using WriteItemTuple =
+    std::tuple<std::string, std::optional<Dims>, int, std::optional<std::string>,
+               std::optional<Dims>, std::optional<Dims>, std::optional<Dims>, uint64_t>;
 using ResultTuple = std::tuple<std::string, std::optional<Dims>, uint64_t, std::string>;
 using ReadItemTuple = std::tuple<int, std::string, std::optional<Dims>, Dims, std::string,
                                  std::optional<Dims>, Dims, Dims>;
@@ -135,8 +135,10 @@ class DcpWriter {
   }
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
     WithoutGil([&] {
-      return writer_->SetUpStorageWriter({.is_coordinator = is_coordinator, .rank = rank,
-                                          .world_size = world_size, .use_collectives = use_collectives});
+      return writer_->SetUpStorageWriter({.is_coordinator = is_coordinator,
+                                          .rank = rank,
+                                          .world_size = world_size,
+                                          .use_collectives = use_collectives});
     });
   }
   std::string PrepareLocalPlan(const std::vector<WriteItemTuple>& items) {
@@ -180,8 +182,8 @@ class DcpWriter {
         bytes.emplace_back(b.c_str(), b.size());
         r.bytes = bytes.back();
       } else {
-        r.tensor = Unwrap(TensorFromArray(value, /*writable=*/false,
-                                          "tensor '" + dcp::ToString(w.index) + "'"));
+        r.tensor = Unwrap(
+            TensorFromArray(value, /*writable=*/false, "tensor '" + dcp::ToString(w.index) + "'"));
         if (r.tensor.dtype() != w.tensor_data->properties.dtype ||
             r.tensor.shape() != w.tensor_data->chunk.sizes) {
           ThrowIfError(InvalidArgumentError(
@@ -342,9 +344,10 @@ class DcpReader {
     for (const auto& [fqn, value] : md.state_dict_metadata) {
       if (const auto* t = std::get_if<dcp::TensorStorageMetadata>(&value)) {
         nb::list chunks;
-        for (const auto& c : t->chunks) chunks.append(nb::make_tuple(DimsList(c.offsets), DimsList(c.sizes)));
-        entries[nb::str(fqn.c_str())] =
-            nb::make_tuple("tensor", std::string(DTypeName(t->properties.dtype)), DimsList(t->size), chunks);
+        for (const auto& c : t->chunks)
+          chunks.append(nb::make_tuple(DimsList(c.offsets), DimsList(c.sizes)));
+        entries[nb::str(fqn.c_str())] = nb::make_tuple(
+            "tensor", std::string(DTypeName(t->properties.dtype)), DimsList(t->size), chunks);
       } else {
         entries[nb::str(fqn.c_str())] = nb::make_tuple("bytes");
       }
@@ -362,7 +365,8 @@ class DcpReader {
       paths[nb::str(fqn.c_str())] = p;
     }
     nb::object meta = nb::none();
-    if (md.storage_meta) meta = nb::make_tuple(md.storage_meta->checkpoint_id, md.storage_meta->save_id);
+    if (md.storage_meta)
+      meta = nb::make_tuple(md.storage_meta->checkpoint_id, md.storage_meta->save_id);
     nb::dict storage;
     for (const auto& [index, info] : md.storage_data) {
       nb::object off = index.offset ? nb::object(nb::tuple(DimsList(*index.offset))) : nb::none();
@@ -374,7 +378,8 @@ class DcpReader {
   void SetUp(bool is_coordinator, int rank, int world_size, bool use_collectives) {
     if (!metadata_) ThrowIfError(FailedPreconditionError("read_metadata was not called"));
     WithoutGil([&] {
-      return reader_->SetUpStorageReader(*metadata_, {.is_coordinator = is_coordinator, .rank = rank,
+      return reader_->SetUpStorageReader(*metadata_, {.is_coordinator = is_coordinator,
+                                                      .rank = rank,
                                                       .world_size = world_size,
                                                       .use_collectives = use_collectives});
     });
@@ -407,18 +412,19 @@ class DcpReader {
                                  ? nullptr
                                  : std::get_if<dcp::TensorStorageMetadata>(&md->second);
         if (stored == nullptr) {
-          ThrowIfError(InvalidArgumentError(what + ": the checkpoint holds no tensor '" + sfqn + "'"));
+          ThrowIfError(
+              InvalidArgumentError(what + ": the checkpoint holds no tensor '" + sfqn + "'"));
         }
         if (stored->properties.dtype != tensors[i].dtype()) {
-          ThrowIfError(InvalidArgumentError(
-              what + ": dtype mismatch: the checkpoint has " +
-              std::string(DTypeName(stored->properties.dtype)) + ", the destination is " +
-              std::string(DTypeName(tensors[i].dtype()))));
+          ThrowIfError(InvalidArgumentError(what + ": dtype mismatch: the checkpoint has " +
+                                            std::string(DTypeName(stored->properties.dtype)) +
+                                            ", the destination is " +
+                                            std::string(DTypeName(tensors[i].dtype()))));
         }
         if (tensors[i].shape() != r.lengths) {
           ThrowIfError(InvalidArgumentError(what + ": destination view has shape " +
-                                            ShapeToString(tensors[i].shape()) + ", the read needs " +
-                                            ShapeToString(r.lengths)));
+                                            ShapeToString(tensors[i].shape()) +
+                                            ", the read needs " + ShapeToString(r.lengths)));
         }
       }
       if (!slots.emplace(ReadItemKey(r), i).second) {

@@ -62,7 +62,8 @@ void RegisterGroups(nb::module_& m) {
       });
   m.def("_single_group", [] { return PyProcessGroup{dist::NewSingleProcessGroup()}; });
   m.def(
-      "_mpi_group", [](double timeout_seconds) { return PyProcessGroup{MpiGroup(timeout_seconds)}; },
+      "_mpi_group",
+      [](double timeout_seconds) { return PyProcessGroup{MpiGroup(timeout_seconds)}; },
       nb::arg("timeout_seconds") = 300.0);
   m.def("_launched_by_mpi", [] { return dist::LaunchedByMpi(); });
 }

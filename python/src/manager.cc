@@ -33,7 +33,9 @@ class PyStepSave {
   int64_t step() const { return handle_.step; }
   bool staged() const { return IsReady(handle_.staged); }
   bool done() const { return IsReady(handle_.done); }
-  bool Wait(bool for_done, double timeout) { return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout); }
+  bool Wait(bool for_done, double timeout) {
+    return WaitAndRaise(for_done ? handle_.done : handle_.staged, timeout);
+  }
 
  private:
   std::unique_ptr<PySavePlanner> planner_;
@@ -44,7 +46,8 @@ class PyManager {
  public:
   PyManager(const std::string& root, const std::string& storage, nb::handle group, int keep_last,
             int64_t keep_every, int keep_best, bool best_is_max, int thread_count, bool sync,
-            bool direct_io, bool fail_if_in_flight, bool remove_incomplete, uint64_t staging_bytes) {
+            bool direct_io, bool fail_if_in_flight, bool remove_incomplete,
+            uint64_t staging_bytes) {
     group_ = GroupFromPython(group);
     dcp::CheckpointManagerOptions o;
     o.storage = storage;
@@ -132,17 +135,23 @@ class PyManager {
   }
 
   nb::tuple LatestValid(bool full) const {
-    dcp::ValidStep v = WithoutGil(
-        [&] { return manager_->LatestValid(full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure); });
+    dcp::ValidStep v = WithoutGil([&] {
+      return manager_->LatestValid(full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure);
+    });
     return nb::make_tuple(v.step, SkippedToPython(v.skipped));
   }
 
   void VerifyStep(int64_t step, bool full) const {
-    WithoutGil([&] { return manager_->VerifyStep(step, full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure); });
+    WithoutGil([&] {
+      return manager_->VerifyStep(step,
+                                  full ? dcp::VerifyLevel::kFull : dcp::VerifyLevel::kStructure);
+    });
   }
 
-  std::vector<int64_t> GarbageCollect(std::optional<int> keep_last, std::optional<int64_t> keep_every,
-                                      std::optional<int> keep_best, std::optional<bool> best_is_max) {
+  std::vector<int64_t> GarbageCollect(std::optional<int> keep_last,
+                                      std::optional<int64_t> keep_every,
+                                      std::optional<int> keep_best,
+                                      std::optional<bool> best_is_max) {
     std::optional<dcp::RetentionPolicy> policy;
     if (keep_last || keep_every || keep_best || best_is_max) {
       policy.emplace();
@@ -178,12 +187,12 @@ void RegisterManager(nb::module_& m) {
       .def("done", &PyStepSave::done)
       .def("wait", &PyStepSave::Wait, nb::arg("for_done"), nb::arg("timeout"));
   nb::class_<PyManager>(m, "_CheckpointManager")
-      .def(nb::init<const std::string&, const std::string&, nb::handle, int, int64_t, int, bool, int,
-                    bool, bool, bool, bool, uint64_t>(),
+      .def(nb::init<const std::string&, const std::string&, nb::handle, int, int64_t, int, bool,
+                    int, bool, bool, bool, bool, uint64_t>(),
            nb::arg("root"), nb::arg("storage"), nb::arg("group").none(), nb::arg("keep_last"),
-           nb::arg("keep_every"), nb::arg("keep_best"), nb::arg("best_is_max"), nb::arg("thread_count"),
-           nb::arg("sync"), nb::arg("direct_io"), nb::arg("fail_if_in_flight"), nb::arg("remove_incomplete"),
-           nb::arg("staging_bytes"))
+           nb::arg("keep_every"), nb::arg("keep_best"), nb::arg("best_is_max"),
+           nb::arg("thread_count"), nb::arg("sync"), nb::arg("direct_io"),
+           nb::arg("fail_if_in_flight"), nb::arg("remove_incomplete"), nb::arg("staging_bytes"))
       .def_prop_ro("root", &PyManager::root)
       .def_prop_ro("storage", &PyManager::storage)
       .def("step_path", &PyManager::step_path)
@@ -197,8 +206,8 @@ void RegisterManager(nb::module_& m) {
       .def("latest", &PyManager::Latest)
       .def("latest_valid", &PyManager::LatestValid, nb::arg("full"))
       .def("verify_step", &PyManager::VerifyStep, nb::arg("step"), nb::arg("full"))
-      .def("gc", &PyManager::GarbageCollect, nb::arg("keep_last").none(), nb::arg("keep_every").none(),
-           nb::arg("keep_best").none(), nb::arg("best_is_max").none())
+      .def("gc", &PyManager::GarbageCollect, nb::arg("keep_last").none(),
+           nb::arg("keep_every").none(), nb::arg("keep_best").none(), nb::arg("best_is_max").none())
       .def("remove_step", &PyManager::RemoveStep, nb::arg("step"))
       .def("wait", &PyManager::Wait)
       .def("save_in_flight", &PyManager::save_in_flight);

@@ -45,7 +45,8 @@ class PySavePlanner final : public dcp::SavePlanner {
         }
       }
     }
-    MEGA_ASSIGN_OR_RETURN(dcp::GlobalSavePlan global, inner_->CreateGlobalPlan(std::move(all_plans)));
+    MEGA_ASSIGN_OR_RETURN(dcp::GlobalSavePlan global,
+                          inner_->CreateGlobalPlan(std::move(all_plans)));
     if (!objects.empty()) {
       global.metadata.planner_data.extra =
           nlohmann::json{{"megackpt.python", 1}, {"objects", objects}}.dump();

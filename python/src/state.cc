@@ -32,8 +32,8 @@ Result<dcp::StateValue> ShardedFromPython(nb::handle obj, const std::string& fqn
   auto dtype = DTypeFromName(dtype_name);
   if (!dtype.ok()) return dtype.status().WithContext("tensor '" + fqn + "'");
   st.dtype = *dtype;
-  MEGA_ASSIGN_OR_RETURN(st.global_shape,
-                        ShapeFromPython(obj.attr("global_shape"), "tensor '" + fqn + "': global_shape"));
+  MEGA_ASSIGN_OR_RETURN(st.global_shape, ShapeFromPython(obj.attr("global_shape"),
+                                                         "tensor '" + fqn + "': global_shape"));
   size_t i = 0;
   for (nb::handle shard : obj.attr("shards")) {
     const std::string what = "tensor '" + fqn + "' shard " + std::to_string(i++);
@@ -42,9 +42,9 @@ Result<dcp::StateValue> ShardedFromPython(nb::handle obj, const std::string& fqn
     MEGA_ASSIGN_OR_RETURN(s.offsets, ShapeFromPython(shard[0], what + ": offsets"));
     MEGA_ASSIGN_OR_RETURN(s.tensor, TensorFromArray(shard[1], writable, what));
     if (s.tensor.dtype() != st.dtype) {
-      return InvalidArgumentError(what + ": array dtype " + std::string(DTypeName(s.tensor.dtype())) +
-                                  " differs from the ShardedTensor's " +
-                                  std::string(DTypeName(st.dtype)));
+      return InvalidArgumentError(
+          what + ": array dtype " + std::string(DTypeName(s.tensor.dtype())) +
+          " differs from the ShardedTensor's " + std::string(DTypeName(st.dtype)));
     }
     st.shards.push_back(std::move(s));
   }

@@ -13,9 +13,9 @@
 namespace megackpt::python {
 namespace {
 
-const std::set<std::string> kWriterOptions = {"thread_count", "sync",     "overwrite",
+const std::set<std::string> kWriterOptions = {"thread_count",         "sync",     "overwrite",
                                               "fqn_to_index_mapping", "checksum", "consolidate",
-                                              "files_per_rank", "direct_io"};
+                                              "files_per_rank",       "direct_io"};
 const std::set<std::string> kReaderOptions = {"thread_count", "verify"};
 
 Status CheckKeys(nb::dict options, const std::set<std::string>& known, const std::string& what) {
@@ -34,7 +34,8 @@ T Get(nb::dict options, const char* key, T fallback) {
 
 // Checks the keys of `options` against `known` and returns its thread_count
 // (default 2; >= 1). `what`: "save" or "load", for the messages.
-Result<int> ThreadCountOption(nb::dict options, const std::set<std::string>& known, const std::string& what) {
+Result<int> ThreadCountOption(nb::dict options, const std::set<std::string>& known,
+                              const std::string& what) {
   MEGA_RETURN_IF_ERROR(CheckKeys(options, known, what));
   const int threads = Get<int>(options, "thread_count", 2);
   if (threads < 1) return InvalidArgumentError(what + ": thread_count must be >= 1");
@@ -43,7 +44,9 @@ Result<int> ThreadCountOption(nb::dict options, const std::set<std::string>& kno
 
 // "mega" or "fs" for a checkpoint at `path` (see MakeReader).
 Result<std::string> DetectKind(const std::string& path) {
-  if (std::string_view(path).ends_with(".mega") || std::string_view(path).ends_with(".safetensors") || std::string_view(path).ends_with(".index.json")) {
+  if (std::string_view(path).ends_with(".mega") ||
+      std::string_view(path).ends_with(".safetensors") ||
+      std::string_view(path).ends_with(".index.json")) {
     return std::string("mega");
   }
   MEGA_ASSIGN_OR_RETURN(auto fs, fs::FileSystemForPath(path));
@@ -76,7 +79,8 @@ Result<std::unique_ptr<dcp::StorageWriter>> MakeWriter(const std::string& kind,
   const bool overwrite = Get<bool>(options, "overwrite", true);
   const bool direct_io = Get<bool>(options, "direct_io", false);
   if (kind == "fs") {
-    for (const char* only_mega : {"fqn_to_index_mapping", "checksum", "consolidate", "files_per_rank"}) {
+    for (const char* only_mega :
+         {"fqn_to_index_mapping", "checksum", "consolidate", "files_per_rank"}) {
       if (options.contains(only_mega) && !options[only_mega].is_none()) {
         return InvalidArgumentError(std::string("save: option '") + only_mega +
                                     "' needs storage='mega'");

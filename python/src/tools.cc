@@ -78,9 +78,10 @@ nb::dict Consolidate(const std::string& src, const std::string& dst, const std::
   dcp::ConsolidateOptions o;
   format::ModelFormat f = Unwrap(FormatFromName(format_name));
   o.format = f == format::ModelFormat::kMega ? dcp::ConsolidateFormat::kMega
-                                              : dcp::ConsolidateFormat::kSafetensors;
+                                             : dcp::ConsolidateFormat::kSafetensors;
   o.max_shard_size = max_shard_size;
-  if (thread_count < 1) ThrowIfError(InvalidArgumentError("consolidate: thread_count must be >= 1"));
+  if (thread_count < 1)
+    ThrowIfError(InvalidArgumentError("consolidate: thread_count must be >= 1"));
   o.thread_count = thread_count;
   o.sync = sync;
   auto pg = GroupFromPython(group);

@@ -12,6 +12,7 @@
 #ifndef MEGACKPT_SRC_CAS_BACKEND_CONFORMANCE_H_
 #define MEGACKPT_SRC_CAS_BACKEND_CONFORMANCE_H_
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -22,8 +23,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "cas/test_util.h"
 #include "core/test_files.h"
@@ -64,14 +63,16 @@ class CasBackendConformanceTest : public ::testing::TestWithParam<BackendFactory
     XorbBuilder b;
     Built out;
     for (int i = 0; i < n; ++i) {
-      std::string d = (i % 2) ? std::string(3000 + i, static_cast<char>('a' + i)) : RandomBytes(seed * 100 + i, 5000 + i);
+      std::string d = (i % 2) ? std::string(3000 + i, static_cast<char>('a' + i))
+                              : RandomBytes(seed * 100 + i, 5000 + i);
       std::string rec;
       AppendChunkRecord(std::as_bytes(std::span(d)), CompressionPolicy::kAuto, &rec);
       b.Add(ChunkHash(std::as_bytes(std::span(d))), static_cast<uint32_t>(d.size()), rec);
       out.chunks.push_back(d);
     }
     auto fin = b.Finish();
-    out.serialized.assign(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size());
+    out.serialized.assign(reinterpret_cast<const char*>(fin.serialized.data()),
+                          fin.serialized.size());
     out.layout = fin.layout;
     return out;
   }
@@ -113,7 +114,8 @@ TEST_P(CasBackendConformanceTest, PutAndReadXorb) {
   ASSERT_TRUE(range.ok());
   EXPECT_EQ(*range, x.serialized.substr(10, 100));
   std::string buf(50, '\0');
-  ASSERT_TRUE(backend_->ReadXorbRange(x.layout.xorb_hash, 7, std::as_writable_bytes(std::span(buf))).ok());
+  ASSERT_TRUE(
+      backend_->ReadXorbRange(x.layout.xorb_hash, 7, std::as_writable_bytes(std::span(buf))).ok());
   EXPECT_EQ(buf, x.serialized.substr(7, 50));
   EXPECT_EQ(backend_->GetXorbRange(x.layout.xorb_hash, x.serialized.size() - 1, 2).status().code(),
             StatusCode::kOutOfRange);

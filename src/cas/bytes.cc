@@ -3,11 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <mutex>
-#include <vector>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 #include <utility>
+#include <vector>
 
 namespace megackpt::cas::internal {
 
@@ -75,7 +75,8 @@ ByteBuffer BufferCache::Take(size_t min_capacity) {
     size_t cap = c.buffers[i].capacity(), best_cap = c.buffers[best].capacity();
     // The smallest buffer that is big enough, else the biggest.
     bool fits = cap >= min_capacity, best_fits = best_cap >= min_capacity;
-    if ((fits && (!best_fits || cap < best_cap)) || (!fits && !best_fits && cap > best_cap)) best = i;
+    if ((fits && (!best_fits || cap < best_cap)) || (!fits && !best_fits && cap > best_cap))
+      best = i;
   }
   ByteBuffer out = std::move(c.buffers[best]);
   c.buffers.erase(c.buffers.begin() + static_cast<ptrdiff_t>(best));
@@ -88,7 +89,8 @@ void BufferCache::Give(ByteBuffer buffer) {
   if (buffer.capacity() < (1u << 20)) return;  // small ones are cheap to make
   Cache& c = TheCache();
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.buffers.size() >= kMaxCachedBuffers || c.bytes + buffer.capacity() > kMaxCachedBytes) return;
+  if (c.buffers.size() >= kMaxCachedBuffers || c.bytes + buffer.capacity() > kMaxCachedBytes)
+    return;
   c.bytes += buffer.capacity();
   c.buffers.push_back(std::move(buffer));
 }

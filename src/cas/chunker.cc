@@ -37,9 +37,18 @@ inline size_t HashUntilCut(const uint8_t* p, size_t n, uint64_t* hp) {
     if (__builtin_expect(((h0 & kChunkMask) == 0) | ((h1 & kChunkMask) == 0) |
                              ((h2 & kChunkMask) == 0) | ((h3 & kChunkMask) == 0),
                          0)) {
-      if ((h0 & kChunkMask) == 0) { *hp = h0; return i + 1; }
-      if ((h1 & kChunkMask) == 0) { *hp = h1; return i + 2; }
-      if ((h2 & kChunkMask) == 0) { *hp = h2; return i + 3; }
+      if ((h0 & kChunkMask) == 0) {
+        *hp = h0;
+        return i + 1;
+      }
+      if ((h1 & kChunkMask) == 0) {
+        *hp = h1;
+        return i + 2;
+      }
+      if ((h2 & kChunkMask) == 0) {
+        *hp = h2;
+        return i + 3;
+      }
       *hp = h3;
       return i + 4;
     }

@@ -43,7 +43,7 @@ void FillTensor(uint64_t seed, int tensor, int version, uint64_t offset, char* o
 std::vector<Tensor> MakeTensors(const Options& o) {
   // Sizes cycle through a spread typical of a transformer block
   // (embeddings, attention, MLP, norms).
-  static const uint64_t kPattern[] = {4 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20,
+  static const uint64_t kPattern[] = {4 << 20, 1 << 20, 1 << 20,  1 << 20,  1 << 20,
                                       4 << 20, 4 << 20, 16 << 10, 16 << 10, 2 << 20};
   std::vector<Tensor> t;
   uint64_t total = 0;
@@ -117,9 +117,12 @@ std::vector<std::vector<int>> Split(int n, int parts) {
 
 std::string Human(uint64_t b) {
   char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.1f MiB", b / double(1ull << 20));
-  else std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", b / double(1ull << 20));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
   return buf;
 }
 
@@ -158,8 +161,8 @@ Result<Report> Run(CasStore& store, const Options& o, bool verify,
     std::vector<MerkleHash> files;
     auto t0 = std::chrono::steady_clock::now();
     for (size_t s = 0; s < groups.size(); ++s) {
-      ShardPlan plan = PlanShard(tensors, groups[s], step, static_cast<int>(s),
-                                 static_cast<int>(groups.size()));
+      ShardPlan plan =
+          PlanShard(tensors, groups[s], step, static_cast<int>(s), static_cast<int>(groups.size()));
       MEGA_ASSIGN_OR_RETURN(auto stream,
                             store.BeginUpload({.name = name + " shard " + std::to_string(s)}));
       MEGA_RETURN_IF_ERROR(EmitShard(o, tensors, plan, [&](std::span<const std::byte> piece) {
@@ -212,7 +215,8 @@ Result<Report> Run(CasStore& store, const Options& o, bool verify,
   }
   char pct[32];
   std::snprintf(pct, sizeof(pct), "%d%%", static_cast<int>(o.changed_fraction * 100 + 0.5));
-  MEGA_RETURN_IF_ERROR(run_phase(std::string("v2 (") + pct + " changed)", 2, Split(report.tensors, o.shards)));
+  MEGA_RETURN_IF_ERROR(
+      run_phase(std::string("v2 (") + pct + " changed)", 2, Split(report.tensors, o.shards)));
   MEGA_RETURN_IF_ERROR(run_phase("v3 (re-sharded " + std::to_string(o.reshards) + ")", 2,
                                  Split(report.tensors, o.reshards)));
   return report;

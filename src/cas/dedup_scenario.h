@@ -29,10 +29,10 @@ struct Options {
 };
 
 struct PhaseReport {
-  std::string name;       // "v1", "v2 (10% changed)", "v3 (re-sharded)"
+  std::string name;  // "v1", "v2 (10% changed)", "v3 (re-sharded)"
   int files = 0;
-  uint64_t bytes = 0;      // logical bytes uploaded
-  uint64_t new_bytes = 0;  // uncompressed bytes of new chunks
+  uint64_t bytes = 0;         // logical bytes uploaded
+  uint64_t new_bytes = 0;     // uncompressed bytes of new chunks
   uint64_t stored_bytes = 0;  // serialized bytes written (after compression)
   uint64_t chunks = 0, new_chunks = 0;
   double seconds = 0;

@@ -1,11 +1,12 @@
 #include "megackpt/cas/hash.h"
-#include "megackpt/core/text.h"
 
 #include <blake3.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <vector>
+
+#include "megackpt/core/text.h"
 
 namespace megackpt::cas {
 
@@ -52,15 +53,15 @@ HashAndSize MergeGroup(std::span<const HashAndSize> group, std::string* scratch)
 
 }  // namespace
 
-const MerkleHash kDataKey = MakeKey({102, 151, 245, 119, 91,  149, 80,  222, 49,  53, 203,
-                                     172, 165, 151, 24,  28,  157, 228, 33,  16,  155, 235,
-                                     43,  88,  180, 208, 176, 75,  147, 173, 242, 41});
-const MerkleHash kInternalNodeKey = MakeKey({1,   126, 197, 199, 165, 71,  41,  150, 253, 148, 102,
-                                             102, 180, 138, 2,   230, 93,  221, 83,  111, 55,  199,
-                                             109, 210, 248, 99,  82,  230, 74,  83,  113, 63});
-const MerkleHash kVerificationKey = MakeKey({127, 24,  87,  214, 206, 86,  237, 102, 18,  127, 249,
-                                             19,  231, 165, 195, 243, 164, 205, 38,  213, 181, 219,
-                                             73,  230, 65,  36,  152, 127, 40,  251, 148, 195});
+const MerkleHash kDataKey =
+    MakeKey({102, 151, 245, 119, 91,  149, 80, 222, 49,  53,  203, 172, 165, 151, 24,  28,
+             157, 228, 33,  16,  155, 235, 43, 88,  180, 208, 176, 75,  147, 173, 242, 41});
+const MerkleHash kInternalNodeKey =
+    MakeKey({1,  126, 197, 199, 165, 71,  41,  150, 253, 148, 102, 102, 180, 138, 2,   230,
+             93, 221, 83,  111, 55,  199, 109, 210, 248, 99,  82,  230, 74,  83,  113, 63});
+const MerkleHash kVerificationKey =
+    MakeKey({127, 24,  87, 214, 206, 86,  237, 102, 18, 127, 249, 19,  231, 165, 195, 243,
+             164, 205, 38, 213, 181, 219, 73,  230, 65, 36,  152, 127, 40,  251, 148, 195});
 
 std::string MerkleHash::ToHex() const {
   char buf[65];

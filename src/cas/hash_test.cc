@@ -36,7 +36,11 @@ TEST(MerkleHashTest, HexIsFourLittleEndianWords) {
             "1716151413121110"
             "1f1e1d1c1b1a1918");
   EXPECT_EQ(Hex(h.ToHex()), h);
-  EXPECT_EQ(Hex("0706050403020100" "0F0E0D0C0B0A0908" "1716151413121110" "1F1E1D1C1B1A1918"), h);
+  EXPECT_EQ(Hex("0706050403020100"
+                "0F0E0D0C0B0A0908"
+                "1716151413121110"
+                "1F1E1D1C1B1A1918"),
+            h);
 }
 
 TEST(MerkleHashTest, FromHexRejectsBadText) {

@@ -28,8 +28,8 @@
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
-#include "megackpt/core/file.h"
 #include "megackpt/core/checksum.h"
+#include "megackpt/core/file.h"
 #include "megackpt/core/text.h"
 
 namespace megackpt::cas {
@@ -129,9 +129,7 @@ Status PreadAll(int fd, void* data, size_t n, uint64_t offset, const std::string
   return Status::OK();
 }
 
-std::string RandomSuffix() {
-  return std::to_string(::getpid()) + "-" + RandomHex(8);
-}
+std::string RandomSuffix() { return std::to_string(::getpid()) + "-" + RandomHex(8); }
 
 bool IsHashName(const char* name) { return IsHex(name, 64); }
 
@@ -183,7 +181,8 @@ class LocalBackend final : public CasBackend {
       }
     } else {
       if (text.status().code() != StatusCode::kNotFound) return text.status();
-      if (!options_.create) return FailedPreconditionError(dir_ + " is not a CAS store (no " + kMarkerName + ")");
+      if (!options_.create)
+        return FailedPreconditionError(dir_ + " is not a CAS store (no " + kMarkerName + ")");
       MEGA_ASSIGN_OR_RETURN(auto entries, ListDir(dir_));
       if (!entries.empty()) {
         bool ours = true;  // a concurrent initialiser may have made the subfolders
@@ -210,7 +209,9 @@ class LocalBackend final : public CasBackend {
   std::string Describe() const override { return "local CAS store " + dir_; }
 
   // ---- paths ----
-  std::string XorbDir(const MerkleHash& h) const { return dir_ + "/xorbs/" + h.ToHex().substr(0, 2); }
+  std::string XorbDir(const MerkleHash& h) const {
+    return dir_ + "/xorbs/" + h.ToHex().substr(0, 2);
+  }
   std::string XorbPath(const MerkleHash& h) const {
     std::string hex = h.ToHex();
     return dir_ + "/xorbs/" + hex.substr(0, 2) + "/" + hex;
@@ -222,8 +223,10 @@ class LocalBackend final : public CasBackend {
   // its path.
   Result<std::string> WriteTemp(std::initializer_list<std::span<const std::byte>> parts) {
     std::string tmp = dir_ + "/tmp/" + RandomSuffix() + ".tmp";
-    const std::span<const std::byte> first = parts.size() > 0 ? *parts.begin() : std::span<const std::byte>();
-    const bool direct = options_.sync && LocalXorbWritesUseDirectIo() && first.size() >= kDirectMinBytes &&
+    const std::span<const std::byte> first =
+        parts.size() > 0 ? *parts.begin() : std::span<const std::byte>();
+    const bool direct = options_.sync && LocalXorbWritesUseDirectIo() &&
+                        first.size() >= kDirectMinBytes &&
                         reinterpret_cast<uintptr_t>(first.data()) % kDirectAlign == 0;
     MEGA_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, CreateLocalFile(tmp));
     if (direct) file->UseDirectIo();  // a hint: refused (tmpfs...), the file is written buffered
@@ -252,15 +255,18 @@ class LocalBackend final : public CasBackend {
 
   // Links the synced temp file `tmp` at `path` (first link wins), removes the
   // temp name and syncs the folder. Returns true when this call created `path`.
-  Result<bool> LinkTemp(const std::string& tmp, const std::string& path, const std::string& parent) {
+  Result<bool> LinkTemp(const std::string& tmp, const std::string& path,
+                        const std::string& parent) {
     Status s;
     bool created = true;
     if (::link(tmp.c_str(), path.c_str()) != 0) {
       int err = errno;
       if (err == ENOENT) {  // the fan-out folder is missing
         s = CreateDirectories(parent);
-        if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0) err = errno;
-        else err = s.ok() ? 0 : EIO;
+        if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0)
+          err = errno;
+        else
+          err = s.ok() ? 0 : EIO;
       }
       if (err == EEXIST) {
         created = false;
@@ -289,7 +295,8 @@ class LocalBackend final : public CasBackend {
   // A xorb written and synced under tmp/, not yet linked.
   class LocalStagedXorb final : public StagedXorb {
    public:
-    LocalStagedXorb(const LocalBackend* owner, std::string tmp) : owner(owner), tmp(std::move(tmp)) {}
+    LocalStagedXorb(const LocalBackend* owner, std::string tmp)
+        : owner(owner), tmp(std::move(tmp)) {}
     ~LocalStagedXorb() override {
       if (!tmp.empty()) ::unlink(tmp.c_str());
     }
@@ -329,10 +336,9 @@ class LocalBackend final : public CasBackend {
     const std::string path = XorbPath(layout.xorb_hash);
     if (::access(path.c_str(), F_OK) == 0) return false;
     std::string footer = EncodeXorbFooter(layout);
-    MEGA_ASSIGN_OR_RETURN(bool created,
-                          PublishObject(path, XorbDir(layout.xorb_hash),
-                                        {std::as_bytes(std::span(serialized)),
-                                         std::as_bytes(std::span(footer))}));
+    MEGA_ASSIGN_OR_RETURN(bool created, PublishObject(path, XorbDir(layout.xorb_hash),
+                                                      {std::as_bytes(std::span(serialized)),
+                                                       std::as_bytes(std::span(footer))}));
     if (created) {
       MEGA_RETURN_IF_ERROR(AppendIndex(layout));
       CacheLayout(std::make_shared<const XorbLayout>(layout));
@@ -360,15 +366,18 @@ class LocalBackend final : public CasBackend {
     if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus("fstat " + path, errno);
     uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size < kXorbFooterTrailerSize) {
-      return DataLossError(path + ": " + std::to_string(size) + " bytes is too small for a stored xorb");
+      return DataLossError(path + ": " + std::to_string(size) +
+                           " bytes is too small for a stored xorb");
     }
     std::byte trailer[kXorbFooterTrailerSize];
-    MEGA_RETURN_IF_ERROR(PreadAll(fd.get(), trailer, sizeof(trailer), size - sizeof(trailer), path));
+    MEGA_RETURN_IF_ERROR(
+        PreadAll(fd.get(), trailer, sizeof(trailer), size - sizeof(trailer), path));
     auto t = ParseXorbFooterTrailer(trailer);
     if (!t.ok()) return t.status().WithContext(path);
     uint64_t footer = uint64_t{t->first} * kXorbFooterEntrySize + kXorbFooterTrailerSize;
     if (uint64_t{t->second} + footer != size) {
-      return DataLossError(path + ": file is " + std::to_string(size) + " bytes, its footer implies " +
+      return DataLossError(path + ": file is " + std::to_string(size) +
+                           " bytes, its footer implies " +
                            std::to_string(uint64_t{t->second} + footer));
     }
     std::string buf(footer, '\0');
@@ -441,7 +450,8 @@ class LocalBackend final : public CasBackend {
     std::unordered_set<std::string> dirs;
     for (const MerkleHash& h : hashes) {
       const std::string path = XorbPath(h);
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus("unlink " + path, errno);
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        return ErrnoToStatus("unlink " + path, errno);
       dirs.insert(XorbDir(h));
     }
     {
@@ -461,8 +471,8 @@ class LocalBackend final : public CasBackend {
     struct stat st;
     const std::string path = XorbPath(h);
     if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus("stat " + path, errno);
-    double now = std::chrono::duration<double>(
-                     std::chrono::system_clock::now().time_since_epoch()).count();
+    double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return now - (st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9);
   }
 
@@ -475,7 +485,8 @@ class LocalBackend final : public CasBackend {
       if (!checked.insert(t.xorb_hash).second) continue;
       if (::access(XorbPath(t.xorb_hash).c_str(), F_OK) != 0) {
         return FailedPreconditionError("file " + recon.file_hash.ToHex() + " references xorb " +
-                                       t.xorb_hash.ToHex() + " which is not stored in " + Describe());
+                                       t.xorb_hash.ToHex() + " which is not stored in " +
+                                       Describe());
       }
     }
     Shard shard;
@@ -517,7 +528,8 @@ class LocalBackend final : public CasBackend {
   Status DeleteFiles(std::span<const MerkleHash> hashes) override {
     for (const MerkleHash& h : hashes) {
       const std::string path = FilePath(h);
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus("unlink " + path, errno);
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        return ErrnoToStatus("unlink " + path, errno);
     }
     if (options_.sync && !hashes.empty()) return SyncDirectory(dir_ + "/files");
     return Status::OK();

@@ -1,9 +1,8 @@
 // The local-directory backend against the backend conformance suite.
-#include "cas/backend_conformance.h"
-
 #include <fstream>
 #include <iterator>
 
+#include "cas/backend_conformance.h"
 #include "megackpt/cas/hash.h"
 
 namespace megackpt::cas::testing {
@@ -13,7 +12,8 @@ INSTANTIATE_TEST_SUITE_P(
     Local, CasBackendConformanceTest,
     ::testing::Values(BackendFactory{"local",
                                      [](const std::string& dir) {
-                                       return OpenLocalBackend(dir, {.create = true, .sync = false});
+                                       return OpenLocalBackend(dir,
+                                                               {.create = true, .sync = false});
                                      }},
                       BackendFactory{"local_sync",
                                      [](const std::string& dir) {
@@ -24,11 +24,11 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace
 }  // namespace megackpt::cas::testing
 
-// Direct I/O (the default; MEGACKPT_CAS_DIRECT_IO=0 turns it off): large synced xorbs are written with
-// O_DIRECT through core's WritableFile::UseDirectIo (whole blocks of the body
-// from the builder's memory, the partial last block and the footer gathered
-// and written at the fsync, then truncated). The stored bytes must be exactly
-// those of a buffered write, for sizes on and off the 4 KiB grid.
+// Direct I/O (the default; MEGACKPT_CAS_DIRECT_IO=0 turns it off): large synced xorbs are written
+// with O_DIRECT through core's WritableFile::UseDirectIo (whole blocks of the body from the
+// builder's memory, the partial last block and the footer gathered and written at the fsync, then
+// truncated). The stored bytes must be exactly those of a buffered write, for sizes on and off the
+// 4 KiB grid.
 namespace megackpt::cas {
 namespace {
 
@@ -66,7 +66,8 @@ TEST_F(CasDirectIoTest, StoredXorbsAreByteIdenticalToBufferedOnes) {
     }
     auto fin = b.Finish();
     ASSERT_GE(fin.serialized.size(), size_t{1} << 20);
-    const std::string_view bytes(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size());
+    const std::string_view bytes(reinterpret_cast<const char*>(fin.serialized.data()),
+                                 fin.serialized.size());
     // Staged + published (the upload path) ...
     auto staged = (*direct)->StageXorb(bytes, fin.layout);
     ASSERT_TRUE(staged.ok()) << staged.status().ToString();
@@ -91,7 +92,8 @@ TEST_F(CasDirectIoTest, StoredXorbsAreByteIdenticalToBufferedOnes) {
     std::string a = slurp(dir_ + "/direct/xorbs/" + hex.substr(0, 2) + "/" + hex);
     std::string c = slurp(buffered_dir + "/xorbs/" + hex.substr(0, 2) + "/" + hex);
     ASSERT_FALSE(a.empty());
-    EXPECT_TRUE(a == c) << "chunk size " << chunk << ": " << a.size() << " vs " << c.size() << " bytes";
+    EXPECT_TRUE(a == c) << "chunk size " << chunk << ": " << a.size() << " vs " << c.size()
+                        << " bytes";
     // A fresh backend reads the layout from the footer.
     auto reopened = OpenLocalBackend(dir_ + "/direct", {.create = false, .sync = true});
     ASSERT_TRUE(reopened.ok());

@@ -1,8 +1,8 @@
 // The fast paths of uploads: the two-phase xorb write (StageXorb /
 // PublishStagedXorb), the background xorb committer, and kAuto's
 // compression bail-out for float data that barely compresses.
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
@@ -66,7 +66,8 @@ TEST(StagedXorbTest, PublishMakesVisibleOnceAndDroppingDiscards) {
     EXPECT_FALSE((*found)[0].has_value());
     EXPECT_EQ(CountEntries(dir.path() + "/tmp"), 1u);
 
-    auto created = (*backend)->PublishStagedXorb(std::move(*staged), View(fin.serialized), fin.layout);
+    auto created =
+        (*backend)->PublishStagedXorb(std::move(*staged), View(fin.serialized), fin.layout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     EXPECT_TRUE(*created);
     EXPECT_EQ(CountEntries(dir.path() + "/tmp"), 0u);  // the temp name is gone
@@ -83,7 +84,8 @@ TEST(StagedXorbTest, PublishMakesVisibleOnceAndDroppingDiscards) {
     // Staging it again: already stored → nothing staged, publish says "not created".
     auto again = (*backend)->StageXorb(View(fin.serialized), fin.layout);
     ASSERT_TRUE(again.ok());
-    auto created2 = (*backend)->PublishStagedXorb(std::move(*again), View(fin.serialized), fin.layout);
+    auto created2 =
+        (*backend)->PublishStagedXorb(std::move(*again), View(fin.serialized), fin.layout);
     ASSERT_TRUE(created2.ok());
     EXPECT_FALSE(*created2);
 
@@ -130,7 +132,8 @@ TEST(StagedXorbTest, ConcurrentMultiXorbUploadsKeepOneCopy) {
         return;
       }
       for (size_t off = 0; off < data.size(); off += 777'777) {
-        Status s = (*stream)->Append(Bytes(data).subspan(off, std::min<size_t>(777'777, data.size() - off)));
+        Status s = (*stream)->Append(
+            Bytes(data).subspan(off, std::min<size_t>(777'777, data.size() - off)));
         if (!s.ok()) {
           results[t] = s;
           return;
@@ -168,7 +171,8 @@ TEST(CompressionBailOutTest, IncompressibleFloatsAreStoredRaw) {
     std::memcpy(weights.data() + i, &w, 4);
   }
   std::string rec;
-  EXPECT_EQ(AppendChunkRecord(Bytes(weights), CompressionPolicy::kAuto, &rec), CompressionScheme::kNone);
+  EXPECT_EQ(AppendChunkRecord(Bytes(weights), CompressionPolicy::kAuto, &rec),
+            CompressionScheme::kNone);
   EXPECT_EQ(rec.size(), weights.size() + kChunkRecordHeaderSize);
   std::string forced;
   AppendChunkRecord(Bytes(weights), CompressionPolicy::kBg4Lz4, &forced);
@@ -190,7 +194,8 @@ TEST(CompressionBailOutTest, IncompressibleFloatsAreStoredRaw) {
 TEST(VerifyXorbTest, LayoutMatchesDecodeAndCorruptionIsDataLoss) {
   XorbBuilder b;
   for (int i = 0; i < 5; ++i) {
-    std::string c = i % 2 ? RandomBytes(40 + i, 30000) : std::string(25000 + i, static_cast<char>('a' + i));
+    std::string c =
+        i % 2 ? RandomBytes(40 + i, 30000) : std::string(25000 + i, static_cast<char>('a' + i));
     std::string rec;
     AppendChunkRecord(Bytes(c), CompressionPolicy::kAuto, &rec);
     b.Add(ChunkHash(Bytes(c)), static_cast<uint32_t>(c.size()), rec);

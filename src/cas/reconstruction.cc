@@ -10,9 +10,9 @@ Status FileReconstruction::Validate() const {
   for (size_t i = 0; i < terms.size(); ++i) {
     const ReconstructionTerm& t = terms[i];
     if (t.chunk_end <= t.chunk_start) {
-      return InvalidArgumentError(name + ": term " + std::to_string(i) + " has empty chunk range [" +
-                                  std::to_string(t.chunk_start) + ", " +
-                                  std::to_string(t.chunk_end) + ")");
+      return InvalidArgumentError(name + ": term " + std::to_string(i) +
+                                  " has empty chunk range [" + std::to_string(t.chunk_start) +
+                                  ", " + std::to_string(t.chunk_end) + ")");
     }
     if (t.unpacked_bytes == 0) {
       return InvalidArgumentError(name + ": term " + std::to_string(i) + " has 0 bytes");

@@ -10,7 +10,6 @@
 
 namespace megackpt::cas {
 
-
 namespace {
 
 constexpr uint8_t kShardTag[32] = {'H', 'F', 'R', 'e', 'p', 'o', 'M', 'e', 't', 'a', 'D',
@@ -220,8 +219,8 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
       return Bad(body_end, "unsupported footer version " + std::to_string(LoadLE64(f)));
     }
     if (LoadLE64(f + 8) != kShardHeaderSize) {
-      return Bad(body_end + 8, "file info offset " + std::to_string(LoadLE64(f + 8)) +
-                                   " (expected 48)");
+      return Bad(body_end + 8,
+                 "file info offset " + std::to_string(LoadLE64(f + 8)) + " (expected 48)");
     }
     footer_cas_offset = LoadLE64(f + 16);
     footer_offset = LoadLE64(f + 192);
@@ -233,8 +232,8 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
     for (int i = 0; i < 3; ++i) {
       uint64_t table = LoadLE64(f + 24 + 16 * i);
       if (table > body_end) {
-        return Bad(body_end + 24 + 16 * i, "lookup table offset " + std::to_string(table) +
-                                               " is past the footer");
+        return Bad(body_end + 24 + 16 * i,
+                   "lookup table offset " + std::to_string(table) + " is past the footer");
       }
     }
     std::memcpy(shard.chunk_hash_hmac_key.bytes.data(), f + 72, 32);
@@ -254,11 +253,12 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
         uint32_t n = LoadLE32(e + 36);
         const std::string file = "file " + rec.file_hash.ToHex();
         if (flags & ~kKnownFileFlags) {
-          return Bad(at + 32, file + ": unsupported flags 0x" + [&] {
-            char b[16];
-            std::snprintf(b, sizeof(b), "%08x", flags);
-            return std::string(b);
-          }());
+          return Bad(
+              at + 32, file + ": unsupported flags 0x" + [&] {
+                char b[16];
+                std::snprintf(b, sizeof(b), "%08x", flags);
+                return std::string(b);
+              }());
         }
         if (n > limits.max_entries_per_record) {
           return Bad(at + 36, file + ": " + std::to_string(n) + " entries exceeds the limit");
@@ -327,7 +327,8 @@ Result<Shard> ParseShard(std::span<const std::byte> data, const ShardParseLimits
         return Status::OK();
       }));
   if (!footer_size && r.remaining() != 0) {
-    return Bad(r.offset(), std::to_string(r.remaining()) + " unexpected bytes after the CAS info bookend");
+    return Bad(r.offset(),
+               std::to_string(r.remaining()) + " unexpected bytes after the CAS info bookend");
   }
   if (footer_size) {
     // Lookup tables (not interpreted) must lie between the CAS bookend and the footer.

@@ -110,8 +110,8 @@ TEST(ShardTest, MetadataExtSha256IsStoredAsAXetHash) {
   MerkleHash as_xet;
   std::memcpy(as_xet.bytes.data(), stored, 32);
   EXPECT_EQ(as_xet.ToHex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  auto parsed = ParseShard(std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
-                                                      bytes.size()));
+  auto parsed = ParseShard(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->files.size(), 1u);
   ASSERT_TRUE(parsed->files[0].sha256.has_value());

@@ -12,6 +12,8 @@
 // store's kCommit lock, its chunks are re-checked against the index: chunks
 // that another uploader stored meanwhile are referenced there instead, so
 // concurrent uploads of the same content keep one copy.
+#include "megackpt/cas/store.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -26,7 +28,6 @@
 #include "cas/bytes.h"
 #include "megackpt/cas/chunker.h"
 #include "megackpt/cas/shard.h"
-#include "megackpt/cas/store.h"
 #include "megackpt/cas/xorb.h"
 #include "megackpt/core/checksum.h"
 
@@ -52,12 +53,12 @@ struct ChunkRef {
 };
 
 struct Batch {
-  ByteBuffer data;              // stream bytes [base, base + data.size())
+  ByteBuffer data;  // stream bytes [base, base + data.size())
   uint64_t base = 0;
-  std::vector<uint32_t> ends;   // chunk ends relative to base (whole chunks only)
+  std::vector<uint32_t> ends;  // chunk ends relative to base (whole chunks only)
   std::vector<MerkleHash> hashes;
   std::vector<std::optional<ChunkLocation>> found;
-  ByteBuffer records;           // one slot of (size + 8) bytes per chunk
+  ByteBuffer records;  // one slot of (size + 8) bytes per chunk
   std::vector<uint64_t> slot_offset;
   std::vector<uint32_t> record_size;
 
@@ -243,7 +244,8 @@ class UploadStreamImpl final : public UploadStream {
     std::vector<size_t> fresh;
     std::unordered_set<MerkleHash> batch_seen;
     for (size_t i = 0; i < n; ++i) {
-      if (b.found[i] || seen_.count(b.hashes[i]) || !batch_seen.insert(b.hashes[i]).second) continue;
+      if (b.found[i] || seen_.count(b.hashes[i]) || !batch_seen.insert(b.hashes[i]).second)
+        continue;
       fresh.push_back(i);
     }
     b.slot_offset.assign(n, 0);
@@ -329,7 +331,8 @@ class UploadStreamImpl final : public UploadStream {
     std::swap(builder_ids_, committing_ids_);
     builder_ids_.clear();
     if (threads_ <= 1) return CommitBuilt(committing_, committing_ids_);
-    commit_thread_ = std::thread([this] { commit_status_ = CommitBuilt(committing_, committing_ids_); });
+    commit_thread_ =
+        std::thread([this] { commit_status_ = CommitBuilt(committing_, committing_ids_); });
     return Status::OK();
   }
 
@@ -369,7 +372,8 @@ class UploadStreamImpl final : public UploadStream {
         } else {
           const XorbChunk& c = fin.layout.chunks[k];
           const uint64_t end = fin.layout.RecordEnd(static_cast<uint32_t>(k));
-          rebuild_.Add(c.hash, c.unpacked_bytes, fin.serialized.subspan(c.byte_offset, end - c.byte_offset));
+          rebuild_.Add(c.hash, c.unpacked_bytes,
+                       fin.serialized.subspan(c.byte_offset, end - c.byte_offset));
           kept.push_back(ids[k]);
         }
       }
@@ -381,7 +385,8 @@ class UploadStreamImpl final : public UploadStream {
   }
 
   Status FinishInternal() {
-    if (auto last = chunker_.Finish()) fill_->ends.push_back(static_cast<uint32_t>(*last - fill_->base));
+    if (auto last = chunker_.Finish())
+      fill_->ends.push_back(static_cast<uint32_t>(*last - fill_->base));
     MEGA_RETURN_IF_ERROR(Dispatch(/*wait=*/true));
     MEGA_RETURN_IF_ERROR(WaitInFlight());
     MEGA_RETURN_IF_ERROR(CommitXorb());
@@ -392,7 +397,8 @@ class UploadStreamImpl final : public UploadStream {
     std::vector<size_t> term_first;
     for (size_t i = 0; i < refs_.size(); ++i) {
       ChunkRef ref = refs_[i].slot == ChunkRef::kPending ? pending_[refs_[i].index] : refs_[i];
-      if (ref.slot == ChunkRef::kPending) return InternalError(options_.name + ": unresolved chunk");
+      if (ref.slot == ChunkRef::kPending)
+        return InternalError(options_.name + ": unresolved chunk");
       const MerkleHash& xorb = xorbs_[ref.slot];
       if (!rec.terms.empty() && rec.terms.back().xorb_hash == xorb &&
           rec.terms.back().chunk_end == ref.index) {
@@ -456,12 +462,12 @@ class UploadStreamImpl final : public UploadStream {
   // Guards pending_, xorbs_, slot_of_ and result_'s counters, which the
   // committer updates while the batch stage appends.
   std::mutex state_mu_;
-  std::vector<ChunkRef> pending_;       // pending id -> final location
-  std::vector<MerkleHash> xorbs_;       // slot -> xorb hash
+  std::vector<ChunkRef> pending_;  // pending id -> final location
+  std::vector<MerkleHash> xorbs_;  // slot -> xorb hash
   std::unordered_map<MerkleHash, uint32_t> slot_of_;
   std::unordered_map<MerkleHash, ChunkRef> seen_;
-  std::vector<ChunkRef> refs_;          // per chunk of the file
-  std::vector<HashAndSize> leaves_;     // per chunk of the file
+  std::vector<ChunkRef> refs_;       // per chunk of the file
+  std::vector<HashAndSize> leaves_;  // per chunk of the file
 
   Status status_;
   bool finished_ = false;
@@ -571,7 +577,8 @@ class RangeReader {
             out_.Reserve(kFetchBytes + 2 * kMaxChunkSize);
           }
           out_.Resize(piece_bytes);
-          MEGA_RETURN_IF_ERROR(FetchAndDecode(layout, a, b, std::span<std::byte>(out_.data(), piece_bytes)));
+          MEGA_RETURN_IF_ERROR(
+              FetchAndDecode(layout, a, b, std::span<std::byte>(out_.data(), piece_bytes)));
           piece = out_.span();
           if (b == a + 1 && cache) {
             cache->xorb = t.xorb_hash;
@@ -605,7 +612,8 @@ class RangeReader {
 
   // Reads the records of chunks [a, b) and decodes them into `out` (their
   // unpacked bytes exactly), checking every chunk against its hash.
-  Status FetchAndDecode(const XorbLayout& layout, uint32_t a, uint32_t b, std::span<std::byte> out) {
+  Status FetchAndDecode(const XorbLayout& layout, uint32_t a, uint32_t b,
+                        std::span<std::byte> out) {
     const uint64_t start = layout.chunks[a].byte_offset;
     const uint64_t stop = layout.RecordEnd(b - 1);
     if (fetch_.capacity() == 0) {
@@ -616,10 +624,11 @@ class RangeReader {
     std::span<std::byte> dst(fetch_.data(), fetch_.size());
     MEGA_RETURN_IF_ERROR(backend_->ReadXorbRange(layout.xorb_hash, start, dst));
     std::vector<uint64_t> out_pos(b - a + 1, 0);
-    for (uint32_t c = a; c < b; ++c) out_pos[c - a + 1] = out_pos[c - a] + layout.chunks[c].unpacked_bytes;
+    for (uint32_t c = a; c < b; ++c)
+      out_pos[c - a + 1] = out_pos[c - a] + layout.chunks[c].unpacked_bytes;
     if (out_pos.back() != out.size()) {
-      return InternalError("xorb " + layout.xorb_hash.ToHex() + ": chunks [" + std::to_string(a) + ", " +
-                           std::to_string(b) + ") hold " + std::to_string(out_pos.back()) +
+      return InternalError("xorb " + layout.xorb_hash.ToHex() + ": chunks [" + std::to_string(a) +
+                           ", " + std::to_string(b) + ") hold " + std::to_string(out_pos.back()) +
                            " bytes, destination " + std::to_string(out.size()));
     }
     const std::span<const std::byte> fetched(fetch_.data(), fetch_.size());
@@ -768,17 +777,16 @@ Result<std::string> CasStore::Read(const MerkleHash& file_hash, ByteRange range)
 Status CasStore::DownloadToFile(const MerkleHash& file_hash, const std::string& path,
                                 ByteRange range) {
   MEGA_ASSIGN_OR_RETURN(auto out, AtomicFileWriter::Create(path));
-  MEGA_RETURN_IF_ERROR(Download(file_hash, range, [&](std::span<const std::byte> piece) {
-    return out->Append(piece);
-  }));
+  MEGA_RETURN_IF_ERROR(Download(
+      file_hash, range, [&](std::span<const std::byte> piece) { return out->Append(piece); }));
   return out->Commit();
 }
 
 Result<std::unique_ptr<RandomAccessFile>> CasStore::OpenFile(const MerkleHash& file_hash) {
   MEGA_ASSIGN_OR_RETURN(FileReconstruction rec, backend_->GetFile(file_hash));
-  return std::unique_ptr<RandomAccessFile>(std::make_unique<CasFile>(
-      backend_, options_.pool ? options_.pool : &ThreadPool::Default(),
-      std::max(1, options_.upload_threads), std::move(rec)));
+  return std::unique_ptr<RandomAccessFile>(
+      std::make_unique<CasFile>(backend_, options_.pool ? options_.pool : &ThreadPool::Default(),
+                                std::max(1, options_.upload_threads), std::move(rec)));
 }
 
 Result<FileReconstruction> CasStore::GetReconstruction(const MerkleHash& file_hash) {
@@ -885,7 +893,8 @@ Status CasStore::Verify() {
       const ReconstructionTerm& t = rec.terms[i];
       auto it = layouts.find(t.xorb_hash);
       const std::string where = "file " + f.ToHex() + " term " + std::to_string(i);
-      if (it == layouts.end()) return DataLossError(where + ": xorb " + t.xorb_hash.ToHex() + " is missing");
+      if (it == layouts.end())
+        return DataLossError(where + ": xorb " + t.xorb_hash.ToHex() + " is missing");
       if (t.chunk_end > it->second.chunks.size()) {
         return DataLossError(where + ": chunk range exceeds xorb " + t.xorb_hash.ToHex());
       }
@@ -894,7 +903,8 @@ Status CasStore::Verify() {
         bytes += it->second.chunks[c].unpacked_bytes;
         leaves.push_back({it->second.chunks[c].hash, it->second.chunks[c].unpacked_bytes});
       }
-      if (bytes != t.unpacked_bytes) return DataLossError(where + ": byte count does not match the xorb");
+      if (bytes != t.unpacked_bytes)
+        return DataLossError(where + ": byte count does not match the xorb");
     }
     if (FileHash(leaves, options_.file_hash_salt) != f) {
       return DataLossError("file " + f.ToHex() + ": its chunks do not hash to its name");

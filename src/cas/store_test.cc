@@ -119,7 +119,8 @@ TEST(CasStoreTest, StreamingUploadIsIndependentOfAppendSizes) {
     auto stream = store->BeginUpload({.name = "piece" + std::to_string(piece)});
     ASSERT_TRUE(stream.ok());
     for (size_t off = 0; off < data.size(); off += piece) {
-      ASSERT_TRUE((*stream)->Append(Bytes(data).subspan(off, std::min(piece, data.size() - off))).ok());
+      ASSERT_TRUE(
+          (*stream)->Append(Bytes(data).subspan(off, std::min(piece, data.size() - off))).ok());
     }
     EXPECT_EQ((*stream)->size(), data.size());
     ASSERT_TRUE((*stream)->Close().ok());
@@ -168,7 +169,8 @@ TEST(CasStoreTest, RandomRangeReadsMatch) {
   }
   // Past the end: clipped; offset beyond the size: OutOfRange.
   EXPECT_EQ(store->Read(r->file_hash, {data.size() - 5, 100})->size(), 5u);
-  EXPECT_EQ(store->Read(r->file_hash, {data.size() + 1, 1}).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(store->Read(r->file_hash, {data.size() + 1, 1}).status().code(),
+            StatusCode::kOutOfRange);
   // RandomAccessFile view.
   auto file = store->OpenFile(r->file_hash);
   ASSERT_TRUE(file.ok());
@@ -191,7 +193,9 @@ class CountingBackend final : public CasBackend {
   explicit CountingBackend(std::shared_ptr<CasBackend> inner) : inner_(std::move(inner)) {}
   uint64_t bytes_read = 0;
   std::string Describe() const override { return "counting"; }
-  Result<bool> PutXorb(std::string_view s, const XorbLayout& l) override { return inner_->PutXorb(s, l); }
+  Result<bool> PutXorb(std::string_view s, const XorbLayout& l) override {
+    return inner_->PutXorb(s, l);
+  }
   Result<bool> HasXorb(const MerkleHash& h) override { return inner_->HasXorb(h); }
   Result<std::string> GetXorbRange(const MerkleHash& h, uint64_t o, uint64_t n) override {
     bytes_read += n;
@@ -202,7 +206,9 @@ class CountingBackend final : public CasBackend {
     return inner_->ReadXorbRange(h, o, d);
   }
   Result<std::string> GetXorb(const MerkleHash& h) override { return inner_->GetXorb(h); }
-  Result<XorbLayout> GetXorbLayout(const MerkleHash& h) override { return inner_->GetXorbLayout(h); }
+  Result<XorbLayout> GetXorbLayout(const MerkleHash& h) override {
+    return inner_->GetXorbLayout(h);
+  }
   Result<std::vector<MerkleHash>> ListXorbs() override { return inner_->ListXorbs(); }
   Status DeleteXorbs(std::span<const MerkleHash> h) override { return inner_->DeleteXorbs(h); }
   Result<uint64_t> XorbSize(const MerkleHash& h) override { return inner_->XorbSize(h); }
@@ -369,7 +375,8 @@ TEST(CasStoreTest, GarbageCollection) {
             StatusCode::kNotFound);
 
   // Dry run reports without deleting.
-  auto dry = store->GarbageCollect({.live_files = std::vector<MerkleHash>{ra->file_hash}, .dry_run = true});
+  auto dry = store->GarbageCollect(
+      {.live_files = std::vector<MerkleHash>{ra->file_hash}, .dry_run = true});
   ASSERT_TRUE(dry.ok());
   EXPECT_EQ(dry->files_deleted, 1u);
   EXPECT_TRUE(*store->HasFile(rb->file_hash));
@@ -448,7 +455,8 @@ TEST(LocalBackendTest, PutXorbIsIdempotentAndIndexed) {
     builder.Add(hashes.back(), static_cast<uint32_t>(chunk.size()), rec);
   }
   auto fin = builder.Finish();
-  std::string_view bytes(reinterpret_cast<const char*>(fin.serialized.data()), fin.serialized.size());
+  std::string_view bytes(reinterpret_cast<const char*>(fin.serialized.data()),
+                         fin.serialized.size());
   EXPECT_TRUE(*(*backend)->PutXorb(bytes, fin.layout));
   EXPECT_FALSE(*(*backend)->PutXorb(bytes, fin.layout));
   auto found = (*backend)->LookupChunks(hashes);

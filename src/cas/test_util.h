@@ -2,6 +2,7 @@
 #ifndef MEGACKPT_SRC_CAS_TEST_UTIL_H_
 #define MEGACKPT_SRC_CAS_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdint>
@@ -10,8 +11,6 @@
 #include <random>
 #include <span>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "core/test_files.h"
 

@@ -13,7 +13,6 @@
 
 namespace megackpt::cas {
 
-
 namespace {
 
 constexpr char kFooterMagic[8] = {'M', 'C', 'K', 'X', 'O', 'R', 'B', '1'};
@@ -38,7 +37,8 @@ __attribute__((target("ssse3"))) size_t SplitBg4Ssse3(const uint8_t* in, size_t 
   const __m128i mask = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   size_t groups = n / 16;
   for (size_t g = 0; g < groups; ++g) {
-    __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * g)), mask);
+    __m128i v =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * g)), mask);
     uint32_t w[4];
     _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);
     std::memcpy(lane[0] + 4 * g, &w[0], 4);
@@ -257,28 +257,37 @@ Status Lz4Decompress(const uint8_t* src, size_t src_len, uint8_t* dst, size_t ds
 
 const char* CompressionSchemeName(CompressionScheme scheme) {
   switch (scheme) {
-    case CompressionScheme::kNone: return "none";
-    case CompressionScheme::kLz4: return "lz4";
-    case CompressionScheme::kByteGrouping4Lz4: return "bg4-lz4";
+    case CompressionScheme::kNone:
+      return "none";
+    case CompressionScheme::kLz4:
+      return "lz4";
+    case CompressionScheme::kByteGrouping4Lz4:
+      return "bg4-lz4";
   }
   return "unknown";
 }
 
-size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy,
-                         std::byte* out, CompressionScheme* scheme_out) {
+size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy, std::byte* out,
+                         CompressionScheme* scheme_out) {
   const uint8_t* p = internal::U8(chunk.data());
   const size_t n = chunk.size();
   CompressionScheme scheme = CompressionScheme::kNone;
   switch (policy) {
-    case CompressionPolicy::kNone: break;
+    case CompressionPolicy::kNone:
+      break;
     case CompressionPolicy::kAuto:
       scheme = PredictScheme(p, n);
-      if (scheme != CompressionScheme::kNone && n >= 2 * kSampleBytes && !SampleCompresses(p, scheme)) {
+      if (scheme != CompressionScheme::kNone && n >= 2 * kSampleBytes &&
+          !SampleCompresses(p, scheme)) {
         scheme = CompressionScheme::kNone;
       }
       break;
-    case CompressionPolicy::kLz4: scheme = CompressionScheme::kLz4; break;
-    case CompressionPolicy::kBg4Lz4: scheme = CompressionScheme::kByteGrouping4Lz4; break;
+    case CompressionPolicy::kLz4:
+      scheme = CompressionScheme::kLz4;
+      break;
+    case CompressionPolicy::kBg4Lz4:
+      scheme = CompressionScheme::kByteGrouping4Lz4;
+      break;
   }
   size_t clen = 0;
   if (scheme == CompressionScheme::kLz4) {
@@ -310,8 +319,8 @@ CompressionScheme AppendChunkRecord(std::span<const std::byte> chunk, Compressio
   size_t old = out->size();
   out->resize(old + chunk.size() + kChunkRecordHeaderSize);
   CompressionScheme scheme;
-  size_t n = EncodeChunkRecord(chunk, policy, reinterpret_cast<std::byte*>(out->data() + old),
-                               &scheme);
+  size_t n =
+      EncodeChunkRecord(chunk, policy, reinterpret_cast<std::byte*>(out->data() + old), &scheme);
   out->resize(old + n);
   return scheme;
 }
@@ -330,7 +339,8 @@ Result<ChunkRecordHeader> ParseChunkRecordHeader(std::span<const std::byte> buf,
   if (header.version != 0) {
     return DataLossError(At(offset) + ": unknown version " + std::to_string(header.version));
   }
-  if (h[4] > 2) return DataLossError(At(offset) + ": unknown compression scheme " + std::to_string(h[4]));
+  if (h[4] > 2)
+    return DataLossError(At(offset) + ": unknown compression scheme " + std::to_string(h[4]));
   header.scheme = static_cast<CompressionScheme>(h[4]);
   if (header.compressed_len > buf.size() - offset - kChunkRecordHeaderSize) {
     return DataLossError(At(offset) + ": compressed length " +
@@ -349,8 +359,8 @@ Result<ChunkRecordHeader> ParseChunkRecordHeader(std::span<const std::byte> buf,
   if (header.scheme == CompressionScheme::kNone &&
       header.compressed_len != header.uncompressed_len) {
     return DataLossError(At(offset) + ": uncompressed record with lengths " +
-                         std::to_string(header.compressed_len) + " != " +
-                         std::to_string(header.uncompressed_len));
+                         std::to_string(header.compressed_len) +
+                         " != " + std::to_string(header.uncompressed_len));
   }
   return header;
 }
@@ -369,7 +379,8 @@ Result<size_t> DecodeChunkRecordTo(std::span<const std::byte> buf, size_t offset
       std::memcpy(dst, payload, h.uncompressed_len);
       break;
     case CompressionScheme::kLz4:
-      MEGA_RETURN_IF_ERROR(Lz4Decompress(payload, h.compressed_len, dst, h.uncompressed_len, offset));
+      MEGA_RETURN_IF_ERROR(
+          Lz4Decompress(payload, h.compressed_len, dst, h.uncompressed_len, offset));
       break;
     case CompressionScheme::kByteGrouping4Lz4: {
       std::vector<uint8_t>& tmp = tls_scratch.split;
@@ -396,7 +407,8 @@ Result<size_t> DecodeChunkRecord(std::span<const std::byte> buf, size_t offset, 
 Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized) {
   if (serialized.size() > kMaxSerializedXorbBytes) {
     return DataLossError("xorb: " + std::to_string(serialized.size()) +
-                         " bytes exceeds the xorb limit of " + std::to_string(kMaxSerializedXorbBytes));
+                         " bytes exceeds the xorb limit of " +
+                         std::to_string(kMaxSerializedXorbBytes));
   }
   thread_local std::vector<std::byte> scratch;
   XorbLayout layout;
@@ -416,7 +428,8 @@ Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized) {
     Result<size_t> next = DecodeChunkRecordTo(serialized, offset, chunk);
     if (!next.ok()) return next.status().WithContext(where());
     const MerkleHash h = ChunkHash(chunk);
-    layout.chunks.push_back({h, static_cast<uint32_t>(offset), static_cast<uint32_t>(chunk.size())});
+    layout.chunks.push_back(
+        {h, static_cast<uint32_t>(offset), static_cast<uint32_t>(chunk.size())});
     leaves.push_back({h, chunk.size()});
     offset = *next;
   }
@@ -426,15 +439,15 @@ Result<XorbLayout> VerifyXorb(std::span<const std::byte> serialized) {
 }
 
 Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized, const XorbLayout* expected) {
-  const std::string name =
-      expected ? "xorb " + expected->xorb_hash.ToHex() : std::string("xorb");
+  const std::string name = expected ? "xorb " + expected->xorb_hash.ToHex() : std::string("xorb");
   if (serialized.size() > kMaxSerializedXorbBytes) {
     return DataLossError(name + ": " + std::to_string(serialized.size()) +
-                         " bytes exceeds the xorb limit of " + std::to_string(kMaxSerializedXorbBytes));
+                         " bytes exceeds the xorb limit of " +
+                         std::to_string(kMaxSerializedXorbBytes));
   }
   if (expected && expected->serialized_bytes != serialized.size()) {
-    return DataLossError(name + ": " + std::to_string(serialized.size()) +
-                         " bytes, layout says " + std::to_string(expected->serialized_bytes));
+    return DataLossError(name + ": " + std::to_string(serialized.size()) + " bytes, layout says " +
+                         std::to_string(expected->serialized_bytes));
   }
   DecodedXorb out;
   size_t offset = 0;
@@ -454,8 +467,8 @@ Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized, const Xorb
     std::span<const std::byte> chunk(reinterpret_cast<const std::byte*>(out.data.data()) + before,
                                      out.data.size() - before);
     MerkleHash h = ChunkHash(chunk);
-    if (expected && (h != expected->chunks[i].hash ||
-                     chunk.size() != expected->chunks[i].unpacked_bytes)) {
+    if (expected &&
+        (h != expected->chunks[i].hash || chunk.size() != expected->chunks[i].unpacked_bytes)) {
       return DataLossError(where + ": content does not match its hash (expected " +
                            expected->chunks[i].hash.ToHex() + ", got " + h.ToHex() + ")");
     }
@@ -465,8 +478,7 @@ Result<DecodedXorb> DecodeXorb(std::span<const std::byte> serialized, const Xorb
   }
   if (expected && out.chunks.size() != expected->chunks.size()) {
     return DataLossError(name + ": " + std::to_string(out.chunks.size()) +
-                         " chunk records, layout lists " +
-                         std::to_string(expected->chunks.size()));
+                         " chunk records, layout lists " + std::to_string(expected->chunks.size()));
   }
   return out;
 }
@@ -566,7 +578,8 @@ Result<std::pair<uint32_t, uint32_t>> ParseXorbFooterTrailer(std::span<const std
 Result<XorbLayout> ParseXorbFooter(std::span<const std::byte> footer, const MerkleHash& xorb_hash) {
   const std::string name = "xorb " + xorb_hash.ToHex();
   if (footer.size() < kXorbFooterTrailerSize) {
-    return DataLossError(name + ": footer of " + std::to_string(footer.size()) + " bytes is truncated");
+    return DataLossError(name + ": footer of " + std::to_string(footer.size()) +
+                         " bytes is truncated");
   }
   auto trailer = ParseXorbFooterTrailer(footer.last(kXorbFooterTrailerSize));
   if (!trailer.ok()) return trailer.status().WithContext(name);

@@ -30,8 +30,7 @@ std::string Decode(const std::string& rec) {
 TEST(ChunkRecordTest, RoundTripsEverySchemeAndSize) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{4097},
                    size_t{65536}, size_t{131072}}) {
-    for (const std::string& data :
-         {RandomBytes(n, n), FloatBytes(n), std::string(n, 'z')}) {
+    for (const std::string& data : {RandomBytes(n, n), FloatBytes(n), std::string(n, 'z')}) {
       for (CompressionPolicy p : {CompressionPolicy::kNone, CompressionPolicy::kAuto,
                                   CompressionPolicy::kLz4, CompressionPolicy::kBg4Lz4}) {
         std::string rec;
@@ -46,12 +45,13 @@ TEST(ChunkRecordTest, RoundTripsEverySchemeAndSize) {
 TEST(ChunkRecordTest, HeaderLayout) {
   std::string data = RandomBytes(1, 1000);
   std::string rec;
-  ASSERT_EQ(AppendChunkRecord(Bytes(data), CompressionPolicy::kNone, &rec), CompressionScheme::kNone);
+  ASSERT_EQ(AppendChunkRecord(Bytes(data), CompressionPolicy::kNone, &rec),
+            CompressionScheme::kNone);
   ASSERT_EQ(rec.size(), 1008u);
   const uint8_t* h = reinterpret_cast<const uint8_t*>(rec.data());
-  EXPECT_EQ(h[0], 0);                          // version
+  EXPECT_EQ(h[0], 0);                              // version
   EXPECT_EQ(h[1] | h[2] << 8 | h[3] << 16, 1000);  // compressed_len (u24 LE)
-  EXPECT_EQ(h[4], 0);                          // scheme
+  EXPECT_EQ(h[4], 0);                              // scheme
   EXPECT_EQ(h[5] | h[6] << 8 | h[7] << 16, 1000);  // uncompressed_len
   EXPECT_EQ(rec.substr(8), data);
 }
@@ -63,9 +63,11 @@ TEST(ChunkRecordTest, AutoPolicyChoosesByData) {
             CompressionScheme::kNone);
   // Text-like repetitive bytes: LZ4.
   std::string text;
-  while (text.size() < 65536) text += "the quick brown fox jumps over the lazy dog " + std::to_string(text.size() % 97);
+  while (text.size() < 65536)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(text.size() % 97);
   rec.clear();
-  EXPECT_EQ(AppendChunkRecord(Bytes(text), CompressionPolicy::kAuto, &rec), CompressionScheme::kLz4);
+  EXPECT_EQ(AppendChunkRecord(Bytes(text), CompressionPolicy::kAuto, &rec),
+            CompressionScheme::kLz4);
   // Small float32 values: byte lanes differ, BG4 + LZ4, and smaller than LZ4 alone.
   std::string floats;
   for (int i = 0; i < 16384; ++i) {
@@ -86,7 +88,8 @@ TEST(ChunkRecordTest, MalformedRecordsAreDataLoss) {
   AppendChunkRecord(Bytes(data), CompressionPolicy::kNone, &good);
   std::string compressible(20000, 'q');
   std::string lz;
-  ASSERT_EQ(AppendChunkRecord(Bytes(compressible), CompressionPolicy::kLz4, &lz), CompressionScheme::kLz4);
+  ASSERT_EQ(AppendChunkRecord(Bytes(compressible), CompressionPolicy::kLz4, &lz),
+            CompressionScheme::kLz4);
   auto expect_loss = [](const std::string& rec, const char* what) {
     std::string out;
     auto r = DecodeChunkRecord(Bytes(rec), 0, &out);
@@ -133,8 +136,9 @@ TEST(ChunkRecordTest, MalformedRecordsAreDataLoss) {
   expect_loss(bomb, "impossible expansion");
   // Decoding into a buffer of the wrong size.
   std::string dst(10, '\0');
-  EXPECT_EQ(DecodeChunkRecordTo(Bytes(good), 0, std::as_writable_bytes(std::span(dst))).status().code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(
+      DecodeChunkRecordTo(Bytes(good), 0, std::as_writable_bytes(std::span(dst))).status().code(),
+      StatusCode::kDataLoss);
 }
 
 XorbBuilder::Finished BuildXorb(XorbBuilder& b, int chunks, std::vector<std::string>* datas) {
@@ -143,7 +147,8 @@ XorbBuilder::Finished BuildXorb(XorbBuilder& b, int chunks, std::vector<std::str
     std::string rec;
     AppendChunkRecord(Bytes(d), CompressionPolicy::kAuto, &rec);
     EXPECT_TRUE(b.Fits(rec.size()));
-    EXPECT_EQ(b.Add(ChunkHash(Bytes(d)), static_cast<uint32_t>(d.size()), rec), static_cast<uint32_t>(i));
+    EXPECT_EQ(b.Add(ChunkHash(Bytes(d)), static_cast<uint32_t>(d.size()), rec),
+              static_cast<uint32_t>(i));
     datas->push_back(d);
   }
   return b.Finish();
@@ -175,10 +180,12 @@ TEST(XorbTest, BuildAndDecode) {
   EXPECT_EQ(ParseXorbFooter(Bytes(footer), other).status().code(), StatusCode::kDataLoss);
   std::string bad = footer;
   bad[3] ^= 1;  // chunk table no longer matches its CRC
-  EXPECT_EQ(ParseXorbFooter(Bytes(bad), fin.layout.xorb_hash).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(ParseXorbFooter(Bytes(bad), fin.layout.xorb_hash).status().code(),
+            StatusCode::kDataLoss);
   bad = footer;
   bad[bad.size() - 1] = 'X';  // magic
-  EXPECT_EQ(ParseXorbFooter(Bytes(bad), fin.layout.xorb_hash).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(ParseXorbFooter(Bytes(bad), fin.layout.xorb_hash).status().code(),
+            StatusCode::kDataLoss);
   EXPECT_EQ(ParseXorbFooter(Bytes(footer).first(30), fin.layout.xorb_hash).status().code(),
             StatusCode::kDataLoss);
 }
@@ -198,7 +205,8 @@ TEST(XorbTest, DecodeNamesTheBadChunk) {
   // Without a layout the decoder still parses (hashes are then reported).
   EXPECT_TRUE(DecodeXorb(Bytes(bytes)).ok());
   // Truncation is caught.
-  EXPECT_EQ(DecodeXorb(Bytes(bytes).first(bytes.size() - 1)).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeXorb(Bytes(bytes).first(bytes.size() - 1)).status().code(),
+            StatusCode::kDataLoss);
 }
 
 TEST(XorbTest, BuilderLimits) {

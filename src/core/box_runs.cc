@@ -80,8 +80,10 @@ Status ForEachBoxRun(std::span<const int64_t> shape, std::span<const int64_t> st
   }
 }
 
-Result<std::vector<BoxRun>> BoxRuns(std::span<const int64_t> shape, std::span<const int64_t> strides,
-                                    std::span<const int64_t> start, std::span<const int64_t> lengths) {
+Result<std::vector<BoxRun>> BoxRuns(std::span<const int64_t> shape,
+                                    std::span<const int64_t> strides,
+                                    std::span<const int64_t> start,
+                                    std::span<const int64_t> lengths) {
   std::vector<BoxRun> out;
   MEGA_RETURN_IF_ERROR(ForEachBoxRun(shape, strides, start, lengths, [&](const BoxRun& r) {
     out.push_back(r);
@@ -96,16 +98,17 @@ Status ForEachBoxByteRun(DType dtype, std::span<const int64_t> shape,
   if (dtype == DType::kF4) {
     return ForEachBoxRun(shape, {}, start, lengths, [&](const BoxRun& r) -> Status {
       if (r.src % 2 != 0 || r.n % 2 != 0) {
-        return InvalidArgumentError("F4 box " + ShapeToString(start) + "+" + ShapeToString(lengths) +
-                                    " of " + ShapeToString(shape) +
+        return InvalidArgumentError("F4 box " + ShapeToString(start) + "+" +
+                                    ShapeToString(lengths) + " of " + ShapeToString(shape) +
                                     " has runs that do not start and end on whole bytes");
       }
       return fn(BoxRun{r.src / 2, r.dst / 2, r.n / 2});
     });
   }
   const uint64_t es = DTypeSize(dtype);
-  return ForEachBoxRun(shape, {}, start, lengths,
-                       [&](const BoxRun& r) { return fn(BoxRun{r.src * es, r.dst * es, r.n * es}); });
+  return ForEachBoxRun(shape, {}, start, lengths, [&](const BoxRun& r) {
+    return fn(BoxRun{r.src * es, r.dst * es, r.n * es});
+  });
 }
 
 Status ForEachByteSpan(std::span<const BoxRun> runs, uint64_t max_span_bytes, double max_overhead,
@@ -146,11 +149,12 @@ Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, std::span<const 
     if (!staging) {
       MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(kMaxSpan));
     }
-    MEGA_RETURN_IF_ERROR(
-        file.ReadExactlyAt(base + span.begin, std::span<std::byte>(staging.get(), span.end - span.begin)));
-    for (const BoxRun& r : span.runs) std::memcpy(out.data() + r.dst, staging.get() + (r.src - span.begin), r.n);
+    MEGA_RETURN_IF_ERROR(file.ReadExactlyAt(
+        base + span.begin, std::span<std::byte>(staging.get(), span.end - span.begin)));
+    for (const BoxRun& r : span.runs)
+      std::memcpy(out.data() + r.dst, staging.get() + (r.src - span.begin), r.n);
     return Status::OK();
   });
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

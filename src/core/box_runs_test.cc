@@ -11,14 +11,16 @@
 namespace megackpt {
 namespace {
 
-std::vector<BoxRun> Runs(Shape shape, Shape start, Shape lengths, std::vector<int64_t> strides = {}) {
+std::vector<BoxRun> Runs(Shape shape, Shape start, Shape lengths,
+                         std::vector<int64_t> strides = {}) {
   auto r = BoxRuns(shape, strides, start, lengths);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : std::vector<BoxRun>{};
 }
 
 TEST(BoxRuns, WholeRowsAreOneRun) {
-  EXPECT_EQ(Runs({1024, 1024}, {512, 0}, {16, 1024}), (std::vector<BoxRun>{{512 * 1024, 0, 16 * 1024}}));
+  EXPECT_EQ(Runs({1024, 1024}, {512, 0}, {16, 1024}),
+            (std::vector<BoxRun>{{512 * 1024, 0, 16 * 1024}}));
   EXPECT_EQ(Runs({4, 3}, {0, 0}, {4, 3}), (std::vector<BoxRun>{{0, 0, 12}}));
 }
 
@@ -49,9 +51,12 @@ TEST(BoxRuns, ScalarsEmptyAndStrides) {
 }
 
 TEST(BoxRuns, Errors) {
-  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{0}, Shape{4, 3}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{1, 0}, Shape{4, 3}).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{-1, 0}, Shape{1, 3}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{0}, Shape{4, 3}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{1, 0}, Shape{4, 3}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(BoxRuns(Shape{4, 3}, {}, Shape{-1, 0}, Shape{1, 3}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // Every element of the box is visited exactly once, at the right destination.
@@ -116,7 +121,8 @@ TEST(Crc32Shift, MatchesCombineAndConcatenation) {
     const Crc32Shift shift(len);
     const auto a = AsBytes(std::string_view(data).substr(0, 500));
     const auto b = AsBytes(std::string_view(data).substr(500, len));
-    EXPECT_EQ(shift.Append(Crc32(a), Crc32(b)), Crc32(AsBytes(std::string_view(data).substr(0, 500 + len))));
+    EXPECT_EQ(shift.Append(Crc32(a), Crc32(b)),
+              Crc32(AsBytes(std::string_view(data).substr(0, 500 + len))));
     EXPECT_EQ(shift.Append(0x12345678u, 0x9abcdef0u), Crc32Combine(0x12345678u, 0x9abcdef0u, len));
   }
 }

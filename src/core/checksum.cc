@@ -1,7 +1,4 @@
 #include "megackpt/core/checksum.h"
-#include "core/checksum_kernels.h"
-#include "megackpt/core/endian.h"
-#include "megackpt/core/text.h"
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
@@ -12,6 +9,10 @@
 #include <cstring>
 #include <random>
 #include <type_traits>
+
+#include "core/checksum_kernels.h"
+#include "megackpt/core/endian.h"
+#include "megackpt/core/text.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -153,7 +154,8 @@ std::optional<size_t> FindBadBlock(std::span<const std::byte> bytes, uint64_t bl
   for (uint64_t j0 = 0; j0 < expected.size(); j0 += kBatch) {
     const uint64_t k = std::min<uint64_t>(kBatch, expected.size() - j0);
     const uint64_t from = j0 * block;
-    BlockCrc32s(bytes.subspan(from, std::min<uint64_t>(k * block, bytes.size() - from)), block, batch);
+    BlockCrc32s(bytes.subspan(from, std::min<uint64_t>(k * block, bytes.size() - from)), block,
+                batch);
     for (uint64_t j = 0; j < k; ++j) {
       if (batch[j] != e[j0 + j]) {
         *got = batch[j];
@@ -188,7 +190,8 @@ void BlockCrc32Stream::Add(std::span<const std::byte> data) {
     const size_t old = blocks_.size();
     blocks_.resize(old + static_cast<size_t>(k));
     BlockCrc32s(data.first(static_cast<size_t>(k * block_)), block_, blocks_.data() + old);
-    const uint32_t run = CombineFullBlocks(*shift_, std::span<const uint32_t>(blocks_.data() + old, k));
+    const uint32_t run =
+        CombineFullBlocks(*shift_, std::span<const uint32_t>(blocks_.data() + old, k));
     whole_ = Crc32Combine(whole_, run, k * block_);
     data = data.subspan(static_cast<size_t>(k * block_));
   }
@@ -300,7 +303,7 @@ constexpr long long kFold64[2] = {0x154442bd4, 0x1c6e41596};
 constexpr long long kFold48[2] = {0x03db1ecdc, 0x174359406};
 constexpr long long kFold32[2] = {0x0f1da05aa, 0x15a546366};
 constexpr long long kFold16[2] = {0x1751997d0, 0x0ccaa009e};
-constexpr long long kFold64To32 = 0x163cd6124;  // x^64 mod P: 64 -> 32 bits
+constexpr long long kFold64To32 = 0x163cd6124;                 // x^64 mod P: 64 -> 32 bits
 constexpr long long kBarrett[2] = {0x1db710641, 0x1f7011641};  // P' and mu'
 
 MEGACKPT_CLMUL_TARGET inline __m128i Pair(const long long (&k)[2]) {
@@ -308,8 +311,8 @@ MEGACKPT_CLMUL_TARGET inline __m128i Pair(const long long (&k)[2]) {
 }
 
 MEGACKPT_CLMUL_TARGET inline __m128i Fold16(__m128i x, __m128i k, __m128i data) {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)),
-                       data);
+  return _mm_xor_si128(
+      _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), data);
 }
 
 MEGACKPT_CLMUL_TARGET inline __m128i Load16(const std::byte* p) {
@@ -412,8 +415,7 @@ MEGACKPT_VCLMUL_TARGET inline void ReduceFourVclmul(const __m512i* x, uint32_t* 
                                      _mm512_shuffle_i64x2(f[0], f[1], 0xEE));
   const __m512i b = _mm512_xor_si512(_mm512_shuffle_i64x2(f[2], f[3], 0x44),
                                      _mm512_shuffle_i64x2(f[2], f[3], 0xEE));
-  __m512i y = _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88),
-                               _mm512_shuffle_i64x2(a, b, 0xDD));
+  __m512i y = _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
   // ReduceClmul on every lane.
   const __m512i k4k3 = _mm512_broadcast_i32x4(Pair(kFold16));
   const __m512i k5 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, kFold64To32));
@@ -444,7 +446,8 @@ MEGACKPT_VCLMUL_TARGET void Crc32VclmulFourBlocks(const std::byte* p, uint64_t n
     for (int w = 0; w < 4; ++w) {
       const __m512i lo = _mm512_clmulepi64_epi128(x[w], k2k1, 0x00);
       const __m512i hi = _mm512_clmulepi64_epi128(x[w], k2k1, 0x11);
-      x[w] = _mm512_ternarylogic_epi64(lo, hi, _mm512_loadu_si512(p + w * n + off), 0x96);  // a ^ b ^ c
+      x[w] = _mm512_ternarylogic_epi64(lo, hi, _mm512_loadu_si512(p + w * n + off),
+                                       0x96);  // a ^ b ^ c
     }
   }
   ReduceFourVclmul(x, out);
@@ -497,10 +500,10 @@ MEGACKPT_VCLMUL_TARGET uint32_t CopyCrc32Vclmul(uint32_t crc, std::byte* dst, co
 #pragma GCC diagnostic pop
 
 bool HasVclmul() {
-  static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq") &&
-      __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("vpclmulqdq") &&
+                          __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
   return has;
 }
 
@@ -520,7 +523,9 @@ namespace checksum_internal {
 namespace {
 std::atomic<CrcKernels> g_kernels{CrcKernels::kBest};
 }  // namespace
-void LimitCrcKernelsForTest(CrcKernels kernels) { g_kernels.store(kernels, std::memory_order_relaxed); }
+void LimitCrcKernelsForTest(CrcKernels kernels) {
+  g_kernels.store(kernels, std::memory_order_relaxed);
+}
 }  // namespace checksum_internal
 
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out) {
@@ -529,12 +534,14 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
 #if defined(__x86_64__)
   using checksum_internal::CrcKernels;
   const CrcKernels kernels = checksum_internal::g_kernels.load(std::memory_order_relaxed);
-  if (kernels != CrcKernels::kPortable && block >= 64 && block <= kMaxFoldedBlock && block % 16 == 0) {
+  if (kernels != CrcKernels::kPortable && block >= 64 && block <= kMaxFoldedBlock &&
+      block % 16 == 0) {
     // Several blocks in flight: the 512-bit form for whole-register blocks,
     // the 128-bit one for the rest (and the CPUs without AVX-512).
     auto run = [&](auto ways, auto fn) {
       constexpr int kWays = decltype(ways)::value;
-      for (; off + kWays * block <= n; off += kWays * block, out += kWays) fn(bytes.data() + off, out);
+      for (; off + kWays * block <= n; off += kWays * block, out += kWays)
+        fn(bytes.data() + off, out);
     };
     if (kernels == CrcKernels::kBest && HasVclmul() && block % 64 == 0) {
       run(std::integral_constant<int, 4>{},
@@ -549,7 +556,8 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
     }
   }
 #endif
-  for (; off < n; off += block) *out++ = Crc32(bytes.subspan(off, std::min<uint64_t>(block, n - off)));
+  for (; off < n; off += block)
+    *out++ = Crc32(bytes.subspan(off, std::min<uint64_t>(block, n - off)));
 }
 
 uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const std::byte> src) {
@@ -571,5 +579,4 @@ uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const s
   return crc;
 }
 
-
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

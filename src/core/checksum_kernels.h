@@ -16,6 +16,6 @@ enum class CrcKernels {
 // Sets the kernels BlockCrc32s may use, process-wide, until the next call.
 void LimitCrcKernelsForTest(CrcKernels kernels);
 
-}  // namespace megackpt::core::checksum_internal
+}  // namespace megackpt::inline core::checksum_internal
 
 #endif  // MEGACKPT_SRC_CORE_CHECKSUM_KERNELS_H_

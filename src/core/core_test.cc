@@ -122,7 +122,8 @@ TEST(TensorTest, NarrowAndStridedCopy) {
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 5; ++k)
-        EXPECT_EQ(std::memcmp(&out[(i * 3 + j) * 5 + k], &src[((i + 1) * 6 + j + 2) * 5 + k], 4), 0);
+        EXPECT_EQ(std::memcmp(&out[(i * 3 + j) * 5 + k], &src[((i + 1) * 6 + j + 2) * 5 + k], 4),
+                  0);
   EXPECT_TRUE(TensorBytesEqual(*cols, *dst));
   // Copy into a strided destination (a column block of a bigger tensor).
   Tensor big = Iota(DType::kF32, {4, 6, 5});
@@ -193,15 +194,17 @@ TEST(TensorTest, DLPackDTypeCodesBothWays) {
   struct Case {
     DType dtype;
     uint8_t code, bits;
-    bool exported;   // ToDLPack gives (code, bits)
+    bool exported;  // ToDLPack gives (code, bits)
   };
   const Case cases[] = {
-      {DType::kI8, 0, 8, true},      {DType::kI16, 0, 16, true},    {DType::kI32, 0, 32, true},
-      {DType::kI64, 0, 64, true},    {DType::kU8, 1, 8, true},      {DType::kU16, 1, 16, true},
-      {DType::kU32, 1, 32, true},    {DType::kU64, 1, 64, true},    {DType::kF16, 2, 16, true},
-      {DType::kF32, 2, 32, true},    {DType::kF64, 2, 64, true},    {DType::kBF16, 4, 16, true},
-      {DType::kBool, 6, 8, false},   {DType::kF8_E4M3, 10, 8, false}, {DType::kF8_E5M2, 12, 8, false},
-      {DType::kF8_E8M0, 14, 8, false},
+      {DType::kI8, 0, 8, true},        {DType::kI16, 0, 16, true},
+      {DType::kI32, 0, 32, true},      {DType::kI64, 0, 64, true},
+      {DType::kU8, 1, 8, true},        {DType::kU16, 1, 16, true},
+      {DType::kU32, 1, 32, true},      {DType::kU64, 1, 64, true},
+      {DType::kF16, 2, 16, true},      {DType::kF32, 2, 32, true},
+      {DType::kF64, 2, 64, true},      {DType::kBF16, 4, 16, true},
+      {DType::kBool, 6, 8, false},     {DType::kF8_E4M3, 10, 8, false},
+      {DType::kF8_E5M2, 12, 8, false}, {DType::kF8_E8M0, 14, 8, false},
   };
   for (const Case& c : cases) {
     auto d = DTypeFromDLPack(c.code, c.bits, 1);
@@ -212,7 +215,8 @@ TEST(TensorTest, DLPackDTypeCodesBothWays) {
     EXPECT_EQ(dl.ok(), c.exported || c.dtype == DType::kBool) << DTypeName(c.dtype);
     if (!dl.ok()) continue;
     // Bool leaves as uint8 (DLPack 0.6 has no bool code).
-    EXPECT_EQ((*dl)->dl_tensor.dtype.code, c.dtype == DType::kBool ? 1 : c.code) << DTypeName(c.dtype);
+    EXPECT_EQ((*dl)->dl_tensor.dtype.code, c.dtype == DType::kBool ? 1 : c.code)
+        << DTypeName(c.dtype);
     EXPECT_EQ((*dl)->dl_tensor.dtype.bits, c.bits) << DTypeName(c.dtype);
     (*dl)->deleter(*dl);
   }
@@ -220,7 +224,8 @@ TEST(TensorTest, DLPackDTypeCodesBothWays) {
     auto d = DTypeFromDLPack(code, bits, 1, "arr");
     ASSERT_FALSE(d.ok()) << int(code) << "/" << int(bits);
     EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(d.status().message().rfind("arr: unsupported array dtype", 0), 0u) << d.status().message();
+    EXPECT_EQ(d.status().message().rfind("arr: unsupported array dtype", 0), 0u)
+        << d.status().message();
   }
 }
 
@@ -236,9 +241,8 @@ TEST(ThreadPoolTest, ParallelForRunsAllAndNests) {
   });
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(sum.load(), 999 * 1000 / 2);
-  Status err = ParallelFor(&pool, 50, [&](size_t i) {
-    return i == 17 ? NotFoundError("item 17") : Status::OK();
-  });
+  Status err = ParallelFor(
+      &pool, 50, [&](size_t i) { return i == 17 ? NotFoundError("item 17") : Status::OK(); });
   EXPECT_EQ(err.code(), StatusCode::kNotFound);
   auto fut = pool.Submit([] { return 42; });
   EXPECT_EQ(fut.get(), 42);
@@ -375,7 +379,8 @@ TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
   std::vector<std::byte> data(300000);
   for (auto& b : data) b = static_cast<std::byte>(rng());
   for (uint64_t block : {0u, 64u, 256u, 1000u, 65536u}) {
-    for (size_t size : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{4097}, data.size()}) {
+    for (size_t size :
+         {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{4097}, data.size()}) {
       const std::span<const std::byte> all(data.data(), size);
       for (size_t max_piece : {size_t{1}, size_t{77}, size_t{256}, size_t{70000}}) {
         if (max_piece == 1 && size > 5000) continue;  // byte by byte only on short streams
@@ -386,8 +391,8 @@ TEST(ChecksumTest, BlockCrc32StreamMatchesOneShotOverAnyPieces) {
           off += n;
         }
         s.Finish();
-        const std::string where = "block " + std::to_string(block) + " size " + std::to_string(size) +
-                                  " pieces <= " + std::to_string(max_piece);
+        const std::string where = "block " + std::to_string(block) + " size " +
+                                  std::to_string(size) + " pieces <= " + std::to_string(max_piece);
         EXPECT_EQ(s.whole(), Crc32(all)) << where;
         if (block == 0) {
           EXPECT_TRUE(s.blocks().empty()) << where;
@@ -421,7 +426,8 @@ TEST(ChecksumTest, FindBadBlockNamesTheFirstDamagedBlock) {
   std::vector<std::byte> data(70000);
   for (auto& b : data) b = static_cast<std::byte>(rng());
   for (uint64_t block : {64u, 256u, 4096u}) {
-    for (size_t size : {size_t{64}, size_t{256}, size_t{300}, size_t{4096}, size_t{12345}, data.size()}) {
+    for (size_t size :
+         {size_t{64}, size_t{256}, size_t{300}, size_t{4096}, size_t{12345}, data.size()}) {
       std::vector<std::byte> bytes(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
       std::vector<uint32_t> table((size + block - 1) / block);
       BlockCrc32s(bytes, block, table.data());
@@ -504,7 +510,8 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
   WritableFile& f = **made;
   EXPECT_FALSE(f.direct_io());
   EXPECT_EQ(WritePieceFor(f), kCrcWritePiece);
-  if (!f.UseDirectIo()) GTEST_SKIP() << "the file system under " << dir.path() << " refuses O_DIRECT";
+  if (!f.UseDirectIo())
+    GTEST_SKIP() << "the file system under " << dir.path() << " refuses O_DIRECT";
   EXPECT_TRUE(f.UseDirectIo());  // taken once, stays taken
   EXPECT_TRUE(f.direct_io());
   EXPECT_EQ(WritePieceFor(f), kDirectWritePiece);  // the writers' pieces on it
@@ -515,8 +522,8 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
   // The bytes written at file offset o come from src[o + shift]; src is 4 KiB
   // aligned, so shift 0 is the aligned case, 1, 2, 3 and 64 the bounced one.
   constexpr uint64_t kBufBytes = (kSize + 3 * kB) / kB * kB;  // aligned_alloc: a multiple of kB
-  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kB, kBufBytes)),
-                                                  &std::free);
+  std::unique_ptr<char, decltype(&std::free)> buf(
+      static_cast<char*>(std::aligned_alloc(kB, kBufBytes)), &std::free);
   ASSERT_NE(buf, nullptr);
   char* src = buf.get();
   for (uint64_t i = 0; i < kBufBytes; ++i) src[i] = static_cast<char>(rng());
@@ -525,13 +532,13 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
     uint64_t begin, end, shift;
   };
   std::vector<Range> ranges = {
-      {0, 100, 1},                    // inside block 0
-      {100, 3 * kB + 7, 0},           // rest of block 0, two whole blocks, a head of block 3
-      {3 * kB + 7, 3 * kB + 9, 64},   // inside block 3
-      {3 * kB + 9, 5 * kB + 10, 1},   // tail of 3, block 4, head of 5 (source off the grid)
-      {5 * kB + 10, 6 * kB + 5, 0},   // across blocks 5 and 6, no whole block
+      {0, 100, 1},                   // inside block 0
+      {100, 3 * kB + 7, 0},          // rest of block 0, two whole blocks, a head of block 3
+      {3 * kB + 7, 3 * kB + 9, 64},  // inside block 3
+      {3 * kB + 9, 5 * kB + 10, 1},  // tail of 3, block 4, head of 5 (source off the grid)
+      {5 * kB + 10, 6 * kB + 5, 0},  // across blocks 5 and 6, no whole block
       // [6 kB + 5, 8 kB): never written, reads as zeros
-      {8 * kB, (1 << 20) + 3, 0},     // whole blocks, then a head
+      {8 * kB, (1 << 20) + 3, 0},  // whole blocks, then a head
       {(1 << 20) + 3, (3 << 20) + 333, 64},
       {(3 << 20) + 333, (3 << 20) + 400, 1},
       // [(3 << 20) + 400, 4 MiB + 17): never written
@@ -544,7 +551,8 @@ TEST(FileTest, DirectIoWritesTheBytesBufferedWritesWould) {
   // Every range on its own thread, all at once.
   std::vector<Status> status(ranges.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < ranges.size(); ++i) threads.emplace_back([&, i] { status[i] = write(ranges[i]); });
+  for (size_t i = 0; i < ranges.size(); ++i)
+    threads.emplace_back([&, i] { status[i] = write(ranges[i]); });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < ranges.size(); ++i) {
     ASSERT_TRUE(status[i].ok()) << "range " << i << ": " << status[i].ToString();
@@ -611,9 +619,9 @@ TEST(FileTest, ReadExactlyAtWithCrc32MatchesReadAndCrc32) {
   struct Case {
     uint64_t offset, size;
   };
-  for (const Case& c : {Case{0, 9u << 20}, Case{4097, (12u << 20) + 5}, Case{4096, 1u << 20},
-                        Case{3, 100}, Case{(8u << 20) + 1, bytes.size() - (8u << 20) - 1},
-                        Case{0, bytes.size()}}) {
+  for (const Case& c :
+       {Case{0, 9u << 20}, Case{4097, (12u << 20) + 5}, Case{4096, 1u << 20}, Case{3, 100},
+        Case{(8u << 20) + 1, bytes.size() - (8u << 20) - 1}, Case{0, bytes.size()}}) {
     SCOPED_TRACE("offset " + std::to_string(c.offset) + " size " + std::to_string(c.size));
     std::vector<std::byte> dst(c.size);
     auto crc = (*f)->ReadExactlyAtWithCrc32(c.offset, dst, 0x9e3779b9u);
@@ -648,7 +656,8 @@ TEST(FileTest, CopyMappedRangeCopiesAndChecksumsAndNamesTheFileOnError) {
     const uint64_t n = bytes.size() - offset;
     std::vector<std::byte> plain(n), checked(n);
     ASSERT_TRUE(CopyMappedRange(fd, offset, plain, path).ok());
-    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), all.begin() + static_cast<ptrdiff_t>(offset)));
+    EXPECT_TRUE(
+        std::equal(plain.begin(), plain.end(), all.begin() + static_cast<ptrdiff_t>(offset)));
     uint32_t crc = 0x1234u;
     double populate = -1;
     ASSERT_TRUE(CopyMappedRange(fd, offset, checked, path, &crc, &populate).ok());
@@ -666,8 +675,9 @@ TEST(FileTest, CopyMappedRangeCopiesAndChecksumsAndNamesTheFileOnError) {
   close(wfd);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(path + ": mmap"), std::string::npos) << s.ToString();
-  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](std::byte b) { return b == std::byte{0x5a}; }));
+  EXPECT_TRUE(
+      std::all_of(dst.begin(), dst.end(), [](std::byte b) { return b == std::byte{0x5a}; }));
 }
 
 }  // namespace
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -16,14 +16,22 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
-    {DType::kBool, "BOOL", 8},      {DType::kU8, "U8", 8},
-    {DType::kI8, "I8", 8},          {DType::kI16, "I16", 16},
-    {DType::kU16, "U16", 16},       {DType::kI32, "I32", 32},
-    {DType::kU32, "U32", 32},       {DType::kI64, "I64", 64},
-    {DType::kU64, "U64", 64},       {DType::kF16, "F16", 16},
-    {DType::kBF16, "BF16", 16},     {DType::kF32, "F32", 32},
-    {DType::kF64, "F64", 64},       {DType::kF8_E5M2, "F8_E5M2", 8},
-    {DType::kF8_E4M3, "F8_E4M3", 8}, {DType::kF8_E8M0, "F8_E8M0", 8},
+    {DType::kBool, "BOOL", 8},
+    {DType::kU8, "U8", 8},
+    {DType::kI8, "I8", 8},
+    {DType::kI16, "I16", 16},
+    {DType::kU16, "U16", 16},
+    {DType::kI32, "I32", 32},
+    {DType::kU32, "U32", 32},
+    {DType::kI64, "I64", 64},
+    {DType::kU64, "U64", 64},
+    {DType::kF16, "F16", 16},
+    {DType::kBF16, "BF16", 16},
+    {DType::kF32, "F32", 32},
+    {DType::kF64, "F64", 64},
+    {DType::kF8_E5M2, "F8_E5M2", 8},
+    {DType::kF8_E4M3, "F8_E4M3", 8},
+    {DType::kF8_E8M0, "F8_E8M0", 8},
     {DType::kF4, "F4", 4},
 }};
 
@@ -102,13 +110,15 @@ double DecodeMinifloat(uint32_t bits, int exp_bits, int man_bits, bool ieee_spec
   const uint32_t all_ones = (1u << exp_bits) - 1;
   double v;
   if (ieee_special && exp == all_ones) {
-    v = man == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+    v = man == 0 ? std::numeric_limits<double>::infinity()
+                 : std::numeric_limits<double>::quiet_NaN();
   } else if (!ieee_special && exp == all_ones && man == (1u << man_bits) - 1) {
     v = std::numeric_limits<double>::quiet_NaN();  // E4M3fn: S.1111.111
   } else if (exp == 0) {
     v = std::ldexp(static_cast<double>(man), 1 - bias - man_bits);
   } else {
-    v = std::ldexp(static_cast<double>(man | (1u << man_bits)), static_cast<int>(exp) - bias - man_bits);
+    v = std::ldexp(static_cast<double>(man | (1u << man_bits)),
+                   static_cast<int>(exp) - bias - man_bits);
   }
   return neg ? -v : v;
 }
@@ -149,4 +159,4 @@ double FloatElementAt(DType dtype, const void* p) {
   }
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -1,7 +1,5 @@
 #include "megackpt/core/file.h"
 
-#include "megackpt/core/checksum.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,12 +9,14 @@
 #include <bitset>
 #include <cerrno>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <random>
+
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::inline core {
 
@@ -155,7 +155,8 @@ class DirectBlocks {
       return Status::OK();
     }
     if (offset < body_begin) MEGA_RETURN_IF_ERROR(Merge(offset, data.first(body_begin - offset)));
-    MEGA_RETURN_IF_ERROR(WriteBlocks(body_begin, data.data() + (body_begin - offset), body_end - body_begin));
+    MEGA_RETURN_IF_ERROR(
+        WriteBlocks(body_begin, data.data() + (body_begin - offset), body_end - body_begin));
     if (body_end < end) MEGA_RETURN_IF_ERROR(Merge(body_end, data.subspan(body_end - offset)));
     return Status::OK();
   }
@@ -165,7 +166,8 @@ class DirectBlocks {
   Status Flush() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [block, p] : partial_) {
-      MEGA_RETURN_IF_ERROR(PwriteFull(fd_, p.bytes.get(), kDirectBlock, block * kDirectBlock, name_));
+      MEGA_RETURN_IF_ERROR(
+          PwriteFull(fd_, p.bytes.get(), kDirectBlock, block * kDirectBlock, name_));
       NoteWritten(block * kDirectBlock + kDirectBlock);
     }
     return Status::OK();
@@ -184,7 +186,8 @@ class DirectBlocks {
     } else {
       thread_local AlignedBytes bounce;
       if (!bounce) bounce = AllocateAligned(kDirectBounceBytes);
-      if (!bounce) return ResourceExhaustedError(name_ + ": no memory for a direct-I/O bounce buffer");
+      if (!bounce)
+        return ResourceExhaustedError(name_ + ": no memory for a direct-I/O bounce buffer");
       for (uint64_t done = 0; done < n;) {
         const uint64_t len = std::min(kDirectBounceBytes, n - done);
         std::memcpy(bounce.get(), p + done, len);
@@ -350,12 +353,13 @@ Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    const char* kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                        : S_ISCHR(st.st_mode)  ? "a character device"
                        : S_ISBLK(st.st_mode)  ? "a block device"
                                               : "not a regular file";
-    return InvalidArgumentError(path + ": is " + kind + ", not a regular file; refusing to read it");
+    return InvalidArgumentError(path + ": is " + kind +
+                                ", not a regular file; refusing to read it");
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
@@ -404,14 +408,15 @@ namespace {
 // The loop of PreadFull / PwriteFull: `call(done, len)` is one pread/pwrite of
 // len bytes at offset + done; stops at n bytes or a 0 return (end of file).
 template <typename Call>
-Result<size_t> PositionedLoop(Call call, size_t n, uint64_t offset, std::string_view what, const char* op,
-                              size_t max_call) {
+Result<size_t> PositionedLoop(Call call, size_t n, uint64_t offset, std::string_view what,
+                              const char* op, size_t max_call) {
   size_t done = 0;
   while (done < n) {
     const ssize_t r = call(done, std::min(n - done, max_call));
     if (r < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(std::string(what) + ": " + op + " at " + std::to_string(offset + done), errno);
+      return ErrnoToStatus(std::string(what) + ": " + op + " at " + std::to_string(offset + done),
+                           errno);
     }
     if (r == 0) break;
     done += static_cast<size_t>(r);
@@ -425,20 +430,24 @@ Result<size_t> PreadFull(int fd, void* dst, size_t n, uint64_t offset, std::stri
                          size_t max_call) {
   auto* p = static_cast<std::byte*>(dst);
   return PositionedLoop(
-      [&](size_t done, size_t len) { return ::pread(fd, p + done, len, static_cast<off_t>(offset + done)); }, n,
-      offset, what, "pread", max_call);
+      [&](size_t done, size_t len) {
+        return ::pread(fd, p + done, len, static_cast<off_t>(offset + done));
+      },
+      n, offset, what, "pread", max_call);
 }
 
 Status PwriteFull(int fd, const void* src, size_t n, uint64_t offset, std::string_view what,
                   size_t max_call) {
   const auto* p = static_cast<const std::byte*>(src);
-  MEGA_ASSIGN_OR_RETURN(
-      size_t done,
-      PositionedLoop(
-          [&](size_t done, size_t len) { return ::pwrite(fd, p + done, len, static_cast<off_t>(offset + done)); },
-          n, offset, what, "pwrite", max_call));
+  MEGA_ASSIGN_OR_RETURN(size_t done, PositionedLoop(
+                                         [&](size_t done, size_t len) {
+                                           return ::pwrite(fd, p + done, len,
+                                                           static_cast<off_t>(offset + done));
+                                         },
+                                         n, offset, what, "pwrite", max_call));
   if (done < n) {
-    return IOError(std::string(what) + ": pwrite at " + std::to_string(offset + done) + " wrote nothing");
+    return IOError(std::string(what) + ": pwrite at " + std::to_string(offset + done) +
+                   " wrote nothing");
   }
   return Status::OK();
 }
@@ -458,7 +467,8 @@ Status CopyMappedRange(int fd, uint64_t offset, std::span<std::byte> dst, std::s
     return ErrnoToStatus(std::string(what) + ": madvise(MADV_POPULATE_READ)", err);
   }
   if (populate_seconds) *populate_seconds = MonotonicSeconds() - t0;
-  const std::span<const std::byte> src(static_cast<const std::byte*>(m) + (offset - map_at), dst.size());
+  const std::span<const std::byte> src(static_cast<const std::byte*>(m) + (offset - map_at),
+                                       dst.size());
   if (crc) {
     *crc = CopyWithCrc32(*crc, dst, src);
   } else {
@@ -485,11 +495,14 @@ Status CreateDirectories(const std::string& dir) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path, bool sync) {
+Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path,
+                                                                   bool sync) {
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
+  std::string tmp =
+      path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
   MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp));
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(tmp), std::move(f), sync));
+  return std::unique_ptr<AtomicFileWriter>(
+      new AtomicFileWriter(path, std::move(tmp), std::move(f), sync));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -533,4 +546,4 @@ std::string ParentOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

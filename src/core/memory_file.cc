@@ -67,4 +67,4 @@ Status MemoryWritableFile::Close() {
   return Status::OK();
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -66,10 +66,9 @@ Status CopyF4Box(const F4ConstArray& src, std::span<const int64_t> src_start, co
   const size_t nd = lengths.size();
   if (src.shape.size() != nd || dst.shape.size() != nd || src_start.size() != nd ||
       dst_start.size() != nd) {
-    return InvalidArgumentError("CopyF4Box: ranks differ (source " +
-                                std::to_string(src.shape.size()) + ", destination " +
-                                std::to_string(dst.shape.size()) + ", box " + std::to_string(nd) +
-                                ")");
+    return InvalidArgumentError(
+        "CopyF4Box: ranks differ (source " + std::to_string(src.shape.size()) + ", destination " +
+        std::to_string(dst.shape.size()) + ", box " + std::to_string(nd) + ")");
   }
   MEGA_RETURN_IF_ERROR(CheckBox("source", src.shape, src_start, lengths));
   MEGA_RETURN_IF_ERROR(CheckBox("destination", dst.shape, dst_start, lengths));
@@ -154,4 +153,4 @@ std::pair<uint64_t, uint64_t> F4BoxByteRange(std::span<const int64_t> shape,
   return {first / 2, last / 2 + 1};
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

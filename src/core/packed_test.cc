@@ -199,4 +199,4 @@ TEST(CopyF4BoxTest, MatchesReferenceRandomized) {
 }
 
 }  // namespace
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -17,4 +17,4 @@ std::vector<std::string_view> PathComponents(std::string_view path) {
   }
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -20,7 +20,6 @@ std::string RealPath(const std::string& p) {
 
 }  // namespace
 
-
 Status ValidateRelativePath(std::string_view name) {
   auto bad = [&](std::string_view why) {
     // Appended piece by piece (GCC 12 reports a false -Wrestrict on chained +).
@@ -32,7 +31,8 @@ Status ValidateRelativePath(std::string_view name) {
   if (name.size() > kMaxRelativePathBytes) {
     return bad("is longer than " + std::to_string(kMaxRelativePathBytes) + " bytes");
   }
-  if (name.front() == '/') return bad("is absolute (names must be relative to the checkpoint folder)");
+  if (name.front() == '/')
+    return bad("is absolute (names must be relative to the checkpoint folder)");
   for (unsigned char c : name) {
     if (c == 0) return bad("holds a NUL byte");
     if (c < 0x20 || c == 0x7F) return bad("holds a control byte");
@@ -44,7 +44,8 @@ Status ValidateRelativePath(std::string_view name) {
     if (part == ".") return bad("has a '.' component");
     if (part == "..") return bad("has a '..' component (it would leave the checkpoint folder)");
     if (part.size() > kMaxPathComponentBytes) {
-      return bad("has a component longer than " + std::to_string(kMaxPathComponentBytes) + " bytes");
+      return bad("has a component longer than " + std::to_string(kMaxPathComponentBytes) +
+                 " bytes");
     }
   }
   return Status::OK();
@@ -69,4 +70,4 @@ Status CheckResolvesInside(const std::string& dir, const std::string& path) {
   return Status::OK();
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

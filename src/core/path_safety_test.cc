@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/test_files.h"
-#include "megackpt/core/path_components.h"
 #include "megackpt/core/file.h"
+#include "megackpt/core/path_components.h"
 
 namespace megackpt::inline core {
 namespace {
@@ -135,4 +135,4 @@ TEST(OpenLocalFile, RefusesNonRegularFilesWithoutBlocking) {
 }
 
 }  // namespace
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

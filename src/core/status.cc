@@ -7,22 +7,38 @@ namespace megackpt::inline core {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kDataLoss: return "DataLoss";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kUnavailable: return "Unavailable";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kPermissionDenied: return "PermissionDenied";
-    case StatusCode::kUnauthenticated: return "Unauthenticated";
-    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
-    case StatusCode::kUnimplemented: return "Unimplemented";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kIOError: return "IOError";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kDataLoss:
+      return "DataLoss";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kUnauthenticated:
+      return "Unauthenticated";
+    case StatusCode::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case StatusCode::kUnimplemented:
+      return "Unimplemented";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kIOError:
+      return "IOError";
   }
   return "Unknown";
 }
@@ -77,16 +93,22 @@ Status ErrnoToStatus(std::string_view context, int err) {
   msg += std::strerror(err);
   switch (err) {
     case ENOENT:
-    case ENOTDIR: return NotFoundError(std::move(msg));
-    case EEXIST: return AlreadyExistsError(std::move(msg));
+    case ENOTDIR:
+      return NotFoundError(std::move(msg));
+    case EEXIST:
+      return AlreadyExistsError(std::move(msg));
     case EACCES:
-    case EPERM: return PermissionDeniedError(std::move(msg));
+    case EPERM:
+      return PermissionDeniedError(std::move(msg));
     case ENOSPC:
     case EDQUOT:
-    case ENOMEM: return ResourceExhaustedError(std::move(msg));
-    case EINVAL: return InvalidArgumentError(std::move(msg));
-    default: return IOError(std::move(msg));
+    case ENOMEM:
+      return ResourceExhaustedError(std::move(msg));
+    case EINVAL:
+      return InvalidArgumentError(std::move(msg));
+    default:
+      return IOError(std::move(msg));
   }
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -260,12 +260,22 @@ struct DLCode {
   uint8_t code;
 };
 constexpr DLCode kDLCodes[] = {
-    {DType::kI8, kDLInt},         {DType::kI16, kDLInt},         {DType::kI32, kDLInt},
-    {DType::kI64, kDLInt},        {DType::kU8, kDLUInt},         {DType::kU16, kDLUInt},
-    {DType::kU32, kDLUInt},       {DType::kU64, kDLUInt},        {DType::kF16, kDLFloat},
-    {DType::kF32, kDLFloat},      {DType::kF64, kDLFloat},       {DType::kBF16, kDLBfloat},
-    {DType::kBool, kDLBoolCode},  {DType::kF8_E4M3, kDLFloat8E4M3FnCode},
-    {DType::kF8_E5M2, kDLFloat8E5M2Code}, {DType::kF8_E8M0, kDLFloat8E8M0FnuCode},
+    {DType::kI8, kDLInt},
+    {DType::kI16, kDLInt},
+    {DType::kI32, kDLInt},
+    {DType::kI64, kDLInt},
+    {DType::kU8, kDLUInt},
+    {DType::kU16, kDLUInt},
+    {DType::kU32, kDLUInt},
+    {DType::kU64, kDLUInt},
+    {DType::kF16, kDLFloat},
+    {DType::kF32, kDLFloat},
+    {DType::kF64, kDLFloat},
+    {DType::kBF16, kDLBfloat},
+    {DType::kBool, kDLBoolCode},
+    {DType::kF8_E4M3, kDLFloat8E4M3FnCode},
+    {DType::kF8_E5M2, kDLFloat8E5M2Code},
+    {DType::kF8_E8M0, kDLFloat8E8M0FnuCode},
 };
 
 // Export speaks DLPack 0.6 (codes int, uint, float, bfloat): bool goes out as
@@ -284,7 +294,8 @@ Result<DLDataType> DTypeToDL(DType d) {
       return t;
     }
   }
-  return InvalidArgumentError("dlpack: dtype " + std::string(DTypeName(d)) + " has no DLPack 0.6 code");
+  return InvalidArgumentError("dlpack: dtype " + std::string(DTypeName(d)) +
+                              " has no DLPack 0.6 code");
 }
 
 struct DLExportContext {
@@ -308,8 +319,8 @@ Result<Tensor> FromDLPack(DLManagedTensor* managed) {
   if (dl.ndim < 0) return InvalidArgumentError("dlpack: negative ndim");
   MEGA_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes));
   Shape shape(dl.shape, dl.shape + dl.ndim);
-  std::vector<int64_t> strides =
-      dl.strides ? std::vector<int64_t>(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
+  std::vector<int64_t> strides = dl.strides ? std::vector<int64_t>(dl.strides, dl.strides + dl.ndim)
+                                            : ContiguousStrides(shape);
   void* data = static_cast<std::byte*>(dl.data) + dl.byte_offset;
   return Tensor::FromBlobStrided(data, dtype, std::move(shape), std::move(strides),
                                  std::move(owner));
@@ -343,4 +354,4 @@ Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes, std::s
                               std::to_string(lanes) + " lanes)");
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

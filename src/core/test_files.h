@@ -28,8 +28,7 @@ class TempDir {
  public:
   // Throws std::runtime_error (a failed test) when the folder cannot be made.
   explicit TempDir(const std::string& prefix = "megackpt-test") {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
     if (::mkdtemp(tmpl.data()) == nullptr) {
       throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
     }

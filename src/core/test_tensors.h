@@ -20,8 +20,8 @@ using TensorFiller = std::function<Tensor(DType dtype, Shape shape, int seed)>;
 // For every dtype d, in DType order: (prefix + DTypeName(d), fill(d, shape, i))
 // where i is d's index.
 inline std::vector<std::pair<std::string, Tensor>> OneOfEveryDType(const std::string& prefix,
-                                                                    const Shape& shape,
-                                                                    const TensorFiller& fill) {
+                                                                   const Shape& shape,
+                                                                   const TensorFiller& fill) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType d = static_cast<DType>(i);

@@ -147,4 +147,4 @@ bool IsLowerHex(std::string_view s, size_t n) {
   return true;
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -29,14 +29,14 @@ TEST(EscapeBytes, KeepsTextEscapesBytes) {
   EXPECT_EQ(EscapeBytes("layers.0.w"), "layers.0.w");
   EXPECT_EQ(EscapeBytes(std::string("a\0b", 3)), "a\\x00b");
   EXPECT_EQ(EscapeBytes("tab\tnl\n\x1b[31m"), "tab\\tnl\\n\\x1b[31m");
-  EXPECT_EQ(EscapeBytes("\xc3\xa9"), "\xc3\xa9");            // é stays
-  EXPECT_EQ(EscapeBytes("\xff\xc3"), "\\xff\\xc3");          // malformed
+  EXPECT_EQ(EscapeBytes("\xc3\xa9"), "\xc3\xa9");             // é stays
+  EXPECT_EQ(EscapeBytes("\xff\xc3"), "\\xff\\xc3");           // malformed
   EXPECT_EQ(EscapeBytes("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
   EXPECT_EQ(EscapeBytes("back\\slash"), "back\\\\slash");
   EXPECT_EQ(EscapeBytes(std::string(300, 'a'), 256).size(), 256u + 3);
   EXPECT_EQ(Quote(std::string("a\0b", 3)), "'a\\x00b'");
   EXPECT_TRUE(IsValidUtf8("\xf0\x9f\x98\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));  // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong '/'
   EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // above U+10FFFF
 }
 

@@ -96,4 +96,4 @@ Status ParallelFor(ThreadPool* pool, size_t n, const std::function<Status(size_t
   return state->first_error;
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "megackpt/dcp/checkpoint.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/checkpoint.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -85,7 +85,8 @@ class StagingPoolImpl final : public StagingPool {
   mutable std::mutex mu_;
   std::shared_ptr<std::byte> arena_;
   uint64_t arena_size_ = 0;
-  std::vector<std::pair<std::shared_ptr<std::byte>, uint64_t>> free_whole_;  // TakeWhole's, not in use
+  std::vector<std::pair<std::shared_ptr<std::byte>, uint64_t>>
+      free_whole_;            // TakeWhole's, not in use
   uint64_t whole_bytes_ = 0;  // every TakeWhole arena, in use or free
 };
 
@@ -100,7 +101,9 @@ class StagingPlanner final : public SavePlanner {
   Result<GlobalSavePlan> CreateGlobalPlan(std::vector<SavePlan> plans) override {
     return inner_->CreateGlobalPlan(std::move(plans));
   }
-  Result<SavePlan> FinishPlan(SavePlan plan) override { return inner_->FinishPlan(std::move(plan)); }
+  Result<SavePlan> FinishPlan(SavePlan plan) override {
+    return inner_->FinishPlan(std::move(plan));
+  }
 
   Result<ResolvedData> ResolveData(const WriteItem& item) override {
     auto it = staged_.find(item.index);
@@ -225,7 +228,8 @@ class StagingWriter final : public StorageWriter {
           try {
             return StageOne(plan.items[wave[k]], source, base + offsets[k], own, &out[k]);
           } catch (const std::exception& e) {
-            return InternalError(std::string("SavePlanner::ResolveData threw an exception: ") + e.what());
+            return InternalError(std::string("SavePlanner::ResolveData threw an exception: ") +
+                                 e.what());
           } catch (...) {
             return InternalError("SavePlanner::ResolveData threw a non-standard exception");
           }
@@ -244,7 +248,8 @@ class StagingWriter final : public StorageWriter {
       std::memcpy(dst, src.bytes.data(), src.bytes.size());
       out->bytes = std::string_view(reinterpret_cast<const char*>(dst), src.bytes.size());
     } else {
-      MEGA_ASSIGN_OR_RETURN(Tensor copy, Tensor::FromBlob(dst, src.tensor.dtype(), src.tensor.shape()));
+      MEGA_ASSIGN_OR_RETURN(Tensor copy,
+                            Tensor::FromBlob(dst, src.tensor.dtype(), src.tensor.shape()));
       MEGA_RETURN_IF_ERROR(CopyTensor(src.tensor, copy));
       out->tensor = std::move(copy);
     }
@@ -277,15 +282,20 @@ struct StageCopy {
 void CollectTensors(StateDict& sd, std::vector<Tensor*>* out);
 void CollectTensors(StateValue& v, std::vector<Tensor*>* out) {
   switch (v.kind()) {
-    case StateValue::Kind::kTensor: out->push_back(&v.tensor()); break;
+    case StateValue::Kind::kTensor:
+      out->push_back(&v.tensor());
+      break;
     case StateValue::Kind::kSharded:
       for (Shard& s : v.sharded().shards) out->push_back(&s.tensor);
       break;
-    case StateValue::Kind::kDict: CollectTensors(v.dict(), out); break;
+    case StateValue::Kind::kDict:
+      CollectTensors(v.dict(), out);
+      break;
     case StateValue::Kind::kList:
       for (StateValue& item : v.list()) CollectTensors(item, out);
       break;
-    default: break;  // bytes are owned by the state dict already
+    default:
+      break;  // bytes are owned by the state dict already
   }
 }
 void CollectTensors(StateDict& sd, std::vector<Tensor*>* out) {
@@ -308,7 +318,8 @@ Status StageWholeState(const std::vector<Tensor*>& tensors, std::byte* arena) {
   ThreadPool& pool = ThreadPool::Default();
   const int threads = std::max(2, pool.size());
   const uint64_t total = StagedBytes(tensors);
-  const uint64_t piece = std::clamp<uint64_t>(total / (4 * static_cast<uint64_t>(threads)), kMinPiece, kMaxPiece);
+  const uint64_t piece =
+      std::clamp<uint64_t>(total / (4 * static_cast<uint64_t>(threads)), kMinPiece, kMaxPiece);
   std::vector<StageCopy> copies;
   std::vector<Tensor> staged;
   uint64_t off = 0;
@@ -355,7 +366,8 @@ std::shared_ptr<StagingPool> StagingPool::Create(uint64_t capacity_bytes) {
 
 std::future<Result<std::vector<WriteResult>>> StorageWriter::WriteDataAsync(const SavePlan& plan,
                                                                             SavePlanner& planner) {
-  return std::async(std::launch::async, [this, &plan, &planner] { return WriteData(plan, planner); });
+  return std::async(std::launch::async,
+                    [this, &plan, &planner] { return WriteData(plan, planner); });
 }
 
 AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> writer,
@@ -374,47 +386,50 @@ AsyncSaveHandle AsyncSave(StateDict state_dict, std::shared_ptr<StorageWriter> w
     pool = default_pool;
   }
   auto impl = std::static_pointer_cast<StagingPoolImpl>(pool);
-  handle.done = std::async(std::launch::async, [state = std::move(state_dict),
-                                                writer = std::move(writer), group, options,
-                                                impl, staged_promise]() mutable -> Status {
-                  auto once = std::make_shared<std::once_flag>();
-                  auto notify = [staged_promise, once](Status s) {
-                    std::call_once(*once, [&] { staged_promise->set_value(std::move(s)); });
-                  };
-                  // The whole state fits the pool: stage it first, then an
-                  // ordinary Save of the copies.
-                  std::vector<Tensor*> tensors;
-                  CollectTensors(state, &tensors);
-                  const uint64_t need = StagedBytes(tensors);
-                  if (need > 0 && need <= impl->capacity_bytes()) {
-                    auto arena = impl->TakeWhole(need);
-                    Status staged = arena.ok() ? StageWholeState(tensors, arena->first.get()) : arena.status();
-                    if (staged.ok()) {
-                      StagingWriter forward(writer, impl, nullptr, notify);
-                      Status s = Save(state, forward, group, options.save);
-                      notify(s);  // a save that failed before setting up its storage
-                      state = StateDict();  // no views of the arena left
-                      impl->GiveBack(std::move(*arena));
-                      return s;
-                    }
-                    if (arena.ok()) impl->GiveBack(std::move(*arena));
-                    // Not staged (the state still holds the caller's tensors):
-                    // the waves below, whose errors Save reports on every rank.
-                  }
-                  std::unique_ptr<SavePlanner> default_planner;
-                  SavePlanner* inner = options.save.planner;
-                  if (!inner) {
-                    default_planner = NewDefaultSavePlanner();
-                    inner = default_planner.get();
-                  }
-                  StagingPlanner planner(inner);
-                  StagingWriter staging_writer(writer, impl, &planner, notify);
-                  SaveOptions save = options.save;
-                  save.planner = &planner;
-                  Status s = Save(state, staging_writer, group, save);
-                  notify(s);  // a save that failed before staging finished
-                  return s;
-                }).share();
+  handle.done =
+      std::async(std::launch::async,
+                 [state = std::move(state_dict), writer = std::move(writer), group, options, impl,
+                  staged_promise]() mutable -> Status {
+                   auto once = std::make_shared<std::once_flag>();
+                   auto notify = [staged_promise, once](Status s) {
+                     std::call_once(*once, [&] { staged_promise->set_value(std::move(s)); });
+                   };
+                   // The whole state fits the pool: stage it first, then an
+                   // ordinary Save of the copies.
+                   std::vector<Tensor*> tensors;
+                   CollectTensors(state, &tensors);
+                   const uint64_t need = StagedBytes(tensors);
+                   if (need > 0 && need <= impl->capacity_bytes()) {
+                     auto arena = impl->TakeWhole(need);
+                     Status staged =
+                         arena.ok() ? StageWholeState(tensors, arena->first.get()) : arena.status();
+                     if (staged.ok()) {
+                       StagingWriter forward(writer, impl, nullptr, notify);
+                       Status s = Save(state, forward, group, options.save);
+                       notify(s);            // a save that failed before setting up its storage
+                       state = StateDict();  // no views of the arena left
+                       impl->GiveBack(std::move(*arena));
+                       return s;
+                     }
+                     if (arena.ok()) impl->GiveBack(std::move(*arena));
+                     // Not staged (the state still holds the caller's tensors):
+                     // the waves below, whose errors Save reports on every rank.
+                   }
+                   std::unique_ptr<SavePlanner> default_planner;
+                   SavePlanner* inner = options.save.planner;
+                   if (!inner) {
+                     default_planner = NewDefaultSavePlanner();
+                     inner = default_planner.get();
+                   }
+                   StagingPlanner planner(inner);
+                   StagingWriter staging_writer(writer, impl, &planner, notify);
+                   SaveOptions save = options.save;
+                   save.planner = &planner;
+                   Status s = Save(state, staging_writer, group, save);
+                   notify(s);  // a save that failed before staging finished
+                   return s;
+                 })
+          .share();
   return handle;
 }
 

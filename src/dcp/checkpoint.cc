@@ -174,7 +174,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
   SavePlan local_plan;
   Status local = [&]() -> Status {
     // Always: a writer starts every save fresh (new save id), as the reference does.
-    MEGA_RETURN_IF_ERROR(Guard("StorageWriter::Reset", [&] { return writer.Reset(options.checkpoint_id); }));
+    MEGA_RETURN_IF_ERROR(
+        Guard("StorageWriter::Reset", [&] { return writer.Reset(options.checkpoint_id); }));
     std::optional<StorageMeta> meta;
     try {
       meta = writer.GetStorageMeta();
@@ -184,10 +185,10 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
       return planner->SetUp(state_dict, meta, comm.is_coordinator());
     }));
     StorageSetUp setup{comm.is_coordinator(), comm.rank(), comm.world(), comm.use_collectives()};
-    MEGA_RETURN_IF_ERROR(
-        Guard("StorageWriter::SetUpStorageWriter", [&] { return writer.SetUpStorageWriter(setup); }));
-    MEGA_ASSIGN_OR_RETURN(SavePlan plan,
-                          Guard("SavePlanner::CreateLocalPlan", [&] { return planner->CreateLocalPlan(); }));
+    MEGA_RETURN_IF_ERROR(Guard("StorageWriter::SetUpStorageWriter",
+                               [&] { return writer.SetUpStorageWriter(setup); }));
+    MEGA_ASSIGN_OR_RETURN(SavePlan plan, Guard("SavePlanner::CreateLocalPlan",
+                                               [&] { return planner->CreateLocalPlan(); }));
     MEGA_ASSIGN_OR_RETURN(local_plan, Guard("StorageWriter::PrepareLocalPlan", [&] {
                             return writer.PrepareLocalPlan(std::move(plan));
                           }));
@@ -196,7 +197,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
   local = comm.Attribute(local, comm.rank());
 
   // 2. Gather plans; the coordinator builds the global plan and Metadata.
-  auto gathered = comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeSavePlan(local_plan) : ""));
+  auto gathered =
+      comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeSavePlan(local_plan) : ""));
   if (!gathered.ok()) return gathered.status();
   Metadata metadata;
   std::vector<std::string> scatter_blobs;
@@ -240,9 +242,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
     MEGA_ASSIGN_OR_RETURN(SavePlan final_plan, Guard("SavePlanner::FinishPlan", [&] {
                             return planner->FinishPlan(std::move(plan));
                           }));
-    MEGA_ASSIGN_OR_RETURN(results, Guard("StorageWriter::WriteData", [&] {
-                            return writer.WriteData(final_plan, *planner);
-                          }));
+    MEGA_ASSIGN_OR_RETURN(results, Guard("StorageWriter::WriteData",
+                                         [&] { return writer.WriteData(final_plan, *planner); }));
     std::set<MetadataIndex> planned, written;
     for (const auto& it : final_plan.items) planned.insert(it.index);
     for (const auto& r : results) written.insert(r.index);
@@ -259,7 +260,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
   double t2 = Now();
 
   // 4. Gather results; the coordinator commits; everyone learns the outcome.
-  gathered = comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeWriteResults(results) : ""));
+  gathered =
+      comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeWriteResults(results) : ""));
   if (!gathered.ok()) {
     GuardedAbort(writer);
     return gathered.status();
@@ -273,7 +275,8 @@ Status Save(const StateDict& state_dict, StorageWriter& writer, dist::ProcessGro
       Status merged = MergeResults(&metadata, all);
       if (!merged.ok()) return comm.Attribute(merged, comm.rank());
       return comm.Attribute(
-          Guard("StorageWriter::Finish", [&] { return writer.Finish(metadata, all); }), comm.rank());
+          Guard("StorageWriter::Finish", [&] { return writer.Finish(metadata, all); }),
+          comm.rank());
     }();
   }
   auto final_blob = comm.Broadcast(EncodeEnvelope(outcome, ""));
@@ -295,18 +298,19 @@ Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* gr
   Metadata metadata;
   LoadPlan local_plan;
   Status local = [&]() -> Status {
-    MEGA_RETURN_IF_ERROR(Guard("StorageReader::Reset", [&] { return reader.Reset(options.checkpoint_id); }));
-    MEGA_ASSIGN_OR_RETURN(metadata, Guard("StorageReader::ReadMetadata", [&] { return reader.ReadMetadata(); }));
+    MEGA_RETURN_IF_ERROR(
+        Guard("StorageReader::Reset", [&] { return reader.Reset(options.checkpoint_id); }));
+    MEGA_ASSIGN_OR_RETURN(
+        metadata, Guard("StorageReader::ReadMetadata", [&] { return reader.ReadMetadata(); }));
     stats.metadata_seconds = Now() - t0;
     MEGA_RETURN_IF_ERROR(Guard("LoadPlanner::SetUp", [&] {
       return planner->SetUp(&state_dict, metadata, comm.is_coordinator());
     }));
     StorageSetUp setup{comm.is_coordinator(), comm.rank(), comm.world(), comm.use_collectives()};
-    MEGA_RETURN_IF_ERROR(Guard("StorageReader::SetUpStorageReader", [&] {
-      return reader.SetUpStorageReader(metadata, setup);
-    }));
-    MEGA_ASSIGN_OR_RETURN(LoadPlan plan,
-                          Guard("LoadPlanner::CreateLocalPlan", [&] { return planner->CreateLocalPlan(); }));
+    MEGA_RETURN_IF_ERROR(Guard("StorageReader::SetUpStorageReader",
+                               [&] { return reader.SetUpStorageReader(metadata, setup); }));
+    MEGA_ASSIGN_OR_RETURN(LoadPlan plan, Guard("LoadPlanner::CreateLocalPlan",
+                                               [&] { return planner->CreateLocalPlan(); }));
     MEGA_ASSIGN_OR_RETURN(local_plan, Guard("StorageReader::PrepareLocalPlan", [&] {
                             return reader.PrepareLocalPlan(std::move(plan));
                           }));
@@ -314,7 +318,8 @@ Status Load(StateDict& state_dict, StorageReader& reader, dist::ProcessGroup* gr
   }();
   local = comm.Attribute(local, comm.rank());
 
-  auto gathered = comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeLoadPlan(local_plan) : ""));
+  auto gathered =
+      comm.Gather(EncodeEnvelope(local, local.ok() ? internal::EncodeLoadPlan(local_plan) : ""));
   if (!gathered.ok()) return gathered.status();
   std::vector<std::string> scatter_blobs;
   if (comm.is_coordinator()) {

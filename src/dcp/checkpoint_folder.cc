@@ -3,7 +3,6 @@
 // Verification reads every stored piece through the storage's own reader (the
 // load path users take), one batch of pieces at a time into reused buffers; a
 // failing batch is re-read piece by piece so every damaged piece is reported.
-#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/checkpoint_folder.h"
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <set>
 
 #include "dcp/whole_pieces.h"
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/filesystem.h"
@@ -49,7 +49,8 @@ std::unique_ptr<StorageReader> ReaderFor(StorageLayout layout, const std::string
 }
 
 // Reads `pieces` whole through `reader` into `buffer` (>= their bytes).
-Status ReadPieces(StorageReader& reader, const std::vector<const Piece*>& pieces, std::byte* buffer) {
+Status ReadPieces(StorageReader& reader, const std::vector<const Piece*>& pieces,
+                  std::byte* buffer) {
   std::vector<internal::WholePieceRead> reads;
   uint64_t at = 0;
   for (const Piece* p : pieces) {
@@ -90,10 +91,14 @@ bool ParseDistcpFileName(std::string_view name, int* rank) {
 
 const char* StorageLayoutName(StorageLayout layout) {
   switch (layout) {
-    case StorageLayout::kNone: return "none";
-    case StorageLayout::kFileSystem: return "dcp-fs";
-    case StorageLayout::kMega: return "dcp-mega";
-    case StorageLayout::kIndexOnly: return "hf";
+    case StorageLayout::kNone:
+      return "none";
+    case StorageLayout::kFileSystem:
+      return "dcp-fs";
+    case StorageLayout::kMega:
+      return "dcp-mega";
+    case StorageLayout::kIndexOnly:
+      return "hf";
   }
   return "?";
 }
@@ -133,7 +138,8 @@ bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir) {
   return first == std::byte{0x80};
 }
 
-Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir, const std::string& name) {
+Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir,
+                                  const std::string& name) {
   const std::string path = fs::JoinPath(dir, name);
   auto text = fs.ReadWhole(path, kMaxMetadataBytes);
   if (!text.ok()) {
@@ -150,7 +156,8 @@ Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir, co
 Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir) {
   MEGA_ASSIGN_OR_RETURN(FolderListing l, ListCheckpointFolder(fs, dir));
   if (l.has_metadata && !HasForeignMetadata(fs, dir)) {
-    auto summary = DescribeDcpCheckpoint(dir, std::shared_ptr<fs::FileSystem>(&fs, [](fs::FileSystem*) {}));
+    auto summary =
+        DescribeDcpCheckpoint(dir, std::shared_ptr<fs::FileSystem>(&fs, [](fs::FileSystem*) {}));
     if (summary.ok()) return summary->layout;
     // An undecodable .metadata: judge by the files beside it.
     return l.distcp_files.empty() ? StorageLayout::kMega : StorageLayout::kFileSystem;
@@ -169,7 +176,8 @@ Result<CheckpointSummary> DescribeDcpCheckpoint(const std::string& dir,
   auto text = fs->ReadWhole(full, kMaxMetadataBytes);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) {
-      return NotFoundError(dir + ": no " + std::string(kMetadataFileName) + " (not a DCP checkpoint)");
+      return NotFoundError(dir + ": no " + std::string(kMetadataFileName) +
+                           " (not a DCP checkpoint)");
     }
     return text.status();
   }
@@ -221,8 +229,8 @@ Result<CheckpointSummary> DescribeDcpCheckpoint(const std::string& dir,
       for (const auto& c : t.chunks) {
         auto it = s.metadata.storage_data.find(MetadataIndex(fqn, c.offsets));
         if (it == s.metadata.storage_data.end()) {
-          return DataLossError(full + ": chunk " + ShapeToString(c.offsets) + " of " +
-                               Quote(fqn) + " has no storage entry");
+          return DataLossError(full + ": chunk " + ShapeToString(c.offsets) + " of " + Quote(fqn) +
+                               " has no storage entry");
         }
         files.insert(it->second.relative_path);
       }
@@ -236,7 +244,8 @@ Result<CheckpointSummary> DescribeDcpCheckpoint(const std::string& dir,
   return s;
 }
 
-Result<VerifyReport> VerifyDcpCheckpoint(const std::string& dir, std::shared_ptr<fs::FileSystem> fs) {
+Result<VerifyReport> VerifyDcpCheckpoint(const std::string& dir,
+                                         std::shared_ptr<fs::FileSystem> fs) {
   if (!fs) {
     MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(dir));
   }
@@ -279,7 +288,8 @@ Result<VerifyReport> VerifyDcpCheckpoint(const std::string& dir, std::shared_ptr
     }
     if (bytes > capacity) {
       buffer.reset();
-      MEGA_ASSIGN_OR_RETURN(buffer, AllocateBuffer(std::max<uint64_t>(bytes, 64), /*prefault=*/false));
+      MEGA_ASSIGN_OR_RETURN(buffer,
+                            AllocateBuffer(std::max<uint64_t>(bytes, 64), /*prefault=*/false));
       capacity = std::max<uint64_t>(bytes, 64);
     }
     Status s = ReadPieces(*reader, batch, buffer.get());
@@ -329,8 +339,8 @@ Status CheckNoOtherLayout(fs::FileSystem& fs, const std::string& dir, StorageLay
   std::string names;
   for (size_t i = 0; i < other->size() && i < 3; ++i) names += (i ? ", " : "") + Quote((*other)[i]);
   if (other->size() > 3) names += ", ...";
-  return AlreadyExistsError(dir + " holds files of another checkpoint layout (" + names +
-                            "); a " + StorageLayoutName(kept) +
+  return AlreadyExistsError(dir + " holds files of another checkpoint layout (" + names + "); a " +
+                            StorageLayoutName(kept) +
                             " save would remove them after its commit: set overwrite to allow it");
 }
 

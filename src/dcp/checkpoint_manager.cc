@@ -9,7 +9,6 @@
 // A reader only trusts .metadata, so a step is either complete (committed,
 // durable) or ignored; `latest` is only ever written to name a complete step,
 // and Latest() re-checks it anyway.
-#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/checkpoint_manager.h"
 
 #include <algorithm>
@@ -18,12 +17,12 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "dcp/entry_io.h"
 #include "dcp/incremental.h"
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/metadata.h"
 
@@ -86,7 +85,8 @@ std::vector<int64_t> StepsToKeep(const std::vector<int64_t>& steps,
   keep.insert(steps.back());  // the newest complete step, always
   const size_t n = steps.size();
   for (size_t i = 0; i < n; ++i) {
-    if (policy.keep_last > 0 && i + static_cast<size_t>(policy.keep_last) >= n) keep.insert(steps[i]);
+    if (policy.keep_last > 0 && i + static_cast<size_t>(policy.keep_last) >= n)
+      keep.insert(steps[i]);
     if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) keep.insert(steps[i]);
   }
   if (policy.keep_best > 0) {
@@ -116,7 +116,9 @@ struct CheckpointManager::PendingSave {
 
 CheckpointManager::CheckpointManager(std::string root, CheckpointManagerOptions options,
                                      std::shared_ptr<fs::FileSystem> fs, std::string storage)
-    : root_(std::move(root)), options_(std::move(options)), fs_(std::move(fs)),
+    : root_(std::move(root)),
+      options_(std::move(options)),
+      fs_(std::move(fs)),
       storage_(std::move(storage)) {
   if (options_.group) {
     group_ = options_.group;
@@ -128,8 +130,8 @@ CheckpointManager::CheckpointManager(std::string root, CheckpointManagerOptions 
 
 CheckpointManager::~CheckpointManager() { WaitForPendingSave().IgnoreError(); }
 
-Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(std::string root,
-                                                                    CheckpointManagerOptions options) {
+Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
+    std::string root, CheckpointManagerOptions options) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) return InvalidArgumentError("checkpoint manager: empty root folder");
   const bool is_uri = root.rfind("mega://", 0) == 0;
@@ -142,8 +144,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(std::string r
   if (!fs) {
     MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(root));
   }
-  std::unique_ptr<CheckpointManager> m(
-      new CheckpointManager(std::move(root), std::move(options), std::move(fs), std::move(storage)));
+  std::unique_ptr<CheckpointManager> m(new CheckpointManager(std::move(root), std::move(options),
+                                                             std::move(fs), std::move(storage)));
   Status local;
   if (m->group_->rank() == 0) {
     local = m->fs_->CreateDirectories(m->root_).WithContext("checkpoint root " + m->root_);
@@ -219,10 +221,12 @@ Result<StepInfo> CheckpointManager::DescribeStep(int64_t step, const std::string
       info.storage = StorageKindOf(*md, storage_);
       info.tensors = md->state_dict_metadata.size();
       // Files of this save carry its save id; others were linked from earlier steps.
-      const std::string own = md->storage_meta ? "__" + md->storage_meta->save_id + "_" : std::string();
+      const std::string own =
+          md->storage_meta ? "__" + md->storage_meta->save_id + "_" : std::string();
       for (const auto& [index, si] : md->storage_data) {
         info.stored_bytes += si.length;
-        const bool linked = info.storage == "fs" && !own.empty() && si.relative_path.rfind(own, 0) != 0;
+        const bool linked =
+            info.storage == "fs" && !own.empty() && si.relative_path.rfind(own, 0) != 0;
         (linked ? info.bytes_referenced : info.bytes_written) += si.length;
       }
     }
@@ -233,8 +237,10 @@ Result<StepInfo> CheckpointManager::DescribeStep(int64_t step, const std::string
     json j = json::parse(*record, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.value("format", "") == kStepFormat) {
       if (j.contains("metric") && j["metric"].is_number()) info.metric = j["metric"].get<double>();
-      if (j.contains("time") && j["time"].is_number()) info.saved_unix_seconds = j["time"].get<double>();
-      if (j.contains("base") && j["base"].is_number_integer()) info.base_step = j["base"].get<int64_t>();
+      if (j.contains("time") && j["time"].is_number())
+        info.saved_unix_seconds = j["time"].get<double>();
+      if (j.contains("base") && j["base"].is_number_integer())
+        info.base_step = j["base"].get<int64_t>();
     }
   }
   return info;
@@ -303,8 +309,8 @@ Status CheckpointManager::VerifyStep(int64_t step, VerifyLevel level) const {
   const std::string folder = StepFolderName(step, options_.step_digits);
   MEGA_ASSIGN_OR_RETURN(StepInfo info, DescribeStep(step, folder));
   if (!info.complete) return NotFoundError("step " + std::to_string(step) + ": " + info.problem);
-  MEGA_ASSIGN_OR_RETURN(std::string text,
-                        fs_->ReadWhole(fs::JoinPath(info.path, kMetadataFileName), kMaxMetadataBytes));
+  MEGA_ASSIGN_OR_RETURN(std::string text, fs_->ReadWhole(fs::JoinPath(info.path, kMetadataFileName),
+                                                         kMaxMetadataBytes));
   MEGA_ASSIGN_OR_RETURN(Metadata md, DecodeMetadata(text));
   // Structure: every referenced file exists and holds the ranges named.
   std::map<std::string, uint64_t> sizes;
@@ -315,7 +321,8 @@ Status CheckpointManager::VerifyStep(int64_t step, VerifyLevel level) const {
       auto st = fs_->Stat(file);
       if (!st.ok()) {
         return Status(st.status().code(), "step " + std::to_string(step) + ": " +
-                                              st.status().message() + " (holds " + ToString(index) + ")");
+                                              st.status().message() + " (holds " + ToString(index) +
+                                              ")");
       }
       it = sizes.emplace(si.relative_path, st->size).first;
     }
@@ -355,8 +362,9 @@ Result<ValidStep> CheckpointManager::LatestValid(VerifyLevel level) const {
     out.skipped.push_back({it->step, s});
   }
   return NotFoundError("no valid step in " + root_ +
-                       (out.skipped.empty() ? std::string(" (no step folders)")
-                                            : ": every step was skipped:" + JoinSkipped(out.skipped)));
+                       (out.skipped.empty()
+                            ? std::string(" (no step folders)")
+                            : ": every step was skipped:" + JoinSkipped(out.skipped)));
 }
 
 // ---- saving -------------------------------------------------------------------
@@ -374,7 +382,8 @@ Status CheckpointManager::WaitForPendingSave() {
 
 Status CheckpointManager::CheckCanStart(int64_t step, const StepSaveOptions& options) {
   (void)options;
-  if (step < 0) return InvalidArgumentError("checkpoint step must be >= 0, got " + std::to_string(step));
+  if (step < 0)
+    return InvalidArgumentError("checkpoint step must be >= 0, got " + std::to_string(step));
   if (save_in_flight() && options_.in_flight == InFlightPolicy::kFail) {
     return FailedPreconditionError("cannot save step " + std::to_string(step) + " to " + root_ +
                                    ": the async save of step " + std::to_string(pending_->step) +
@@ -427,15 +436,21 @@ Result<std::string> CheckpointManager::PrepareStep(int64_t step, const StepSaveO
           prev_depth = j["depth"].get<int64_t>();
         }
       }
-      if (options_.incremental.full_every > 0 && prev_depth + 1 >= options_.incremental.full_every) break;
+      if (options_.incremental.full_every > 0 && prev_depth + 1 >= options_.incremental.full_every)
+        break;
       base = c;
       depth = prev_depth + 1;
       break;
     }
   }
   MEGA_RETURN_IF_ERROR(fs_->CreateDirectories(path));
-  json record = {{"format", kStepFormat}, {"version", 1}, {"step", step}, {"time", UnixNow()},
-                 {"storage", storage_}, {"depth", depth}, {"base", base ? json(*base) : json(nullptr)}};
+  json record = {{"format", kStepFormat},
+                 {"version", 1},
+                 {"step", step},
+                 {"time", UnixNow()},
+                 {"storage", storage_},
+                 {"depth", depth},
+                 {"base", base ? json(*base) : json(nullptr)}};
   if (options.metric) {
     record["metric"] = std::isfinite(*options.metric) ? json(*options.metric) : json(nullptr);
   }
@@ -456,19 +471,21 @@ Result<std::string> CheckpointManager::StartStep(int64_t step, const StepSaveOpt
   return dir;
 }
 
-Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(int64_t step,
-                                                                        const std::string& base_dir) {
-  if (!incremental_possible()) return MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
+Result<std::unique_ptr<StorageWriter>> CheckpointManager::MakeStepWriter(
+    int64_t step, const std::string& base_dir) {
+  if (!incremental_possible())
+    return MakeStorageWriter(storage_, StepPath(step), options_.storage_options);
   // The fs writer as MakeStorageWriter makes it, hashing every item it writes
   // (full saves in incremental mode too: the next save compares against them).
   IncrementalWriterOptions io;
   io.base_dir = base_dir;
-  io.block_size = options_.incremental.block_size > 0 ? options_.incremental.block_size : 1ull << 20;
+  io.block_size =
+      options_.incremental.block_size > 0 ? options_.incremental.block_size : 1ull << 20;
   io.thread_count = options_.storage_options.thread_count;
   FileSystemWriterOptions fo = FileSystemWriterOptionsFrom(options_.storage_options);
   fo.hash_block_size = io.block_size;
-  return NewIncrementalWriter(NewFileSystemWriter(StepPath(step), std::move(fo)), StepPath(step), fs_,
-                              std::move(io), options_.incremental.stats);
+  return NewIncrementalWriter(NewFileSystemWriter(StepPath(step), std::move(fo)), StepPath(step),
+                              fs_, std::move(io), options_.incremental.stats);
 }
 
 Status CheckpointManager::WriteLatest(int64_t step) {
@@ -476,8 +493,9 @@ Status CheckpointManager::WriteLatest(int64_t step) {
             {"version", 1},
             {"step", step},
             {"folder", StepFolderName(step, options_.step_digits)}};
-  return fs_->WriteAtomically(fs::JoinPath(root_, kLatestFileName), j.dump() + "\n",
-                              options_.storage_options.sync)
+  return fs_
+      ->WriteAtomically(fs::JoinPath(root_, kLatestFileName), j.dump() + "\n",
+                        options_.storage_options.sync)
       .WithContext("checkpoint root " + root_ + ": writing " + std::string(kLatestFileName));
 }
 
@@ -565,7 +583,8 @@ Result<ValidStep> CheckpointManager::Load(StateDict& state_dict, std::optional<i
       if (!info.ok()) {
         listed = info.status();
       } else if (!info->complete) {
-        listed = NotFoundError("step " + std::to_string(*step) + " in " + root_ + ": " + info->problem);
+        listed =
+            NotFoundError("step " + std::to_string(*step) + " in " + root_ + ": " + info->problem);
       } else {
         candidates.push_back(*step);
       }
@@ -645,7 +664,8 @@ Status CheckpointManager::RemoveStep(int64_t step) {
   return RepairLatestRecord();
 }
 
-Result<std::vector<int64_t>> CheckpointManager::GarbageCollect(std::optional<RetentionPolicy> policy) {
+Result<std::vector<int64_t>> CheckpointManager::GarbageCollect(
+    std::optional<RetentionPolicy> policy) {
   std::optional<int64_t> in_flight;
   if (save_in_flight()) in_flight = pending_->step;
   return CollectGarbage(policy ? *policy : options_.retention, in_flight);

@@ -120,9 +120,7 @@ json ReadItemJson(const ReadItem& item) {
               {"lengths", ShapeJson(item.lengths)}};
 }
 
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // ---- decoding helpers -----------------------------------------------------------
 
@@ -136,7 +134,9 @@ struct Node {
   std::string path;
   const std::string& what;  // "metadata", "save plan", ...
 
-  Status Error(const std::string& msg) const { return Bad(what, path.empty() ? "<root>" : path, msg); }
+  Status Error(const std::string& msg) const {
+    return Bad(what, path.empty() ? "<root>" : path, msg);
+  }
 
   Status ExpectObject() const {
     if (!j.is_object()) return Error(std::string("expected an object, got ") + j.type_name());
@@ -304,7 +304,8 @@ Result<StorageInfo> ParseStorageInfo(const Node& n) {
     };
     bool ok = (c.size() == 6 + 8 && c.starts_with("crc32:") && all_hex(c.substr(6))) ||
               (c.size() == 7 + 64 && c.starts_with("sha256:") && all_hex(c.substr(7)));
-    if (!ok) return n.Error("checksum \"" + EscapeBytes(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
+    if (!ok)
+      return n.Error("checksum \"" + EscapeBytes(c) + "\" is not crc32:<8 hex> or sha256:<64 hex>");
   }
   MEGA_ASSIGN_OR_RETURN(info.block_size, n.OptUint("block_size"));
   if (n.Has("block_table_offset")) {
@@ -401,7 +402,8 @@ Result<StorageMeta> ParseStorageMeta(const Node& n) {
 std::string_view ItemTypeName(WriteItemType t) { return WriteItemTypeName(t); }
 std::string_view ItemTypeName(LoadItemType t) { return LoadItemTypeName(t); }
 template <typename E>
-Result<E> ItemTypeNamed(const Node& n, const std::string& name, const char* kind, std::initializer_list<E> all) {
+Result<E> ItemTypeNamed(const Node& n, const std::string& name, const char* kind,
+                        std::initializer_list<E> all) {
   for (E e : all) {
     if (ItemTypeName(e) == name) return e;
   }
@@ -416,8 +418,8 @@ Result<WriteItem> ParseWriteItem(const Node& n) {
   MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
   MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
   MEGA_ASSIGN_OR_RETURN(item.type, ItemTypeNamed(type, t, "write",
-                                                  {WriteItemType::kTensor, WriteItemType::kShard,
-                                                   WriteItemType::kByteIO}));
+                                                 {WriteItemType::kTensor, WriteItemType::kShard,
+                                                  WriteItemType::kByteIO}));
   if (item.type == WriteItemType::kByteIO) {
     MEGA_ASSIGN_OR_RETURN(item.bytes_size, n.OptUint("bytes_size"));
     return item;
@@ -440,8 +442,8 @@ Result<ReadItem> ParseReadItem(const Node& n) {
   ReadItem item;
   MEGA_ASSIGN_OR_RETURN(Node type, n.Member("type"));
   MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
-  MEGA_ASSIGN_OR_RETURN(item.type,
-                        ItemTypeNamed(type, t, "read", {LoadItemType::kTensor, LoadItemType::kByteIO}));
+  MEGA_ASSIGN_OR_RETURN(
+      item.type, ItemTypeNamed(type, t, "read", {LoadItemType::kTensor, LoadItemType::kByteIO}));
   MEGA_ASSIGN_OR_RETURN(Node di, n.Member("dest_index"));
   MEGA_ASSIGN_OR_RETURN(item.dest_index, ParseIndex(di));
   MEGA_ASSIGN_OR_RETURN(Node dof, n.Member("dest_offsets"));
@@ -519,7 +521,8 @@ Result<Metadata> DecodeMetadataImpl(std::string_view encoded) {
     MEGA_RETURN_IF_ERROR(e.ExpectObject());
     MEGA_ASSIGN_OR_RETURN(Node fqn_node, e.Member("fqn"));
     MEGA_ASSIGN_OR_RETURN(std::string fqn, fqn_node.String());
-    if (md.state_dict_metadata.count(fqn)) return fqn_node.Error("duplicate fqn \"" + EscapeBytes(fqn) + "\"");
+    if (md.state_dict_metadata.count(fqn))
+      return fqn_node.Error("duplicate fqn \"" + EscapeBytes(fqn) + "\"");
     MEGA_ASSIGN_OR_RETURN(Node type, e.Member("type"));
     MEGA_ASSIGN_OR_RETURN(std::string t, type.String());
     if (t == "bytes") {
@@ -780,7 +783,8 @@ Result<std::string> DecodeEnvelope(std::string_view blob) {
     }
     code = code * 10 + (blob[i] - '0');
   }
-  if (code <= 0 || code > static_cast<int>(StatusCode::kIOError)) code = static_cast<int>(StatusCode::kInternal);
+  if (code <= 0 || code > static_cast<int>(StatusCode::kIOError))
+    code = static_cast<int>(StatusCode::kInternal);
   return Status(static_cast<StatusCode>(code), std::string(blob.substr(colon + 1)));
 }
 

@@ -4,15 +4,14 @@
 #define MEGACKPT_SRC_DCP_CODEC_H_
 
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::dcp::internal {
 

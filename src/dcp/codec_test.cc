@@ -10,11 +10,12 @@ namespace {
 Metadata SampleMetadata() {
   Metadata md;
   md.version = "megackpt test";
-  md.state_dict_metadata["w"] =
-      TensorStorageMetadata{TensorProperties{DType::kBF16, true}, Shape{4, 6},
-                            {ChunkStorageMetadata{{0, 0}, {2, 6}}, ChunkStorageMetadata{{2, 0}, {2, 6}}}};
-  md.state_dict_metadata["s"] = TensorStorageMetadata{TensorProperties{DType::kF64, false}, Shape{},
-                                                      {ChunkStorageMetadata{{}, {}}}};
+  md.state_dict_metadata["w"] = TensorStorageMetadata{
+      TensorProperties{DType::kBF16, true},
+      Shape{4, 6},
+      {ChunkStorageMetadata{{0, 0}, {2, 6}}, ChunkStorageMetadata{{2, 0}, {2, 6}}}};
+  md.state_dict_metadata["s"] = TensorStorageMetadata{
+      TensorProperties{DType::kF64, false}, Shape{}, {ChunkStorageMetadata{{}, {}}}};
   md.state_dict_metadata["blob"] = BytesStorageMetadata{};
   md.planner_data.object_paths["a.b.0"] = {PathKey{std::string("a")}, PathKey{std::string("b")},
                                            PathKey{int64_t{0}}};
@@ -25,7 +26,8 @@ Metadata SampleMetadata() {
   StorageInfo i1{"__0_0.distcp", 64, 24, "", 0, {}, "extra text"};
   md.storage_data[MetadataIndex("w", Shape{0, 0})] = i0;
   md.storage_data[MetadataIndex("w", Shape{2, 0})] = i1;
-  md.storage_data[MetadataIndex("s", Shape{})] = StorageInfo{"f", 128, 8, "crc32:12345678", 4, {}, "", 136};
+  md.storage_data[MetadataIndex("s", Shape{})] =
+      StorageInfo{"f", 128, 8, "crc32:12345678", 4, {}, "", 136};
   md.storage_data[MetadataIndex("blob")] = StorageInfo{"f", 200, 3, "", 0, {}, ""};
   md.storage_meta = StorageMeta{"/ckpt", "abc", "", {"m1", "m2"}};
   return md;
@@ -65,8 +67,8 @@ TEST(MetadataCodec, RejectsMalformedInput) {
       {"version type", "\"version\":1", "\"version\":\"1\"", "expected an integer"},
       {"dtype", "\"BF16\"", "\"BF17\"", "unknown dtype"},
       {"negative size", "\"size\":[4,6]", "\"size\":[4,-6]", "negative"},
-      {"chunk out of bounds", "\"offsets\":[2,0],\"sizes\":[2,6]", "\"offsets\":[3,0],\"sizes\":[2,6]",
-       "exceed global shape"},
+      {"chunk out of bounds", "\"offsets\":[2,0],\"sizes\":[2,6]",
+       "\"offsets\":[3,0],\"sizes\":[2,6]", "exceed global shape"},
       {"chunk dims", "\"offsets\":[2,0],\"sizes\":[2,6]", "\"offsets\":[2,0],\"sizes\":[2]",
        "dims"},
       {"entry type", "\"type\":\"bytes\"", "\"type\":\"blob\"", "unknown entry type"},
@@ -79,14 +81,16 @@ TEST(MetadataCodec, RejectsMalformedInput) {
        "block_table_offset: expected a non-negative integer"},
       {"table offset negative", "\"block_table_offset\":136", "\"block_table_offset\":-1",
        "block_table_offset: expected a non-negative integer"},
-      {"table offset overflow", "\"block_table_offset\":136", "\"block_table_offset\":18446744073709551612",
-       "overflows"},
+      {"table offset overflow", "\"block_table_offset\":136",
+       "\"block_table_offset\":18446744073709551612", "overflows"},
       {"table and inline", "\"block_table_offset\":136",
-       "\"block_table_offset\":136,\"block_crc32\":\"0000000000000000\"", "present together with block_crc32"},
+       "\"block_table_offset\":136,\"block_crc32\":\"0000000000000000\"",
+       "present together with block_crc32"},
       {"no table", ",\"block_table_offset\":136", "", "missing member \"block_crc32\""},
-      {"table without blocks", "\"block_size\":4,\"block_table_offset\":136", "\"block_table_offset\":136",
-       "present but block_size is 0"},
-      {"missing member", "\"storage_data\":", "\"storage_datum\":", "missing member \"storage_data\""},
+      {"table without blocks", "\"block_size\":4,\"block_table_offset\":136",
+       "\"block_table_offset\":136", "present but block_size is 0"},
+      {"missing member",
+       "\"storage_data\":", "\"storage_datum\":", "missing member \"storage_data\""},
       {"list index", "[\"a\",\"b\",0]", "[\"a\",\"b\",-1]", "negative list index"},
       {"path start", "[\"a\",\"b\",0]", "[0,\"b\"]", "must start with a key"},
   };
@@ -133,8 +137,8 @@ TEST(MetadataCodec, EveryBitFlipFailsOrChangesNothing) {
         EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << pos << ":" << bit;
         continue;
       }
-      EXPECT_EQ(EncodeMetadata(*r), canonical) << "flip at byte " << pos << " bit " << bit
-                                               << " changed the decoded metadata";
+      EXPECT_EQ(EncodeMetadata(*r), canonical)
+          << "flip at byte " << pos << " bit " << bit << " changed the decoded metadata";
       ++unchanged;
     }
   }
@@ -168,8 +172,8 @@ TEST(MetadataCodec, DocumentWithoutContentChecksumDecodes) {
 // travel the same way in the write results exchanged between ranks.
 Metadata LongCrcMetadata(bool inline_table) {
   Metadata md;
-  md.state_dict_metadata["w"] = TensorStorageMetadata{TensorProperties{DType::kU8, false}, Shape{4096},
-                                                      {ChunkStorageMetadata{{0}, {4096}}}};
+  md.state_dict_metadata["w"] = TensorStorageMetadata{
+      TensorProperties{DType::kU8, false}, Shape{4096}, {ChunkStorageMetadata{{0}, {4096}}}};
   StorageInfo info{"__0_0.distcp", 0, 4096, "crc32:0badf00d", 64, {}, "", 4096};
   if (inline_table) {
     info.block_table_offset.reset();
@@ -200,7 +204,8 @@ TEST(MetadataCodec, BlockCrcTablesRoundTripAsDocumentedText) {
           << enc;
       EXPECT_EQ(enc.find("block_table_offset"), std::string::npos) << enc;
     } else {
-      EXPECT_NE(enc.find("\"block_size\":64,\"block_table_offset\":4096,"), std::string::npos) << enc;
+      EXPECT_NE(enc.find("\"block_size\":64,\"block_table_offset\":4096,"), std::string::npos)
+          << enc;
       EXPECT_EQ(enc.find("block_crc32"), std::string::npos) << enc;
     }
     auto dec = DecodeMetadata(enc);
@@ -229,7 +234,8 @@ TEST(MetadataCodec, NumberForBlockCrcTableIsRejected) {
   auto dec = DecodeMetadata(enc);
   ASSERT_FALSE(dec.ok());
   EXPECT_EQ(dec.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(dec.status().message().find("block_crc32"), std::string::npos) << dec.status().message();
+  EXPECT_NE(dec.status().message().find("block_crc32"), std::string::npos)
+      << dec.status().message();
 }
 
 // relative_path names a file inside the checkpoint folder, nothing else.
@@ -240,7 +246,8 @@ TEST(MetadataCodec, RejectsFileNamesOutsideTheFolder) {
     auto r = DecodeMetadata(EncodeMetadata(md));
     ASSERT_FALSE(r.ok()) << name;
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find("relative_path"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("relative_path"), std::string::npos)
+        << r.status().message();
   }
 }
 
@@ -262,7 +269,8 @@ TEST(PlanCodec, SavePlanRoundTrip) {
   WriteItem t;
   t.index = MetadataIndex("w", Shape{2, 0}, 1);
   t.type = WriteItemType::kShard;
-  t.tensor_data = TensorWriteData{ChunkStorageMetadata{{2, 0}, {2, 6}}, {DType::kF32, false}, {4, 6}};
+  t.tensor_data =
+      TensorWriteData{ChunkStorageMetadata{{2, 0}, {2, 6}}, {DType::kF32, false}, {4, 6}};
   WriteItem b;
   b.index = MetadataIndex("blob");
   b.type = WriteItemType::kByteIO;
@@ -291,8 +299,8 @@ TEST(PlanCodec, LoadPlanAndResultsRoundTrip) {
   ASSERT_TRUE(dec.ok()) << dec.status().ToString();
   EXPECT_EQ(*dec, p);
 
-  std::vector<WriteResult> results = {
-      WriteResult{MetadataIndex("w", Shape{0, 0}), 48, StorageInfo{"a", 0, 48, "crc32:00000000", 0, {}, ""}}};
+  std::vector<WriteResult> results = {WriteResult{
+      MetadataIndex("w", Shape{0, 0}), 48, StorageInfo{"a", 0, 48, "crc32:00000000", 0, {}, ""}}};
   auto dr = internal::DecodeWriteResults(internal::EncodeWriteResults(results));
   ASSERT_TRUE(dr.ok()) << dr.status().ToString();
   EXPECT_EQ(*dr, results);

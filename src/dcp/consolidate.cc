@@ -13,18 +13,17 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
 
 #include "dcp/mega_storage_commit.h"
 #include "dcp/mega_storage_files.h"
 #include "dcp/mega_storage_shard.h"
 #include "dcp/whole_pieces.h"
+#include "megackpt/core/packed.h"
+#include "megackpt/core/thread_pool.h"
 #include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/filesystem.h"
-#include "megackpt/core/packed.h"
 #include "megackpt/format/safetensors.h"
-#include "megackpt/core/thread_pool.h"
 
 namespace megackpt::dcp {
 
@@ -76,7 +75,8 @@ class ChunkSource {
 
 class ShardChunkSource final : public ChunkSource {
  public:
-  explicit ShardChunkSource(std::unique_ptr<mega_storage::ShardFiles> files) : files_(std::move(files)) {}
+  explicit ShardChunkSource(std::unique_ptr<mega_storage::ShardFiles> files)
+      : files_(std::move(files)) {}
   Status ReadChunk(const Metadata& md, const std::string& fqn, DType dtype,
                    const ChunkStorageMetadata& c, const Tensor& dst) override {
     const StorageInfo& info = md.storage_data.at(MetadataIndex(fqn, c.offsets));
@@ -94,7 +94,8 @@ class ShardChunkSource final : public ChunkSource {
 
 class DistcpChunkSource final : public ChunkSource {
  public:
-  DistcpChunkSource(const std::string& src, const Metadata& md, std::shared_ptr<fs::FileSystem> fs) {
+  DistcpChunkSource(const std::string& src, const Metadata& md,
+                    std::shared_ptr<fs::FileSystem> fs) {
     FileSystemReaderOptions o;
     o.fs = std::move(fs);
     reader_ = NewFileSystemReader(src, o);
@@ -131,8 +132,7 @@ class DistcpChunkSource final : public ChunkSource {
 };
 
 // Assembles entry `e` (a whole tensor) from its stored chunks into `buf`.
-Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, ChunkSource& files,
-                        Buffer& buf) {
+Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, ChunkSource& files, Buffer& buf) {
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(e.fqn));
   MEGA_ASSIGN_OR_RETURN(std::byte * mem, buf.Get(e.nbytes));
   MEGA_ASSIGN_OR_RETURN(Tensor whole, Tensor::FromBlob(mem, e.dtype, e.shape));
@@ -145,8 +145,7 @@ Result<Tensor> Assemble(const Metadata& md, const OutEntry& e, ChunkSource& file
       MEGA_ASSIGN_OR_RETURN(Tensor chunk, Tensor::Empty(DType::kF4, c.sizes));
       MEGA_RETURN_IF_ERROR(files.ReadChunk(md, e.fqn, e.dtype, c, chunk));
       MEGA_RETURN_IF_ERROR(CopyF4Box({static_cast<const std::byte*>(chunk.data()), c.sizes},
-                                     Shape(c.sizes.size(), 0), {mem, e.shape}, c.offsets,
-                                     c.sizes));
+                                     Shape(c.sizes.size(), 0), {mem, e.shape}, c.offsets, c.sizes));
       continue;
     }
     Tensor view = whole;
@@ -180,8 +179,7 @@ struct OutFileKeys {
 
 Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& f,
                      const std::vector<OutEntry>& entries, const Metadata& md,
-                     const std::string& save_id, const ConsolidateOptions& o,
-                     ChunkSource& files) {
+                     const std::string& save_id, const ConsolidateOptions& o, ChunkSource& files) {
   std::vector<format::MegaEncoderTensor> specs;
   OutFileKeys keys;
   for (size_t k = 0; k < f.entries.size(); ++k) {
@@ -190,21 +188,26 @@ Status WriteMegaFile(fs::FileSystem& fs, const std::string& dir, const OutFile& 
     specs.push_back({e.fqn, e.dtype, e.shape, o.checksum});
   }
   format::MegaMetadata meta;
-  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)));
+  MEGA_RETURN_IF_ERROR(
+      meta.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)));
   MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpSaveIdKey), format::MetaValue::String(save_id)));
-  MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpEntriesKey),
-                                format::MetaValue::String(mega_storage::EncodeShardEntries(keys.entries))));
+  MEGA_RETURN_IF_ERROR(
+      meta.Add(std::string(kDcpEntriesKey),
+               format::MetaValue::String(mega_storage::EncodeShardEntries(keys.entries))));
   if (!keys.paths.empty()) {
-    MEGA_RETURN_IF_ERROR(meta.Add(std::string(kDcpObjectPathsKey),
-                                  format::MetaValue::String(mega_storage::EncodeObjectPaths(keys.paths))));
+    MEGA_RETURN_IF_ERROR(
+        meta.Add(std::string(kDcpObjectPathsKey),
+                 format::MetaValue::String(mega_storage::EncodeObjectPaths(keys.paths))));
   }
   const std::string full = fs::JoinPath(dir, f.name);
   MEGA_ASSIGN_OR_RETURN(auto file, fs.OpenForWrite(full));
   if (!file->supports_write_at()) {
-    return InvalidArgumentError(full + ": consolidated output needs a filesystem with positioned writes");
+    return InvalidArgumentError(full +
+                                ": consolidated output needs a filesystem with positioned writes");
   }
-  MEGA_ASSIGN_OR_RETURN(auto writer, format::MegaEncoder::Plan(full, std::move(specs), std::move(meta),
-                                                               mega_storage::ShardEncoderOptions(64, o.checksum)));
+  MEGA_ASSIGN_OR_RETURN(
+      auto writer, format::MegaEncoder::Plan(full, std::move(specs), std::move(meta),
+                                             mega_storage::ShardEncoderOptions(64, o.checksum)));
   Buffer buf;
   for (size_t k = 0; k < f.entries.size(); ++k) {
     const OutEntry& e = entries[f.entries[k]];
@@ -263,8 +266,9 @@ Status WriteSafetensorsFile(fs::FileSystem& fs, const std::string& dir, const Ou
 }
 
 // Storage info of every entry of the written files (read back from their headers).
-Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir, const std::vector<OutFile>& files,
-                       const std::vector<OutEntry>& entries, bool safetensors, Metadata* out) {
+Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir,
+                       const std::vector<OutFile>& files, const std::vector<OutEntry>& entries,
+                       bool safetensors, Metadata* out) {
   for (const OutFile& f : files) {
     const std::string full = fs::JoinPath(dir, f.name);
     MEGA_ASSIGN_OR_RETURN(auto opened, fs.OpenForRead(full));
@@ -273,7 +277,8 @@ Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir, const std::ve
       std::shared_ptr<RandomAccessFile> rf(std::move(opened));
       MEGA_ASSIGN_OR_RETURN(auto reader, format::SafetensorsReader::Open(rf));
       for (const auto& t : reader->tensors()) {
-        infos[t.name] = {f.name, reader->header().data_offset() + t.data_begin, t.nbytes(), "", 0, {}, ""};
+        infos[t.name] = {
+            f.name, reader->header().data_offset() + t.data_begin, t.nbytes(), "", 0, {}, ""};
       }
     } else {
       format::MegaReaderOptions ro;
@@ -287,7 +292,8 @@ Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir, const std::ve
     for (size_t idx : f.entries) {
       const OutEntry& e = entries[idx];
       auto it = infos.find(e.fqn);
-      if (it == infos.end()) return InternalError(full + ": consolidated entry " + e.fqn + " missing");
+      if (it == infos.end())
+        return InternalError(full + ": consolidated entry " + e.fqn + " missing");
       if (e.is_bytes) {
         out->storage_data[MetadataIndex(e.fqn)] = it->second;
       } else {
@@ -301,7 +307,8 @@ Status DescribeOutputs(fs::FileSystem& fs, const std::string& dir, const std::ve
 }  // namespace
 
 Result<ConsolidateResult> Consolidate(const std::string& src, const std::string& dst,
-                                      const ConsolidateOptions& options, dist::ProcessGroup* group) {
+                                      const ConsolidateOptions& options,
+                                      dist::ProcessGroup* group) {
   const int world = group ? group->world_size() : 1;
   const int rank = group ? group->rank() : 0;
   const bool collective = group && world > 1;
@@ -374,7 +381,8 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
       bool open = false;
       for (size_t idx : members) {
         const uint64_t n = entries[idx].nbytes;
-        if (!open || (options.max_shard_size > 0 && in_file > 0 && in_file + n > options.max_shard_size)) {
+        if (!open ||
+            (options.max_shard_size > 0 && in_file > 0 && in_file + n > options.max_shard_size)) {
           outs.emplace_back();
           in_file = 0;
           open = true;
@@ -391,7 +399,8 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
   // Names: plain unless taken in DST (decided by rank 0 for everyone).
   std::string save_id = mega_storage::NewSaveId();
   std::vector<std::string> plain;
-  for (size_t n = 1; n <= outs.size(); ++n) plain.push_back(mega_storage::ShardFileName(ext, n, outs.size(), ""));
+  for (size_t n = 1; n <= outs.size(); ++n)
+    plain.push_back(mega_storage::ShardFileName(ext, n, outs.size(), ""));
   std::string decision;
   if (rank == 0) {
     Status s = dst_fs->CreateDirectories(dst);
@@ -426,8 +435,9 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
           std::lock_guard<std::mutex> lock(mu);
           written.push_back(fs::JoinPath(dst, f.name));
         }
-        return safetensors ? WriteSafetensorsFile(*dst_fs, dst, f, entries, md, save_id, options, *files)
-                           : WriteMegaFile(*dst_fs, dst, f, entries, md, save_id, options, *files);
+        return safetensors
+                   ? WriteSafetensorsFile(*dst_fs, dst, f, entries, md, save_id, options, *files)
+                   : WriteMegaFile(*dst_fs, dst, f, entries, md, save_id, options, *files);
       },
       par);
   if (collective) local = group->AllReduceStatus(local);
@@ -464,7 +474,8 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
       mega_storage::CommitRequest req;
       req.dir = dst;
       req.metadata_name = std::string(kMetadataFileName);
-      req.index_name = std::string(safetensors ? kSafetensorsStorageIndexName : kMegaStorageIndexName);
+      req.index_name =
+          std::string(safetensors ? kSafetensorsStorageIndexName : kMegaStorageIndexName);
       req.other_index_name =
           std::string(safetensors ? kMegaStorageIndexName : kSafetensorsStorageIndexName);
       req.sync = options.sync;
@@ -486,7 +497,8 @@ Result<ConsolidateResult> Consolidate(const std::string& src, const std::string&
   for (const OutFile& f : outs) result.files.push_back(f.name);
   for (const OutEntry& e : entries) result.total_size += e.nbytes;
   result.entries = entries.size();
-  result.index_file = std::string(safetensors ? kSafetensorsStorageIndexName : kMegaStorageIndexName);
+  result.index_file =
+      std::string(safetensors ? kSafetensorsStorageIndexName : kMegaStorageIndexName);
   return result;
 }
 

@@ -1,7 +1,7 @@
 #include "dcp/entry_io.h"
 
-#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/checkpoint.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/fs/filesystem.h"
 
@@ -34,7 +34,9 @@ Result<StateValue> LoadEntryWhole(const std::string& kind, const std::string& di
   MEGA_ASSIGN_OR_RETURN(auto reader, MakeStorageReader(kind, dir, options));
   MEGA_RETURN_IF_ERROR(dcp::Load(sd, *reader).WithContext(dir + ", entry '" + fqn + "'"));
   MEGA_ASSIGN_OR_RETURN(auto flat, FlattenStateDict(sd, nullptr));
-  if (flat.size() != 1) return InternalError("entry '" + fqn + "' rebuilt as " + std::to_string(flat.size()) + " leaves");
+  if (flat.size() != 1)
+    return InternalError("entry '" + fqn + "' rebuilt as " + std::to_string(flat.size()) +
+                         " leaves");
   return *flat[0].value;
 }
 

@@ -18,13 +18,13 @@
 #include "dcp/f4_box.h"
 #include "dcp/test_fs.h"
 #include "dcp/test_util.h"
+#include "megackpt/core/packed.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/format/mega.h"
-#include "megackpt/core/packed.h"
 #include "megackpt/dist/process_group.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::dcp {
 namespace {
@@ -137,10 +137,14 @@ enum class Layout { kRows, kCols, kBlocks, kWhole };
 
 const char* LayoutName(Layout l) {
   switch (l) {
-    case Layout::kRows: return "rows";
-    case Layout::kCols: return "cols";
-    case Layout::kBlocks: return "blocks";
-    case Layout::kWhole: return "whole";
+    case Layout::kRows:
+      return "rows";
+    case Layout::kCols:
+      return "cols";
+    case Layout::kBlocks:
+      return "blocks";
+    case Layout::kWhole:
+      return "whole";
   }
   return "?";
 }
@@ -182,10 +186,14 @@ enum class Backend { kFs, kFsSmallBlocksAllTouched, kMega, kMegaVerifyPartial };
 
 const char* BackendName(Backend b) {
   switch (b) {
-    case Backend::kFs: return "fs";
-    case Backend::kFsSmallBlocksAllTouched: return "fs_small_blocks";
-    case Backend::kMega: return "mega";
-    case Backend::kMegaVerifyPartial: return "mega_verify_partial";
+    case Backend::kFs:
+      return "fs";
+    case Backend::kFsSmallBlocksAllTouched:
+      return "fs_small_blocks";
+    case Backend::kMega:
+      return "mega";
+    case Backend::kMegaVerifyPartial:
+      return "mega_verify_partial";
   }
   return "?";
 }
@@ -262,8 +270,8 @@ Status LoadAndCompare(const Source& src, Backend backend, const std::string& pat
       for (const auto& [n, t] : src.tensors) {
         if (n == name) s = &t;
       }
-      MEGA_RETURN_IF_ERROR(CompareBox("'" + name + "' rank " + std::to_string(g.rank()), *s,
-                                      offsets, d));
+      MEGA_RETURN_IF_ERROR(
+          CompareBox("'" + name + "' rank " + std::to_string(g.rank()), *s, offsets, d));
     }
     return Status::OK();
   });
@@ -322,12 +330,14 @@ TEST(F4ReshardMega, CompressedChunkedTensorInShards) {
       auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) -> Status {
         ShardedTensor st{DType::kF4, t.shape(), {}};
         std::vector<Box> boxes = BoxesOf(layout, t.shape(), world, g.rank());
-        for (const Box& b : boxes) st.shards.push_back(Shard{b.offsets, Poisoned(t, b.offsets, b.sizes)});
+        for (const Box& b : boxes)
+          st.shards.push_back(Shard{b.offsets, Poisoned(t, b.offsets, b.sizes)});
         StateDict sd;
         sd.Set("w", StateValue(st));
         MegaStorageReader reader(dir.path("model.mega"));
         MEGA_RETURN_IF_ERROR(Load(sd, reader, &g));
-        for (const Shard& sh : st.shards) MEGA_RETURN_IF_ERROR(CompareBox("w", t, sh.offsets, sh.tensor));
+        for (const Shard& sh : st.shards)
+          MEGA_RETURN_IF_ERROR(CompareBox("w", t, sh.offsets, sh.tensor));
         return Status::OK();
       });
       for (const Status& s : results) {
@@ -416,7 +426,8 @@ TEST(F4ReshardFs, VerifiedReadsWholeBlocksOnce) {
     PartialLoad load;
     ASSERT_NO_FATAL_FAILURE(LoadPartialBox(full, dir.path(), c, FileSystemReaderOptions{}, &load));
     // Whole blocks, plus their CRC table entries (4 B per 64 B block, read from the data file).
-    EXPECT_LE(load.ratio(), 2.1 * (1 + 4.0 / 64)) << ShapeToString(c.offsets) << ShapeToString(c.sizes);
+    EXPECT_LE(load.ratio(), 2.1 * (1 + 4.0 / 64))
+        << ShapeToString(c.offsets) << ShapeToString(c.sizes);
     EXPECT_GE(load.ratio(), 1.0);
   }
 }
@@ -432,7 +443,8 @@ TEST(F4ReshardMega, ConsolidateBlocks) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->entries, src.tensors.size());
   for (Layout layout : {Layout::kWhole, Layout::kCols}) {
-    Status l = LoadAndCompare(src, Backend::kMega, dir.path("whole"), layout, layout == Layout::kWhole ? 1 : 3);
+    Status l = LoadAndCompare(src, Backend::kMega, dir.path("whole"), layout,
+                              layout == Layout::kWhole ? 1 : 3);
     EXPECT_TRUE(l.ok()) << LayoutName(layout) << ": " << l.ToString();
   }
 }
@@ -612,7 +624,9 @@ TEST(F4ReshardPlanner, ViewsWhenAlignedTemporariesOtherwise) {
 // span from byte windows rebuilds the box.
 TEST(F4BoxSpans, TinySpansCoverTheBoxExactly) {
   std::mt19937 rng(5);
-  auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
   for (int iter = 0; iter < 300; ++iter) {
     const size_t nd = 1 + iter % 3;
     Shape stored(nd), start(nd), lengths(nd);

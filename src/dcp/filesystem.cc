@@ -24,7 +24,6 @@
 // (dcp/f4_box.h, docs/dcp.md "F4 resharding").
 #include "megackpt/dcp/filesystem.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -37,25 +36,26 @@
 #include "dcp/block_hashes.h"
 #include "dcp/f4_box.h"
 #include "dcp/guard.h"
-#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/endian.h"
 #include "megackpt/core/file.h"  // BaseName, kWritebackUnit
 #include "megackpt/core/packed.h"
 #include "megackpt/core/path_safety.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 
 namespace megackpt::dcp {
 namespace {
 
 constexpr std::string_view kDataSuffix = ".distcp";
-constexpr uint64_t kDataAlignment = 64;         // start of every item in a data file
-constexpr uint64_t kTableAlignment = 4;         // start of an item's block CRC table (after its bytes)
-constexpr uint64_t kCrcEntry = 4;               // bytes per block CRC in a table (u32 LE)
-constexpr uint64_t kReadUnit = 32ull << 20;     // work unit of a contiguous read
-constexpr uint64_t kReadPiece = 1ull << 20;     // pread size inside a unit
-constexpr uint64_t kVerifiedReadPiece = kCrcHotPiece;  // verified reads: CRC'd right after the pread
-constexpr uint64_t kMaxSegment = 2 * kReadUnit;  // runs sharing blocks: one read unit up to this
+constexpr uint64_t kDataAlignment = 64;      // start of every item in a data file
+constexpr uint64_t kTableAlignment = 4;      // start of an item's block CRC table (after its bytes)
+constexpr uint64_t kCrcEntry = 4;            // bytes per block CRC in a table (u32 LE)
+constexpr uint64_t kReadUnit = 32ull << 20;  // work unit of a contiguous read
+constexpr uint64_t kReadPiece = 1ull << 20;  // pread size inside a unit
+constexpr uint64_t kVerifiedReadPiece =
+    kCrcHotPiece;                                 // verified reads: CRC'd right after the pread
+constexpr uint64_t kMaxSegment = 2 * kReadUnit;   // runs sharing blocks: one read unit up to this
 constexpr uint64_t kDirectReadMin = 64ull << 10;  // shorter stretches go through the piece buffer
 // Automatic checksum blocks (FileSystemWriterOptions::checksum_block_size =
 // kAutoChecksumBlockSize): core's AutoCrcBlockSize of a row of the chunk (its
@@ -131,7 +131,8 @@ Status ForEachContiguousPiece(const Tensor& t, uint64_t max_bytes, std::byte* bu
   while (dim < t.ndim() && t.shape()[dim] == 1) ++dim;
   const int64_t rows = t.shape()[dim];
   const uint64_t row_bytes = t.nbytes() / static_cast<uint64_t>(rows);
-  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(max_bytes / std::max<uint64_t>(row_bytes, 1)));
+  const int64_t step =
+      std::max<int64_t>(1, static_cast<int64_t>(max_bytes / std::max<uint64_t>(row_bytes, 1)));
   for (int64_t start = 0; start < rows; start += step) {
     MEGA_ASSIGN_OR_RETURN(Tensor slab, t.Narrow(dim, start, std::min(step, rows - start)));
     MEGA_RETURN_IF_ERROR(ForEachContiguousPiece(slab, max_bytes, buffer, fn));
@@ -180,7 +181,8 @@ class FileSystemWriterImpl final : public StorageWriter {
     if (setup.is_coordinator) {
       MEGA_RETURN_IF_ERROR(fs_->CreateDirectories(path_));
       if (!options_.overwrite) {
-        MEGA_ASSIGN_OR_RETURN(bool exists, fs_->Exists(fs::JoinPath(path_, MetadataFileName(setup_))));
+        MEGA_ASSIGN_OR_RETURN(bool exists,
+                              fs_->Exists(fs::JoinPath(path_, MetadataFileName(setup_))));
         if (exists) {
           return AlreadyExistsError("a checkpoint already exists at " + path_ + " (" +
                                     MetadataFileName(setup_) +
@@ -206,12 +208,14 @@ class FileSystemWriterImpl final : public StorageWriter {
     if (!fs_) return FailedPreconditionError(path_ + ": SetUpStorageWriter was not called");
     const std::string& prefix = plan.storage_data;
     if (prefix.empty() || prefix.find('/') != std::string::npos) {
-      return FailedPreconditionError(path_ + ": save plan has no data file prefix "
+      return FailedPreconditionError(path_ +
+                                     ": save plan has no data file prefix "
                                      "(PrepareGlobalPlan did not run on the coordinator)");
     }
     // Spread items over files by size (largest first onto the lightest file);
     // within a file keep plan order.
-    const size_t nfiles = std::min<size_t>(options_.thread_count, std::max<size_t>(plan.items.size(), 1));
+    const size_t nfiles =
+        std::min<size_t>(options_.thread_count, std::max<size_t>(plan.items.size(), 1));
     std::vector<size_t> order(plan.items.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -249,8 +253,8 @@ class FileSystemWriterImpl final : public StorageWriter {
         [&](size_t f) -> Status {
           if (bins[f].empty()) return Status::OK();
           return Guard("FileSystemWriter::WriteData", [&] {
-            return WriteFile(std::move(files[f]), fs::JoinPath(path_, names[f]), names[f], plan, bins[f],
-                             planner, &results);
+            return WriteFile(std::move(files[f]), fs::JoinPath(path_, names[f]), names[f], plan,
+                             bins[f], planner, &results);
           });
         },
         options_.thread_count);
@@ -269,8 +273,9 @@ class FileSystemWriterImpl final : public StorageWriter {
     // Data files' directory entries must be durable before the commit can be.
     if (options_.sync) MEGA_RETURN_IF_ERROR(fs_->SyncDirectory(path_));
     const std::string name = MetadataFileName(setup_);
-    MEGA_RETURN_IF_ERROR(fs_->WriteAtomically(fs::JoinPath(path_, name), EncodeMetadata(md), options_.sync)
-                             .WithContext(path_ + ": commit of " + name));
+    MEGA_RETURN_IF_ERROR(
+        fs_->WriteAtomically(fs::JoinPath(path_, name), EncodeMetadata(md), options_.sync)
+            .WithContext(path_ + ": commit of " + name));
     committed_ = true;
     RemoveUnreferencedDataFiles(md);
     // The folder now holds exactly this checkpoint: files of another layout
@@ -286,9 +291,9 @@ class FileSystemWriterImpl final : public StorageWriter {
   }
 
  private:
-  Status WriteFile(std::unique_ptr<WritableFile> file, const std::string& full, const std::string& name,
-                   const SavePlan& plan, const std::vector<size_t>& items, SavePlanner& planner,
-                   std::vector<WriteResult>* results) {
+  Status WriteFile(std::unique_ptr<WritableFile> file, const std::string& full,
+                   const std::string& name, const SavePlan& plan, const std::vector<size_t>& items,
+                   SavePlanner& planner, std::vector<WriteResult>* results) {
     const bool positioned = file->supports_write_at();
     const uint64_t write_piece = WritePieceFor(*file);
     std::shared_ptr<std::byte> buffer;  // for strided tensors, allocated on first need
@@ -426,11 +431,11 @@ struct Run {
 // and runs that share a block belong to one segment, so a block several
 // destinations need is read and verified once.
 struct Segment {
-  size_t owner = 0;         // a plan index naming the stored item (ItemState info/file)
+  size_t owner = 0;  // a plan index naming the stored item (ItemState info/file)
   uint64_t a = 0, b = 0;
-  std::vector<Run> runs;    // sorted by rel
-  uint64_t staging = 0;     // bytes of box runs (staged, copied after verification)
-  bool f4 = false;          // an F4 box read span by span (ReadF4Segment); no runs
+  std::vector<Run> runs;  // sorted by rel
+  uint64_t staging = 0;   // bytes of box runs (staged, copied after verification)
+  bool f4 = false;        // an F4 box read span by span (ReadF4Segment); no runs
 };
 
 // The block CRCs a read fetched: crcs[k - first] is the CRC of block k, for k
@@ -444,9 +449,9 @@ struct ItemState {
   const StorageInfo* info = nullptr;
   const RandomAccessFile* file = nullptr;
   DType dtype = DType::kU8;
-  Tensor dest;          // full destination view (TENSOR)
-  std::string value;    // BYTE_IO: the value being read
-  Shape chunk_shape;    // TENSOR: the stored chunk's shape
+  Tensor dest;        // full destination view (TENSOR)
+  std::string value;  // BYTE_IO: the value being read
+  Shape chunk_shape;  // TENSOR: the stored chunk's shape
   std::atomic<size_t> remaining{0};
 };
 
@@ -471,10 +476,9 @@ class FileSystemReaderImpl final : public StorageReader {
 
   Result<Metadata> ReadMetadata() override {
     MEGA_RETURN_IF_ERROR(EnsureFs());
-    std::string name = options_.metadata_rank >= 1
-                           ? std::string(kMetadataFileName) + ".rank" +
-                                 std::to_string(options_.metadata_rank)
-                           : std::string(kMetadataFileName);
+    std::string name = options_.metadata_rank >= 1 ? std::string(kMetadataFileName) + ".rank" +
+                                                         std::to_string(options_.metadata_rank)
+                                                   : std::string(kMetadataFileName);
     MEGA_RETURN_IF_ERROR(CheckResolvesInside(path_, fs::JoinPath(path_, name)));
     MEGA_ASSIGN_OR_RETURN(Metadata md, ReadMetadataFile(*fs_, path_, name));
     if (!md.storage_meta) md.storage_meta = StorageMeta();
@@ -520,7 +524,8 @@ class FileSystemReaderImpl final : public StorageReader {
         pool_.get(), tasks.size(),
         [&](size_t k) -> Status {
           return Guard("FileSystemReader::ReadData", [&] {
-            return ReadSegmentGroup(plan, planner, items, segments, tasks[k].first, tasks[k].second);
+            return ReadSegmentGroup(plan, planner, items, segments, tasks[k].first,
+                                    tasks[k].second);
           });
         },
         options_.thread_count);
@@ -533,7 +538,8 @@ class FileSystemReaderImpl final : public StorageReader {
   Status CommitItem(const LoadPlan& plan, LoadPlanner& planner, std::vector<ItemState>& items,
                     size_t i) {
     const ReadItem& item = plan.items[i];
-    if (item.type == LoadItemType::kByteIO) return planner.LoadBytes(item, std::move(items[i].value));
+    if (item.type == LoadItemType::kByteIO)
+      return planner.LoadBytes(item, std::move(items[i].value));
     return planner.CommitTensor(item, items[i].dest);
   }
 
@@ -657,8 +663,8 @@ class FileSystemReaderImpl final : public StorageReader {
     const uint64_t fsize = st->file->size();
     if (st->info->offset > fsize || st->info->length > fsize - st->info->offset) {
       return DataLossError("data file " + st->file->name() + " is truncated: it has " +
-                           std::to_string(fsize) + " bytes, " + ToString(key) +
-                           " is stored at [" + std::to_string(st->info->offset) + ", " +
+                           std::to_string(fsize) + " bytes, " + ToString(key) + " is stored at [" +
+                           std::to_string(st->info->offset) + ", " +
                            std::to_string(st->info->offset + st->info->length) + ")");
     }
     if (verifying() && st->info->block_table_offset) {
@@ -677,7 +683,8 @@ class FileSystemReaderImpl final : public StorageReader {
     }
     if (item.type == LoadItemType::kByteIO) {
       if (!std::holds_alternative<BytesStorageMetadata>(mit->second)) {
-        return InvalidArgumentError(ToString(key) + " is a tensor in the checkpoint, read as bytes");
+        return InvalidArgumentError(ToString(key) +
+                                    " is a tensor in the checkpoint, read as bytes");
       }
       st->value.assign(st->info->length, '\0');
       if (st->info->length == 0) return Status::OK();
@@ -689,11 +696,12 @@ class FileSystemReaderImpl final : public StorageReader {
       return Status::OK();
     }
     const auto* tm = std::get_if<TensorStorageMetadata>(&mit->second);
-    if (!tm) return InvalidArgumentError(ToString(key) + " is bytes in the checkpoint, read as a tensor");
+    if (!tm)
+      return InvalidArgumentError(ToString(key) + " is bytes in the checkpoint, read as a tensor");
     const ChunkStorageMetadata* chunk = nullptr;
     if (item.storage_index.index && *item.storage_index.index >= 0 &&
-        static_cast<size_t>(*item.storage_index.index) < tm->chunks.size() &&
-        key.offset && tm->chunks[*item.storage_index.index].offsets == *key.offset) {
+        static_cast<size_t>(*item.storage_index.index) < tm->chunks.size() && key.offset &&
+        tm->chunks[*item.storage_index.index].offsets == *key.offset) {
       chunk = &tm->chunks[*item.storage_index.index];
     }
     for (size_t c = 0; !chunk && c < tm->chunks.size(); ++c) {
@@ -710,12 +718,11 @@ class FileSystemReaderImpl final : public StorageReader {
                                   std::to_string(nd));
     }
     for (size_t d = 0; d < nd; ++d) {
-      if (item.storage_offsets[d] < 0 || item.lengths[d] < 0 ||
-          item.storage_offsets[d] > S[d] || item.lengths[d] > S[d] - item.storage_offsets[d]) {
-        return InvalidArgumentError("read item for " + ToString(key) + " box " +
-                                    ShapeToString(item.storage_offsets) + "+" +
-                                    ShapeToString(item.lengths) + " exceeds stored chunk " +
-                                    ShapeToString(S));
+      if (item.storage_offsets[d] < 0 || item.lengths[d] < 0 || item.storage_offsets[d] > S[d] ||
+          item.lengths[d] > S[d] - item.storage_offsets[d]) {
+        return InvalidArgumentError(
+            "read item for " + ToString(key) + " box " + ShapeToString(item.storage_offsets) + "+" +
+            ShapeToString(item.lengths) + " exceeds stored chunk " + ShapeToString(S));
       }
     }
     MEGA_ASSIGN_OR_RETURN(uint64_t chunk_bytes, ChunkNbytes(st->dtype, S));
@@ -747,13 +754,15 @@ class FileSystemReaderImpl final : public StorageReader {
     for (size_t d = 0; d < j; ++d) one_run = one_run && item.lengths[d] == 1;
     uint64_t needed = st->dest.numel() * esize;
     uint64_t start_elem = 0;
-    for (size_t d = 0; d < nd; ++d) start_elem += static_cast<uint64_t>(item.storage_offsets[d]) * sstr[d];
+    for (size_t d = 0; d < nd; ++d)
+      start_elem += static_cast<uint64_t>(item.storage_offsets[d]) * sstr[d];
     if (st->dtype == DType::kF4) {
       // Bytes map 1:1 onto the destination for the whole chunk, or for one
       // storage run that starts on a byte boundary and fills whole bytes.
       const bool whole = j == 0 && item.lengths == S;
-      const bool bytewise = st->dest.is_contiguous() &&
-                            (whole || (one_run && start_elem % 2 == 0 && st->dest.numel() % 2 == 0));
+      const bool bytewise =
+          st->dest.is_contiguous() &&
+          (whole || (one_run && start_elem % 2 == 0 && st->dest.numel() % 2 == 0));
       if (!bytewise) {
         Segment seg;
         seg.owner = i;
@@ -908,7 +917,8 @@ class FileSystemReaderImpl final : public StorageReader {
     for (int64_t s = 0; s < total; ++s) {
       offs[k] = base + s;
       lens[k] = 1;
-      MEGA_RETURN_IF_ERROR(SplitRun(i, item, st, S, sstr, esize, k + 1, offs, lens, max_bytes, runs));
+      MEGA_RETURN_IF_ERROR(
+          SplitRun(i, item, st, S, sstr, esize, k + 1, offs, lens, max_bytes, runs));
     }
     return Status::OK();
   }
@@ -920,7 +930,8 @@ class FileSystemReaderImpl final : public StorageReader {
   }
 
   // [rel, rel+len) widened to whole checksum blocks (clipped to the item).
-  static std::pair<uint64_t, uint64_t> Expanded(const StorageInfo& info, uint64_t rel, uint64_t len) {
+  static std::pair<uint64_t, uint64_t> Expanded(const StorageInfo& info, uint64_t rel,
+                                                uint64_t len) {
     const uint64_t bs = BlockSizeOf(info);
     uint64_t a = rel / bs * bs;
     uint64_t b = std::min(info.length, (rel + len + bs - 1) / bs * bs);
@@ -967,9 +978,15 @@ class FileSystemReaderImpl final : public StorageReader {
   // item end.
   class BlockChecker {
    public:
-    BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify, const CrcTable& table)
-        : st_(st), item_(item), verify_(verify), bs_(BlockSizeOf(*st.info)), pos_(a),
-          block_(a / bs_), block_end_(std::min(st.info->length, (block_ + 1) * bs_)),
+    BlockChecker(const ItemState& st, const ReadItem& item, uint64_t a, bool verify,
+                 const CrcTable& table)
+        : st_(st),
+          item_(item),
+          verify_(verify),
+          bs_(BlockSizeOf(*st.info)),
+          pos_(a),
+          block_(a / bs_),
+          block_end_(std::min(st.info->length, (block_ + 1) * bs_)),
           table_(st.info->block_size != 0 ? &table : nullptr) {
       if (verify && st.info->block_size == 0 && st.info->checksum.starts_with("sha256:")) {
         sha256_.emplace();
@@ -1020,11 +1037,12 @@ class FileSystemReaderImpl final : public StorageReader {
     Status FeedWholeBlocks(std::span<const std::byte>* data, std::optional<uint32_t>& data_crc) {
       if (sha256_ || !table_ || pos_ % bs_ != 0) return Status::OK();
       if (block_ < table_->first || block_ >= table_->end) return Status::OK();
-      const uint64_t whole = std::min(std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_,
-                                      table_->end - block_);
+      const uint64_t whole = std::min(
+          std::min<uint64_t>(data->size(), st_.info->length - pos_) / bs_, table_->end - block_);
       if (whole == 0) return Status::OK();
       uint32_t bad_crc = 0;
-      const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first), static_cast<size_t>(whole));
+      const std::span<const uint32_t> want(table_->crcs + (block_ - table_->first),
+                                           static_cast<size_t>(whole));
       // data_crc is the CRC of these blocks only when they are all of data.
       const std::optional<uint32_t> span_crc =
           whole * bs_ == data->size() ? data_crc : std::optional<uint32_t>();
@@ -1033,7 +1051,9 @@ class FileSystemReaderImpl final : public StorageReader {
       if (auto bad = FindBadBlock(blocks, bs_, want, &bad_crc, span_crc)) {
         crc_ = bad_crc;
         Status s = CloseBlock(block_ + *bad);  // the named DataLoss error
-        return s.ok() ? InternalError("block check of " + st_.file->name() + " disagrees with itself") : s;
+        return s.ok()
+                   ? InternalError("block check of " + st_.file->name() + " disagrees with itself")
+                   : s;
       }
       pos_ += whole * bs_;
       block_ += whole;
@@ -1086,8 +1106,8 @@ class FileSystemReaderImpl final : public StorageReader {
     bool verify_;
     uint64_t bs_;
     uint64_t pos_;
-    uint64_t block_;      // index of the block pos_ is in
-    uint64_t block_end_;  // its end (item-relative)
+    uint64_t block_;         // index of the block pos_ is in
+    uint64_t block_end_;     // its end (item-relative)
     const CrcTable* table_;  // block CRCs, or nullptr (one item checksum)
     uint32_t crc_ = 0;
     std::optional<Sha256> sha256_;  // items with one whole-item SHA-256
@@ -1177,14 +1197,16 @@ class FileSystemReaderImpl final : public StorageReader {
         const Run& r = runs[j];
         const uint64_t x = std::max(pos, r.rel), y = std::min(stop, r.rel + r.len);
         if (x >= y) continue;
-        std::byte* to = r.dest_ptr ? r.dest_ptr + (x - r.rel) : staging.data() + r.staged_at + (x - r.rel);
+        std::byte* to =
+            r.dest_ptr ? r.dest_ptr + (x - r.rel) : staging.data() + r.staged_at + (x - r.rel);
         std::memcpy(to, buf.data() + (x - pos), y - x);
       }
       pos = stop;
     }
     for (const Run& r : runs) {
       if (r.dest_ptr) continue;
-      MEGA_ASSIGN_OR_RETURN(Tensor src, Tensor::FromBlob(staging.data() + r.staged_at, st.dtype, r.shape));
+      MEGA_ASSIGN_OR_RETURN(Tensor src,
+                            Tensor::FromBlob(staging.data() + r.staged_at, st.dtype, r.shape));
       MEGA_RETURN_IF_ERROR(CopyTensor(src, r.dest));
     }
     return Status::OK();
@@ -1196,19 +1218,20 @@ class FileSystemReaderImpl final : public StorageReader {
   // read and verified into staging, then its runs are copied nibble-exactly.
   Status ReadF4Segment(const ItemState& st, const ReadItem& item) {
     const Shape& S = st.chunk_shape;
-    return ForEachF4Span(
-        S, item.storage_offsets, item.lengths, options_.staging_bytes, kF4MaxOverhead,
-        [&](const F4Span& span) -> Status {
-          uint64_t a = span.begin, b = span.end;
-          if (verifying()) std::tie(a, b) = Expanded(*st.info, span.begin, span.end - span.begin);
-          ScratchLease lease(this, b - a);
-          if (!lease.data()) {
-            return ResourceExhaustedError("cannot allocate a read buffer of " +
-                                          std::to_string(b - a) + " bytes");
-          }
-          MEGA_RETURN_IF_ERROR(ReadVerified(st, item, a, std::span<std::byte>(lease.data(), b - a)));
-          return CopyF4Span(span, lease.data(), a, S, st.dest);
-        });
+    return ForEachF4Span(S, item.storage_offsets, item.lengths, options_.staging_bytes,
+                         kF4MaxOverhead, [&](const F4Span& span) -> Status {
+                           uint64_t a = span.begin, b = span.end;
+                           if (verifying())
+                             std::tie(a, b) = Expanded(*st.info, span.begin, span.end - span.begin);
+                           ScratchLease lease(this, b - a);
+                           if (!lease.data()) {
+                             return ResourceExhaustedError("cannot allocate a read buffer of " +
+                                                           std::to_string(b - a) + " bytes");
+                           }
+                           MEGA_RETURN_IF_ERROR(ReadVerified(
+                               st, item, a, std::span<std::byte>(lease.data(), b - a)));
+                           return CopyF4Span(span, lease.data(), a, S, st.dest);
+                         });
   }
 
   // Reusable, pre-faulted staging buffers (first-touch faults are expensive).
@@ -1257,11 +1280,13 @@ class FileSystemReaderImpl final : public StorageReader {
 
 }  // namespace
 
-std::unique_ptr<StorageWriter> NewFileSystemWriter(std::string path, FileSystemWriterOptions options) {
+std::unique_ptr<StorageWriter> NewFileSystemWriter(std::string path,
+                                                   FileSystemWriterOptions options) {
   return std::make_unique<FileSystemWriterImpl>(std::move(path), std::move(options));
 }
 
-std::unique_ptr<StorageReader> NewFileSystemReader(std::string path, FileSystemReaderOptions options) {
+std::unique_ptr<StorageReader> NewFileSystemReader(std::string path,
+                                                   FileSystemReaderOptions options) {
   return std::make_unique<FileSystemReaderImpl>(std::move(path), std::move(options));
 }
 

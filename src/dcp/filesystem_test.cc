@@ -79,7 +79,8 @@ TEST(FileSystemCheckpoint, SyntheticRoundTripAndRebuild) {
   EXPECT_TRUE(v.ok()) << v.ToString();
   ASSERT_TRUE(rebuilt->Find("model") && rebuilt->Find("model")->is_dict());
   ASSERT_TRUE(rebuilt->Find("model")->dict().Find("layers")->is_list());
-  ASSERT_TRUE(rebuilt->Find("optim")->dict().Find("state")->list()[0].dict().Find("step")->is_bytes());
+  ASSERT_TRUE(
+      rebuilt->Find("optim")->dict().Find("state")->list()[0].dict().Find("step")->is_bytes());
 }
 
 // The data files' directory entries go out before their bytes, so the commit
@@ -103,7 +104,8 @@ TEST(FileSystemCheckpoint, FolderIsSyncedAfterCreatingTheDataFilesAndBeforeWriti
                             [](const std::string& e) { return e.rfind("create __", 0) == 0; }),
               3)
         << "sync " << sync;
-    EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(events, "ckpt", ".distcp"), "") << "sync " << sync;
+    EXPECT_EQ(testing::CheckEntriesWrittenOutBeforeData(events, "ckpt", ".distcp"), "")
+        << "sync " << sync;
   }
 }
 
@@ -111,7 +113,8 @@ TEST(FileSystemCheckpoint, StridedSourceAndDestination) {
   TempDir dir;
   // Source: a transposed view of a [6, 10] buffer, i.e. a [10, 6] strided tensor.
   Tensor base = Iota(DType::kF32, {6, 10}, 3);
-  Tensor src = Tensor::FromBlobStrided(base.data(), DType::kF32, {10, 6}, {1, 10}, base.owner()).value();
+  Tensor src =
+      Tensor::FromBlobStrided(base.data(), DType::kF32, {10, 6}, {1, 10}, base.owner()).value();
   StateDict sd;
   sd.Set("t", StateValue(src));
   FileSystemWriterOptions wo;
@@ -120,9 +123,11 @@ TEST(FileSystemCheckpoint, StridedSourceAndDestination) {
   ASSERT_TRUE(Save(sd, *writer).ok());
   // Destination: column shards that are themselves strided views.
   Tensor dbase = Tensor::Empty(DType::kF32, {6, 10}, true).value();
-  Tensor dview = Tensor::FromBlobStrided(dbase.data(), DType::kF32, {10, 6}, {1, 10}, dbase.owner()).value();
+  Tensor dview =
+      Tensor::FromBlobStrided(dbase.data(), DType::kF32, {10, 6}, {1, 10}, dbase.owner()).value();
   StateDict dest;
-  dest.Set("t", StateValue(ShardedTensor{DType::kF32, {10, 6},
+  dest.Set("t", StateValue(ShardedTensor{DType::kF32,
+                                         {10, 6},
                                          {Shard{{0, 0}, dview.Narrow(1, 0, 4).value()},
                                           Shard{{0, 4}, dview.Narrow(1, 4, 2).value()}}}));
   auto reader = NewFileSystemReader(dir.path());
@@ -139,7 +144,8 @@ const Shape kRowBlocksGlobal{768, 512};
 // Saves `full` (a "w" of kRowBlocksGlobal) at `dir` as 3 row blocks of 256 rows.
 void SaveInThreeRowBlocks(const Tensor& full, const std::string& dir) {
   std::vector<Shard> shards;
-  for (int r = 0; r < 3; ++r) shards.push_back(Shard{{256 * r, 0}, full.Narrow(0, 256 * r, 256).value()});
+  for (int r = 0; r < 3; ++r)
+    shards.push_back(Shard{{256 * r, 0}, full.Narrow(0, 256 * r, 256).value()});
   StateDict sd;
   sd.Set("w", StateValue(ShardedTensor{DType::kF32, kRowBlocksGlobal, shards}));
   ASSERT_TRUE(Save(sd, *NewFileSystemWriter(dir)).ok());
@@ -163,7 +169,8 @@ const ReadBox kReadBoxes[] = {
 // expects exactly the box's bytes, and sets *bytes_read to the data bytes read
 // and *bytes_needed to the box's. A failed load is a fatal failure.
 void LoadBoxCountingReads(const Tensor& full, const std::string& dir, const ReadBox& c,
-                          FileSystemReaderOptions ro, uint64_t* bytes_read, uint64_t* bytes_needed) {
+                          FileSystemReaderOptions ro, uint64_t* bytes_read,
+                          uint64_t* bytes_needed) {
   auto counting = std::make_shared<testing::InstrumentedFileSystem>();
   ro.fs = counting;
   Tensor dst = Tensor::Empty(DType::kF32, c.sizes, true).value();
@@ -241,7 +248,8 @@ TEST(FileSystemCheckpoint, HashRecordsEqualHashBlocksOfTheStoredBytes) {
   constexpr uint64_t kBlock = 5000;
   Tensor w = Iota(DType::kF32, {256, 300}, 1);  // 307200 bytes: 61 blocks and 2200
   Tensor base = Iota(DType::kF32, {300, 200}, 5);
-  Tensor strided = Tensor::FromBlobStrided(base.data(), DType::kF32, {200, 300}, {1, 200}, base.owner()).value();
+  Tensor strided =
+      Tensor::FromBlobStrided(base.data(), DType::kF32, {200, 300}, {1, 200}, base.owner()).value();
   Tensor dense = Tensor::Empty(DType::kF32, {200, 300}).value();
   ASSERT_TRUE(CopyTensor(strided, dense).ok());
   std::string b(12345, '\0');
@@ -255,12 +263,11 @@ TEST(FileSystemCheckpoint, HashRecordsEqualHashBlocksOfTheStoredBytes) {
   auto bytes_of = [](const Tensor& t) {
     return std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes());
   };
-  const std::map<std::string, BlockHashes> want = {
-      {"w", HashBlocks(bytes_of(w), kBlock)},
-      {"s", HashBlocks(bytes_of(dense), kBlock)},
-      {"e", HashBlocks({}, kBlock)},
-      {"b", HashBlocks(AsBytes(b), kBlock)},
-      {"nb", HashBlocks({}, kBlock)}};
+  const std::map<std::string, BlockHashes> want = {{"w", HashBlocks(bytes_of(w), kBlock)},
+                                                   {"s", HashBlocks(bytes_of(dense), kBlock)},
+                                                   {"e", HashBlocks({}, kBlock)},
+                                                   {"b", HashBlocks(AsBytes(b), kBlock)},
+                                                   {"nb", HashBlocks({}, kBlock)}};
   EXPECT_EQ(want.at("w").digests.size(), 62u);
   EXPECT_EQ(want.at("s").digests.size(), 48u);
   for (uint64_t hash_block : {uint64_t{0}, kBlock}) {
@@ -283,7 +290,8 @@ TEST(FileSystemCheckpoint, HashRecordsEqualHashBlocksOfTheStoredBytes) {
       EXPECT_EQ(info.extra, EncodeBlockHashes(want.at(idx.fqn))) << ToString(idx);
       const std::string file = ReadFileText(dir.path() + "/" + info.relative_path);
       ASSERT_LE(info.offset + info.length, file.size());
-      EXPECT_EQ(*got, HashBlocks(AsBytes(std::string_view(file).substr(info.offset, info.length)), kBlock))
+      EXPECT_EQ(*got, HashBlocks(AsBytes(std::string_view(file).substr(info.offset, info.length)),
+                                 kBlock))
           << ToString(idx);
     }
   }
@@ -324,14 +332,16 @@ TEST(FileSystemCheckpoint, BlockCrcTablesFollowTheirItemInTheDataFile) {
     ASSERT_TRUE(info.block_table_offset.has_value()) << ToString(idx);
     EXPECT_TRUE(info.block_crc32.empty());
     const uint64_t at = *info.block_table_offset;
-    EXPECT_EQ(at, (info.offset + info.length + 3) / 4 * 4) << ToString(idx);  // right after the bytes
+    EXPECT_EQ(at, (info.offset + info.length + 3) / 4 * 4)
+        << ToString(idx);  // right after the bytes
     const uint64_t blocks = BlockCount(info);
     ASSERT_LE(at + 4 * blocks, file.size());
     const auto* bytes = reinterpret_cast<const std::byte*>(file.data());
     for (uint64_t b = 0; b < blocks; ++b) {
       const uint64_t from = info.offset + b * info.block_size;
       const uint64_t n = std::min(info.block_size, info.offset + info.length - from);
-      ASSERT_EQ(LoadLE32(file.data() + at + 4 * b), Crc32(std::span<const std::byte>(bytes + from, n)))
+      ASSERT_EQ(LoadLE32(file.data() + at + 4 * b),
+                Crc32(std::span<const std::byte>(bytes + from, n)))
           << ToString(idx) << " block " << b;
     }
   }
@@ -346,7 +356,8 @@ TEST(FileSystemCheckpoint, BlockCrcTablesFollowTheirItemInTheDataFile) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find(w.relative_path), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'w'[0, 0] block 5,"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("data or its checksum table is damaged"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("data or its checksum table is damaged"), std::string::npos)
+      << s.message();
   // Unverified loads do not read tables: the same load succeeds with kOff.
   FileSystemReaderOptions off;
   off.verify = VerifyMode::kOff;
@@ -390,7 +401,8 @@ TEST(FileSystemCheckpoint, FlipsInALargeItemAreFoundByTheFusedRead) {
     Tensor out = Tensor::Empty(DType::kF32, {6144, 1024}).value();
     dest.Set("big", StateValue(out));
     MEGA_RETURN_IF_ERROR(Load(dest, *NewFileSystemReader(dir.path())));
-    if (std::memcmp(out.data(), big.data(), big.nbytes()) != 0) return InternalError("bytes differ");
+    if (std::memcmp(out.data(), big.data(), big.nbytes()) != 0)
+      return InternalError("bytes differ");
     return Status::OK();
   };
   auto load_rows = [&]() -> Status {  // rows 1000..3999: 12 MiB from inside the item
@@ -461,7 +473,8 @@ TEST(FileSystemCheckpoint, LoadsCheckpointWithInlineBlockCrcTables) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   const auto* c = static_cast<const float*>(cols.data());
   for (int64_t r = 0; r < 4; ++r) {
-    for (int64_t k = 0; k < 8; ++k) ASSERT_EQ(c[r * 8 + k], expected(r * 32 + 20 + k)) << r << "," << k;
+    for (int64_t k = 0; k < 8; ++k)
+      ASSERT_EQ(c[r * 8 + k], expected(r * 32 + 20 + k)) << r << "," << k;
   }
   // Damaged data is caught against the inline table.
   FlipFileByte(dir.path() + "/" + w.relative_path, w.offset + 200);
@@ -598,9 +611,15 @@ TEST(FileSystemCheckpoint, ResaveIsCrashSafe) {
      public:
       explicit CrashingWriter(std::unique_ptr<StorageWriter> w) : w_(std::move(w)) {}
       Status Reset(std::string_view id) override { return w_->Reset(id); }
-      bool ValidateCheckpointId(std::string_view id) const override { return w_->ValidateCheckpointId(id); }
-      Status SetUpStorageWriter(const StorageSetUp& s) override { return w_->SetUpStorageWriter(s); }
-      Result<SavePlan> PrepareLocalPlan(SavePlan p) override { return w_->PrepareLocalPlan(std::move(p)); }
+      bool ValidateCheckpointId(std::string_view id) const override {
+        return w_->ValidateCheckpointId(id);
+      }
+      Status SetUpStorageWriter(const StorageSetUp& s) override {
+        return w_->SetUpStorageWriter(s);
+      }
+      Result<SavePlan> PrepareLocalPlan(SavePlan p) override {
+        return w_->PrepareLocalPlan(std::move(p));
+      }
       Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> p) override {
         return w_->PrepareGlobalPlan(std::move(p));
       }
@@ -668,7 +687,8 @@ TEST(AsyncSave, StagesInPiecesThroughABoundedReusablePool) {
     auto flat = FlattenStateDict(copy, nullptr).value();
     std::vector<std::string> saved_bytes;
     for (auto& fe : flat) {
-      if (fe.value->is_tensor()) std::memset(fe.value->tensor().data(), 0x55, fe.value->tensor().nbytes());
+      if (fe.value->is_tensor())
+        std::memset(fe.value->tensor().data(), 0x55, fe.value->tensor().nbytes());
     }
     Status done = h.done.get();
     ASSERT_TRUE(done.ok()) << done.ToString();

@@ -31,7 +31,7 @@
 
 #include "dcp/guard.h"
 #include "megackpt/core/checksum.h"  // AsBytes
-#include "megackpt/core/file.h"  // BaseName
+#include "megackpt/core/file.h"      // BaseName
 #include "megackpt/core/thread_pool.h"
 #include "megackpt/dcp/filesystem.h"
 
@@ -79,14 +79,15 @@ class BlockMatcher {
     return true;
   }
   const BlockHashes& base_;
-  size_t next_;          // base block the next completed block is compared with
-  size_t checked_ = 0;   // of hasher_.completed()
+  size_t next_;         // base block the next completed block is compared with
+  size_t checked_ = 0;  // of hasher_.completed()
   uint64_t fed_ = 0;
   BlockHasher hasher_;
 };
 
 // The stored bytes of an item when they are one contiguous span of memory.
-std::optional<std::span<const std::byte>> ContiguousBytes(const WriteItem& item, const ResolvedData& data) {
+std::optional<std::span<const std::byte>> ContiguousBytes(const WriteItem& item,
+                                                          const ResolvedData& data) {
   if (item.type == WriteItemType::kByteIO) return AsBytes(data.bytes);
   const Tensor& t = data.tensor;
   if (t.numel() == 0) return std::span<const std::byte>();
@@ -100,8 +101,10 @@ std::optional<std::span<const std::byte>> ContiguousBytes(const WriteItem& item,
 Result<bool> MatchStrided(const Tensor& t, BlockMatcher& m) {
   const int64_t rows = t.shape()[0];
   const uint64_t row_bytes = t.nbytes() / static_cast<uint64_t>(std::max<int64_t>(rows, 1));
-  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kGatherBytes / std::max<uint64_t>(row_bytes, 1)));
-  std::vector<std::byte> buffer(static_cast<size_t>(std::min<uint64_t>(t.nbytes(), row_bytes * step)));
+  const int64_t step =
+      std::max<int64_t>(1, static_cast<int64_t>(kGatherBytes / std::max<uint64_t>(row_bytes, 1)));
+  std::vector<std::byte> buffer(
+      static_cast<size_t>(std::min<uint64_t>(t.nbytes(), row_bytes * step)));
   for (int64_t start = 0; start < rows; start += step) {
     const int64_t n = std::min(step, rows - start);
     MEGA_ASSIGN_OR_RETURN(Tensor slab, t.Narrow(0, start, n));
@@ -117,8 +120,11 @@ class IncrementalWriter final : public StorageWriter {
   IncrementalWriter(std::unique_ptr<StorageWriter> inner, std::string dir,
                     std::shared_ptr<fs::FileSystem> fs, IncrementalWriterOptions options,
                     std::shared_ptr<IncrementalStats> stats)
-      : inner_(std::move(inner)), dir_(std::move(dir)), fs_(std::move(fs)),
-        options_(std::move(options)), stats_(stats ? std::move(stats) : std::make_shared<IncrementalStats>()) {
+      : inner_(std::move(inner)),
+        dir_(std::move(dir)),
+        fs_(std::move(fs)),
+        options_(std::move(options)),
+        stats_(stats ? std::move(stats) : std::make_shared<IncrementalStats>()) {
     if (options_.block_size == 0) options_.block_size = 1ull << 20;
     if (options_.thread_count < 1) options_.thread_count = 1;
   }
@@ -129,7 +135,9 @@ class IncrementalWriter final : public StorageWriter {
     linked_.clear();
     return inner_->Reset(checkpoint_id);
   }
-  bool ValidateCheckpointId(std::string_view id) const override { return inner_->ValidateCheckpointId(id); }
+  bool ValidateCheckpointId(std::string_view id) const override {
+    return inner_->ValidateCheckpointId(id);
+  }
   std::optional<StorageMeta> GetStorageMeta() const override { return inner_->GetStorageMeta(); }
 
   Status SetUpStorageWriter(const StorageSetUp& setup) override {
@@ -143,7 +151,8 @@ class IncrementalWriter final : public StorageWriter {
     for (auto& [index, info] : md->storage_data) {
       // Only data files of this layout, named plainly inside the base folder,
       // with a record of this save's block size.
-      if (!info.relative_path.ends_with(".distcp") || info.relative_path.find('/') != std::string::npos) {
+      if (!info.relative_path.ends_with(".distcp") ||
+          info.relative_path.find('/') != std::string::npos) {
         continue;
       }
       auto hashes = DecodeBlockHashes(info.extra);
@@ -156,7 +165,9 @@ class IncrementalWriter final : public StorageWriter {
     return Status::OK();
   }
 
-  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override { return inner_->PrepareLocalPlan(std::move(plan)); }
+  Result<SavePlan> PrepareLocalPlan(SavePlan plan) override {
+    return inner_->PrepareLocalPlan(std::move(plan));
+  }
   Result<std::vector<SavePlan>> PrepareGlobalPlan(std::vector<SavePlan> plans) override {
     return inner_->PrepareGlobalPlan(std::move(plans));
   }
@@ -177,7 +188,8 @@ class IncrementalWriter final : public StorageWriter {
         verdict[i] = Verdict::kUndecided;
       }
     }
-    if (!pool_ && options_.thread_count > 1) pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
+    if (!pool_ && options_.thread_count > 1)
+      pool_ = std::make_unique<ThreadPool>(options_.thread_count - 1);
     std::atomic<uint64_t> compared{0};
     // 1. First blocks of the contiguous items.
     MEGA_RETURN_IF_ERROR(ParallelFor(
@@ -210,8 +222,9 @@ class IncrementalWriter final : public StorageWriter {
     std::thread writer;
     if (!first_batch.empty()) {
       writer = std::thread([&] {
-        written_first = Guard("FileSystemWriter::WriteData",
-                              [&] { return inner_->WriteData(SubPlan(plan, first_batch), planner); });
+        written_first = Guard("FileSystemWriter::WriteData", [&] {
+          return inner_->WriteData(SubPlan(plan, first_batch), planner);
+        });
       });
     }
     // 3. ...while the undecided ones are compared to the end or their first differing block.
@@ -246,7 +259,8 @@ class IncrementalWriter final : public StorageWriter {
       if (!std::binary_search(first_batch.begin(), first_batch.end(), i)) second_batch.push_back(i);
     }
     if (!second_batch.empty()) {
-      MEGA_RETURN_IF_ERROR(Take(inner_->WriteData(SubPlan(plan, second_batch), planner), second_batch, &results));
+      MEGA_RETURN_IF_ERROR(
+          Take(inner_->WriteData(SubPlan(plan, second_batch), planner), second_batch, &results));
     }
     for (size_t i : Select(verdict, Verdict::kSame)) {
       MEGA_RETURN_IF_ERROR(LinkFromBase(base[i]->info.relative_path));
@@ -260,7 +274,8 @@ class IncrementalWriter final : public StorageWriter {
     return results;
   }
 
-  Status Finish(const Metadata& metadata, const std::vector<std::vector<WriteResult>>& results) override {
+  Status Finish(const Metadata& metadata,
+                const std::vector<std::vector<WriteResult>>& results) override {
     MEGA_RETURN_IF_ERROR(inner_->Finish(metadata, results));
     committed_ = true;
     return Status::OK();
@@ -327,14 +342,15 @@ class IncrementalWriter final : public StorageWriter {
       MEGA_ASSIGN_OR_RETURN(fs::FileInfo a, fs_->Stat(from));
       MEGA_ASSIGN_OR_RETURN(fs::FileInfo b, fs_->Stat(to));
       if (a.size != b.size) {
-        return DataLossError(to + " exists and differs from " + from + " (" + std::to_string(b.size) +
-                             " vs " + std::to_string(a.size) + " bytes)");
+        return DataLossError(to + " exists and differs from " + from + " (" +
+                             std::to_string(b.size) + " vs " + std::to_string(a.size) + " bytes)");
       }
       s = Status::OK();
     } else if (s.ok()) {
       links_.push_back(to);
     }
-    MEGA_RETURN_IF_ERROR(s.WithContext("incremental save: referencing " + BaseName(from) + " of the base"));
+    MEGA_RETURN_IF_ERROR(
+        s.WithContext("incremental save: referencing " + BaseName(from) + " of the base"));
     linked_.insert(to);
     return Status::OK();
   }
@@ -354,7 +370,8 @@ class IncrementalWriter final : public StorageWriter {
 
 }  // namespace
 
-std::unique_ptr<StorageWriter> NewIncrementalWriter(std::unique_ptr<StorageWriter> inner, std::string dir,
+std::unique_ptr<StorageWriter> NewIncrementalWriter(std::unique_ptr<StorageWriter> inner,
+                                                    std::string dir,
                                                     std::shared_ptr<fs::FileSystem> fs,
                                                     IncrementalWriterOptions options,
                                                     std::shared_ptr<IncrementalStats> stats) {

@@ -38,10 +38,9 @@ struct IncrementalWriterOptions {
 // hash_block_size == options.block_size (an item written without a hash record
 // is simply written again by the next save). `stats` (optional) is added to.
 // REQUIRES: fs supports Link when options.base_dir is set.
-std::unique_ptr<StorageWriter> NewIncrementalWriter(std::unique_ptr<StorageWriter> inner,
-                                                    std::string dir, std::shared_ptr<fs::FileSystem> fs,
-                                                    IncrementalWriterOptions options,
-                                                    std::shared_ptr<IncrementalStats> stats = nullptr);
+std::unique_ptr<StorageWriter> NewIncrementalWriter(
+    std::unique_ptr<StorageWriter> inner, std::string dir, std::shared_ptr<fs::FileSystem> fs,
+    IncrementalWriterOptions options, std::shared_ptr<IncrementalStats> stats = nullptr);
 
 }  // namespace megackpt::dcp
 

@@ -26,10 +26,9 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "dcp/mega_storage_commit.h"
 #include "dcp/mega_storage_files.h"
@@ -37,11 +36,11 @@
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"  // kWritebackUnit
 #include "megackpt/core/text.h"
+#include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/checkpoint_folder.h"
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/format/index_file.h"
-#include "megackpt/core/thread_pool.h"
-#include "megackpt/dcp/checkpoint_folder.h"
 
 namespace megackpt::dcp {
 
@@ -174,7 +173,8 @@ std::vector<int> SplitOverFiles(const std::vector<WriteItem>& items, size_t want
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::vector<uint64_t> nbytes(items.size());
   for (size_t i = 0; i < items.size(); ++i) nbytes[i] = WriteItemNbytes(items[i]);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return nbytes[a] > nbytes[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return nbytes[a] > nbytes[b]; });
   struct Bin {
     uint64_t bytes = 0;
     std::set<std::string> fqns;
@@ -226,7 +226,7 @@ struct MegaStorageWriter::Impl {
   std::vector<std::string> created;  // names of the files this rank created
   std::unique_ptr<ThreadPool> pool;
   std::map<std::string, ObjectPath> object_paths;  // from this rank's local plan
-  fs::FileSystemCapabilities caps;  // of `fs`
+  fs::FileSystemCapabilities caps;                 // of `fs`
   // This rank's transaction of the current save (see the top of this file).
   std::unique_ptr<fs::Transaction> txn;
   std::string last_commit;  // id of the last commit this writer made ("" = none / no history)
@@ -245,11 +245,11 @@ struct MegaStorageWriter::Impl {
     committed = false;
   }
 
-
   Status EnsureLayout(const std::string& text) {
     if (!layout_text.empty() && text == layout_text) return Status::OK();
     if (!layout_text.empty()) {
-      return FailedPreconditionError(path + ": WriteData got a different file layout within one save");
+      return FailedPreconditionError(path +
+                                     ": WriteData got a different file layout within one save");
     }
     MEGA_ASSIGN_OR_RETURN(layout, DecodeLayout(text));
     layout_text = text;
@@ -285,10 +285,12 @@ struct MegaStorageWriter::Impl {
     format::MegaMetadata md;
     md.Add(std::string(kDcpVersionKey), format::MetaValue::U32(kDcpShardVersion)).IgnoreError();
     md.Add(std::string(kDcpSaveIdKey), format::MetaValue::String(layout.save_id)).IgnoreError();
-    md.Add(std::string(kDcpEntriesKey), format::MetaValue::String(mega_storage::EncodeShardEntries(entries)))
+    md.Add(std::string(kDcpEntriesKey),
+           format::MetaValue::String(mega_storage::EncodeShardEntries(entries)))
         .IgnoreError();
     if (!paths.empty()) {
-      md.Add(std::string(kDcpObjectPathsKey), format::MetaValue::String(mega_storage::EncodeObjectPaths(paths)))
+      md.Add(std::string(kDcpObjectPathsKey),
+             format::MetaValue::String(mega_storage::EncodeObjectPaths(paths)))
           .IgnoreError();
     }
     return md;
@@ -301,7 +303,9 @@ struct MegaStorageWriter::Impl {
     co.fqn_to_index_mapping = mapping;
     co.thread_count = options.thread_count;
     co.sync = options.sync;
-    co.checksum = options.checksum == format::MegaChecksumType::kNone ? format::MegaChecksumType::kCrc32 : options.checksum;
+    co.checksum = options.checksum == format::MegaChecksumType::kNone
+                      ? format::MegaChecksumType::kCrc32
+                      : options.checksum;
     co.fs = fs;
     return co;
   }
@@ -336,17 +340,20 @@ struct MegaStorageWriter::Impl {
     o.capture_filesystem_writes = true;
     auto ctxn = fs->BeginTransaction(path, o);
     if (!ctxn.ok()) {
-      return ctxn.status().WithContext(path + ": saved (sharded) and committed, but consolidation failed");
+      return ctxn.status().WithContext(path +
+                                       ": saved (sharded) and committed, but consolidation failed");
     }
     auto r = Consolidate(path, path, ConsolidateOpts());
     if (!r.ok()) {
       (*ctxn)->Abort();
-      return r.status().WithContext(path + ": saved (sharded) and committed, but consolidation failed");
+      return r.status().WithContext(path +
+                                    ": saved (sharded) and committed, but consolidation failed");
     }
     auto c = (*ctxn)->Commit();
     if (!c.ok()) {
-      return c.status().WithContext(path + ": saved (sharded) and committed, but the consolidation "
-                                           "commit failed");
+      return c.status().WithContext(path +
+                                    ": saved (sharded) and committed, but the consolidation "
+                                    "commit failed");
     }
     if (!c->empty()) last_commit = *c;
     return Status::OK();
@@ -359,7 +366,8 @@ struct MegaStorageWriter::Impl {
     created.push_back(lf.name);
     MEGA_ASSIGN_OR_RETURN(auto file, txn->OpenForWrite(lf.name));
     if (!file->supports_write_at()) {
-      return InternalError(full + ": the filesystem promises positioned writes, but this file has none");
+      return InternalError(full +
+                           ": the filesystem promises positioned writes, but this file has none");
     }
     if (options.sync && options.direct_io) file->UseDirectIo();  // a hint; refused is fine
     MEGA_ASSIGN_OR_RETURN(slots[f].writer, PlanShard(full, lf, planner_data));
@@ -368,11 +376,14 @@ struct MegaStorageWriter::Impl {
   }
 
   // The encoder of one shard: its layout from the plan (names, dtypes, shapes).
-  Result<std::unique_ptr<format::MegaEncoder>> PlanShard(const std::string& full, const LayoutFile& lf,
+  Result<std::unique_ptr<format::MegaEncoder>> PlanShard(const std::string& full,
+                                                         const LayoutFile& lf,
                                                          const PlannerData& planner_data) const {
     std::vector<format::MegaEncoderTensor> specs;
-    for (const LayoutItem& it : lf.items) specs.push_back({it.key.fqn, it.dtype, it.sizes, options.checksum});
-    format::MegaEncoderOptions eo = mega_storage::ShardEncoderOptions(options.tensor_alignment, options.checksum);
+    for (const LayoutItem& it : lf.items)
+      specs.push_back({it.key.fqn, it.dtype, it.sizes, options.checksum});
+    format::MegaEncoderOptions eo =
+        mega_storage::ShardEncoderOptions(options.tensor_alignment, options.checksum);
     // Durable saves: start writeback every core kWritebackUnit, as the fs writer does.
     if (options.sync) eo.writeback_bytes = kWritebackUnit;
     return format::MegaEncoder::Plan(full, std::move(specs), ShardMetadata(lf, planner_data), eo);
@@ -394,9 +405,10 @@ struct MegaStorageWriter::Impl {
     const LayoutFile& lf = layout.files[f];
     const std::string full = fs::JoinPath(path, lf.name);
     if (items.size() != lf.items.size()) {
-      return UnimplementedError(full + ": this filesystem cannot write a shard in several waves "
-                                       "(no positioned writes); give async_save a staging pool "
-                                       "larger than one rank's state");
+      return UnimplementedError(full +
+                                ": this filesystem cannot write a shard in several waves "
+                                "(no positioned writes); give async_save a staging pool "
+                                "larger than one rank's state");
     }
     created.push_back(lf.name);
     // E.g. streams into the hub's CAS, staged in this rank's transaction on Close.
@@ -413,8 +425,9 @@ struct MegaStorageWriter::Impl {
       const LayoutItem& it = lf.items[pos];
       tensors[pos] = held[pos].tensor;
       if (it.is_bytes) {
-        MEGA_ASSIGN_OR_RETURN(tensors[pos], Tensor::FromBlob(const_cast<char*>(held[pos].bytes.data()),
-                                                             DType::kU8, it.sizes));
+        MEGA_ASSIGN_OR_RETURN(
+            tensors[pos],
+            Tensor::FromBlob(const_cast<char*>(held[pos].bytes.data()), DType::kU8, it.sizes));
       }
     }
     MEGA_RETURN_IF_ERROR(writer->WriteSequential(*file, tensors));
@@ -484,10 +497,11 @@ Status MegaStorageWriter::SetUpStorageWriter(const StorageSetUp& setup) {
   s.caps = s.fs->capabilities();
   if (!s.caps.positioned_writes && s.options.consolidate &&
       s.options.consolidate_format == ConsolidateFormat::kMega) {
-    return UnimplementedError(s.path + ": consolidating into .mega files needs positioned writes, "
-                                       "which this filesystem's files do not have (mega:// uploads "
-                                       "stream); consolidate to safetensors, or consolidate a local "
-                                       "copy and push it");
+    return UnimplementedError(s.path +
+                              ": consolidating into .mega files needs positioned writes, "
+                              "which this filesystem's files do not have (mega:// uploads "
+                              "stream); consolidate to safetensors, or consolidate a local "
+                              "copy and push it");
   }
   if (setup.is_coordinator) {
     MEGA_RETURN_IF_ERROR(s.fs->CreateDirectories(s.path));
@@ -520,14 +534,16 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
   // options.files_per_rank files (1: the (bucket, rank, k) rule alone).
   using GroupKey = std::tuple<int, int, int>;
   std::map<GroupKey, std::vector<std::pair<size_t, size_t>>> groups;  // -> (plan, item)
-  const size_t files_per_rank = s.options.files_per_rank > 0 ? static_cast<size_t>(s.options.files_per_rank)
-                                                            : static_cast<size_t>(s.options.thread_count);
+  const size_t files_per_rank = s.options.files_per_rank > 0
+                                    ? static_cast<size_t>(s.options.files_per_rank)
+                                    : static_cast<size_t>(s.options.thread_count);
   for (size_t r = 0; r < plans.size(); ++r) {
     const int rank = s.setup.use_collectives ? static_cast<int>(r) : s.setup.rank;
     if (!s.mapping && files_per_rank > 1) {
       const std::vector<int> file_of =
           SplitOverFiles(plans[r].items, std::min(files_per_rank, plans[r].items.size()));
-      for (size_t i = 0; i < plans[r].items.size(); ++i) groups[{1, rank, file_of[i]}].push_back({r, i});
+      for (size_t i = 0; i < plans[r].items.size(); ++i)
+        groups[{1, rank, file_of[i]}].push_back({r, i});
       continue;
     }
     std::map<std::pair<int, std::string>, int> seen;
@@ -548,7 +564,8 @@ Result<std::vector<SavePlan>> MegaStorageWriter::PrepareGlobalPlan(std::vector<S
   }
   const size_t count = groups.size();
   std::vector<std::string> plain;
-  for (size_t n = 1; n <= count; ++n) plain.push_back(mega_storage::ShardFileName(".mega", n, count, "", -1));
+  for (size_t n = 1; n <= count; ++n)
+    plain.push_back(mega_storage::ShardFileName(".mega", n, count, "", -1));
   // The coordinator's transaction; its token goes to every rank.
   s.txn.reset();
   MEGA_RETURN_IF_ERROR(s.BeginSave(""));
@@ -617,10 +634,11 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   }
   std::vector<WriteResult> results(plan.items.size());
   std::vector<size_t> files;  // files written with positioned writes
-  bool created_now = false;    // one of them is opened by this call
+  bool created_now = false;   // one of them is opened by this call
   for (auto& [f, items] : by_file) {
     if (s.slots[f].done) {
-      return FailedPreconditionError(s.path + ": " + s.layout.files[f].name + " was already finished");
+      return FailedPreconditionError(s.path + ": " + s.layout.files[f].name +
+                                     " was already finished");
     }
     if (!s.caps.positioned_writes) {
       // Sequential sinks (e.g. hub uploads): the whole file in this call.
@@ -646,7 +664,8 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
       if (w.type == WriteItemType::kByteIO) {
         MEGA_RETURN_IF_ERROR(fw.WriteTensorBytes(file, pos, AsBytes(data.bytes)));
       } else {
-        MEGA_RETURN_IF_ERROR(fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));
+        MEGA_RETURN_IF_ERROR(
+            fw.WriteTensor(file, pos, data.tensor).WithContext("writing " + ToString(w.index)));
       }
     }
     WriteResult& r = results[i];
@@ -680,13 +699,15 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
     // inode) and one file's fsync overlaps the others' writes.
     std::vector<uint64_t> bytes_of(s.slots.size(), 0);
     for (size_t f : files) bytes_of[f] = call_bytes(f);
-    std::stable_sort(files.begin(), files.end(), [&](size_t a, size_t b) { return bytes_of[a] > bytes_of[b]; });
+    std::stable_sort(files.begin(), files.end(),
+                     [&](size_t a, size_t b) { return bytes_of[a] > bytes_of[b]; });
     MEGA_RETURN_IF_ERROR(ParallelFor(
         s.pool.get(), files.size(),
         [&](size_t k) -> Status {
           const size_t f = files[k];
           std::vector<size_t> items = by_file.at(f);
-          std::sort(items.begin(), items.end(), [&](size_t a, size_t b) { return target[a].second < target[b].second; });
+          std::sort(items.begin(), items.end(),
+                    [&](size_t a, size_t b) { return target[a].second < target[b].second; });
           for (size_t i : items) MEGA_RETURN_IF_ERROR(write_item(i));
           return finish_if_complete(f);
         },
@@ -696,14 +717,15 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   // Fewer files than threads: items in parallel, largest first so the threads
   // finish together; then the complete files' headers, in parallel.
   std::vector<size_t> positioned;
-  for (size_t f : files) positioned.insert(positioned.end(), by_file.at(f).begin(), by_file.at(f).end());
+  for (size_t f : files)
+    positioned.insert(positioned.end(), by_file.at(f).begin(), by_file.at(f).end());
   std::stable_sort(positioned.begin(), positioned.end(), [&](size_t a, size_t b) {
     return WriteItemNbytes(plan.items[a]) > WriteItemNbytes(plan.items[b]);
   });
-  MEGA_RETURN_IF_ERROR(
-      ParallelFor(s.pool.get(), positioned.size(), [&](size_t k) { return write_item(positioned[k]); }, par));
-  MEGA_RETURN_IF_ERROR(
-      ParallelFor(s.pool.get(), files.size(), [&](size_t k) { return finish_if_complete(files[k]); }, par));
+  MEGA_RETURN_IF_ERROR(ParallelFor(
+      s.pool.get(), positioned.size(), [&](size_t k) { return write_item(positioned[k]); }, par));
+  MEGA_RETURN_IF_ERROR(ParallelFor(
+      s.pool.get(), files.size(), [&](size_t k) { return finish_if_complete(files[k]); }, par));
   return s.ExportStaged(std::move(results));
 }
 
@@ -712,8 +734,9 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
   Impl& s = *impl_;
   if (!s.fs) return FailedPreconditionError(s.path + ": SetUpStorageWriter was not called");
   if (!s.txn || !s.txn->is_open()) {
-    return FailedPreconditionError(s.path + ": no save in progress to commit (aborted, or "
-                                            "PrepareGlobalPlan did not run on this writer)");
+    return FailedPreconditionError(s.path +
+                                   ": no save in progress to commit (aborted, or "
+                                   "PrepareGlobalPlan did not run on this writer)");
   }
   for (size_t f = 0; f < s.slots.size(); ++f) {
     if (!s.slots[f].done) {
@@ -737,7 +760,8 @@ Status MegaStorageWriter::Finish(const Metadata& metadata,
   // Every rank's shards + removals + index + .metadata: one commit.
   auto commit = mega_storage::CommitSave(*s.txn, *s.fs, req, results);
   s.txn.reset();
-  if (!commit.ok()) return commit.status().WithContext("the checkpoint at " + s.path + " was not saved");
+  if (!commit.ok())
+    return commit.status().WithContext("the checkpoint at " + s.path + " was not saved");
   s.committed = true;
   s.last_commit = *commit;
   if (s.options.consolidate) return s.ConsolidateInPlace(*commit);
@@ -820,10 +844,10 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
   std::optional<Metadata> md;
   Status metadata_error;
   if (s.paths.index_file.empty() && s.paths.single_file.empty()) {
-    const std::string name = s.options.metadata_rank >= 1
-                                 ? std::string(kMetadataFileName) + ".rank" +
-                                       std::to_string(s.options.metadata_rank)
-                                 : std::string(kMetadataFileName);
+    const std::string name =
+        s.options.metadata_rank >= 1
+            ? std::string(kMetadataFileName) + ".rank" + std::to_string(s.options.metadata_rank)
+            : std::string(kMetadataFileName);
     const std::string full = fs::JoinPath(s.paths.dir, name);
     auto text = s.paths.fs->ReadWhole(full, kMaxMetadataBytes);
     if (text.ok()) {
@@ -863,10 +887,11 @@ Result<Metadata> MegaStorageReader::ReadMetadata() {
   s.files = std::make_unique<mega_storage::ShardFiles>(s.paths.fs, s.paths.dir,
                                                        s.options.verify_checksums);
   if (!s.options.verify_checksums) {
-    std::fprintf(stderr,
-                 "megackpt: warning: loading %s with checksum verification off "
-                 "(MegaStorageReaderOptions::verify_checksums = false): loaded bytes are not verified\n",
-                 EscapeBytes(s.path).c_str());
+    std::fprintf(
+        stderr,
+        "megackpt: warning: loading %s with checksum verification off "
+        "(MegaStorageReaderOptions::verify_checksums = false): loaded bytes are not verified\n",
+        EscapeBytes(s.path).c_str());
   }
   return std::move(*md);
 }
@@ -943,8 +968,8 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
     MEGA_ASSIGN_OR_RETURN(r.dst, planner.ResolveTensor(item));
     if (r.dst.dtype() != t->properties.dtype || r.dst.shape() != item.lengths) {
       return InvalidArgumentError(
-          s.path + ": destination of " + ToString(key) + " is " + std::string(DTypeName(r.dst.dtype())) +
-          ShapeToString(r.dst.shape()) + ", the read is " +
+          s.path + ": destination of " + ToString(key) + " is " +
+          std::string(DTypeName(r.dst.dtype())) + ShapeToString(r.dst.shape()) + ", the read is " +
           std::string(DTypeName(t->properties.dtype)) + ShapeToString(item.lengths));
     }
     r.nbytes = r.dst.nbytes();
@@ -974,9 +999,8 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
   // phase 1 only commit).
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return reads[a].nbytes > reads[b].nbytes;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return reads[a].nbytes > reads[b].nbytes; });
   return ParallelFor(
       s.pool.get(), n,
       [&](size_t k) -> Status {
@@ -1001,13 +1025,15 @@ Status MegaStorageReader::ReadData(const LoadPlan& plan, LoadPlanner& planner) {
 
 // ============================== free functions ================================
 
-Result<Metadata> RebuildMetadataFromShards(const std::string& path, std::shared_ptr<fs::FileSystem> fs) {
+Result<Metadata> RebuildMetadataFromShards(const std::string& path,
+                                           std::shared_ptr<fs::FileSystem> fs) {
   MEGA_ASSIGN_OR_RETURN(auto paths, mega_storage::ResolveCheckpointPath(path, std::move(fs)));
   CheckpointSource source;
   return mega_storage::RebuildMetadata(paths, &source);
 }
 
-Status VerifyMegaCheckpoint(const std::string& path, int thread_count, std::shared_ptr<fs::FileSystem> fs) {
+Status VerifyMegaCheckpoint(const std::string& path, int thread_count,
+                            std::shared_ptr<fs::FileSystem> fs) {
   MegaStorageReaderOptions o;
   if (!fs) {
     MEGA_ASSIGN_OR_RETURN(fs, fs::FileSystemForPath(path));

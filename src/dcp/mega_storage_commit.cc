@@ -59,7 +59,8 @@ PreviousState ReadPreviousState(fs::FileSystem& fs, const std::string& dir,
   return prev;
 }
 
-Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir, const std::vector<std::string>& names) {
+Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir,
+                       const std::vector<std::string>& names) {
   auto listing = fs.List(dir);
   if (!listing.ok()) {
     if (listing.status().code() == StatusCode::kNotFound) return false;
@@ -73,8 +74,9 @@ Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir, const std::ve
   return false;
 }
 
-CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::vector<fs::FileInfo>& listing,
-                        const CommitRequest& req, const PreviousState& previous) {
+CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir,
+                        const std::vector<fs::FileInfo>& listing, const CommitRequest& req,
+                        const PreviousState& previous) {
   CleanupPlan plan;
   const std::set<std::string> keep = ReferencedFiles(req.metadata);
   std::set<std::string> present;
@@ -85,8 +87,8 @@ CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::v
     if (keep.count(name)) continue;
     int tag = -1;
     bool ours = IsShardFileName(name, &tag) && (req.rank_tag < 0 ? true : tag == req.rank_tag);
-    bool temp = name.starts_with(req.metadata_name + ".tmp.") ||
-                name.starts_with(req.index_name + ".tmp.");
+    bool temp =
+        name.starts_with(req.metadata_name + ".tmp.") || name.starts_with(req.index_name + ".tmp.");
     if (previous.files.count(name) || ours || temp) plan.remove.insert(name);
   }
   if (!req.other_index_name.empty() && present.count(req.other_index_name)) {
@@ -102,8 +104,8 @@ CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::v
   return plan;
 }
 
-Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs, const CommitRequest& req,
-                                        const PreviousState& previous) {
+Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs,
+                                        const CommitRequest& req, const PreviousState& previous) {
   auto fail = [&](Status s) {
     txn.Abort();
     return s;
@@ -174,7 +176,8 @@ Result<std::string> CommitSave(fs::Transaction& txn, fs::FileSystem& fs, const C
       return InternalError(req.dir + ": shard " + f + " was written by no rank of this save");
     }
   }
-  const PreviousState prev = ReadPreviousState(fs, txn.base_root(), req.metadata_name, req.index_name);
+  const PreviousState prev =
+      ReadPreviousState(fs, txn.base_root(), req.metadata_name, req.index_name);
   return CommitInTransaction(txn, fs, req, prev);
 }
 
@@ -202,14 +205,16 @@ Result<format::ShardIndex> BuildIndex(const Metadata& md, bool mega_fields) {
     for (const auto& c : t.chunks) {
       auto it = md.storage_data.find(MetadataIndex(fqn, c.offsets));
       if (it == md.storage_data.end()) return InternalError("no storage for a chunk of " + fqn);
-      chunks.push_back({{"file", it->second.relative_path}, {"offsets", c.offsets}, {"sizes", c.sizes}});
+      chunks.push_back(
+          {{"file", it->second.relative_path}, {"offsets", c.offsets}, {"sizes", c.sizes}});
     }
     sharded[fqn] = {{"dtype", std::string(DTypeName(t.properties.dtype))},
                     {"shape", t.size},
                     {"chunks", std::move(chunks)}};
   }
   if (mega_fields) format::AddMegatensorsFields(&index);
-  index.extra_metadata["tensorplay.dcp.layout"] = json(sharded.empty() ? "whole" : "sharded").dump();
+  index.extra_metadata["tensorplay.dcp.layout"] =
+      json(sharded.empty() ? "whole" : "sharded").dump();
   if (!sharded.empty()) index.extra_fields[std::string(kDcpIndexShardedKey)] = sharded.dump();
   return index;
 }

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/fs/filesystem.h"
 #include "megackpt/format/index_file.h"
-#include "megackpt/core/status.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -58,7 +58,8 @@ PreviousState ReadPreviousState(fs::FileSystem& fs, const std::string& dir,
                                 const std::string& metadata_name, const std::string& index_name);
 
 // True when any of `names` exists in `dir`.
-Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir, const std::vector<std::string>& names);
+Result<bool> AnyExists(fs::FileSystem& fs, const std::string& dir,
+                       const std::vector<std::string>& names);
 
 // Step 5's choice, given the folder's files (`listing`, read at `dir`): the
 // names to remove after committing `request` over `previous` (files of the
@@ -68,8 +69,9 @@ struct CleanupPlan {
   std::set<std::string> remove;
   bool remove_other_index = false;
 };
-CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::vector<fs::FileInfo>& listing,
-                        const CommitRequest& request, const PreviousState& previous);
+CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir,
+                        const std::vector<fs::FileInfo>& listing, const CommitRequest& request,
+                        const PreviousState& previous);
 
 // Steps 2-4 inside `txn` (root = the checkpoint folder): stages the removals
 // PlanCleanup picks from a listing of txn.base_root(), Puts the index and
@@ -78,7 +80,8 @@ CleanupPlan PlanCleanup(fs::FileSystem& fs, const std::string& dir, const std::v
 // stays (in place: the previous index is put back). Removal failures after the
 // commit point are ignored (the next save retries).
 Result<std::string> CommitInTransaction(fs::Transaction& txn, fs::FileSystem& fs,
-                                        const CommitRequest& request, const PreviousState& previous);
+                                        const CommitRequest& request,
+                                        const PreviousState& previous);
 
 // Steps 2-4 for files written in place through `fs` itself (consolidation): the
 // in-place protocol (fs::FileSystem::BeginTransaction's default) over `fs`'s
@@ -90,7 +93,8 @@ Status Commit(fs::FileSystem& fs, const CommitRequest& request, const PreviousSt
 // rank's commit_token from `results` into `txn` and checks that each file the
 // metadata references was staged (Internal naming the file otherwise) -- then
 // reads the previous checkpoint at txn.base_root() and CommitInTransaction.
-Result<std::string> CommitSave(fs::Transaction& txn, fs::FileSystem& fs, const CommitRequest& request,
+Result<std::string> CommitSave(fs::Transaction& txn, fs::FileSystem& fs,
+                               const CommitRequest& request,
                                const std::vector<std::vector<WriteResult>>& results);
 
 // The index describing `metadata`: weight_map of whole entries (one chunk covering

@@ -3,15 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-
+#include <limits>
 #include <nlohmann/json.hpp>
 
-#include <limits>
-
 #include "dcp/f4_box.h"
-#include "megackpt/core/file.h"  // BaseName, ParentOf
-#include "megackpt/core/box_runs.h"
 #include "dcp/mega_storage_shard.h"
+#include "megackpt/core/box_runs.h"
+#include "megackpt/core/file.h"  // BaseName, ParentOf
 #include "megackpt/core/path_safety.h"
 #include "megackpt/dcp/index_io.h"
 #include "megackpt/format/index_file.h"
@@ -38,7 +36,8 @@ Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<
   auto opened = p.fs->OpenForRead(full);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {
-      return NotFoundError(full + ": shard listed by the checkpoint is missing (incomplete checkpoint)");
+      return NotFoundError(full +
+                           ": shard listed by the checkpoint is missing (incomplete checkpoint)");
     }
     return opened.status();
   }
@@ -72,7 +71,8 @@ Status ScanShard(const CheckpointPaths& p, const std::string& file, std::vector<
     if (auto v = md.GetString(kDcpSaveIdKey); v.ok()) save_id = std::string(*v);
     if (auto v = md.GetString(kDcpObjectPathsKey); v.ok()) paths_json = std::string(*v);
     for (const auto& t : reader->tensors()) {
-      raws.push_back({t.name, t.dtype, t.shape, t.file_offset, t.logical_nbytes, MegaChecksumString(t)});
+      raws.push_back(
+          {t.name, t.dtype, t.shape, t.file_offset, t.logical_nbytes, MegaChecksumString(t)});
     }
   }
   std::map<std::string, ShardEntry> entries;
@@ -148,7 +148,8 @@ Status CheckCoverage(const std::string& fqn, const TensorStorageMetadata& t) {
       const auto& o = t.chunks[j];
       bool overlap = true;
       for (size_t d = 0; d < nd && overlap; ++d) {
-        overlap = c.offsets[d] < o.offsets[d] + o.sizes[d] && o.offsets[d] < c.offsets[d] + c.sizes[d];
+        overlap =
+            c.offsets[d] < o.offsets[d] + o.sizes[d] && o.offsets[d] < c.offsets[d] + c.sizes[d];
       }
       bool empty = false;
       for (int64_t s : o.sizes) empty = empty || s == 0;
@@ -174,16 +175,17 @@ Status ReadF4BoxSpans(const RandomAccessFile& file, uint64_t base, const Shape& 
                       const Shape& start, const Tensor& dst, const std::string& what) {
   constexpr uint64_t kMaxSpan = 8ull << 20;
   std::shared_ptr<std::byte> staging;
-  return ForEachF4Span(stored, start, dst.shape(), kMaxSpan, 0.05, [&](const F4Span& span) -> Status {
-    if (!staging) {
-      MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(kMaxSpan));
-    }
-    MEGA_RETURN_IF_ERROR(
-        file.ReadExactlyAt(base + span.begin,
-                           std::span<std::byte>(staging.get(), span.end - span.begin))
-            .WithContext(what));
-    return CopyF4Span(span, staging.get(), span.begin, stored, dst).WithContext(what);
-  });
+  return ForEachF4Span(
+      stored, start, dst.shape(), kMaxSpan, 0.05, [&](const F4Span& span) -> Status {
+        if (!staging) {
+          MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(kMaxSpan));
+        }
+        MEGA_RETURN_IF_ERROR(
+            file.ReadExactlyAt(base + span.begin,
+                               std::span<std::byte>(staging.get(), span.end - span.begin))
+                .WithContext(what));
+        return CopyF4Span(span, staging.get(), span.begin, stored, dst).WithContext(what);
+      });
 }
 
 }  // namespace
@@ -197,15 +199,18 @@ Status CheckShardIntegrity(const std::string& file, const format::MegaReader& re
   }
   if (*version < 2) return Status::OK();  // shards of earlier releases: tensor checksums only
   if (*version > kDcpShardVersion) {
-    return DataLossError(file + ": " + std::string(kDcpVersionKey) + " " + std::to_string(*version) +
-                         " is newer than this reader (" + std::to_string(kDcpShardVersion) + ")");
+    return DataLossError(file + ": " + std::string(kDcpVersionKey) + " " +
+                         std::to_string(*version) + " is newer than this reader (" +
+                         std::to_string(kDcpShardVersion) + ")");
   }
   if (!reader.header_checksummed()) {
     return DataLossError(file + ": shard of " + std::string(kDcpVersionKey) + " " +
-                         std::to_string(*version) + " has no " + std::string(format::kMegaHeaderCrcKey));
+                         std::to_string(*version) + " has no " +
+                         std::string(format::kMegaHeaderCrcKey));
   }
   for (const format::MegaTensorInfo& t : reader.tensors()) {
-    if (t.block_size == 0 && t.logical_nbytes > 0 && t.checksum_type != format::MegaChecksumType::kNone) {
+    if (t.block_size == 0 && t.logical_nbytes > 0 &&
+        t.checksum_type != format::MegaChecksumType::kNone) {
       return DataLossError(file + ": tensor " + Quote(t.name) + " has no block CRCs (" +
                            std::string(format::kMegaBlockSizesKey) + ")");
     }
@@ -213,8 +218,9 @@ Status CheckShardIntegrity(const std::string& file, const format::MegaReader& re
   return Status::OK();
 }
 
-Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
-                         const Shape& start, const Tensor& dst, const std::string& what) {
+Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype,
+                         const Shape& stored, const Shape& start, const Tensor& dst,
+                         const std::string& what) {
   const size_t nd = stored.size();
   if (start.size() != nd || dst.ndim() != static_cast<int>(nd)) {
     return InvalidArgumentError(what + ": box rank differs from the tensor's");
@@ -224,7 +230,8 @@ Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtyp
   if (dtype == DType::kF4) {
     bool whole = dst.shape() == stored;
     for (int64_t s : start) whole = whole && s == 0;
-    if (whole && dst.is_contiguous()) return file.ReadExactlyAt(base, dst.Bytes()).WithContext(what);
+    if (whole && dst.is_contiguous())
+      return file.ReadExactlyAt(base, dst.Bytes()).WithContext(what);
     return ReadF4BoxSpans(file, base, stored, start, dst, what);
   }
   Tensor target = dst;
@@ -232,10 +239,11 @@ Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtyp
     MEGA_ASSIGN_OR_RETURN(target, Tensor::Empty(dtype, dst.shape()));
   }
   std::vector<BoxRun> runs;
-  MEGA_RETURN_IF_ERROR(ForEachBoxByteRun(dtype, stored, start, target.shape(), [&](const BoxRun& r) {
-    runs.push_back(r);
-    return Status::OK();
-  }));
+  MEGA_RETURN_IF_ERROR(
+      ForEachBoxByteRun(dtype, stored, start, target.shape(), [&](const BoxRun& r) {
+        runs.push_back(r);
+        return Status::OK();
+      }));
   MEGA_RETURN_IF_ERROR(ReadBoxRuns(file, base, runs, target.Bytes()).WithContext(what));
   if (!dst.is_contiguous()) return CopyTensor(target, dst);
   return Status::OK();
@@ -289,12 +297,17 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
       if (fi.is_directory) continue;
       std::string b = BaseName(fi.path);
       names.insert(b);
-      if (b.ends_with(format::kMegaIndexSuffix)) mega_idx.push_back(b);
-      else if (b.ends_with(format::kSafetensorsIndexSuffix)) st_idx.push_back(b);
-      else if (b.ends_with(".safetensors")) st_files.push_back(b);
-      else if (b.ends_with(".mega")) mega_files.push_back(b);
+      if (b.ends_with(format::kMegaIndexSuffix))
+        mega_idx.push_back(b);
+      else if (b.ends_with(format::kSafetensorsIndexSuffix))
+        st_idx.push_back(b);
+      else if (b.ends_with(".safetensors"))
+        st_files.push_back(b);
+      else if (b.ends_with(".mega"))
+        mega_files.push_back(b);
     }
-    auto pick = [&](std::string_view preferred, const std::vector<std::string>& all) -> std::string {
+    auto pick = [&](std::string_view preferred,
+                    const std::vector<std::string>& all) -> std::string {
       if (names.count(std::string(preferred))) return std::string(preferred);
       return all.size() == 1 ? all[0] : std::string();
     };
@@ -339,10 +352,12 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
         it != index->extra_fields.end()) {
       json j = json::parse(it->second, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
-        return DataLossError(index_path + ": " + std::string(kDcpIndexShardedKey) + " is not an object");
+        return DataLossError(index_path + ": " + std::string(kDcpIndexShardedKey) +
+                             " is not an object");
       }
       for (auto e = j.begin(); e != j.end(); ++e) {
-        if (!e.value().is_object() || !e.value().contains("chunks") || !e.value()["chunks"].is_array()) {
+        if (!e.value().is_object() || !e.value().contains("chunks") ||
+            !e.value()["chunks"].is_array()) {
           return DataLossError(index_path + ": sharded entry " + Quote(e.key()) + " has no chunks");
         }
         for (const json& c : e.value()["chunks"]) {
@@ -374,9 +389,9 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
     auto a = save_ids.begin();
     auto b = std::find_if(save_ids.begin(), save_ids.end(),
                           [&](const auto& kv) { return kv.second != a->second; });
-    return DataLossError("checkpoint at " + p.path + " mixes shards of different saves: " +
-                         a->first + " (save " + a->second + ") and " + b->first + " (save " +
-                         b->second + ")");
+    return DataLossError("checkpoint at " + p.path +
+                         " mixes shards of different saves: " + a->first + " (save " + a->second +
+                         ") and " + b->first + " (save " + b->second + ")");
   }
   // fqn -> file of each piece, for the weight_map check.
   std::map<std::string, std::vector<std::string>> files_of;
@@ -400,7 +415,8 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
       it = md.state_dict_metadata.emplace(piece.fqn, t).first;
     }
     auto* t = std::get_if<TensorStorageMetadata>(&it->second);
-    if (!t) return DataLossError(where + ": " + Quote(piece.fqn) + " is stored as bytes and as a tensor");
+    if (!t)
+      return DataLossError(where + ": " + Quote(piece.fqn) + " is stored as bytes and as a tensor");
     if (t->properties.dtype != piece.entry.dtype || t->size != piece.entry.global_shape) {
       return DataLossError(where + ": chunk of " + Quote(piece.fqn) + " says " +
                            std::string(DTypeName(piece.entry.dtype)) +
@@ -422,7 +438,8 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
   if (index) {
     for (const auto& [fqn, f] : index->weight_map) {
       auto it = files_of.find(fqn);
-      if (it == files_of.end() || std::find(it->second.begin(), it->second.end(), f) == it->second.end()) {
+      if (it == files_of.end() ||
+          std::find(it->second.begin(), it->second.end(), f) == it->second.end()) {
         return DataLossError(fs::JoinPath(p.dir, index_name) + ": weight_map maps " + Quote(fqn) +
                              " to " + f + ", which holds no such tensor");
       }
@@ -430,7 +447,8 @@ Result<Metadata> RebuildMetadata(const CheckpointPaths& p, CheckpointSource* sou
   }
   // Drop object paths of fqns that are not stored (stale).
   for (auto it = md.planner_data.object_paths.begin(); it != md.planner_data.object_paths.end();) {
-    it = md.state_dict_metadata.count(it->first) ? std::next(it) : md.planner_data.object_paths.erase(it);
+    it = md.state_dict_metadata.count(it->first) ? std::next(it)
+                                                 : md.planner_data.object_paths.erase(it);
   }
   StorageMeta sm;
   sm.checkpoint_id = p.path;
@@ -478,7 +496,8 @@ Result<ShardFiles::Shard*> ShardFiles::Open(const std::string& relative_path) {
       MEGA_ASSIGN_OR_RETURN(shard->entries, DecodeShardEntries(full, *v));
     }
   } else {
-    return InvalidArgumentError(full + ": not a .mega or .safetensors file (is this a "
+    return InvalidArgumentError(full +
+                                ": not a .mega or .safetensors file (is this a "
                                 "FileSystemWriter checkpoint? read it with the fs reader)");
   }
   Shard* raw = shard.get();
@@ -539,32 +558,36 @@ Status ShardFiles::CheckInfo(const Shard& shard, const StorageInfo& info, const 
 }
 
 Status ShardFiles::CheckEntry(const Shard& shard, const StorageInfo& info, const std::string& name,
-                              bool is_bytes, const Shape* chunk_offsets, const Shape* global_shape) const {
+                              bool is_bytes, const Shape* chunk_offsets,
+                              const Shape* global_shape) const {
   if (shard.entries.empty()) return Status::OK();  // a file without our keys: a whole tensor
   const std::string full = fs::JoinPath(dir_, info.relative_path);
   auto it = shard.entries.find(name);
   if (it == shard.entries.end()) {
-    return DataLossError(full + ": tensor " + Quote(name) + " has no " + std::string(kDcpEntriesKey) +
-                         " record");
+    return DataLossError(full + ": tensor " + Quote(name) + " has no " +
+                         std::string(kDcpEntriesKey) + " record");
   }
   const ShardEntry& e = it->second;
   if (e.is_bytes != is_bytes) {
-    return DataLossError(full + ": " + Quote(name) + " is stored as " + (e.is_bytes ? "bytes" : "a tensor") +
-                         ", the checkpoint metadata says " + (is_bytes ? "bytes" : "a tensor"));
+    return DataLossError(full + ": " + Quote(name) + " is stored as " +
+                         (e.is_bytes ? "bytes" : "a tensor") + ", the checkpoint metadata says " +
+                         (is_bytes ? "bytes" : "a tensor"));
   }
   if (!is_bytes && ((chunk_offsets && *chunk_offsets != e.offsets) ||
                     (global_shape && *global_shape != e.global_shape))) {
-    return DataLossError(full + ": tensor " + Quote(name) + " holds the chunk at " + ShapeToString(e.offsets) +
-                         " of a " + ShapeToString(e.global_shape) + " tensor, the checkpoint metadata says " +
-                         (chunk_offsets ? ShapeToString(*chunk_offsets) : std::string("?")) + " of " +
-                         (global_shape ? ShapeToString(*global_shape) : std::string("?")));
+    return DataLossError(full + ": tensor " + Quote(name) + " holds the chunk at " +
+                         ShapeToString(e.offsets) + " of a " + ShapeToString(e.global_shape) +
+                         " tensor, the checkpoint metadata says " +
+                         (chunk_offsets ? ShapeToString(*chunk_offsets) : std::string("?")) +
+                         " of " + (global_shape ? ShapeToString(*global_shape) : std::string("?")));
   }
   return Status::OK();
 }
 
 Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DType dtype,
-                           const Shape& stored_sizes, const Shape& chunk_offsets, const Shape& global_shape,
-                           const Shape& start, const Tensor& dst, bool verify_partial) {
+                           const Shape& stored_sizes, const Shape& chunk_offsets,
+                           const Shape& global_shape, const Shape& start, const Tensor& dst,
+                           bool verify_partial) {
   MEGA_ASSIGN_OR_RETURN(Shard * shard, Open(info.relative_path));
   size_t mi = 0;
   MEGA_RETURN_IF_ERROR(CheckInfo(*shard, info, name, dtype, stored_sizes, &mi));
@@ -579,9 +602,10 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
   if (shard->mega) {
     const format::MegaReader& mega = *shard->mega;
     if (whole) return mega.ReadTensor(mi, dst);
-    if (dtype == DType::kF4 && !ForEachBoxByteRun(dtype, stored_sizes, start, dst.shape(),
-                                                  [](const BoxRun&) { return Status::OK(); })
-                                     .ok()) {
+    if (dtype == DType::kF4 &&
+        !ForEachBoxByteRun(dtype, stored_sizes, start, dst.shape(), [](const BoxRun&) {
+           return Status::OK();
+         }).ok()) {
       // A box that does not map onto whole bytes: spans of the stored bytes
       // (ReadRange verifies them: block CRCs, or the decoded chunks), copied
       // nibble-exactly into dst.
@@ -594,7 +618,8 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
               MEGA_ASSIGN_OR_RETURN(staging, AllocateBuffer(n));
               staging_size = n;
             }
-            MEGA_RETURN_IF_ERROR(mega.ReadRange(mi, span.begin, std::span<std::byte>(staging.get(), n)));
+            MEGA_RETURN_IF_ERROR(
+                mega.ReadRange(mi, span.begin, std::span<std::byte>(staging.get(), n)));
             return CopyF4Span(span, staging.get(), span.begin, stored_sizes, dst).WithContext(what);
           }));
     } else {
@@ -615,8 +640,8 @@ Status ShardFiles::ReadBox(const StorageInfo& info, const std::string& name, DTy
   const format::SafetensorsReader& st = *shard->st;
   if (whole) return st.ReadTensor(name, dst);
   const format::SafetensorsTensorInfo* ti = st.Find(name);
-  return ReadUnverifiedBox(*st.file(), st.header().data_offset() + ti->data_begin, dtype, stored_sizes,
-                           start, dst, what);
+  return ReadUnverifiedBox(*st.file(), st.header().data_offset() + ti->data_begin, dtype,
+                           stored_sizes, start, dst, what);
 }
 
 Status ShardFiles::ReadWhole(std::span<const WholeRead> reads, ThreadPool* pool) {
@@ -636,7 +661,8 @@ Status ShardFiles::ReadWhole(std::span<const WholeRead> reads, ThreadPool* pool)
       const WholeRead& r = reads[i];
       size_t mi = 0;
       MEGA_RETURN_IF_ERROR(CheckInfo(*shard, *r.info, *r.name, r.dtype, *r.stored_sizes, &mi));
-      MEGA_RETURN_IF_ERROR(CheckEntry(*shard, *r.info, *r.name, false, r.chunk_offsets, r.global_shape));
+      MEGA_RETURN_IF_ERROR(
+          CheckEntry(*shard, *r.info, *r.name, false, r.chunk_offsets, r.global_shape));
       if (shard->mega) {
         mega.push_back({mi, r.dst});
       } else {

@@ -13,15 +13,15 @@
 #include <string>
 #include <utility>
 
-#include "megackpt/dcp/mega_storage.h"
-#include "megackpt/dcp/metadata.h"
-#include "megackpt/fs/filesystem.h"
-#include "megackpt/format/mega.h"
-#include "megackpt/format/safetensors.h"
 #include "dcp/mega_storage_shard.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/safetensors.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -52,8 +52,9 @@ std::set<std::string> ReferencedFiles(const Metadata& metadata);
 // boxes that are not the whole tensor are read in spans and copied
 // nibble-exactly into dst (contiguous, as every F4 tensor; dcp/f4_box.h).
 // `what` prefixes error messages.
-Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype, const Shape& stored,
-                         const Shape& start, const Tensor& dst, const std::string& what);
+Status ReadUnverifiedBox(const RandomAccessFile& file, uint64_t base, DType dtype,
+                         const Shape& stored, const Shape& start, const Tensor& dst,
+                         const std::string& what);
 
 // Integrity keys a shard of tensorplay.dcp.version >= 2 must carry: the header
 // checksum and a block CRC of every non-empty checksummed tensor (a flipped
@@ -115,8 +116,8 @@ class ShardFiles {
   Status CheckInfo(const Shard& shard, const StorageInfo& info, const std::string& name,
                    DType dtype, const Shape& sizes, size_t* mega_index) const;
   // The piece's tensorplay.dcp.entries record against what the load expects.
-  Status CheckEntry(const Shard& shard, const StorageInfo& info, const std::string& name, bool is_bytes,
-                    const Shape* chunk_offsets, const Shape* global_shape) const;
+  Status CheckEntry(const Shard& shard, const StorageInfo& info, const std::string& name,
+                    bool is_bytes, const Shape* chunk_offsets, const Shape* global_shape) const;
 
   std::shared_ptr<fs::FileSystem> fs_;
   std::string dir_;

@@ -11,16 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "dcp/codec.h"
-
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/text.h"
 #include "megackpt/dcp/mega_storage.h"
-#include "megackpt/core/checksum.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -59,7 +57,8 @@ Result<Shape> ShapeFrom(const json& v, std::string_view file, const std::string&
   Shape out;
   for (const json& d : v) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-      return DataLossError(std::string(file) + ": " + what + " has a non-integer or negative value");
+      return DataLossError(std::string(file) + ": " + what +
+                           " has a non-integer or negative value");
     }
     out.push_back(d.get<int64_t>());
   }
@@ -97,7 +96,8 @@ Result<std::map<std::string, ShardEntry>> DecodeShardEntries(std::string_view fi
       if (!v.contains("global_shape") || !v.contains("offsets")) {
         return DataLossError(f + ": " + what + " needs global_shape and offsets");
       }
-      MEGA_ASSIGN_OR_RETURN(e.global_shape, ShapeFrom(v["global_shape"], file, what + ".global_shape"));
+      MEGA_ASSIGN_OR_RETURN(e.global_shape,
+                            ShapeFrom(v["global_shape"], file, what + ".global_shape"));
       MEGA_ASSIGN_OR_RETURN(e.offsets, ShapeFrom(v["offsets"], file, what + ".offsets"));
       if (e.offsets.size() != e.global_shape.size()) {
         return DataLossError(f + ": " + what + ": offsets and global_shape differ in rank");
@@ -211,12 +211,14 @@ std::string CrcString(uint32_t crc) {
 std::string MegaChecksumString(const format::MegaTensorInfo& t) {
   std::string out;
   switch (t.checksum_type) {
-    case format::MegaChecksumType::kCrc32: return CrcString(t.crc32());
+    case format::MegaChecksumType::kCrc32:
+      return CrcString(t.crc32());
     case format::MegaChecksumType::kSha256:
       out = "sha256:";
       out += t.checksum_hex();
       return out;
-    case format::MegaChecksumType::kNone: return out;
+    case format::MegaChecksumType::kNone:
+      return out;
   }
   return out;
 }

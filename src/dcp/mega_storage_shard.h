@@ -11,12 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/dcp/metadata.h"
 #include "megackpt/core/file.h"
-#include "megackpt/format/mega.h"
-#include "megackpt/format/mega_encoder.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/mega_encoder.h"
 
 namespace megackpt::dcp::mega_storage {
 
@@ -33,9 +33,9 @@ format::MegaEncoderOptions ShardEncoderOptions(uint64_t tensor_alignment,
 
 struct ShardEntry {
   bool is_bytes = false;
-  DType dtype = DType::kU8;     // tensor dtype (bytes: U8)
-  Shape global_shape;           // tensors
-  Shape offsets;                // chunk offsets in the global tensor
+  DType dtype = DType::kU8;  // tensor dtype (bytes: U8)
+  Shape global_shape;        // tensors
+  Shape offsets;             // chunk offsets in the global tensor
 };
 
 // JSON {fqn: {"kind", "dtype", "global_shape", "offsets"}} (keys sorted).

@@ -1,5 +1,7 @@
 // Unit tests of the MEGA storage backend internals: shard entries codec and
 // file naming. (The shard writer is format::MegaEncoder: src/format/mega_encoder_test.cc.)
+#include "megackpt/dcp/mega_storage.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,7 +10,6 @@
 #include <thread>
 
 #include "dcp/mega_storage_shard.h"
-#include "megackpt/dcp/mega_storage.h"
 #include "megackpt/core/file.h"
 #include "megackpt/format/mega.h"
 
@@ -34,9 +35,12 @@ TEST(ShardEntriesTest, RoundTrip) {
 
 TEST(ShardEntriesTest, MalformedIsDataLossNamingFile) {
   for (std::string bad : {"", "[]", "{\"w\": 3}", "{\"w\": {\"kind\": \"nope\"}}",
-                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F99\", \"global_shape\": [1], \"offsets\": [0]}}",
-                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F32\", \"global_shape\": [1, 2], \"offsets\": [0]}}",
-                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F32\", \"global_shape\": [-1], \"offsets\": [0]}}"}) {
+                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F99\", \"global_shape\": "
+                          "[1], \"offsets\": [0]}}",
+                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F32\", \"global_shape\": "
+                          "[1, 2], \"offsets\": [0]}}",
+                          "{\"w\": {\"kind\": \"tensor\", \"dtype\": \"F32\", \"global_shape\": "
+                          "[-1], \"offsets\": [0]}}"}) {
     auto r = DecodeShardEntries("shard.mega", bad);
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(r.status().message().find("shard.mega"), std::string::npos) << r.status().ToString();
@@ -57,9 +61,11 @@ TEST(ShardNamingTest, NamesAndPattern) {
   EXPECT_EQ(ShardFileName(".safetensors", 1, 3, ""), "model-00001-of-00003.safetensors");
   EXPECT_EQ(ShardFileName(".mega", 1, 1, "0123456789ab"), "model-0123456789ab.mega");
   EXPECT_EQ(ShardFileName(".mega", 3, 4, "0123456789ab"), "model-0123456789ab-00003-of-00004.mega");
-  EXPECT_EQ(ShardFileName(".mega", 1, 1, "0123456789ab", 2), "model-rank2-0123456789ab-00001-of-00001.mega");
-  for (std::string n : {"model.mega", "model-00002-of-00012.mega", "model-00001-of-00003.safetensors",
-                        "model-0123456789ab.mega", "model-0123456789ab-00003-of-00004.mega"}) {
+  EXPECT_EQ(ShardFileName(".mega", 1, 1, "0123456789ab", 2),
+            "model-rank2-0123456789ab-00001-of-00001.mega");
+  for (std::string n :
+       {"model.mega", "model-00002-of-00012.mega", "model-00001-of-00003.safetensors",
+        "model-0123456789ab.mega", "model-0123456789ab-00003-of-00004.mega"}) {
     int tag = 7;
     EXPECT_TRUE(IsShardFileName(n, &tag)) << n;
     EXPECT_EQ(tag, -1) << n;
@@ -68,8 +74,8 @@ TEST(ShardNamingTest, NamesAndPattern) {
   EXPECT_TRUE(IsShardFileName("model-rank2-0123456789ab-00001-of-00001.mega", &tag));
   EXPECT_EQ(tag, 2);
   for (std::string n : {"model.mega.index.json", ".metadata", "other.mega", "model-1-of-2.mega",
-                        "model-00001-of-00002.mega.tmp", "model-XYZ.mega", "model.safetensors.index.json",
-                        "__0_0.distcp"}) {
+                        "model-00001-of-00002.mega.tmp", "model-XYZ.mega",
+                        "model.safetensors.index.json", "__0_0.distcp"}) {
     EXPECT_FALSE(IsShardFileName(n)) << n;
   }
   EXPECT_NE(NewSaveId(), NewSaveId());

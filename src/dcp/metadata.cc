@@ -48,13 +48,13 @@ Status ValidateMetadata(const Metadata& md) {
       const auto& chunk = t->chunks[c];
       const std::string where = "metadata: tensor '" + fqn + "' chunk " + std::to_string(c);
       if (chunk.offsets.size() != t->size.size() || chunk.sizes.size() != t->size.size()) {
-        return InvalidArgumentError(where + ": has " + std::to_string(chunk.offsets.size()) +
-                                    "/" + std::to_string(chunk.sizes.size()) +
-                                    " dims, tensor has " + std::to_string(t->size.size()));
+        return InvalidArgumentError(where + ": has " + std::to_string(chunk.offsets.size()) + "/" +
+                                    std::to_string(chunk.sizes.size()) + " dims, tensor has " +
+                                    std::to_string(t->size.size()));
       }
       for (size_t d = 0; d < t->size.size(); ++d) {
-        if (chunk.offsets[d] < 0 || chunk.sizes[d] < 0 ||
-            chunk.offsets[d] > t->size[d] || chunk.sizes[d] > t->size[d] - chunk.offsets[d]) {
+        if (chunk.offsets[d] < 0 || chunk.sizes[d] < 0 || chunk.offsets[d] > t->size[d] ||
+            chunk.sizes[d] > t->size[d] - chunk.offsets[d]) {
           return InvalidArgumentError(where + ": offsets " + ShapeToString(chunk.offsets) +
                                       " sizes " + ShapeToString(chunk.sizes) +
                                       " exceed global shape " + ShapeToString(t->size));
@@ -93,7 +93,8 @@ Status ValidateMetadata(const Metadata& md) {
     }
     if (info.block_table_offset) {
       if (!info.block_crc32.empty()) {
-        return InvalidArgumentError(where + " has both an inline block CRC table and block_table_offset");
+        return InvalidArgumentError(where +
+                                    " has both an inline block CRC table and block_table_offset");
       }
       if (blocks > (std::numeric_limits<uint64_t>::max() - *info.block_table_offset) / 4) {
         return InvalidArgumentError(where + ": block_table_offset " +

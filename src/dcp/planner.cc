@@ -15,9 +15,12 @@ namespace megackpt::dcp {
 
 std::string_view WriteItemTypeName(WriteItemType type) {
   switch (type) {
-    case WriteItemType::kTensor: return "TENSOR";
-    case WriteItemType::kShard: return "SHARD";
-    case WriteItemType::kByteIO: return "BYTE_IO";
+    case WriteItemType::kTensor:
+      return "TENSOR";
+    case WriteItemType::kShard:
+      return "SHARD";
+    case WriteItemType::kByteIO:
+      return "BYTE_IO";
   }
   return "?";
 }
@@ -29,15 +32,17 @@ std::string_view LoadItemTypeName(LoadItemType type) {
 Status CheckResolvedData(const WriteItem& item, const ResolvedData& data) {
   if (item.type == WriteItemType::kByteIO) {
     if (data.bytes.size() == item.bytes_size) return Status::OK();
-    return InternalError("planner resolved " + ToString(item.index) + " to " + std::to_string(data.bytes.size()) +
-                         " bytes, the plan says " + std::to_string(item.bytes_size));
+    return InternalError("planner resolved " + ToString(item.index) + " to " +
+                         std::to_string(data.bytes.size()) + " bytes, the plan says " +
+                         std::to_string(item.bytes_size));
   }
   const Tensor& t = data.tensor;
   if (t.defined() && item.tensor_data && t.dtype() == item.tensor_data->properties.dtype &&
       t.shape() == item.tensor_data->chunk.sizes) {
     return Status::OK();
   }
-  return InternalError("planner resolved " + ToString(item.index) + " to a tensor that does not match the plan");
+  return InternalError("planner resolved " + ToString(item.index) +
+                       " to a tensor that does not match the plan");
 }
 
 uint64_t WriteItemNbytes(const WriteItem& item) {
@@ -77,10 +82,9 @@ std::string ChunkString(const ChunkStorageMetadata& c) {
 Status CheckInBounds(const std::string& fqn, const Shape& global, const Shape& offsets,
                      const Shape& sizes) {
   if (offsets.size() != global.size() || sizes.size() != global.size()) {
-    return InvalidArgumentError("tensor '" + fqn + "': chunk " + ShapeToString(offsets) +
-                                " has " + std::to_string(sizes.size()) +
-                                " dims, global shape " + ShapeToString(global) + " has " +
-                                std::to_string(global.size()));
+    return InvalidArgumentError("tensor '" + fqn + "': chunk " + ShapeToString(offsets) + " has " +
+                                std::to_string(sizes.size()) + " dims, global shape " +
+                                ShapeToString(global) + " has " + std::to_string(global.size()));
   }
   for (size_t d = 0; d < global.size(); ++d) {
     if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] > global[d] ||
@@ -181,7 +185,8 @@ class DefaultSavePlanner final : public SavePlanner {
     }
     if (v.is_tensor()) {
       const Tensor& t = v.tensor();
-      if (!t.defined()) return InvalidArgumentError("state dict tensor '" + e.fqn + "' is undefined");
+      if (!t.defined())
+        return InvalidArgumentError("state dict tensor '" + e.fqn + "' is undefined");
       WriteItem item;
       item.index = MetadataIndex(e.fqn, Shape(t.ndim(), 0), 0);
       item.type = WriteItemType::kTensor;
@@ -284,7 +289,8 @@ class DefaultLoadPlanner final : public LoadPlanner {
     }
     if (!missing.empty() && !options_.allow_partial_load) {
       std::string list;
-      for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", '" : "'") + missing[i] + "'";
+      for (size_t i = 0; i < missing.size() && i < 5; ++i)
+        list += (i ? ", '" : "'") + missing[i] + "'";
       if (missing.size() > 5) list += " (+" + std::to_string(missing.size() - 5) + " more)";
       return NotFoundError("checkpoint has no entry for " + list + " (" +
                            std::to_string(metadata_->state_dict_metadata.size()) +
@@ -599,8 +605,7 @@ Result<Metadata> BuildMetadataFromPlans(const std::vector<SavePlan>& plans) {
       const TensorWriteData& td = *item.tensor_data;
       if (it == md.state_dict_metadata.end()) {
         MEGA_RETURN_IF_ERROR(LogicalNbytes(td.properties.dtype, td.size).status());
-        it = md.state_dict_metadata
-                 .emplace(fqn, TensorStorageMetadata{td.properties, td.size, {}})
+        it = md.state_dict_metadata.emplace(fqn, TensorStorageMetadata{td.properties, td.size, {}})
                  .first;
       }
       auto* tm = std::get_if<TensorStorageMetadata>(&it->second);
@@ -608,10 +613,9 @@ Result<Metadata> BuildMetadataFromPlans(const std::vector<SavePlan>& plans) {
         return InvalidArgumentError("'" + fqn + "' is bytes on one rank and a tensor on another");
       }
       if (tm->properties.dtype != td.properties.dtype) {
-        return InvalidArgumentError("'" + fqn + "' has dtype " +
-                                    std::string(DTypeName(tm->properties.dtype)) +
-                                    " on one rank and " +
-                                    std::string(DTypeName(td.properties.dtype)) + " on another");
+        return InvalidArgumentError(
+            "'" + fqn + "' has dtype " + std::string(DTypeName(tm->properties.dtype)) +
+            " on one rank and " + std::string(DTypeName(td.properties.dtype)) + " on another");
       }
       if (tm->size != td.size) {
         return InvalidArgumentError("'" + fqn + "' has global shape " + ShapeToString(tm->size) +

@@ -48,7 +48,8 @@ TEST(StateDict, FlattenRecordsNestingAndRebuilds) {
   inner.Set("note", StateValue::Bytes("hello"));
   StateDict sd;
   sd.Set("model", StateValue(inner));
-  sd.Set("list", StateValue::List({StateValue(Filled(DType::kU8, {3}, 9)), StateValue::Bytes("x")}));
+  sd.Set("list",
+         StateValue::List({StateValue(Filled(DType::kU8, {3}, 9)), StateValue::Bytes("x")}));
   sd.Set("top", StateValue(Filled(DType::kI64, {}, 5)));
   std::map<std::string, ObjectPath> paths;
   auto flat = FlattenStateDict(sd, &paths);
@@ -135,7 +136,8 @@ TEST(BuildMetadata, ValidatesChunkLayout) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(std::get<TensorStorageMetadata>(ok->state_dict_metadata["w"]).chunks.size(), 3u);
 
-  auto overlap = build({ShardItem("w", {0, 0}, {3, 6}, {4, 6}), ShardItem("w", {2, 0}, {2, 6}, {4, 6})});
+  auto overlap =
+      build({ShardItem("w", {0, 0}, {3, 6}, {4, 6}), ShardItem("w", {2, 0}, {2, 6}, {4, 6})});
   ASSERT_FALSE(overlap.ok());
   EXPECT_NE(overlap.status().message().find("overlap"), std::string::npos);
 
@@ -157,8 +159,10 @@ TEST(BuildMetadata, ValidatesChunkLayout) {
 
 TEST(ReadItems, BoxIntersections) {
   // Stored: 2x2 blocks of a [4, 6] tensor; destination: rows [1, 3), all columns.
-  TensorStorageMetadata stored{{DType::kF32, false}, {4, 6},
-                               {{{0, 0}, {2, 3}}, {{0, 3}, {2, 3}}, {{2, 0}, {2, 3}}, {{2, 3}, {2, 3}}}};
+  TensorStorageMetadata stored{
+      {DType::kF32, false},
+      {4, 6},
+      {{{0, 0}, {2, 3}}, {{0, 3}, {2, 3}}, {{2, 0}, {2, 3}}, {{2, 3}, {2, 3}}}};
   auto items = CreateReadItemsForChunk(MetadataIndex("w", Shape{1, 0}), {1, 0}, {2, 6}, stored);
   ASSERT_EQ(items.size(), 4u);
   EXPECT_EQ(items[0].storage_offsets, (Shape{1, 0}));
@@ -169,7 +173,8 @@ TEST(ReadItems, BoxIntersections) {
   EXPECT_EQ(items[3].dest_offsets, (Shape{1, 3}));
   EXPECT_EQ(items[3].lengths, (Shape{1, 3}));
   // No overlap.
-  EXPECT_TRUE(CreateReadItemsForChunk(MetadataIndex("w", Shape{0, 0}), {0, 0}, {0, 6}, stored).empty());
+  EXPECT_TRUE(
+      CreateReadItemsForChunk(MetadataIndex("w", Shape{0, 0}), {0, 0}, {0, 6}, stored).empty());
   // 0-d.
   TensorStorageMetadata scalar{{DType::kF64, false}, {}, {{{}, {}}}};
   EXPECT_EQ(CreateReadItemsForChunk(MetadataIndex("s", Shape{}), {}, {}, scalar).size(), 1u);
@@ -213,7 +218,8 @@ TEST(LoadPlanner, ClearErrors) {
     sd.Set("w", StateValue(Tensor::Empty(DType::kBF16, {4, 6}).value()));
     auto p = plan_for(sd);
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(p.status().message().find("dtype mismatch for 'w': checkpoint has F32, state dict has BF16"),
+    EXPECT_NE(p.status().message().find(
+                  "dtype mismatch for 'w': checkpoint has F32, state dict has BF16"),
               std::string::npos)
         << p.status().message();
   }
@@ -232,8 +238,9 @@ TEST(LoadPlanner, ClearErrors) {
   {
     // Sharded destination outside the global shape.
     StateDict sd;
-    sd.Set("w", StateValue(ShardedTensor{DType::kF32, {4, 6},
-                                         {Shard{{3, 0}, Tensor::Empty(DType::kF32, {2, 6}).value()}}}));
+    sd.Set("w",
+           StateValue(ShardedTensor{
+               DType::kF32, {4, 6}, {Shard{{3, 0}, Tensor::Empty(DType::kF32, {2, 6}).value()}}}));
     auto p = plan_for(sd);
     EXPECT_NE(p.status().message().find("outside the global shape"), std::string::npos);
   }
@@ -252,14 +259,14 @@ TEST(LoadPlanner, ClearErrors) {
 
 TEST(SavePlanner, ShardValidation) {
   StateDict sd;
-  sd.Set("w", StateValue(ShardedTensor{DType::kF32, {4},
-                                       {Shard{{2}, Tensor::Empty(DType::kF32, {3}).value()}}}));
+  sd.Set("w", StateValue(ShardedTensor{
+                  DType::kF32, {4}, {Shard{{2}, Tensor::Empty(DType::kF32, {3}).value()}}}));
   auto planner = NewDefaultSavePlanner();
   Status s = planner->SetUp(sd, std::nullopt, true);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   StateDict sd2;
-  sd2.Set("w", StateValue(ShardedTensor{DType::kF16, {4},
-                                        {Shard{{0}, Tensor::Empty(DType::kF32, {4}).value()}}}));
+  sd2.Set("w", StateValue(ShardedTensor{
+                   DType::kF16, {4}, {Shard{{0}, Tensor::Empty(DType::kF32, {4}).value()}}}));
   EXPECT_NE(planner->SetUp(sd2, std::nullopt, true).message().find("dtype"), std::string::npos);
 }
 

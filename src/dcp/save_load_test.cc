@@ -76,7 +76,8 @@ TEST(PathSaveLoadTest, DirectIoReachesBothStorages) {
     so.direct_io = true;
     Status s = Save(sd, dir.path(storage + "-direct"), so);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    testing::ExpectSavedAroundThePageCache(dir.path(storage + "-direct"), dir.path(storage + "-buffered"),
+    testing::ExpectSavedAroundThePageCache(dir.path(storage + "-direct"),
+                                           dir.path(storage + "-buffered"),
                                            storage == "mega" ? ".mega" : ".distcp");
     Tensor back = *Tensor::Empty(DType::kF32, {256, 1027}, true);
     StateDict into;

@@ -51,7 +51,8 @@ bool StateDict::Erase(std::string_view key) {
 
 StateValue::StateValue() = default;
 StateValue::StateValue(Tensor tensor) : kind_(Kind::kTensor), tensor_(std::move(tensor)) {}
-StateValue::StateValue(ShardedTensor sharded) : kind_(Kind::kSharded), sharded_(std::move(sharded)) {}
+StateValue::StateValue(ShardedTensor sharded)
+    : kind_(Kind::kSharded), sharded_(std::move(sharded)) {}
 StateValue::StateValue(StateDict dict) : kind_(Kind::kDict), dict_(std::move(dict)) {}
 StateValue StateValue::Bytes(std::string bytes) {
   StateValue v;
@@ -73,12 +74,18 @@ StateValue::~StateValue() = default;
 
 std::string_view KindName(StateValue::Kind kind) {
   switch (kind) {
-    case StateValue::Kind::kNone: return "none";
-    case StateValue::Kind::kTensor: return "tensor";
-    case StateValue::Kind::kSharded: return "sharded";
-    case StateValue::Kind::kBytes: return "bytes";
-    case StateValue::Kind::kDict: return "dict";
-    case StateValue::Kind::kList: return "list";
+    case StateValue::Kind::kNone:
+      return "none";
+    case StateValue::Kind::kTensor:
+      return "tensor";
+    case StateValue::Kind::kSharded:
+      return "sharded";
+    case StateValue::Kind::kBytes:
+      return "bytes";
+    case StateValue::Kind::kDict:
+      return "dict";
+    case StateValue::Kind::kList:
+      return "list";
   }
   return "?";
 }
@@ -189,8 +196,8 @@ Status Place(StateValue& container, const ObjectPath& path, size_t i, StateValue
   }
   if (last) {
     if (!slot->is_none()) {
-      return DataLossError("metadata planner_data: two entries map to path " +
-                           PathToString(path) + " (one is '" + fqn + "')");
+      return DataLossError("metadata planner_data: two entries map to path " + PathToString(path) +
+                           " (one is '" + fqn + "')");
     }
     *slot = std::move(leaf);
     return Status::OK();
@@ -223,8 +230,7 @@ Result<StateDict> BuildStateDictFromMetadata(const Metadata& metadata, bool zero
     if (it != metadata.planner_data.object_paths.end()) {
       path = it->second;
       if (path.empty() || !std::holds_alternative<std::string>(path[0].key)) {
-        return DataLossError("metadata planner_data: path of '" + fqn +
-                             "' must start with a key");
+        return DataLossError("metadata planner_data: path of '" + fqn + "' must start with a key");
       }
     } else {
       path = {PathKey{fqn}};

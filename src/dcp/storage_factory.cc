@@ -33,7 +33,8 @@ Result<std::unique_ptr<StorageWriter>> MakeStorageWriter(std::string_view kind,
     return std::unique_ptr<StorageWriter>(new MegaStorageWriter(
         path, std::nullopt, WriterOptionsFrom<MegaStorageWriterOptions>(options)));
   }
-  return InvalidArgumentError("unknown storage \"" + std::string(kind) + "\" (expected fs or mega)");
+  return InvalidArgumentError("unknown storage \"" + std::string(kind) +
+                              "\" (expected fs or mega)");
 }
 
 Result<std::unique_ptr<StorageReader>> MakeStorageReader(std::string_view kind,
@@ -49,7 +50,8 @@ Result<std::unique_ptr<StorageReader>> MakeStorageReader(std::string_view kind,
     o.thread_count = options.thread_count;
     return std::unique_ptr<StorageReader>(new MegaStorageReader(path, o));
   }
-  return InvalidArgumentError("unknown storage \"" + std::string(kind) + "\" (expected fs or mega)");
+  return InvalidArgumentError("unknown storage \"" + std::string(kind) +
+                              "\" (expected fs or mega)");
 }
 
 }  // namespace megackpt::dcp

@@ -112,7 +112,8 @@ StateValue* Slot(StateDict& root, const ObjectPath& path) {
       if (cur->list().size() <= idx) cur->list().resize(idx + 1);
       slot = &cur->list()[idx];
     }
-    if (!last && slot->is_none()) *slot = next_is_index ? StateValue::List({}) : StateValue(StateDict());
+    if (!last && slot->is_none())
+      *slot = next_is_index ? StateValue::List({}) : StateValue(StateDict());
     cur = slot;
   }
   return cur;
@@ -141,12 +142,18 @@ std::string PathFqn(const ObjectPath& p) {
 
 const char* LayoutName(Layout layout) {
   switch (layout) {
-    case Layout::kReplicated: return "replicated";
-    case Layout::kRows: return "rows";
-    case Layout::kCols: return "cols";
-    case Layout::kUnevenRows: return "uneven-rows";
-    case Layout::kBlocks2D: return "blocks-2d";
-    case Layout::kReplicatedRows: return "replicated-rows";
+    case Layout::kReplicated:
+      return "replicated";
+    case Layout::kRows:
+      return "rows";
+    case Layout::kCols:
+      return "cols";
+    case Layout::kUnevenRows:
+      return "uneven-rows";
+    case Layout::kBlocks2D:
+      return "blocks-2d";
+    case Layout::kReplicatedRows:
+      return "replicated-rows";
   }
   return "?";
 }
@@ -163,8 +170,8 @@ Spec MakeSpec(uint64_t seed, uint64_t target_bytes) {
     e.fqn = PathFqn(e.path);
     e.dtype = dtype;
     e.shape = std::move(shape);
-    e.layout = e.shape.empty() ? Layout::kReplicated
-                               : static_cast<Layout>(layout_counter++ % kNumLayouts);
+    e.layout =
+        e.shape.empty() ? Layout::kReplicated : static_cast<Layout>(layout_counter++ % kNumLayouts);
     spec.total_bytes += LogicalNbytes(dtype, e.shape).value();
     spec.entries.push_back(std::move(e));
   };
@@ -177,7 +184,8 @@ Spec MakeSpec(uint64_t seed, uint64_t target_bytes) {
     spec.total_bytes += len;
     spec.entries.push_back(std::move(e));
   };
-  const DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64, DType::kI32, DType::kU8};
+  const DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16,
+                          DType::kF64, DType::kI32,  DType::kU8};
   // Big 2-D tensors of ~target/12 bytes each; sizes are deliberately not
   // multiples of small rank counts.
   const uint64_t per_tensor = std::max<uint64_t>(target_bytes / 12, 4096);
@@ -203,7 +211,8 @@ Spec MakeSpec(uint64_t seed, uint64_t target_bytes) {
                Shape{w[1]});
     add_tensor(MakePath({"model", "layers", int64_t{layer}, "mlp", "weight"}), DType::kBF16,
                shape_for(DType::kBF16));
-    add_tensor(MakePath({"optim", "state", int64_t{layer}, "exp_avg"}), DType::kF32, shape_for(DType::kF32));
+    add_tensor(MakePath({"optim", "state", int64_t{layer}, "exp_avg"}), DType::kF32,
+               shape_for(DType::kF32));
     add_bytes(MakePath({"optim", "state", int64_t{layer}, "step"}), 8);
     ++layer;
   } while (spec.total_bytes < target_bytes || layer < 2);
@@ -259,7 +268,8 @@ std::vector<ChunkStorageMetadata> ChunksFor(Layout layout, const Shape& shape, i
       uint64_t h = Mix(salt ^ static_cast<uint64_t>(world));
       for (int k = 1; k < parts; ++k) {
         h = Mix(h);
-        cuts.push_back(shape[0] == 0 ? 0 : static_cast<int64_t>(h % static_cast<uint64_t>(shape[0] + 1)));
+        cuts.push_back(
+            shape[0] == 0 ? 0 : static_cast<int64_t>(h % static_cast<uint64_t>(shape[0] + 1)));
       }
       std::sort(cuts.begin(), cuts.end());
       for (int p : {rank, rank + world}) {
@@ -403,7 +413,8 @@ Status VerifyRankState(const Spec& spec, StateDict& state) {
                              std::to_string(e.bytes_len) + ")");
       }
     } else if (v.is_tensor()) {
-      if (v.tensor().shape() != e.shape) return DataLossError("'" + fe.fqn + "' has the wrong shape");
+      if (v.tensor().shape() != e.shape)
+        return DataLossError("'" + fe.fqn + "' has the wrong shape");
       MEGA_RETURN_IF_ERROR(CompareBox(spec, e, Shape(e.shape.size(), 0), v.tensor()));
     } else if (v.is_sharded()) {
       if (v.sharded().global_shape != e.shape) {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/dcp/metadata.h"
-#include "megackpt/dcp/state_dict.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/dcp/state_dict.h"
 
 namespace megackpt::dcp::synthetic {
 
@@ -25,12 +25,12 @@ inline constexpr int kNumLayouts = 6;
 const char* LayoutName(Layout layout);
 
 struct EntrySpec {
-  std::string fqn;   // dotted name
-  ObjectPath path;   // nesting (keys and list indices)
+  std::string fqn;  // dotted name
+  ObjectPath path;  // nesting (keys and list indices)
   bool is_bytes = false;
   DType dtype = DType::kF32;
   Shape shape;
-  uint64_t bytes_len = 0;  // bytes entries
+  uint64_t bytes_len = 0;               // bytes entries
   Layout layout = Layout::kReplicated;  // layout when saving
   // Version of the content (0: the seed's). A simulated training step that
   // changes the entry bumps it: every byte then differs from other versions'.

@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,9 +75,13 @@ class InstrumentedFileSystem : public fs::FileSystem {
   }
   Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
   Result<fs::FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
-  Result<std::vector<fs::FileInfo>> List(const std::string& dir) override { return base_->List(dir); }
+  Result<std::vector<fs::FileInfo>> List(const std::string& dir) override {
+    return base_->List(dir);
+  }
   Status Remove(const std::string& path) override { return base_->Remove(path); }
-  Status CreateDirectories(const std::string& dir) override { return base_->CreateDirectories(dir); }
+  Status CreateDirectories(const std::string& dir) override {
+    return base_->CreateDirectories(dir);
+  }
   Status Rename(const std::string& from, const std::string& to) override {
     return base_->Rename(from, to);
   }
@@ -95,7 +99,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
   // Records the first write of a file; forwards everything.
   class RecordingFile : public WritableFile {
    public:
-    RecordingFile(std::unique_ptr<WritableFile> f, InstrumentedFileSystem* fs) : f_(std::move(f)), fs_(fs) {}
+    RecordingFile(std::unique_ptr<WritableFile> f, InstrumentedFileSystem* fs)
+        : f_(std::move(f)), fs_(fs) {}
     const std::string& name() const override { return f_->name(); }
     Status Append(std::span<const std::byte> data) override {
       First();
@@ -108,7 +113,9 @@ class InstrumentedFileSystem : public fs::FileSystem {
     }
     uint64_t size() const override { return f_->size(); }
     Status Sync() override { return f_->Sync(); }
-    void StartWriteback(uint64_t offset, uint64_t length) override { f_->StartWriteback(offset, length); }
+    void StartWriteback(uint64_t offset, uint64_t length) override {
+      f_->StartWriteback(offset, length);
+    }
     bool UseDirectIo() override { return f_->UseDirectIo(); }
     bool direct_io() const override { return f_->direct_io(); }
     Status Close() override { return f_->Close(); }
@@ -155,7 +162,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
 // first of them is written, and the folder is synced in between
 // (WriteOutNewEntries in checkpoint_folder.h). Empty when so, else what is not.
 inline std::string CheckEntriesWrittenOutBeforeData(const std::vector<std::string>& events,
-                                                    const std::string& folder, const std::string& suffix) {
+                                                    const std::string& folder,
+                                                    const std::string& suffix) {
   auto is = [&](const std::string& e, const std::string& what) {
     return e.rfind(what + " ", 0) == 0 && e.size() >= suffix.size() &&
            e.compare(e.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -167,12 +175,15 @@ inline std::string CheckEntriesWrittenOutBeforeData(const std::vector<std::strin
   }
   std::string log;
   for (const std::string& e : events) log += "\n  " + e;
-  if (last_create < 0 || first_write < 0) return "no " + suffix + " file was created and written:" + log;
-  if (last_create > first_write) return "a " + suffix + " file is created after another one is written:" + log;
+  if (last_create < 0 || first_write < 0)
+    return "no " + suffix + " file was created and written:" + log;
+  if (last_create > first_write)
+    return "a " + suffix + " file is created after another one is written:" + log;
   for (long i = last_create + 1; i < first_write; ++i) {
     if (events[static_cast<size_t>(i)] == "syncdir " + folder) return "";
   }
-  return "the folder " + folder + " is not synced between the last create and the first write:" + log;
+  return "the folder " + folder +
+         " is not synced between the last create and the first write:" + log;
 }
 
 }  // namespace megackpt::dcp::testing

@@ -54,8 +54,7 @@ class SharedDir {
   SharedDir(dist::ProcessGroup& g, const std::string& prefix) : g_(g) {
     std::string p;
     if (g.rank() == 0) {
-      std::string tmpl =
-          (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+      std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
       p = mkdtemp(tmpl.data());
     }
     path_ = g.Broadcast(p, 0).value();
@@ -159,7 +158,8 @@ inline FqnToIndexMapping RoundRobinMapping(const synthetic::Spec& spec, int buck
 // The names of the entries of folder `dir`, sorted.
 inline std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -16,10 +16,10 @@
 namespace megackpt::dcp::internal {
 
 struct WholePieceRead {
-  MetadataIndex index;            // a storage entry of the reader's metadata
+  MetadataIndex index;  // a storage entry of the reader's metadata
   bool is_bytes = false;
-  Tensor dest;                    // tensors: shape = the stored chunk's sizes, any strides
-  std::string* bytes = nullptr;   // bytes: receives the value (may be null)
+  Tensor dest;                   // tensors: shape = the stored chunk's sizes, any strides
+  std::string* bytes = nullptr;  // bytes: receives the value (may be null)
 };
 
 // One ReadData call for all `reads`. REQUIRES: reader.SetUpStorageReader done.

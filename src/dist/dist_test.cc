@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "dist/wire.h"
 #include "dist/test_util.h"
+#include "dist/wire.h"
 #include "megackpt/dist/process_group.h"
 
 namespace megackpt::dist {

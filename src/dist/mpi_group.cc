@@ -351,7 +351,8 @@ class Exchange {
         MEGA_RETURN_IF_ERROR(CheckHeader(*r, count));
         MEGA_RETURN_IF_ERROR(PostDataReceives(r.get()));
       }
-      MEGA_RETURN_IF_ERROR(TestRequests(r->data_reqs, "receiving from rank ", r->src, progress, &all_done));
+      MEGA_RETURN_IF_ERROR(
+          TestRequests(r->data_reqs, "receiving from rank ", r->src, progress, &all_done));
     }
     return all_done;
   }

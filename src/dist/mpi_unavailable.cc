@@ -6,8 +6,9 @@ namespace megackpt::dist {
 
 Result<std::unique_ptr<ProcessGroup>> NewMpiProcessGroup(ProcessGroupOptions options) {
   (void)options;
-  return UnimplementedError("this megackpt was built without MPI (MEGACKPT_WITH_MPI=OFF); "
-                            "use the single-process or threads group");
+  return UnimplementedError(
+      "this megackpt was built without MPI (MEGACKPT_WITH_MPI=OFF); "
+      "use the single-process or threads group");
 }
 
 }  // namespace megackpt::dist

@@ -13,8 +13,8 @@
 
 #include "megackpt/core/file.h"
 #include "megackpt/core/path_safety.h"
-#include "megackpt/core/text.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/core/text.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -155,9 +155,8 @@ Status WriteSafetensorsShard(const OpenedCheckpoint& src, const std::vector<size
 }
 
 Status WriteMegaShard(const OpenedCheckpoint& src, const std::vector<size_t>& ids,
-                      const std::string& path,
-                      const std::map<std::string, std::string>& metadata, const ConvertOptions& o,
-                      const Events& events) {
+                      const std::string& path, const std::map<std::string, std::string>& metadata,
+                      const ConvertOptions& o, const Events& events) {
   MegaWriterOptions wo;
   wo.alignment = o.alignment;
   wo.checksum = o.checksum;
@@ -269,7 +268,8 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
       std::string name = e.path().filename().string();
       if (IndexKindFromPath(name)) {
         indexes.push_back(e.path().string());
-      } else if (std::string_view(name).ends_with(".mega") || std::string_view(name).ends_with(".safetensors")) {
+      } else if (std::string_view(name).ends_with(".mega") ||
+                 std::string_view(name).ends_with(".safetensors")) {
         models.push_back(e.path().string());
       }
     }
@@ -289,9 +289,10 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
     if (models.empty()) {
       if (stdfs::exists(stdfs::path(path) / ".metadata", ec)) {
         return InvalidArgumentError(
-            path + ": folder holds a DCP checkpoint in fs layout (.metadata + .distcp data "
-                   "files), no *.index.json, .mega or .safetensors file; `megackpt consolidate "
-                   "SRC DST` turns it into whole tensors");
+            path +
+            ": folder holds a DCP checkpoint in fs layout (.metadata + .distcp data "
+            "files), no *.index.json, .mega or .safetensors file; `megackpt consolidate "
+            "SRC DST` turns it into whole tensors");
       }
       return InvalidArgumentError(path +
                                   ": folder has no *.index.json, .mega or .safetensors file");
@@ -300,9 +301,9 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
                                 ") and no index; pass one file");
   }
   if (auto kind = IndexKindFromPath(path)) {
-    return CheckpointPath{*kind == IndexKind::kMega ? CheckpointKind::kMegaIndex
-                                                    : CheckpointKind::kSafetensorsIndex,
-                          path};
+    return CheckpointPath{
+        *kind == IndexKind::kMega ? CheckpointKind::kMegaIndex : CheckpointKind::kSafetensorsIndex,
+        path};
   }
   if (std::string_view(path).ends_with(".index.json")) {
     // An index without the usual double extension: decide by its shard names.
@@ -313,8 +314,7 @@ Result<CheckpointPath> ResolveCheckpointPath(const std::string& path) {
   }
   MEGA_ASSIGN_OR_RETURN(ModelFormat f, SniffModelFormat(path));
   return CheckpointPath{
-      f == ModelFormat::kMega ? CheckpointKind::kMegaFile : CheckpointKind::kSafetensorsFile,
-      path};
+      f == ModelFormat::kMega ? CheckpointKind::kMegaFile : CheckpointKind::kSafetensorsFile, path};
 }
 
 // ---- opened checkpoints --------------------------------------------------------------
@@ -365,9 +365,9 @@ Result<OpenedCheckpoint> OpenCheckpoint(const CheckpointPath& input,
   OpenedCheckpoint model;
   model.input = input;
   if (!IsIndexKind(input.kind)) {
-    MEGA_ASSIGN_OR_RETURN(CheckpointFile f,
-                          OpenCheckpointFile(input.path,
-                                             stdfs::path(input.path).filename().string(), options));
+    MEGA_ASSIGN_OR_RETURN(
+        CheckpointFile f,
+        OpenCheckpointFile(input.path, stdfs::path(input.path).filename().string(), options));
     model.files.push_back(std::move(f));
     AppendCheckpointFileTensors(&model, 0);
     return model;
@@ -592,8 +592,7 @@ Status WriteConversion(const OpenedCheckpoint& source, const ConvertPlan& plan,
 }
 
 Result<ConvertSummary> ConvertCheckpoint(const std::string& src, const std::string& dst,
-                                         const ConvertOptions& options,
-                                         ConvertListener* listener) {
+                                         const ConvertOptions& options, ConvertListener* listener) {
   MEGA_ASSIGN_OR_RETURN(CheckpointPath input, ResolveCheckpointPath(src));
   MEGA_ASSIGN_OR_RETURN(OpenedCheckpoint source,
                         OpenCheckpoint(input, {.mmap = true, .verify_checksums = true}));

@@ -17,10 +17,10 @@
 namespace megackpt::format {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using mega_test::MakeTensor;
 using mega_test::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 namespace stdfs = std::filesystem;
 
@@ -51,8 +51,8 @@ std::map<std::string, std::string> Contents(const std::string& path) {
     EXPECT_TRUE(dst.ok());
     Status s = f.mega ? f.mega->ReadTensor(t.index, *dst) : f.safetensors->ReadTensor(t.name, *dst);
     EXPECT_TRUE(s.ok()) << s.ToString();
-    out[t.name] = std::string(DTypeName(t.dtype)) + ShapeToString(t.shape) + ":" +
-                  TensorBytes(*dst);
+    out[t.name] =
+        std::string(DTypeName(t.dtype)) + ShapeToString(t.shape) + ":" + TensorBytes(*dst);
   }
   return out;
 }
@@ -117,8 +117,8 @@ TEST_F(ConvertTest, SafetensorsToShardedMegaAndBack) {
   EXPECT_EQ(Contents(dir_.File("back.safetensors")), Expected());
   auto st = SafetensorsReader::Open(dir_.File("back.safetensors"));
   ASSERT_TRUE(st.ok());
-  EXPECT_EQ((*st)->metadata(), (std::map<std::string, std::string>{{"format", "pt"},
-                                                                     {"note", "hi"}}));
+  EXPECT_EQ((*st)->metadata(),
+            (std::map<std::string, std::string>{{"format", "pt"}, {"note", "hi"}}));
   // No temp or spill files are left behind.
   for (const auto& e : stdfs::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
@@ -153,8 +153,8 @@ TEST(ConvertPlanTest, ShardsAreGreedyInOrder) {
   const uint64_t sizes[] = {30, 30, 50, 100, 10};
   for (size_t i = 0; i < 5; ++i) ts[i].nbytes = sizes[i];
   // 30+30 fit in 60; 50 starts a new shard; 100 > 60 gets its own; 10 follows.
-  EXPECT_THAT(PlanShards(ts, 60), ElementsAre(ElementsAre(0u, 1u), ElementsAre(2u),
-                                              ElementsAre(3u), ElementsAre(4u)));
+  EXPECT_THAT(PlanShards(ts, 60),
+              ElementsAre(ElementsAre(0u, 1u), ElementsAre(2u), ElementsAre(3u), ElementsAre(4u)));
   EXPECT_THAT(PlanShards(ts, 1000), ElementsAre(ElementsAre(0u, 1u, 2u, 3u, 4u)));
   EXPECT_THAT(PlanShards({}, 10), ElementsAre(ElementsAre()));
   EXPECT_EQ(ConvertShardFileName("model", 1, 12, ModelFormat::kSafetensors),

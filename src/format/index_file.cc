@@ -6,8 +6,8 @@
 
 #include "format/index_file_json.h"
 #include "megackpt/core/file.h"
-#include "megackpt/core/path_safety.h"
 #include "megackpt/core/path_components.h"
+#include "megackpt/core/path_safety.h"
 #include "megackpt/core/text.h"
 
 namespace megackpt::format {
@@ -100,14 +100,14 @@ Result<ShardIndex> ParseShardIndex(std::string_view index_name, std::string_view
       have_weight_map = true;
       for (auto w = it->begin(); w != it->end(); ++w) {
         if (!w->is_string()) {
-          return Malformed(index_name,
-                           "\"weight_map\" entry for tensor " + Quote(w.key()) + " is not a string");
+          return Malformed(
+              index_name, "\"weight_map\" entry for tensor " + Quote(w.key()) + " is not a string");
         }
         std::string file = w->get<std::string>();
         Status valid = ValidateShardFileName(file);
         if (!valid.ok()) {
-          return Malformed(index_name, "\"weight_map\" entry for tensor " + Quote(w.key()) +
-                                           ": " + valid.message());
+          return Malformed(index_name, "\"weight_map\" entry for tensor " + Quote(w.key()) + ": " +
+                                           valid.message());
         }
         if (w.key().find('\0') != std::string::npos) {
           return Malformed(index_name, "\"weight_map\" has a tensor name " + Quote(w.key()) +

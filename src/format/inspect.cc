@@ -101,7 +101,8 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
   std::map<std::string, std::set<std::string>> chunk_files;  // fqn -> files
   std::set<std::string> shard_set;
   for (const std::string& shard : index->ShardFiles()) shard_set.insert(shard);
-  if (auto it = index->extra_fields.find("tensorplay.dcp.sharded"); it != index->extra_fields.end()) {
+  if (auto it = index->extra_fields.find("tensorplay.dcp.sharded");
+      it != index->extra_fields.end()) {
     json sharded = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
     if (!sharded.is_object()) {
       problems.Add("DataLoss: " + input.path + ": 'tensorplay.dcp.sharded' is not an object");
@@ -116,7 +117,8 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
         }
         for (const auto& c : *chunks) {
           if (!c.is_object() || !c.contains("file") || !c["file"].is_string()) {
-            problems.Add("DataLoss: " + input.path + ": a chunk of " + Quote(fqn) + " names no file");
+            problems.Add("DataLoss: " + input.path + ": a chunk of " + Quote(fqn) +
+                         " names no file");
             continue;
           }
           std::string file = c["file"].get<std::string>();
@@ -134,7 +136,8 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
     ++report->files;
     const std::string shard_path = folder.empty() ? shard : folder + "/" + shard;
     // Shard names stay inside the index's folder, symlinks included.
-    if (Status inside = CheckResolvesInside(folder.empty() ? "." : folder, shard_path); !inside.ok()) {
+    if (Status inside = CheckResolvesInside(folder.empty() ? "." : folder, shard_path);
+        !inside.ok()) {
       problems.Add(inside.ToString());
       continue;
     }
@@ -176,8 +179,8 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
     }
     for (const auto& name : index->TensorsInShard(shard)) {
       if (!in_file.count(name)) {
-        problems.Add("DataLoss: " + input.path + ": index maps tensor " + Quote(name) + " to shard " +
-                     Quote(shard) + " but " + shard_path + " has no such tensor");
+        problems.Add("DataLoss: " + input.path + ": index maps tensor " + Quote(name) +
+                     " to shard " + Quote(shard) + " but " + shard_path + " has no such tensor");
       }
     }
     VerifyModelFile(m.files[0], problems, &report->tensors);
@@ -185,10 +188,9 @@ void VerifyIndex(const CheckpointPath& input, const OpenCheckpointOptions& optio
     if (problems.size() == before) ++report->files_ok;
   }
   if (problems.size() == 0 && index->total_size && *index->total_size != mapped_bytes) {
-    report->warnings.push_back(input.path + ": metadata.total_size is " +
-                               std::to_string(*index->total_size) +
-                               " but the mapped tensors hold " + std::to_string(mapped_bytes) +
-                               " bytes");
+    report->warnings.push_back(
+        input.path + ": metadata.total_size is " + std::to_string(*index->total_size) +
+        " but the mapped tensors hold " + std::to_string(mapped_bytes) + " bytes");
   }
 }
 

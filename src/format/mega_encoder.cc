@@ -42,7 +42,9 @@ std::byte* ThreadScratch() {
   return buf.get();
 }
 
-uint64_t BlockCount(uint64_t nbytes, uint64_t block) { return block == 0 ? 0 : (nbytes + block - 1) / block; }
+uint64_t BlockCount(uint64_t nbytes, uint64_t block) {
+  return block == 0 ? 0 : (nbytes + block - 1) / block;
+}
 
 bool IsEncoderKey(std::string_view key) {
   return key == kMegaBlockSizesKey || key == kMegaBlockTableKey || key == kMegaHeaderCrcKey;
@@ -52,7 +54,8 @@ bool IsEncoderKey(std::string_view key) {
 
 bool IsCleanMetaValue(const MetaValue& v) {
   if (v.is_string()) return IsCleanText(*v.AsString());
-  if (!v.is_array() || (v.element_type() != MetaType::kString && v.element_type() != MetaType::kArray)) {
+  if (!v.is_array() ||
+      (v.element_type() != MetaType::kString && v.element_type() != MetaType::kArray)) {
     return true;
   }
   for (uint64_t i = 0; i < v.size(); ++i) {
@@ -96,7 +99,8 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
                                   " holds a string that is not valid UTF-8 without NUL");
     }
     if (IsEncoderKey(e.key)) {
-      return InvalidArgumentError(f + ": metadata key " + Quote(e.key) + " is written by the encoder");
+      return InvalidArgumentError(f + ": metadata key " + Quote(e.key) +
+                                  " is written by the encoder");
     }
   }
   std::unique_ptr<MegaEncoder> enc(new MegaEncoder());
@@ -125,7 +129,8 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
     if (!names.insert(s.name).second) {
       return InvalidArgumentError(fn + ": duplicate tensor name " + Quote(s.name));
     }
-    if (static_cast<uint32_t>(s.checksum) > 2) return InvalidArgumentError(fn + ": bad checksum type");
+    if (static_cast<uint32_t>(s.checksum) > 2)
+      return InvalidArgumentError(fn + ": bad checksum type");
     MEGA_ASSIGN_OR_RETURN(uint64_t logical, LogicalNbytes(s.dtype, s.shape));
     if (s.units.empty()) s.units.push_back({0, logical, logical, false, false});
     uint64_t expect = 0;
@@ -140,11 +145,13 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
     }
     if (expect != logical) {
       return InvalidArgumentError(fn + ": units of tensor " + Quote(s.name) + " cover " +
-                                  std::to_string(expect) + " of " + std::to_string(logical) + " bytes");
+                                  std::to_string(expect) + " of " + std::to_string(logical) +
+                                  " bytes");
     }
     if (s.units.size() > 1) s.chunked = true;
     if (any_shuffled && s.shuffle_elem_size == 0) {
-      return InvalidArgumentError(fn + ": shuffled tensor " + Quote(s.name) + " needs shuffle_elem_size");
+      return InvalidArgumentError(fn + ": shuffled tensor " + Quote(s.name) +
+                                  " needs shuffle_elem_size");
     }
     if (AlignUp(cursor, options.tensor_alignment, &cursor)) {
       return InvalidArgumentError(fn + ": payload size overflows");
@@ -162,8 +169,8 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
       if (AddOverflows(cursor, u.stored_size, &cursor)) {
         return InvalidArgumentError(fn + ": payload size overflows");
       }
-      const uint32_t flags = (u.compressed ? kMegaTensorCompressed : 0) |
-                             (u.shuffled ? kMegaTensorByteShuffled : 0);
+      const uint32_t flags =
+          (u.compressed ? kMegaTensorCompressed : 0) | (u.shuffled ? kMegaTensorByteShuffled : 0);
       if (s.chunked) {
         MegaChunkInfo c;
         c.tensor_id = t.tensor_id;
@@ -197,7 +204,8 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
       // tensors changes only their tables (content-defined dedup keeps the rest).
       // Its entries exist once the tensor is written (WriteRaw).
       if (const uint64_t count = BlockCount(logical, enc->block_size_[i]); count > 0) {
-        if (AlignUp(cursor, 4, &cursor)) return InvalidArgumentError(fn + ": payload size overflows");
+        if (AlignUp(cursor, 4, &cursor))
+          return InvalidArgumentError(fn + ": payload size overflows");
         enc->table_offsets_[i] = cursor;
         cursor += 4 * count;
       }
@@ -210,7 +218,8 @@ Result<std::unique_ptr<MegaEncoder>> MegaEncoder::Plan(std::string file_name,
   enc->header_length_ = header.size();
   enc->file_end_ = enc->header_length_ + cursor;
   enc->final_size_ = enc->file_end_;
-  if (enc->file_end_ >= kMegaFooterTrailerSize) enc->probe_at_ = enc->file_end_ - kMegaFooterTrailerSize;
+  if (enc->file_end_ >= kMegaFooterTrailerSize)
+    enc->probe_at_ = enc->file_end_ - kMegaFooterTrailerSize;
   return enc;
 }
 
@@ -230,8 +239,8 @@ Result<MegaMetadata> MegaEncoder::BuildMetadata() const {
   const MegaEncoderOptions& o = options_;
   MegaMetadata md;
   if (o.profile == MegaProfile::kTensorPlay) {
-    MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(infos_, o.alignment, o.tensorplay_container,
-                                                             o.checksum, &md));
+    MEGA_RETURN_IF_ERROR(mega_internal::AddTensorplayProfile(
+        infos_, o.alignment, o.tensorplay_container, o.checksum, &md));
   }
   for (const MetaEntry& e : user_metadata_.entries()) {
     MEGA_RETURN_IF_ERROR(md.Add(e.key, e.value).WithContext(file_name_));
@@ -248,14 +257,17 @@ Result<MegaMetadata> MegaEncoder::BuildMetadata() const {
   }
   if (o.payload_hashes) {
     MEGA_RETURN_IF_ERROR(md.Add("mega.hash.payload.crc32", MetaValue::U32(payload_crc_)));
-    MEGA_RETURN_IF_ERROR(md.Add("mega.hash.payload.sha256", MetaValue::String(ToHex(payload_sha_))));
+    MEGA_RETURN_IF_ERROR(
+        md.Add("mega.hash.payload.sha256", MetaValue::String(ToHex(payload_sha_))));
   }
   if (o.block_checksums) {
     std::vector<uint32_t> sizes(block_size_.begin(), block_size_.end());
     MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaBlockSizesKey), MetaValue::U32Array(sizes)));
-    MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaBlockTableKey), MetaValue::U64Array(table_offsets_)));
+    MEGA_RETURN_IF_ERROR(
+        md.Add(std::string(kMegaBlockTableKey), MetaValue::U64Array(table_offsets_)));
   }
-  if (o.header_checksum) MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaHeaderCrcKey), MetaValue::U32(0)));
+  if (o.header_checksum)
+    MEGA_RETURN_IF_ERROR(md.Add(std::string(kMegaHeaderCrcKey), MetaValue::U32(0)));
   return md;
 }
 
@@ -287,7 +299,8 @@ bool MegaEncoder::tail_guard_needed() const {
   return probe_at_ != UINT64_MAX && mega_internal::Load32(probe_.data()) == kMegaFooterMagic;
 }
 
-Status MegaEncoder::WriteAt(WritableFile& file, uint64_t file_offset, std::span<const std::byte> bytes) {
+Status MegaEncoder::WriteAt(WritableFile& file, uint64_t file_offset,
+                            std::span<const std::byte> bytes) {
   Observe(file_offset, bytes);
   MEGA_RETURN_IF_ERROR(file.WriteAt(file_offset, bytes));
   const uint64_t end = file_offset + bytes.size();
@@ -297,10 +310,12 @@ Status MegaEncoder::WriteAt(WritableFile& file, uint64_t file_offset, std::span<
   return Status::OK();
 }
 
-Status MegaEncoder::Append(WritableFile& file, uint64_t file_offset, std::span<const std::byte> bytes) {
+Status MegaEncoder::Append(WritableFile& file, uint64_t file_offset,
+                           std::span<const std::byte> bytes) {
   if (file_offset < appended_) {
-    return InternalError(file_name_ + ": out-of-order append at offset " + std::to_string(file_offset) +
-                         " after " + std::to_string(appended_) + " bytes");
+    return InternalError(file_name_ + ": out-of-order append at offset " +
+                         std::to_string(file_offset) + " after " + std::to_string(appended_) +
+                         " bytes");
   }
   static const std::string kZeros(64 << 10, '\0');
   while (appended_ < file_offset) {
@@ -316,19 +331,21 @@ Status MegaEncoder::Append(WritableFile& file, uint64_t file_offset, std::span<c
   return Status::OK();
 }
 
-Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
-                             const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece,
-                             bool positioned) {
+Status MegaEncoder::WriteRaw(
+    WritableFile& file, size_t i, uint64_t nbytes,
+    const std::function<std::span<const std::byte>(uint64_t, uint64_t)>& piece, bool positioned) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (unit_done_[i][0]) {
-      return FailedPreconditionError(file_name_ + ": tensor " + Quote(specs_[i].name) + " written twice");
+      return FailedPreconditionError(file_name_ + ": tensor " + Quote(specs_[i].name) +
+                                     " written twice");
     }
   }
   const MegaChecksumType type = specs_[i].checksum;
   const uint64_t block = block_size_[i];
   const bool crc_wanted = block > 0 || type == MegaChecksumType::kCrc32;
-  BlockCrc32Stream crc(block, crc_wanted ? nbytes : 0);  // the tensor CRC too, combined from the blocks
+  BlockCrc32Stream crc(block,
+                       crc_wanted ? nbytes : 0);  // the tensor CRC too, combined from the blocks
   std::optional<Sha256> sha;
   if (type == MegaChecksumType::kSha256) sha.emplace();
   const uint64_t base = tensor_file_offset(i);
@@ -355,9 +372,11 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   }
   crc.Finish();
   std::vector<uint32_t> crcs = std::move(crc.blocks());
-  if (const uint64_t planned = BlockCount(infos_[i].logical_nbytes, block_size_[i]); crcs.size() != planned) {
-    return InternalError(file_name_ + ": tensor " + Quote(specs_[i].name) + " has " + std::to_string(crcs.size()) +
-                         " CRC blocks, planned " + std::to_string(planned));
+  if (const uint64_t planned = BlockCount(infos_[i].logical_nbytes, block_size_[i]);
+      crcs.size() != planned) {
+    return InternalError(file_name_ + ": tensor " + Quote(specs_[i].name) + " has " +
+                         std::to_string(crcs.size()) + " CRC blocks, planned " +
+                         std::to_string(planned));
   }
   if (!crcs.empty()) {
     const std::span<const std::byte> table = EncodeBlockTableInPlace(crcs);
@@ -374,7 +393,8 @@ Status MegaEncoder::WriteRaw(WritableFile& file, size_t i, uint64_t nbytes,
   return Status::OK();
 }
 
-Status MegaEncoder::WriteTensorBytes(WritableFile& file, size_t i, std::span<const std::byte> bytes) {
+Status MegaEncoder::WriteTensorBytes(WritableFile& file, size_t i,
+                                     std::span<const std::byte> bytes) {
   if (i >= specs_.size()) return InvalidArgumentError(file_name_ + ": tensor index out of range");
   if (!infos_[i].is_plain()) {
     return InvalidArgumentError(file_name_ + ": tensor " + Quote(specs_[i].name) + " is not raw");
@@ -393,17 +413,19 @@ Status MegaEncoder::WriteTensor(WritableFile& file, size_t i, const Tensor& t) {
   if (i >= specs_.size()) return InvalidArgumentError(file_name_ + ": tensor index out of range");
   const MegaEncoderTensor& s = specs_[i];
   if (!t.defined() || t.dtype() != s.dtype || t.shape() != s.shape) {
-    return InvalidArgumentError(file_name_ + ": tensor " + Quote(s.name) + " planned as " +
-                                std::string(DTypeName(s.dtype)) + ShapeToString(s.shape) + ", got " +
-                                (t.defined() ? std::string(DTypeName(t.dtype())) + ShapeToString(t.shape())
-                                             : std::string("undefined")));
+    return InvalidArgumentError(
+        file_name_ + ": tensor " + Quote(s.name) + " planned as " +
+        std::string(DTypeName(s.dtype)) + ShapeToString(s.shape) + ", got " +
+        (t.defined() ? std::string(DTypeName(t.dtype())) + ShapeToString(t.shape())
+                     : std::string("undefined")));
   }
   if (t.is_contiguous()) {
-    return WriteTensorBytes(file, i,
-                            std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes()));
+    return WriteTensorBytes(
+        file, i, std::span<const std::byte>(static_cast<const std::byte*>(t.data()), t.nbytes()));
   }
   if (t.dtype() == DType::kF4) {
-    return InvalidArgumentError(file_name_ + ": F4 tensor " + Quote(s.name) + " must be contiguous");
+    return InvalidArgumentError(file_name_ + ": F4 tensor " + Quote(s.name) +
+                                " must be contiguous");
   }
   if (!infos_[i].is_plain()) {
     return InvalidArgumentError(file_name_ + ": tensor " + Quote(s.name) + " is not raw");
@@ -452,8 +474,8 @@ Status MegaEncoder::FinishPositioned(WritableFile& file) {
   if (!all_written()) return FailedPreconditionError(file_name_ + ": not every tensor was written");
   MEGA_ASSIGN_OR_RETURN(std::string header, EncodeHeader());
   if (header.size() != header_length_) {
-    return InternalError(file_name_ + ": header size changed from " + std::to_string(header_length_) +
-                         " to " + std::to_string(header.size()));
+    return InternalError(file_name_ + ": header size changed from " +
+                         std::to_string(header_length_) + " to " + std::to_string(header.size()));
   }
   MEGA_RETURN_IF_ERROR(WriteAt(file, 0, AsBytes(header)));
   // Never leave a tail that reads as a footer trailer (a reader would parse
@@ -477,8 +499,8 @@ Status MegaEncoder::AppendHeader(WritableFile& file) {
   if (!all_written()) return FailedPreconditionError(file_name_ + ": checksums are not all known");
   MEGA_ASSIGN_OR_RETURN(std::string header, EncodeHeader());
   if (header.size() != header_length_) {
-    return InternalError(file_name_ + ": header size changed from " + std::to_string(header_length_) +
-                         " to " + std::to_string(header.size()));
+    return InternalError(file_name_ + ": header size changed from " +
+                         std::to_string(header_length_) + " to " + std::to_string(header.size()));
   }
   return Append(file, 0, AsBytes(header));
 }
@@ -496,8 +518,8 @@ Status MegaEncoder::FinishAppend(WritableFile& file) {
 
 Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> tensors) {
   if (tensors.size() != specs_.size()) {
-    return InvalidArgumentError(file_name_ + ": " + std::to_string(tensors.size()) + " tensors for " +
-                                std::to_string(specs_.size()) + " planned");
+    return InvalidArgumentError(file_name_ + ": " + std::to_string(tensors.size()) +
+                                " tensors for " + std::to_string(specs_.size()) + " planned");
   }
   // Pass 1: checksums (and block CRCs) over memory; nothing is written.
   class NullFile final : public WritableFile {
@@ -514,7 +536,8 @@ Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> 
    private:
     std::string name_;
   } null_file(file_name_);
-  for (size_t i = 0; i < tensors.size(); ++i) MEGA_RETURN_IF_ERROR(WriteTensor(null_file, i, tensors[i]));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    MEGA_RETURN_IF_ERROR(WriteTensor(null_file, i, tensors[i]));
   // The probe saw the bytes in pass 1; pass 2 sees the same ones.
   end_written_ = 0;
   // Pass 2: header, payloads in file order, table.

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
-#include <thread>
 
 #include "core/test_files.h"
 #include "megackpt/core/checksum.h"
@@ -63,9 +63,7 @@ class RecordingFile final : public WritableFile {
     writes_.push_back({offset, data.size()});
     return Status::OK();
   }
-  Status Append(std::span<const std::byte> data) override {
-    return WriteAt(bytes_.size(), data);
-  }
+  Status Append(std::span<const std::byte> data) override { return WriteAt(bytes_.size(), data); }
   Status Sync() override { return Status::OK(); }
   Status Close() override { return Status::OK(); }
   const std::string& bytes() const { return bytes_; }
@@ -137,7 +135,8 @@ void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alig
   ASSERT_TRUE(ref.WriteFile(dir.File("ref.mega"), false).ok());
 
   std::vector<MegaEncoderTensor> specs;
-  for (const auto& c : tensors) specs.push_back({c.name, c.tensor.dtype(), c.tensor.shape(), checksum});
+  for (const auto& c : tensors)
+    specs.push_back({c.name, c.tensor.dtype(), c.tensor.shape(), checksum});
   MegaEncoderOptions so;
   so.checksum = checksum;
   so.tensor_alignment = tensor_alignment;
@@ -160,7 +159,8 @@ void ExpectSameBytesAsMegaWriter(MegaChecksumType checksum, uint64_t tensor_alig
   }
   for (auto& t : pool) t.join();
   ASSERT_EQ(failures.load(), 0);
-  EXPECT_FALSE((*w)->WriteTensor(**file, 0, tensors[0].tensor).ok()) << "second write must be refused";
+  EXPECT_FALSE((*w)->WriteTensor(**file, 0, tensors[0].tensor).ok())
+      << "second write must be refused";
   ASSERT_TRUE((*w)->FinishPositioned(**file).ok());
   ASSERT_TRUE((*file)->Close().ok());
   EXPECT_EQ(ReadAll(dir.File("ours.mega")), ReadAll(dir.File("ref.mega")));
@@ -201,7 +201,8 @@ TEST(MegaEncoderTest, FinishBeforeAllWrittenFails) {
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE((*w)->WriteTensor(**file, 0, Filled(DType::kF32, {4}, 1)).ok());
   EXPECT_EQ((*w)->FinishPositioned(**file).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*w)->WriteTensor(**file, 1, Filled(DType::kF32, {5}, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w)->WriteTensor(**file, 1, Filled(DType::kF32, {5}, 1)).code(),
+            StatusCode::kInvalidArgument);
 }
 
 // A tensor's payload goes out in pieces of core's WritePieceFor(file): 256 KiB
@@ -248,11 +249,11 @@ TEST(MegaEncoderTest, RejectsDuplicateNames) {
 TEST(MegaEncoderTest, BlockSizeKnownAnswers) {
   EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {1024, 1024}), 256u);  // 4 KiB rows / 16
   EXPECT_EQ(MegaBlockSizeFor(DType::kBF16, {4096, 4096}), 512u);
-  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {8, 3}), 64u);  // clamped up
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {8, 3}), 64u);             // clamped up
   EXPECT_EQ(MegaBlockSizeFor(DType::kU8, {2, 1 << 22}), 64u << 10);  // clamped down
-  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {100000}), 64u << 10);  // 1-d
-  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {}), 64u << 10);  // 0-d
-  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {0, 5}), 0u);  // empty
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {100000}), 64u << 10);     // 1-d
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {}), 64u << 10);           // 0-d
+  EXPECT_EQ(MegaBlockSizeFor(DType::kF32, {0, 5}), 0u);              // empty
 }
 
 // The owned keys as bytes: the block table of each tensor follows its bytes,
@@ -300,7 +301,8 @@ TEST(MegaEncoderTest, BlockTableAndHeaderCrcKnownAnswers) {
   EXPECT_EQ(md.entries().back().key, kMegaHeaderCrcKey);
   std::string header = bytes.substr(0, h);
   const uint32_t stored = static_cast<uint32_t>(*md.entries().back().value.AsUint64());
-  const size_t at = header.find("megackpt.header_crc32") + std::string("megackpt.header_crc32").size() + 4;
+  const size_t at =
+      header.find("megackpt.header_crc32") + std::string("megackpt.header_crc32").size() + 4;
   std::memset(header.data() + at, 0, 4);
   EXPECT_EQ(Crc32(AsBytes(header)), stored);
   EXPECT_TRUE((*r)->VerifyAll().ok());
@@ -315,11 +317,14 @@ TEST(MegaEncoderTest, BlockTableAndHeaderCrcKnownAnswers) {
 TEST(MegaEncoderTest, NulAndInvalidUtf8AreRefused) {
   TempDir dir;
   MegaWriter w;
-  EXPECT_EQ(w.AddTensor(std::string("a\0b", 3), Filled(DType::kU8, {2}, 1)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.AddMetadata("k", MetaValue::String("x\xffy")).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.AddMetadata(std::string("k\0", 2), MetaValue::U8(1)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(MegaEncoder::Plan("x", {{std::string("a\0b", 3), DType::kU8, {2}}}, {}, {}).status().code(),
+  EXPECT_EQ(w.AddTensor(std::string("a\0b", 3), Filled(DType::kU8, {2}, 1)).code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddMetadata("k", MetaValue::String("x\xffy")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddMetadata(std::string("k\0", 2), MetaValue::U8(1)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      MegaEncoder::Plan("x", {{std::string("a\0b", 3), DType::kU8, {2}}}, {}, {}).status().code(),
+      StatusCode::kInvalidArgument);
   // Files holding them: written clean, then patched.
   MegaWriterOptions o;
   o.profile = MegaProfile::kBare;

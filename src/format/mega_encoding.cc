@@ -30,7 +30,10 @@ ByteSource::ByteSource(const RandomAccessFile& file, uint64_t begin, uint64_t li
 }
 
 ByteSource::ByteSource(std::string file_name, std::span<const std::byte> data, uint64_t base_offset)
-    : name_(std::move(file_name)), span_(data), begin_(base_offset), pos_(base_offset),
+    : name_(std::move(file_name)),
+      span_(data),
+      begin_(base_offset),
+      pos_(base_offset),
       limit_(base_offset + data.size()) {}
 
 Status ByteSource::Error(std::string_view message) const { return ErrorAt(pos_, message); }
@@ -56,9 +59,8 @@ Status ByteSource::Need(uint64_t n, std::string_view what) {
   want = std::min<uint64_t>(want, limit_ - begin_);
   size_t old = buffer_.size();
   buffer_.resize(want);
-  Status s = file_->ReadExactlyAt(
-      begin_ + old,
-      std::as_writable_bytes(std::span<char>(buffer_.data() + old, buffer_.size() - old)));
+  Status s = file_->ReadExactlyAt(begin_ + old, std::as_writable_bytes(std::span<char>(
+                                                    buffer_.data() + old, buffer_.size() - old)));
   if (!s.ok()) {
     buffer_.resize(old);
     if (s.code() == StatusCode::kOutOfRange) return DataLossError(s.message());
@@ -78,8 +80,8 @@ Result<std::span<const std::byte>> ByteSource::Window(uint64_t begin, uint64_t e
   Status s = Need(end - begin, "header window");
   pos_ = saved;
   MEGA_RETURN_IF_ERROR(s);
-  return std::span<const std::byte>(reinterpret_cast<const std::byte*>(buffer_.data()) + (begin - begin_),
-                                    end - begin);
+  return std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(buffer_.data()) + (begin - begin_), end - begin);
 }
 
 const std::byte* ByteSource::At() const {
@@ -250,9 +252,12 @@ MegaChecksum Sha256Field(const Sha256Digest& d) {
 
 MegaChecksum ChecksumOf(MegaChecksumType type, std::span<const std::byte> data) {
   switch (type) {
-    case MegaChecksumType::kCrc32: return Crc32Field(Crc32(data));
-    case MegaChecksumType::kSha256: return Sha256Field(Sha256Of(data));
-    case MegaChecksumType::kNone: break;
+    case MegaChecksumType::kCrc32:
+      return Crc32Field(Crc32(data));
+    case MegaChecksumType::kSha256:
+      return Sha256Field(Sha256Of(data));
+    case MegaChecksumType::kNone:
+      break;
   }
   return MegaChecksum{};
 }
@@ -421,14 +426,29 @@ std::string PyJsonQuote(std::string_view s) {
       continue;
     }
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20) {
       AppendU4(out, cp);

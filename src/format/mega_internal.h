@@ -16,9 +16,9 @@
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/endian.h"
 #include "megackpt/core/file.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::format {
 namespace mega_internal {
@@ -26,8 +26,9 @@ namespace mega_internal {
 // Nesting limit for arrays of arrays in metadata (bounds recursion on hostile input).
 inline constexpr int kMaxArrayDepth = 8;
 // Minimum encoded sizes, used to bound counts before reserving memory.
-inline constexpr uint64_t kMinMetaEntryBytes = 8 + 4 + 1;   // empty key, type, 1-byte value
-inline constexpr uint64_t kMinTensorEntryBytes = 4 + 4 + 4 + 4 + 8;  // name, flags, ndim, dtype, offset
+inline constexpr uint64_t kMinMetaEntryBytes = 8 + 4 + 1;  // empty key, type, 1-byte value
+inline constexpr uint64_t kMinTensorEntryBytes =
+    4 + 4 + 4 + 4 + 8;  // name, flags, ndim, dtype, offset
 inline constexpr uint64_t kDefaultIoBlock = 16ull << 20;
 
 // Little-endian fields: megackpt/core/endian.h. Load32 is kept as the name

@@ -11,8 +11,8 @@
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
 #include "megackpt/core/checksum.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::format {
 namespace {
@@ -51,8 +51,10 @@ struct Spec {
     (void)md.Add("general.alignment", MetaValue::U32(32));
     payload = std::string(28, '\0');
     for (int i = 0; i < 28; ++i) payload[i] = static_cast<char>(i * 7);
-    tensors.push_back(Raw("a", DType::kF32, {2, 3}, 0, MegaChecksumType::kCrc32, payload.substr(0, 24)));
-    tensors.push_back(Raw("b", DType::kU8, {4}, 24, MegaChecksumType::kSha256, payload.substr(24, 4)));
+    tensors.push_back(
+        Raw("a", DType::kF32, {2, 3}, 0, MegaChecksumType::kCrc32, payload.substr(0, 24)));
+    tensors.push_back(
+        Raw("b", DType::kU8, {4}, 24, MegaChecksumType::kSha256, payload.substr(24, 4)));
   }
   std::string Build() const {
     return mega_internal::EncodeHeader(md, tensors, segments, moe, alignment) + payload;
@@ -64,12 +66,12 @@ Status OpenStatus(const std::string& bytes) {
   return r.status();
 }
 
-#define EXPECT_DATA_LOSS(bytes, needle)                                                  \
-  do {                                                                                   \
-    Status s_ = OpenStatus(bytes);                                                       \
-    EXPECT_EQ(s_.code(), StatusCode::kDataLoss) << s_.ToString();                        \
-    EXPECT_TRUE(s_.message().starts_with(kName)) << s_.ToString();                       \
-    EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.ToString();            \
+#define EXPECT_DATA_LOSS(bytes, needle)                                       \
+  do {                                                                        \
+    Status s_ = OpenStatus(bytes);                                            \
+    EXPECT_EQ(s_.code(), StatusCode::kDataLoss) << s_.ToString();             \
+    EXPECT_TRUE(s_.message().starts_with(kName)) << s_.ToString();            \
+    EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.ToString(); \
   } while (0)
 
 // Table-driven violations: each case builds a broken file; opening it must fail
@@ -105,9 +107,9 @@ TEST(MegaMalformedTest, ValidBaselineParses) {
 }
 
 TEST(MegaMalformedTest, TruncationAtEveryOffset) {
-  std::vector<std::string> files = {Spec().Build(),
-                                    mega_test::FileBytes(std::string(MEGACKPT_SOURCE_DIR) +
-                                                         "/tests/testdata/mega-reference/g08_zstd.mega")};
+  std::vector<std::string> files = {
+      Spec().Build(), mega_test::FileBytes(std::string(MEGACKPT_SOURCE_DIR) +
+                                           "/tests/testdata/mega-reference/g08_zstd.mega")};
   {  // A chunked file too.
     MegaWriterOptions o;
     o.alignment = 64;
@@ -261,7 +263,10 @@ TEST(MegaMalformedTest, ShapeOverflowAndHugeDims) {
   EXPECT_DATA_LOSS(s.Build(), "overflows the logical size");
   std::string b = Spec().Build();
   // First dim word of tensor 'a' (stored innermost first: 3 then 2).
-  size_t at = b.find(std::string("\x01\x00\x00\x00" "a", 5));
+  size_t at =
+      b.find(std::string("\x01\x00\x00\x00"
+                         "a",
+                         5));
   ASSERT_NE(at, std::string::npos);
   size_t dims = at + 5 + 4 + 4;
   std::memset(b.data() + dims, 0xFF, 8);
@@ -527,7 +532,8 @@ TEST(MegaMalformedTest, ChunkTilingOverlap) {
 }
 
 TEST(MegaMalformedTest, ChunksDoNotCoverTensor) {
-  EXPECT_DATA_LOSS(ChunkSpec({{0, 16}, {16, 16}}).Build(), "chunks cover 32 bytes, logical size is 40");
+  EXPECT_DATA_LOSS(ChunkSpec({{0, 16}, {16, 16}}).Build(),
+                   "chunks cover 32 bytes, logical size is 40");
   EXPECT_DATA_LOSS(ChunkSpec({}).Build(), "chunks cover 0 bytes");
 }
 
@@ -651,10 +657,20 @@ struct TableSpec : Spec {
     // Two segments over layers 0..2 (tensor 0 in [0, 24), tensor 1 in [24, 28)) and two
     // experts (tensor 1's outside any segment).
     segments = {
-        {.segment_id = 1, .layer_start = 0, .layer_end = 2, .payload_offset = 0,
-         .payload_size = 24, .first_tensor_id = 0, .tensor_count = 1},
-        {.segment_id = 2, .layer_start = 0, .layer_end = 2, .payload_offset = 24,
-         .payload_size = 4, .first_tensor_id = 1, .tensor_count = 1},
+        {.segment_id = 1,
+         .layer_start = 0,
+         .layer_end = 2,
+         .payload_offset = 0,
+         .payload_size = 24,
+         .first_tensor_id = 0,
+         .tensor_count = 1},
+        {.segment_id = 2,
+         .layer_start = 0,
+         .layer_end = 2,
+         .payload_offset = 24,
+         .payload_size = 4,
+         .first_tensor_id = 1,
+         .tensor_count = 1},
     };
     moe = {
         {.tensor_id = 0, .expert_id = 3, .segment_id = 1},

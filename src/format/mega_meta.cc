@@ -20,36 +20,54 @@ using mega_internal::MetaScalarWidth;
 
 std::string_view MetaTypeName(MetaType type) {
   switch (type) {
-    case MetaType::kUint8: return "UINT8";
-    case MetaType::kInt8: return "INT8";
-    case MetaType::kUint16: return "UINT16";
-    case MetaType::kInt16: return "INT16";
-    case MetaType::kUint32: return "UINT32";
-    case MetaType::kInt32: return "INT32";
-    case MetaType::kUint64: return "UINT64";
-    case MetaType::kInt64: return "INT64";
-    case MetaType::kFloat32: return "FLOAT32";
-    case MetaType::kFloat64: return "FLOAT64";
-    case MetaType::kBool: return "BOOL";
-    case MetaType::kString: return "STRING";
-    case MetaType::kArray: return "ARRAY";
+    case MetaType::kUint8:
+      return "UINT8";
+    case MetaType::kInt8:
+      return "INT8";
+    case MetaType::kUint16:
+      return "UINT16";
+    case MetaType::kInt16:
+      return "INT16";
+    case MetaType::kUint32:
+      return "UINT32";
+    case MetaType::kInt32:
+      return "INT32";
+    case MetaType::kUint64:
+      return "UINT64";
+    case MetaType::kInt64:
+      return "INT64";
+    case MetaType::kFloat32:
+      return "FLOAT32";
+    case MetaType::kFloat64:
+      return "FLOAT64";
+    case MetaType::kBool:
+      return "BOOL";
+    case MetaType::kString:
+      return "STRING";
+    case MetaType::kArray:
+      return "ARRAY";
   }
   return "UNKNOWN";
 }
 
 std::string_view MegaCodecName(MegaCodec codec) {
   switch (codec) {
-    case MegaCodec::kNone: return "NONE";
-    case MegaCodec::kZstd: return "ZSTD";
+    case MegaCodec::kNone:
+      return "NONE";
+    case MegaCodec::kZstd:
+      return "ZSTD";
   }
   return "UNKNOWN";
 }
 
 std::string_view MegaChecksumTypeName(MegaChecksumType type) {
   switch (type) {
-    case MegaChecksumType::kNone: return "NONE";
-    case MegaChecksumType::kCrc32: return "CRC32";
-    case MegaChecksumType::kSha256: return "SHA256";
+    case MegaChecksumType::kNone:
+      return "NONE";
+    case MegaChecksumType::kCrc32:
+      return "CRC32";
+    case MegaChecksumType::kSha256:
+      return "SHA256";
   }
   return "UNKNOWN";
 }
@@ -64,17 +82,22 @@ int MetaScalarWidth(MetaType type) {
   switch (type) {
     case MetaType::kUint8:
     case MetaType::kInt8:
-    case MetaType::kBool: return 1;
+    case MetaType::kBool:
+      return 1;
     case MetaType::kUint16:
-    case MetaType::kInt16: return 2;
+    case MetaType::kInt16:
+      return 2;
     case MetaType::kUint32:
     case MetaType::kInt32:
-    case MetaType::kFloat32: return 4;
+    case MetaType::kFloat32:
+      return 4;
     case MetaType::kUint64:
     case MetaType::kInt64:
-    case MetaType::kFloat64: return 8;
+    case MetaType::kFloat64:
+      return 8;
     case MetaType::kString:
-    case MetaType::kArray: return 0;
+    case MetaType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -172,7 +195,8 @@ Result<MetaValue> MetaValue::Array(MetaType element_type, std::vector<MetaValue>
   }
   if (width > 0) {
     m.bytes_.reserve(elements.size() * width);
-    for (const MetaValue& e : elements) m.bytes_.append(reinterpret_cast<const char*>(&e.bits_), width);
+    for (const MetaValue& e : elements)
+      m.bytes_.append(reinterpret_cast<const char*>(&e.bits_), width);
   } else if (element_type == MetaType::kString) {
     m.strings_.reserve(elements.size());
     for (MetaValue& e : elements) m.strings_.push_back(std::move(e.bytes_));
@@ -206,10 +230,18 @@ MetaValue PackedArray(MetaType elem, std::span<const T> v) {
 }
 }  // namespace
 
-MetaValue MetaValue::U32Array(std::span<const uint32_t> v) { return PackedArray(MetaType::kUint32, v); }
-MetaValue MetaValue::U64Array(std::span<const uint64_t> v) { return PackedArray(MetaType::kUint64, v); }
-MetaValue MetaValue::I64Array(std::span<const int64_t> v) { return PackedArray(MetaType::kInt64, v); }
-MetaValue MetaValue::F64Array(std::span<const double> v) { return PackedArray(MetaType::kFloat64, v); }
+MetaValue MetaValue::U32Array(std::span<const uint32_t> v) {
+  return PackedArray(MetaType::kUint32, v);
+}
+MetaValue MetaValue::U64Array(std::span<const uint64_t> v) {
+  return PackedArray(MetaType::kUint64, v);
+}
+MetaValue MetaValue::I64Array(std::span<const int64_t> v) {
+  return PackedArray(MetaType::kInt64, v);
+}
+MetaValue MetaValue::F64Array(std::span<const double> v) {
+  return PackedArray(MetaType::kFloat64, v);
+}
 
 bool MetaValue::is_integer() const {
   return static_cast<uint32_t>(type_) <= static_cast<uint32_t>(MetaType::kInt64);
@@ -239,7 +271,8 @@ Result<int64_t> MetaValue::AsInt64() const {
 }
 
 Result<double> MetaValue::AsDouble() const {
-  if (type_ == MetaType::kFloat32) return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits_)));
+  if (type_ == MetaType::kFloat32)
+    return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits_)));
   if (type_ == MetaType::kFloat64) return std::bit_cast<double>(bits_);
   if (is_integer()) {
     return IsSigned(type_) ? static_cast<double>(static_cast<int64_t>(bits_))
@@ -296,8 +329,10 @@ nlohmann::json ToJsonValue(const MetaValue& v) {
       if (!std::isfinite(d)) return nullptr;
       return d;
     }
-    case MetaType::kBool: return *v.AsBool();
-    case MetaType::kString: return std::string(*v.AsString());
+    case MetaType::kBool:
+      return *v.AsBool();
+    case MetaType::kString:
+      return std::string(*v.AsString());
     case MetaType::kArray: {
       nlohmann::json arr = nlohmann::json::array();
       for (uint64_t i = 0; i < v.size(); ++i) arr.push_back(ToJsonValue(*v.element(i)));
@@ -306,8 +341,10 @@ nlohmann::json ToJsonValue(const MetaValue& v) {
     case MetaType::kInt8:
     case MetaType::kInt16:
     case MetaType::kInt32:
-    case MetaType::kInt64: return *v.AsInt64();
-    default: return *v.AsUint64();
+    case MetaType::kInt64:
+      return *v.AsInt64();
+    default:
+      return *v.AsUint64();
   }
 }
 
@@ -478,7 +515,8 @@ Status MetaCodec::DecodeEntries(ByteSource& src, uint64_t count, std::string_vie
     MEGA_ASSIGN_OR_RETURN(std::string key, src.String("metadata key"));
     const std::string quoted = format_internal::Quote(key);
     if (!IsCleanText(key)) {
-      return src.ErrorAt(at, std::string(section) + " key " + quoted + " is not valid UTF-8 without NUL");
+      return src.ErrorAt(
+          at, std::string(section) + " key " + quoted + " is not valid UTF-8 without NUL");
     }
     MEGA_ASSIGN_OR_RETURN(uint32_t type, src.U32("metadata value type"));
     if (!mega_internal::IsKnownMetaType(type)) {
@@ -487,7 +525,8 @@ Status MetaCodec::DecodeEntries(ByteSource& src, uint64_t count, std::string_vie
     }
     auto value = DecodeValue(src, static_cast<MetaType>(type), 0);
     if (!value.ok()) {
-      return DataLossError(value.status().message() + " (" + std::string(section) + " key " + quoted + ")");
+      return DataLossError(value.status().message() + " (" + std::string(section) + " key " +
+                           quoted + ")");
     }
     if (out->Contains(key)) {
       return src.ErrorAt(at, std::string(section) + " has duplicate key " + quoted);

@@ -53,9 +53,8 @@ std::vector<std::pair<std::string, MetaValue>> AllValues() {
       {"arr.bool", Arr(MetaType::kBool, {MetaValue::Bool(true), MetaValue::Bool(false)})},
       {"arr.str", MetaValue::StringArray({"a", "", "ccc"})},
       {"arr.empty", Arr(MetaType::kUint32, {})},
-      {"arr.nested",
-       Arr(MetaType::kArray, {MetaValue::U32Array(std::vector<uint32_t>{1}),
-                              MetaValue::StringArray({"x", "y"})})},
+      {"arr.nested", Arr(MetaType::kArray, {MetaValue::U32Array(std::vector<uint32_t>{1}),
+                                            MetaValue::StringArray({"x", "y"})})},
   };
 }
 
@@ -139,13 +138,14 @@ TEST(MegaMetaTest, MetadataKeepsOrderAndRejectsDuplicates) {
 }
 
 TEST(MegaMetaTest, StructuralKeys) {
-  for (const char* k : {"general.alignment", "mega.tensor_info.format", "mega.chunk_directory.count",
-                        "mega.chunk_directory.format", "mega.segment_directory.count",
-                        "mega.moe.expert_table.count", "mega.moe.n_experts"}) {
+  for (const char* k :
+       {"general.alignment", "mega.tensor_info.format", "mega.chunk_directory.count",
+        "mega.chunk_directory.format", "mega.segment_directory.count",
+        "mega.moe.expert_table.count", "mega.moe.n_experts"}) {
     EXPECT_TRUE(IsMegaStructuralKey(k)) << k;
   }
-  for (const char* k : {"general.architecture", "mega.hash.payload.crc32", "tensorplay.checksum",
-                        "signature"}) {
+  for (const char* k :
+       {"general.architecture", "mega.hash.payload.crc32", "tensorplay.checksum", "signature"}) {
     EXPECT_FALSE(IsMegaStructuralKey(k)) << k;
   }
 }

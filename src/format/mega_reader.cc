@@ -14,9 +14,9 @@
 #include "format/quote.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/text.h"
-#include "megackpt/format/mega_encoder.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/format/mega.h"
+#include "megackpt/format/mega_encoder.h"
 
 namespace megackpt::format {
 
@@ -28,13 +28,15 @@ uint32_t MegaTensorInfo::crc32() const { return LoadLE32(checksum.data()); }
 
 std::string MegaTensorInfo::checksum_hex() const {
   switch (checksum_type) {
-    case MegaChecksumType::kNone: return "";
+    case MegaChecksumType::kNone:
+      return "";
     case MegaChecksumType::kCrc32: {
       char buf[9];
       std::snprintf(buf, sizeof(buf), "%08x", crc32());
       return buf;
     }
-    case MegaChecksumType::kSha256: return ToHex(checksum);
+    case MegaChecksumType::kSha256:
+      return ToHex(checksum);
   }
   return "";
 }
@@ -61,8 +63,8 @@ Status RecordsFit(const mega_internal::ByteSource& src, uint64_t count, uint64_t
 // (RecordsFit first): fn(i, at, q) for each, `at` its file offset and q its
 // bytes; stops at the first error.
 template <typename Fn>
-Status ForEachRecord(mega_internal::ByteSource& src, uint64_t count, uint64_t size, const char* count_key,
-                     const char* what, Fn&& fn) {
+Status ForEachRecord(mega_internal::ByteSource& src, uint64_t count, uint64_t size,
+                     const char* count_key, const char* what, Fn&& fn) {
   MEGA_RETURN_IF_ERROR(RecordsFit(src, count, size, count_key));
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t at = src.position();
@@ -80,7 +82,6 @@ std::string Range(uint64_t a, uint64_t b) {
   out += ")";
   return out;
 }
-
 
 std::string DigestText(MegaChecksumType type, const MegaChecksum& c) {
   if (type == MegaChecksumType::kCrc32) {
@@ -299,7 +300,8 @@ Status MegaParser::ParsePreamble(ParseState& p) {
 Status MegaParser::ParseMetadata(ParseState& p) {
   MegaReader* r = p.r;
   ByteSource& src = p.src;
-  MEGA_RETURN_IF_ERROR(MetaCodec::DecodeEntries(src, p.kv_count, "header metadata", &r->header_metadata_));
+  MEGA_RETURN_IF_ERROR(
+      MetaCodec::DecodeEntries(src, p.kv_count, "header metadata", &r->header_metadata_));
   p.metadata_end = src.position();
   return Status::OK();
 }
@@ -359,7 +361,8 @@ Status MegaParser::ParseDirectory(ParseState& p) {
     t.tensor_id = static_cast<uint32_t>(i);
     MEGA_ASSIGN_OR_RETURN(t.name, src.CompactString("tensor name"));
     auto who = [&t] { return "tensor " + Quote(t.name); };  // built only on error
-    if (!IsCleanText(t.name)) return src.ErrorAt(at, who() + ": name is not valid UTF-8 without NUL");
+    if (!IsCleanText(t.name))
+      return src.ErrorAt(at, who() + ": name is not valid UTF-8 without NUL");
     if (r->by_name_.count(t.name)) return src.ErrorAt(at, "duplicate tensor name " + Quote(t.name));
     MEGA_ASSIGN_OR_RETURN(t.dir_flags, src.U32("dir_flags"));
     if (t.dir_flags & ~kMegaDirKnownFlags) {
@@ -405,7 +408,8 @@ Status MegaParser::ParseDirectory(ParseState& p) {
     if (t.dir_flags & kMegaDirHasTensorFlags) {
       MEGA_ASSIGN_OR_RETURN(t.tensor_flags, src.U32("tensor_flags"));
       if (t.tensor_flags & ~kMegaTensorKnownFlags) {
-        return src.ErrorAt(at, who() + ": unknown tensor_flags bits " + std::to_string(t.tensor_flags));
+        return src.ErrorAt(at,
+                           who() + ": unknown tensor_flags bits " + std::to_string(t.tensor_flags));
       }
     }
     if (t.dir_flags & kMegaDirHasCodec) {
@@ -480,8 +484,8 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
     std::memcpy(c.checksum.data(), q + 56, 32);
     std::string who = "chunk record " + std::to_string(i);
     if (c.tensor_id >= tensors.size()) {
-      return src.ErrorAt(at, who + ": tensor_id " + std::to_string(c.tensor_id) + " out of range (" +
-                                 std::to_string(tensors.size()) + " tensors)");
+      return src.ErrorAt(at, who + ": tensor_id " + std::to_string(c.tensor_id) +
+                                 " out of range (" + std::to_string(tensors.size()) + " tensors)");
     }
     MegaTensorInfo& t = tensors[c.tensor_id];
     who = "tensor " + Quote(t.name) + " chunk " + std::to_string(c.chunk_id);
@@ -527,7 +531,8 @@ Status MegaParser::ParseChunkRecords(ParseState& p) {
       return src.ErrorAt(at, who + ": unknown checksum type " + std::to_string(ct));
     }
     c.checksum_type = static_cast<MegaChecksumType>(ct);
-    if (reserved != 0) return src.ErrorAt(at, who + ": reserved field is " + std::to_string(reserved));
+    if (reserved != 0)
+      return src.ErrorAt(at, who + ": reserved field is " + std::to_string(reserved));
     t.chunks.push_back(c);
     return Status::OK();
   };
@@ -541,18 +546,16 @@ Status MegaParser::CheckChunkTiling(ParseState& p) {
   auto& tensors = r->tensors_;
   for (MegaTensorInfo& t : tensors) {
     if (!t.chunked()) continue;
-    std::sort(t.chunks.begin(), t.chunks.end(),
-              [](const MegaChunkInfo& a, const MegaChunkInfo& b) {
-                return a.logical_offset < b.logical_offset;
-              });
+    std::sort(t.chunks.begin(), t.chunks.end(), [](const MegaChunkInfo& a, const MegaChunkInfo& b) {
+      return a.logical_offset < b.logical_offset;
+    });
     uint64_t expect = 0;
     for (const MegaChunkInfo& c : t.chunks) {
       if (c.logical_offset != expect) {
-        return DataLossError(name + ": tensor " + Quote(t.name) + ": chunk " +
-                             std::to_string(c.chunk_id) + " starts at logical offset " +
-                             std::to_string(c.logical_offset) + ", expected " +
-                             std::to_string(expect) +
-                             (c.logical_offset > expect ? " (gap)" : " (overlap)"));
+        return DataLossError(
+            name + ": tensor " + Quote(t.name) + ": chunk " + std::to_string(c.chunk_id) +
+            " starts at logical offset " + std::to_string(c.logical_offset) + ", expected " +
+            std::to_string(expect) + (c.logical_offset > expect ? " (gap)" : " (overlap)"));
       }
       expect += c.logical_size;
     }
@@ -571,7 +574,7 @@ Status MegaParser::ParseSegmentRecords(ParseState& p) {
   auto& tensors = r->tensors_;
   auto record = [&](uint64_t /*i*/, uint64_t at, const std::byte* q) -> Status {
     MegaSegment s;
-    uint32_t* head[] = {&s.segment_id, &s.kind, &s.priority, &s.flags,
+    uint32_t* head[] = {&s.segment_id,  &s.kind,      &s.priority,     &s.flags,
                         &s.layer_start, &s.layer_end, &s.expert_start, &s.expert_end};
     for (int k = 0; k < 8; ++k) *head[k] = LoadLE32(q + 4 * k);
     s.payload_offset = LoadLE64(q + 32);
@@ -609,7 +612,7 @@ Status MegaParser::ParseMoeRecords(ParseState& p) {
   std::unordered_set<uint32_t> moe_tensors;
   auto record = [&](uint64_t i, uint64_t at, const std::byte* q) -> Status {
     MegaMoeExpert m;
-    uint32_t* fields[] = {&m.tensor_id, &m.layer_id,  &m.expert_id,     &m.expert_role,
+    uint32_t* fields[] = {&m.tensor_id,  &m.layer_id,       &m.expert_id,    &m.expert_role,
                           &m.segment_id, &m.prefetch_group, &m.cache_policy, &m.reserved};
     for (int k = 0; k < 8; ++k) *fields[k] = LoadLE32(q + 4 * k);
     const std::string who = "MoE expert record " + std::to_string(i);
@@ -624,7 +627,8 @@ Status MegaParser::ParseMoeRecords(ParseState& p) {
       return src.ErrorAt(at, who + ": expert_id " + std::to_string(m.expert_id) +
                                  " >= mega.moe.n_experts " + std::to_string(*p.n_experts));
     }
-    if (m.segment_id != kMegaNoSegment && !r->segments_.empty() && !p.segment_ids.count(m.segment_id)) {
+    if (m.segment_id != kMegaNoSegment && !r->segments_.empty() &&
+        !p.segment_ids.count(m.segment_id)) {
       return src.ErrorAt(at, who + ": unknown segment_id " + std::to_string(m.segment_id));
     }
     if (m.reserved != 0) return src.ErrorAt(at, who + ": reserved field is non-zero");
@@ -681,8 +685,8 @@ Status MegaParser::CheckStoredRanges(ParseState& p) {
       uint64_t fo;
       t.file_offset = AddOverflows(header_length, t.payload_offset, &fo) ? 0 : fo;
       for (size_t k = 0; k < t.chunks.size(); ++k) {
-        MEGA_RETURN_IF_ERROR(add(t.chunks[k].payload_offset, t.chunks[k].stored_size,
-                                 static_cast<int64_t>(k)));
+        MEGA_RETURN_IF_ERROR(
+            add(t.chunks[k].payload_offset, t.chunks[k].stored_size, static_cast<int64_t>(k)));
         t.chunks[k].file_offset = header_length + t.chunks[k].payload_offset;
       }
     } else {
@@ -704,8 +708,8 @@ Status MegaParser::CheckStoredRanges(ParseState& p) {
   for (const MegaSegment& s : r->segments_) {
     uint64_t end;
     if (AddOverflows(s.payload_offset, s.payload_size, &end) || end > payload_size) {
-      return DataLossError(name + ": segment " + std::to_string(s.segment_id) + ": payload range [" +
-                           std::to_string(s.payload_offset) + ", +" +
+      return DataLossError(name + ": segment " + std::to_string(s.segment_id) +
+                           ": payload range [" + std::to_string(s.payload_offset) + ", +" +
                            std::to_string(s.payload_size) + ") exceeds the payload size " +
                            std::to_string(payload_size));
     }
@@ -752,15 +756,20 @@ Status MegaParser::ParseBlockTables(ParseState& p) {
   if (sizes == nullptr && tables == nullptr) return Status::OK();
   const std::string sk(kMegaBlockSizesKey), tk(kMegaBlockTableKey);
   if (sizes == nullptr || tables == nullptr) {
-    return DataLossError(p.name + ": " + (sizes ? sk : tk) + " present without " + (sizes ? tk : sk));
+    return DataLossError(p.name + ": " + (sizes ? sk : tk) + " present without " +
+                         (sizes ? tk : sk));
   }
   auto& tensors = r->tensors_;
   const std::string count = std::to_string(tensors.size());
-  if (!sizes->is_array() || sizes->element_type() != MetaType::kUint32 || sizes->size() != tensors.size()) {
-    return DataLossError(p.name + ": " + sk + " must be an array of " + count + " UINT32 (one per tensor)");
+  if (!sizes->is_array() || sizes->element_type() != MetaType::kUint32 ||
+      sizes->size() != tensors.size()) {
+    return DataLossError(p.name + ": " + sk + " must be an array of " + count +
+                         " UINT32 (one per tensor)");
   }
-  if (!tables->is_array() || tables->element_type() != MetaType::kUint64 || tables->size() != tensors.size()) {
-    return DataLossError(p.name + ": " + tk + " must be an array of " + count + " UINT64 (one per tensor)");
+  if (!tables->is_array() || tables->element_type() != MetaType::kUint64 ||
+      tables->size() != tensors.size()) {
+    return DataLossError(p.name + ": " + tk + " must be an array of " + count +
+                         " UINT64 (one per tensor)");
   }
   const uint64_t payload_size = p.payload_end - r->header_length_;
   // Every stored range and every table, to check that none overlaps another.
@@ -773,15 +782,16 @@ Status MegaParser::ParseBlockTables(ParseState& p) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     MegaTensorInfo& t = tensors[i];
     if (t.chunked()) {
-      for (const MegaChunkInfo& c : t.chunks) spans.push_back({c.payload_offset, c.payload_offset + c.stored_size, i, false});
+      for (const MegaChunkInfo& c : t.chunks)
+        spans.push_back({c.payload_offset, c.payload_offset + c.stored_size, i, false});
     } else if (t.stored_nbytes > 0) {
       spans.push_back({t.payload_offset, t.payload_offset + t.stored_nbytes, i, false});
     }
     const uint64_t b = *(*sizes->element(i)).AsUint64();
     if (b == 0) continue;
     if ((b & (b - 1)) != 0 || b < kMegaMinBlockSize || b > kMegaMaxBlockSize) {
-      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block size " + std::to_string(b) +
-                           " is not a power of two in [64, 2^20]");
+      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block size " +
+                           std::to_string(b) + " is not a power of two in [64, 2^20]");
     }
     if (!t.is_plain()) {
       return DataLossError(p.name + ": tensor " + Quote(t.name) +
@@ -791,9 +801,10 @@ Status MegaParser::ParseBlockTables(ParseState& p) {
     const uint64_t entries = (t.logical_nbytes + b - 1) / b;
     uint64_t end;
     if (AddOverflows(off, 4 * entries, &end) || end > payload_size) {
-      return DataLossError(p.name + ": tensor " + Quote(t.name) + ": block CRC table at payload offset " +
-                           std::to_string(off) + " (" + std::to_string(entries) +
-                           " entries) exceeds the payload size " + std::to_string(payload_size));
+      return DataLossError(p.name + ": tensor " + Quote(t.name) +
+                           ": block CRC table at payload offset " + std::to_string(off) + " (" +
+                           std::to_string(entries) + " entries) exceeds the payload size " +
+                           std::to_string(payload_size));
     }
     t.block_size = b;
     t.block_table_offset = r->header_length_ + off;
@@ -803,8 +814,8 @@ Status MegaParser::ParseBlockTables(ParseState& p) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   auto what = [&](const Span& s) {
-    return std::string(s.table ? "the block CRC table of tensor " : "tensor ") + Quote(tensors[s.tensor].name) +
-           " " + Range(s.begin, s.end);
+    return std::string(s.table ? "the block CRC table of tensor " : "tensor ") +
+           Quote(tensors[s.tensor].name) + " " + Range(s.begin, s.end);
   };
   for (size_t k = 1; k < spans.size(); ++k) {
     if (spans[k].begin < spans[k - 1].end && (spans[k].table || spans[k - 1].table)) {
@@ -847,7 +858,8 @@ Result<std::unique_ptr<MegaReader>> MegaReader::Open(std::unique_ptr<RandomAcces
   std::unique_ptr<MegaReader> r(new MegaReader());
   r->file_ = std::move(file);
   r->options_ = options;
-  if (r->options_.read_block_size == 0) r->options_.read_block_size = mega_internal::kDefaultIoBlock;
+  if (r->options_.read_block_size == 0)
+    r->options_.read_block_size = mega_internal::kDefaultIoBlock;
   MEGA_RETURN_IF_ERROR(MegaParser::Parse(r.get()));
   r->verified_ = std::make_unique<std::atomic<uint8_t>[]>(r->tensors_.size());
   return r;
@@ -1061,14 +1073,14 @@ Status VerifyWithBlocks(const ReadContext& ctx, const MegaTensorInfo& t) {
     ck.Update(piece, piece_crc);
     uint32_t got = 0;
     const size_t nblocks = static_cast<size_t>((piece.size() + b - 1) / b);
-    if (auto j = FindBadBlock(piece, b, std::span<const uint32_t>(table).subspan(off / b, nblocks), &got,
-                              piece_crc)) {
+    if (auto j = FindBadBlock(piece, b, std::span<const uint32_t>(table).subspan(off / b, nblocks),
+                              &got, piece_crc)) {
       const uint64_t k = off / b + *j;
       const uint64_t len = std::min<uint64_t>(b, piece.size() - *j * b);
       char text[64];
       std::snprintf(text, sizeof text, "stored 0x%08x, computed 0x%08x", table[k], got);
-      return DataLossError(ctx.file.name() + ": " + u.what + ": block " + std::to_string(k) + " (bytes " +
-                           Range(k * b, k * b + len) + " of the tensor, at offset " +
+      return DataLossError(ctx.file.name() + ": " + u.what + ": block " + std::to_string(k) +
+                           " (bytes " + Range(k * b, k * b + len) + " of the tensor, at offset " +
                            std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + text +
                            " (the tensor's bytes or its block CRC table at offset " +
                            std::to_string(t.block_table_offset + 4 * k) + " are corrupt)");
@@ -1093,8 +1105,8 @@ Status DecodeTensor(const ReadContext& ctx, const MegaTensorInfo& t, std::span<s
 
 Status MegaReader::ReadTensor(size_t index, const Tensor& dst) const {
   if (index >= tensors_.size()) {
-    return NotFoundError(file_name() + ": tensor index " + std::to_string(index) + " out of range (" +
-                         std::to_string(tensors_.size()) + " tensors)");
+    return NotFoundError(file_name() + ": tensor index " + std::to_string(index) +
+                         " out of range (" + std::to_string(tensors_.size()) + " tensors)");
   }
   const MegaTensorInfo& t = tensors_[index];
   if (!dst.defined() || dst.dtype() != t.dtype || dst.shape() != t.shape) {
@@ -1156,7 +1168,7 @@ Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, Thread
   // afterwards), chunks of chunked tensors; anything else is one item.
   struct Item {
     size_t request;
-    int64_t chunk = -1;        // chunk index, or -1
+    int64_t chunk = -1;            // chunk index, or -1
     uint64_t offset = 0, len = 0;  // block of a plain tensor (len > 0)
   };
   std::vector<Item> items;
@@ -1166,9 +1178,11 @@ Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, Thread
     const MegaReadRequest& req = requests[i];
     if (req.tensor_index >= tensors_.size()) return ReadTensor(req.tensor_index, req.dst);
     const MegaTensorInfo& t = tensors_[req.tensor_index];
-    const bool shape_ok = req.dst.defined() && req.dst.dtype() == t.dtype && req.dst.shape() == t.shape;
+    const bool shape_ok =
+        req.dst.defined() && req.dst.dtype() == t.dtype && req.dst.shape() == t.shape;
     const bool contiguous = shape_ok && req.dst.is_contiguous();
-    const bool crc_or_none = !options_.verify_checksums || t.checksum_type != MegaChecksumType::kSha256;
+    const bool crc_or_none =
+        !options_.verify_checksums || t.checksum_type != MegaChecksumType::kSha256;
     if (contiguous && t.is_plain() && crc_or_none && t.logical_nbytes > block) {
       for (uint64_t off = 0; off < t.logical_nbytes; off += block) {
         items.push_back({i, -1, off, std::min(block, t.logical_nbytes - off)});
@@ -1198,7 +1212,8 @@ Status MegaReader::ReadTensors(std::span<const MegaReadRequest> requests, Thread
     }
     if (it.chunk >= 0) {
       const MegaChunkInfo& c = t.chunks[it.chunk];
-      return DecodeUnit(ctx, ChunkUnit(t, c), req.dst.Bytes().subspan(c.logical_offset, c.logical_size));
+      return DecodeUnit(ctx, ChunkUnit(t, c),
+                        req.dst.Bytes().subspan(c.logical_offset, c.logical_size));
     }
     return ReadTensor(req.tensor_index, req.dst);
   }));
@@ -1234,8 +1249,9 @@ uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
 // is read once and its CRC-32 checked against the block table right after it
 // lands; then the runs' bytes are handed over. Pieces inside one run go
 // straight into out (verified there); edges and gaps through staging.
-Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, std::span<const BoxRun> runs,
-                        std::span<std::byte> out, uint64_t max_piece) {
+Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t,
+                        std::span<const BoxRun> runs, std::span<std::byte> out,
+                        uint64_t max_piece) {
   const uint64_t b = t.block_size;
   const uint64_t stored = t.logical_nbytes;
   const uint64_t piece_max = std::max<uint64_t>(AlignDown(max_piece, b), b);
@@ -1296,9 +1312,10 @@ Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, s
       const uint64_t len = std::min<uint64_t>(b, bytes.size() - *j * b);
       char buf[64];
       std::snprintf(buf, sizeof buf, "stored 0x%08x, computed 0x%08x", table[*j], got);
-      return DataLossError(file.name() + ": tensor " + Quote(t.name) + ": block " + std::to_string(k) +
-                           " (bytes " + Range(k * b, k * b + len) + " of the tensor, at offset " +
-                           std::to_string(t.file_offset + k * b) + ") CRC32 mismatch: " + buf);
+      return DataLossError(file.name() + ": tensor " + Quote(t.name) + ": block " +
+                           std::to_string(k) + " (bytes " + Range(k * b, k * b + len) +
+                           " of the tensor, at offset " + std::to_string(t.file_offset + k * b) +
+                           ") CRC32 mismatch: " + buf);
     }
     return Status::OK();
   };
@@ -1338,7 +1355,8 @@ Status ReadRunsVerified(const RandomAccessFile& file, const MegaTensorInfo& t, s
       MEGA_RETURN_IF_ERROR(check(g, p, bytes));
       for (size_t k = ri; k < runs.size() && runs[k].src < q; ++k) {
         const uint64_t a = std::max(runs[k].src, p), e = std::min(runs[k].src + runs[k].n, q);
-        if (a < e) std::memcpy(out.data() + runs[k].dst + (a - runs[k].src), staging + (a - p), e - a);
+        if (a < e)
+          std::memcpy(out.data() + runs[k].dst + (a - runs[k].src), staging + (a - p), e - a);
       }
       p = q;
     }
@@ -1355,7 +1373,8 @@ Status MegaReader::VerifyOnce(size_t index) const {
   return Status::OK();
 }
 
-Status MegaReader::ReadPlainRuns(size_t index, std::span<const BoxRun> runs, std::span<std::byte> out) const {
+Status MegaReader::ReadPlainRuns(size_t index, std::span<const BoxRun> runs,
+                                 std::span<std::byte> out) const {
   const MegaTensorInfo& t = tensors_[index];
   if (options_.verify_checksums && t.checksum_type != MegaChecksumType::kNone) {
     // Pieces checked right after they land, as whole-tensor reads do.
@@ -1366,7 +1385,8 @@ Status MegaReader::ReadPlainRuns(size_t index, std::span<const BoxRun> runs, std
   return ReadBoxRuns(*file_, t.file_offset, runs, out);
 }
 
-Status MegaReader::ReadRange(size_t index, uint64_t logical_offset, std::span<std::byte> dst) const {
+Status MegaReader::ReadRange(size_t index, uint64_t logical_offset,
+                             std::span<std::byte> dst) const {
   if (index >= tensors_.size()) {
     return NotFoundError(file_name() + ": tensor index " + std::to_string(index) + " out of range");
   }
@@ -1423,16 +1443,19 @@ Status MegaReader::ReadSlice(std::string_view name, std::span<const int64_t> sta
   return ReadSlice(index, start, dst);
 }
 
-Status MegaReader::ReadSlice(size_t index, std::span<const int64_t> start, const Tensor& dst) const {
+Status MegaReader::ReadSlice(size_t index, std::span<const int64_t> start,
+                             const Tensor& dst) const {
   if (index >= tensors_.size()) {
     return NotFoundError(file_name() + ": tensor index " + std::to_string(index) + " out of range");
   }
   const MegaTensorInfo& t = tensors_[index];
   const std::string who = file_name() + ": tensor " + Quote(t.name);
   const size_t nd = t.shape.size();
-  if (!dst.defined() || dst.dtype() != t.dtype || dst.ndim() != static_cast<int>(nd) || start.size() != nd) {
+  if (!dst.defined() || dst.dtype() != t.dtype || dst.ndim() != static_cast<int>(nd) ||
+      start.size() != nd) {
     return InvalidArgumentError(who + ": slice destination/start must have dtype " +
-                                std::string(DTypeName(t.dtype)) + " and rank " + std::to_string(nd));
+                                std::string(DTypeName(t.dtype)) + " and rank " +
+                                std::to_string(nd));
   }
   Status box = CheckBox(t.shape, {}, start, dst.shape());
   if (!box.ok()) return Status(box.code(), who + ": slice " + box.message());
@@ -1459,7 +1482,8 @@ Status MegaReader::ReadSlice(size_t index, std::span<const int64_t> start, const
     for (size_t q = *first; q < runs.size() && runs[q].src < piece_end; ++q) {
       const uint64_t b = std::max(runs[q].src, piece_begin);
       const uint64_t e = std::min(runs[q].src + runs[q].n, piece_end);
-      std::memcpy(out.data() + runs[q].dst + (b - runs[q].src), piece.data() + (b - piece_begin), e - b);
+      std::memcpy(out.data() + runs[q].dst + (b - runs[q].src), piece.data() + (b - piece_begin),
+                  e - b);
     }
   };
   size_t first = 0;
@@ -1499,8 +1523,8 @@ Result<Tensor> MegaReader::MappedTensor(std::string_view name) const {
   static std::byte empty_anchor[1];
   std::byte* p = base ? const_cast<std::byte*>(base) + t.file_offset : empty_anchor;
   if (options_.verify_checksums && t.checksum_type != MegaChecksumType::kNone) {
-    MegaChecksum got = mega_internal::ChecksumOf(t.checksum_type,
-                                                 std::span<const std::byte>(p, t.logical_nbytes));
+    MegaChecksum got =
+        mega_internal::ChecksumOf(t.checksum_type, std::span<const std::byte>(p, t.logical_nbytes));
     if (got != t.checksum) {
       ReadContext ctx{*file_, options_.read_block_size, true};
       return ChecksumMismatch(ctx, TensorUnit(t), got);

@@ -11,15 +11,17 @@
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
 #include "megackpt/core/checksum.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::format {
 namespace {
 
 using nlohmann::json;
 
-std::string RefDir() { return std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/mega-reference/"; }
+std::string RefDir() {
+  return std::string(MEGACKPT_SOURCE_DIR) + "/tests/testdata/mega-reference/";
+}
 
 std::span<const std::byte> Bytes(const std::string& s) { return AsBytes(s); }
 
@@ -27,7 +29,8 @@ class MegaReferenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
   mega_test::CheckEveryReadMode(RefDir() + GetParam(), [](const MegaReader& r, bool mmap,
-                                                          const json& want, const std::string& bytes) {
+                                                          const json& want,
+                                                          const std::string& bytes) {
     EXPECT_TRUE(want.at("parse_ok").get<bool>());  // every reference file parses
     EXPECT_EQ(r.version(), want.at("version").get<uint32_t>());
 
@@ -37,31 +40,32 @@ TEST_P(MegaReferenceTest, ParsesEveryExpectedField) {
     EXPECT_EQ(r.header_metadata().size(), order.size());
 
     // Tensors.
-    mega_test::ExpectEach(r.tensors(), want.at("tensors"), [&](const MegaTensorInfo& t, const json& w) {
-      SCOPED_TRACE("tensor " + t.name);
-      mega_test::ExpectTensorFields(t, w);
-      EXPECT_EQ(t.tensor_id, w.at("tensor_id").get<uint32_t>());
-      EXPECT_EQ(t.file_offset, r.header_length() + t.payload_offset);
-      EXPECT_EQ(std::string(MegaCodecName(t.codec)), w.at("codec_name").get<std::string>());
-      EXPECT_EQ(std::string(MegaChecksumTypeName(t.checksum_type)),
-                w.at("checksum_type_name").get<std::string>());
-      EXPECT_EQ(t.dir_flags, mega_internal::DirFlagsFor(t));
-      EXPECT_EQ(t.chunks.size(), w.at("chunks").size());
-      if (w.contains("crc32_value_hex")) {
-        EXPECT_EQ(t.checksum_hex(), w.at("crc32_value_hex").get<std::string>());
-      }
-      // Decoded bytes.
-      auto loaded = r.LoadTensor(t.name);
-      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-      EXPECT_EQ(loaded->nbytes(), w.at("decoded_nbytes").get<uint64_t>());
-      EXPECT_EQ(ToHex(Sha256Of(loaded->Bytes())), w.at("decoded_sha256").get<std::string>());
-      EXPECT_TRUE(r.VerifyTensor(t.name).ok());
-      if (t.is_plain() && mmap) {
-        auto mapped = r.MappedTensor(t.name);
-        ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
-        EXPECT_TRUE(TensorBytesEqual(*mapped, *loaded));
-      }
-    });
+    mega_test::ExpectEach(
+        r.tensors(), want.at("tensors"), [&](const MegaTensorInfo& t, const json& w) {
+          SCOPED_TRACE("tensor " + t.name);
+          mega_test::ExpectTensorFields(t, w);
+          EXPECT_EQ(t.tensor_id, w.at("tensor_id").get<uint32_t>());
+          EXPECT_EQ(t.file_offset, r.header_length() + t.payload_offset);
+          EXPECT_EQ(std::string(MegaCodecName(t.codec)), w.at("codec_name").get<std::string>());
+          EXPECT_EQ(std::string(MegaChecksumTypeName(t.checksum_type)),
+                    w.at("checksum_type_name").get<std::string>());
+          EXPECT_EQ(t.dir_flags, mega_internal::DirFlagsFor(t));
+          EXPECT_EQ(t.chunks.size(), w.at("chunks").size());
+          if (w.contains("crc32_value_hex")) {
+            EXPECT_EQ(t.checksum_hex(), w.at("crc32_value_hex").get<std::string>());
+          }
+          // Decoded bytes.
+          auto loaded = r.LoadTensor(t.name);
+          ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+          EXPECT_EQ(loaded->nbytes(), w.at("decoded_nbytes").get<uint64_t>());
+          EXPECT_EQ(ToHex(Sha256Of(loaded->Bytes())), w.at("decoded_sha256").get<std::string>());
+          EXPECT_TRUE(r.VerifyTensor(t.name).ok());
+          if (t.is_plain() && mmap) {
+            auto mapped = r.MappedTensor(t.name);
+            ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+            EXPECT_TRUE(TensorBytesEqual(*mapped, *loaded));
+          }
+        });
     EXPECT_TRUE(r.VerifyAll().ok());
     EXPECT_EQ(r.segments().size(), want.at("segments").size());
     EXPECT_EQ(r.moe_experts().size(), want.at("moe_experts").size());

@@ -8,9 +8,9 @@
 #include "format/mega_internal.h"
 #include "format/mega_test_util.h"
 #include "megackpt/core/checksum.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::format {
 namespace {
@@ -20,11 +20,10 @@ using mega_test::OpenBytes;
 using mega_test::TempDir;
 using mega_test::WriteToMemory;
 
-const DType kAllDTypes[] = {DType::kBool,    DType::kU8,      DType::kI8,      DType::kI16,
-                            DType::kU16,     DType::kI32,     DType::kU32,     DType::kI64,
-                            DType::kU64,     DType::kF16,     DType::kBF16,    DType::kF32,
-                            DType::kF64,     DType::kF8_E5M2, DType::kF8_E4M3, DType::kF8_E8M0,
-                            DType::kF4};
+const DType kAllDTypes[] = {
+    DType::kBool, DType::kU8,      DType::kI8,      DType::kI16,     DType::kU16,  DType::kI32,
+    DType::kU32,  DType::kI64,     DType::kU64,     DType::kF16,     DType::kBF16, DType::kF32,
+    DType::kF64,  DType::kF8_E5M2, DType::kF8_E4M3, DType::kF8_E8M0, DType::kF4};
 
 // `tensors` written in that order by a MegaWriter with options `o`; the bytes.
 std::string WriteTensors(const MegaWriterOptions& o,
@@ -145,8 +144,8 @@ TEST(MegaRoundTripTest, EveryMetadataTypeBareProfile) {
       {"a.str", MetaValue::String("ünïcode")},
       {"a.arr.str", MetaValue::StringArray({"x", "yy"})},
       {"a.arr.u32", MetaValue::U32Array(std::vector<uint32_t>{7, 8})},
-      {"a.arr.nested", *MetaValue::Array(MetaType::kArray,
-                                         {MetaValue::I64Array(std::vector<int64_t>{-1})})},
+      {"a.arr.nested",
+       *MetaValue::Array(MetaType::kArray, {MetaValue::I64Array(std::vector<int64_t>{-1})})},
   };
   for (auto& [k, v] : values) ASSERT_TRUE(w.AddMetadata(k, v).ok());
   ASSERT_TRUE(w.AddTensor("t", MakeTensor(DType::kF32, {2}, 1)).ok());
@@ -177,8 +176,8 @@ TEST(MegaRoundTripTest, BareProfileAppendsNonDefaultAlignment) {
 }
 
 TEST(MegaRoundTripTest, ChecksumTypes) {
-  for (MegaChecksumType ck : {MegaChecksumType::kNone, MegaChecksumType::kCrc32,
-                              MegaChecksumType::kSha256}) {
+  for (MegaChecksumType ck :
+       {MegaChecksumType::kNone, MegaChecksumType::kCrc32, MegaChecksumType::kSha256}) {
     SCOPED_TRACE(std::string(MegaChecksumTypeName(ck)));
     MegaWriterOptions o;
     o.checksum = ck;
@@ -197,7 +196,9 @@ TEST(MegaRoundTripTest, ChecksumTypes) {
         std::string(*(*r)->metadata().GetString("tensorplay.tensor_checksums")));
     EXPECT_EQ(sums.size(), ck == MegaChecksumType::kNone ? 0u : 2u);
     EXPECT_EQ(*(*r)->metadata().GetString("tensorplay.checksum"),
-              ck == MegaChecksumType::kNone ? "none" : ck == MegaChecksumType::kCrc32 ? "crc32" : "sha256");
+              ck == MegaChecksumType::kNone    ? "none"
+              : ck == MegaChecksumType::kCrc32 ? "crc32"
+                                               : "sha256");
   }
 }
 
@@ -222,9 +223,9 @@ TEST(MegaRoundTripTest, ZstdWithAndWithoutShuffleAndMinRatio) {
     EXPECT_EQ(t->dir_flags, kMegaDirHasStoredNbytes | kMegaDirHasTensorFlags | kMegaDirHasCodec |
                                 kMegaDirHasChecksum | (shuffle ? kMegaDirHasShuffleElemSize : 0));
     // The checksum covers the stored (compressed) bytes.
-    EXPECT_EQ(t->checksum, mega_internal::ChecksumOf(
-                               MegaChecksumType::kCrc32,
-                               AsBytes(bytes).subspan(t->file_offset, t->stored_nbytes)));
+    EXPECT_EQ(t->checksum,
+              mega_internal::ChecksumOf(MegaChecksumType::kCrc32,
+                                        AsBytes(bytes).subspan(t->file_offset, t->stored_nbytes)));
     // Incompressible: raw, no flags.
     const MegaTensorInfo* n = (*r)->Find("noise");
     EXPECT_FALSE(n->compressed());
@@ -263,8 +264,8 @@ TEST(MegaRoundTripTest, ShuffleImprovesRatioOnFloats) {
 
 TEST(MegaRoundTripTest, ChunkedTensorsAllCodecs) {
   Tensor big = MakeTensor(DType::kF32, {40, 25}, 4, true);  // 4000 bytes
-  Tensor noise = MakeTensor(DType::kI16, {1001}, 5);         // 2002 bytes
-  Tensor small = MakeTensor(DType::kF64, {3}, 6);            // below chunk size: raw_dense
+  Tensor noise = MakeTensor(DType::kI16, {1001}, 5);        // 2002 bytes
+  Tensor small = MakeTensor(DType::kF64, {3}, 6);           // below chunk size: raw_dense
   for (MegaCodec codec : {MegaCodec::kNone, MegaCodec::kZstd}) {
     for (MegaChecksumType ck : {MegaChecksumType::kCrc32, MegaChecksumType::kSha256}) {
       SCOPED_TRACE(std::string(MegaCodecName(codec)) + "/" + std::string(MegaChecksumTypeName(ck)));
@@ -347,7 +348,8 @@ TEST(MegaRoundTripTest, FooterOverlayTwoGenerations) {
   MegaMetadata bad;
   ASSERT_TRUE(bad.Add("general.alignment", MetaValue::U32(8)).ok());
   EXPECT_EQ(AppendFooterOverlay(path, bad).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AppendFooterOverlay(path, MegaMetadata()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(AppendFooterOverlay(path, MegaMetadata()).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(MegaRoundTripTest, StridedSources) {
@@ -534,7 +536,8 @@ TEST(MegaRoundTripTest, ReadSliceMatchesNarrowedViews) {
       for (int d = 0; d < 3; ++d) want = *want.Narrow(d, b.start[d], b.size[d]);
       auto got = Tensor::Empty(DType::kF32, b.size);
       ASSERT_TRUE((*r)->ReadSlice("x", b.start, *got).ok());
-      EXPECT_TRUE(TensorBytesEqual(*got, want)) << "mode " << mode << " start " << ShapeToString(b.start);
+      EXPECT_TRUE(TensorBytesEqual(*got, want))
+          << "mode " << mode << " start " << ShapeToString(b.start);
     }
     auto got = Tensor::Empty(DType::kF32, {2, 2, 2});
     EXPECT_EQ((*r)->ReadSlice("x", std::vector<int64_t>{5, 0, 0}, *got).code(),
@@ -549,8 +552,9 @@ TEST(MegaRoundTripTest, MappedTensorOutlivesReader) {
   o.checksum = MegaChecksumType::kSha256;
   MegaWriter w(o);
   ASSERT_TRUE(w.AddTensor("x", src).ok());
-  ASSERT_TRUE(w.AddTensor("z", MakeTensor(DType::kF32, {100}, 1, true),
-                          {.compression = MegaCodec::kZstd}).ok());
+  ASSERT_TRUE(
+      w.AddTensor("z", MakeTensor(DType::kF32, {100}, 1, true), {.compression = MegaCodec::kZstd})
+          .ok());
   ASSERT_TRUE(w.WriteFile(dir.File("m.mega")).ok());
   Tensor view;
   {
@@ -595,8 +599,8 @@ TEST(MegaRoundTripTest, ReadTensorsInParallel) {
     // One strided destination too: every other float of a wider buffer.
     const int64_t n0 = static_cast<int64_t>(tensors[0].second.numel());
     Tensor wide = MakeTensor(DType::kF32, {n0, 2}, 0);
-    reqs[0].dst = *Tensor::FromBlobStrided(static_cast<float*>(wide.data()) + 1, DType::kF32,
-                                           {n0}, {2}, wide.owner());
+    reqs[0].dst = *Tensor::FromBlobStrided(static_cast<float*>(wide.data()) + 1, DType::kF32, {n0},
+                                           {2}, wide.owner());
     ASSERT_FALSE(reqs[0].dst.is_contiguous());
     ASSERT_TRUE((*r)->ReadTensors(reqs, p).ok());
     for (size_t i = 0; i < tensors.size(); ++i) {

@@ -13,9 +13,9 @@
 #include "core/test_files.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
-#include "megackpt/format/mega.h"
 #include "megackpt/core/memory_file.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/format/mega.h"
 
 namespace megackpt::mega_test {
 
@@ -62,8 +62,8 @@ inline void WriteBytes(const std::string& path, const std::string& bytes) {
 }
 
 // Opens `bytes` as an in-memory MEGA file named `name`.
-inline Result<std::unique_ptr<format::MegaReader>> OpenBytes(const std::string& name, std::string bytes,
-                                                     format::MegaReaderOptions options = {}) {
+inline Result<std::unique_ptr<format::MegaReader>> OpenBytes(
+    const std::string& name, std::string bytes, format::MegaReaderOptions options = {}) {
   return format::MegaReader::Open(NewMemoryFile(name, std::move(bytes), /*mapped=*/false), options);
 }
 

@@ -617,8 +617,8 @@ Result<Tensor> SafetensorsReader::Load(std::string_view name) const {
   return t;
 }
 
-Status SafetensorsReader::ReadTensors(std::span<const SafetensorsReadRequest> requests, ThreadPool* pool,
-                                      uint64_t block) const {
+Status SafetensorsReader::ReadTensors(std::span<const SafetensorsReadRequest> requests,
+                                      ThreadPool* pool, uint64_t block) const {
   block = std::max<uint64_t>(block, 1);
   // Items: [begin, end) of a contiguous destination (end > 0), or a whole
   // request (end == 0).
@@ -647,8 +647,9 @@ Status SafetensorsReader::ReadTensors(std::span<const SafetensorsReadRequest> re
     const Item& it = items[k];
     const SafetensorsReadRequest& req = requests[it.request];
     if (it.end == 0) return ReadTensor(req.name, req.dst);
-    return file_->ReadExactlyAt(base[it.request] + it.begin,
-                                req.dst.Bytes().subspan(it.begin, it.end - it.begin))
+    return file_
+        ->ReadExactlyAt(base[it.request] + it.begin,
+                        req.dst.Bytes().subspan(it.begin, it.end - it.begin))
         .WithContext(file_->name() + ": tensor " + Quote(req.name));
   });
 }

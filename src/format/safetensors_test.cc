@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/test_tensors.h"
-#include "megackpt/core/checksum.h"
 #include "format/mega_test_util.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 
 namespace megackpt::format {
@@ -246,7 +246,8 @@ TEST(SafetensorsTest, ReadTensorsSplitsLargeTensorsOverThePool) {
   Tensor small = Filled(DType::kI16, {3, 5}, 7);
   Tensor strided_src = Filled(DType::kU8, {4, 6}, 8);
   const std::string path = dir.File("many.safetensors");
-  std::vector<std::pair<std::string, Tensor>> ts = {{"big", big}, {"small", small}, {"s", strided_src}};
+  std::vector<std::pair<std::string, Tensor>> ts = {
+      {"big", big}, {"small", small}, {"s", strided_src}};
   ASSERT_TRUE(SaveSafetensorsFile(path, ts).ok());
   auto reader = *SafetensorsReader::Open(path, {.mmap = false});
   ThreadPool pool(3);

@@ -63,7 +63,8 @@ Result<std::shared_ptr<FileSystem>> FileSystemForPath(std::string_view path) {
   }
   if (!factory) {
     return FailedPreconditionError(std::string(path) + ": no filesystem is registered for " +
-                                   std::string(scheme) + ":// paths (mega:// needs the hub layer: "
+                                   std::string(scheme) +
+                                   ":// paths (mega:// needs the hub layer: "
                                    "link megackpt::hub, which registers it)");
   }
   return factory(path);

@@ -47,20 +47,23 @@ TEST(SchemeRegistryTest, UnregisteredSchemeIsFailedPreconditionAndLocalPathsAreL
 
 TEST(SchemeRegistryTest, RegisteredFactoryGetsThePathCaseInsensitively) {
   std::string seen;
-  RegisterFileSystemScheme("Test-Scheme", [&](std::string_view path) -> Result<std::shared_ptr<FileSystem>> {
-    seen = std::string(path);
-    if (path.ends_with("/bad")) return InvalidArgumentError(std::string(path) + ": bad");
-    return LocalFileSystem();
-  });
+  RegisterFileSystemScheme("Test-Scheme",
+                           [&](std::string_view path) -> Result<std::shared_ptr<FileSystem>> {
+                             seen = std::string(path);
+                             if (path.ends_with("/bad"))
+                               return InvalidArgumentError(std::string(path) + ": bad");
+                             return LocalFileSystem();
+                           });
   EXPECT_TRUE(IsFileSystemSchemeRegistered("test-scheme"));
   auto ok = FileSystemForPath("TEST-SCHEME://a/b");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(seen, "TEST-SCHEME://a/b");
   EXPECT_EQ(FileSystemForPath("test-scheme://a/bad").status().code(), StatusCode::kInvalidArgument);
   // A second registration replaces the first.
-  RegisterFileSystemScheme("test-scheme", [](std::string_view) -> Result<std::shared_ptr<FileSystem>> {
-    return UnavailableError("replaced");
-  });
+  RegisterFileSystemScheme("test-scheme",
+                           [](std::string_view) -> Result<std::shared_ptr<FileSystem>> {
+                             return UnavailableError("replaced");
+                           });
   EXPECT_EQ(FileSystemForPath("test-scheme://a/b").status().code(), StatusCode::kUnavailable);
 }
 
@@ -154,7 +157,8 @@ TEST(InPlaceTransactionTest, CommitOrderIsFilesSyncPutsInOrderThenRemovals) {
   auto id = (*txn)->Commit();
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(*id, "");
-  EXPECT_THAT(fs.log, ElementsAre("open shard.bin", "sync .", "put meta", "put index", "remove old.bin"));
+  EXPECT_THAT(fs.log,
+              ElementsAre("open shard.bin", "sync .", "put meta", "put index", "remove old.bin"));
   EXPECT_EQ(Slurp(fs, fs.root + "/index"), "i2");
   EXPECT_FALSE(*fs.Exists(fs.root + "/old.bin"));
 }
@@ -176,9 +180,9 @@ TEST(InPlaceTransactionTest, AFailedPutRestoresTheEarlierOnesAndDiscardsTheFiles
   EXPECT_THAT(id.status().message(), HasSubstr("meta"));
   EXPECT_FALSE((*txn)->is_open());
   EXPECT_EQ(Slurp(fs, fs.root + "/index"), "previous index");  // put back
-  EXPECT_FALSE(*fs.Exists(fs.root + "/fresh"));                 // removed again
+  EXPECT_FALSE(*fs.Exists(fs.root + "/fresh"));                // removed again
   EXPECT_FALSE(*fs.Exists(fs.root + "/meta"));
-  EXPECT_FALSE(*fs.Exists(fs.root + "/new.bin"));               // discarded as by Abort
+  EXPECT_FALSE(*fs.Exists(fs.root + "/new.bin"));  // discarded as by Abort
 }
 
 TEST(InPlaceTransactionTest, AbortRemovesOwnFilesOnlyAndExportsRoundTrip) {

@@ -18,14 +18,15 @@ Result<std::string> FileSystem::ReadWhole(const std::string& path, uint64_t max_
 Status FileSystem::RemoveDirectory(const std::string& dir) {
   MEGA_ASSIGN_OR_RETURN(auto children, List(dir));
   if (!children.empty()) {
-    return FailedPreconditionError(dir + ": remove folder: it still holds " + children.front().path);
+    return FailedPreconditionError(dir + ": remove folder: it still holds " +
+                                   children.front().path);
   }
   return Status::OK();
 }
 
 Status FileSystem::Link(const std::string& existing, const std::string& new_path) {
-  return UnimplementedError("link " + existing + " -> " + new_path + ": the " + std::string(scheme()) +
-                            " filesystem has no hard links");
+  return UnimplementedError("link " + existing + " -> " + new_path + ": the " +
+                            std::string(scheme()) + " filesystem has no hard links");
 }
 
 std::string JoinPath(std::string_view base, std::string_view name) {

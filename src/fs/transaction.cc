@@ -25,13 +25,15 @@ constexpr std::string_view kExportFormat = "megackpt-inplace-transaction-v1";
 
 Status ValidateRelativePath(std::string_view p) {
   if (p.empty()) return InvalidArgumentError("transaction path is empty");
-  if (p.front() == '/') return InvalidArgumentError(std::string(p) + ": transaction paths are relative to the root");
+  if (p.front() == '/')
+    return InvalidArgumentError(std::string(p) + ": transaction paths are relative to the root");
   if (p.find('\n') != std::string_view::npos || p.find('\0') != std::string_view::npos) {
     return InvalidArgumentError("transaction path holds a newline or NUL");
   }
   for (std::string_view part : PathComponents(p)) {
     if (part.empty() || part == "..") {
-      return InvalidArgumentError(std::string(p) + ": empty or '..' component in a transaction path");
+      return InvalidArgumentError(std::string(p) +
+                                  ": empty or '..' component in a transaction path");
     }
   }
   return Status::OK();
@@ -203,16 +205,16 @@ class InPlaceTransaction final : public Transaction {
   const TransactionOptions options_;
   mutable std::mutex mu_;
   bool open_ = true;
-  std::set<std::string> created_;   // written here (removed by Abort)
-  std::set<std::string> imported_;  // written by other participants
+  std::set<std::string> created_;                          // written here (removed by Abort)
+  std::set<std::string> imported_;                         // written by other participants
   std::vector<std::pair<std::string, std::string>> puts_;  // in commit order
   std::vector<std::string> removes_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Transaction>> FileSystem::BeginTransaction(const std::string& root,
-                                                                  const TransactionOptions& options) {
+Result<std::unique_ptr<Transaction>> FileSystem::BeginTransaction(
+    const std::string& root, const TransactionOptions& options) {
   std::string clean = root;
   while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
   if (clean.empty()) return InvalidArgumentError("transaction root is empty");

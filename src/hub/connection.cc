@@ -56,7 +56,9 @@ class EmbeddedHub final : public HubConnection {
                             std::string_view path) override {
     return store_->GetFile(repo, commit, path);
   }
-  Result<CommitInfo> Commit(const CommitRequest& request) override { return store_->Commit(request); }
+  Result<CommitInfo> Commit(const CommitRequest& request) override {
+    return store_->Commit(request);
+  }
   Result<std::unique_ptr<ContentUpload>> BeginUpload(std::string name) override {
     return store_->BeginUpload(std::move(name));
   }
@@ -68,7 +70,9 @@ class EmbeddedHub final : public HubConnection {
                                                         std::string name) override {
     return store_->OpenContent(entry, std::move(name));
   }
-  Result<BucketInfo> GetBucket(std::string_view bucket) override { return store_->GetBucket(bucket); }
+  Result<BucketInfo> GetBucket(std::string_view bucket) override {
+    return store_->GetBucket(bucket);
+  }
   Result<BucketInfo> CreateBucket(std::string_view ns, std::string_view name, bool is_private,
                                   bool exist_ok) override {
     return store_->CreateBucket(ns, name, is_private, exist_ok);
@@ -142,7 +146,8 @@ CommitInfo CommitFromJson(const json& j) {
   c.description = StrOr(j, "description");
   c.author = StrOr(j, "author");
   c.created_ms = ParseTimestamp(StrOr(j, "created_at"));
-  c.no_change = j.contains("no_change") && j["no_change"].is_boolean() && j["no_change"].get<bool>();
+  c.no_change =
+      j.contains("no_change") && j["no_change"].is_boolean() && j["no_change"].get<bool>();
   if (j.contains("files") && j["files"].is_array()) {
     for (const auto& f : j["files"]) {
       FileChange ch;
@@ -162,7 +167,8 @@ RefInfo RefFromJson(const json& j, bool is_tag) {
   r.name = StrOr(j, "name");
   r.is_tag = is_tag;
   r.target = StrOr(j, "target_revision");
-  if (j.contains("message") && j["message"].is_string()) r.message = j["message"].get<std::string>();
+  if (j.contains("message") && j["message"].is_string())
+    r.message = j["message"].get<std::string>();
   r.updated_ms = ParseTimestamp(StrOr(j, "updated_at"));
   return r;
 }
@@ -181,13 +187,15 @@ BucketEntry BucketEntryFromJson(const json& j) {
 
 // Random access through HTTP Range requests on a resolve URL. Each ReadAt is
 // one GET for exactly the bytes asked for, received straight into `dst`; the
-// hub reads only the xorb ranges covering them. The answer's X-Xet-Hash must still be the opened content
-// (buckets are mutable: a replaced file fails the read instead of mixing).
+// hub reads only the xorb ranges covering them. The answer's X-Xet-Hash must still be the opened
+// content (buckets are mutable: a replaced file fails the read instead of mixing).
 class RemoteRangeFile final : public RandomAccessFile {
  public:
   RemoteRangeFile(std::shared_ptr<HttpClient> http, std::string target, std::string name,
                   FileEntry entry)
-      : http_(std::move(http)), target_(std::move(target)), name_(std::move(name)),
+      : http_(std::move(http)),
+        target_(std::move(target)),
+        name_(std::move(name)),
         entry_(std::move(entry)) {}
 
   const std::string& name() const override { return name_; }
@@ -198,10 +206,14 @@ class RemoteRangeFile final : public RandomAccessFile {
     size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), entry_.size - offset));
     HttpRequest req;
     req.target = target_;
-    req.headers.push_back({"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});
+    req.headers.push_back(
+        {"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});
     size_t pos = 0;
     bool overflow = false;
-    req.reset = [&] { pos = 0; overflow = false; };
+    req.reset = [&] {
+      pos = 0;
+      overflow = false;
+    };
     req.sink = [&](const char* data, size_t len) {
       if (pos + len > n) {
         overflow = true;
@@ -256,12 +268,16 @@ class RemoteHub final : public HubConnection {
     return RepoFromJson(j);
   }
 
-  Status DeleteRepo(std::string_view repo) override { return Delete("/api/repos/" + RepoPath(repo)); }
+  Status DeleteRepo(std::string_view repo) override {
+    return Delete("/api/repos/" + RepoPath(repo));
+  }
 
   Result<std::string> ResolveRevision(std::string_view repo, std::string_view rev) override {
-    MEGA_ASSIGN_OR_RETURN(auto j, Get("/api/repos/" + RepoPath(repo) + "/commits/" + PercentEncode(rev)));
+    MEGA_ASSIGN_OR_RETURN(auto j,
+                          Get("/api/repos/" + RepoPath(repo) + "/commits/" + PercentEncode(rev)));
     std::string id = StrOr(j, "revision");
-    if (!IsCommitId(id)) return DataLossError("hub answered a bad commit id for " + std::string(rev));
+    if (!IsCommitId(id))
+      return DataLossError("hub answered a bad commit id for " + std::string(rev));
     return id;
   }
 
@@ -277,8 +293,10 @@ class RemoteHub final : public HubConnection {
 
   Result<RefInfo> CreateBranch(std::string_view repo, std::string_view name,
                                std::string_view revision) override {
-    json body = {{"name", std::string(name)}, {"revision", std::string(revision)}, {"exist_ok", false}};
-    MEGA_ASSIGN_OR_RETURN(auto j, PostJson("/api/repos/" + RepoPath(repo) + "/refs/branches", body, false));
+    json body = {
+        {"name", std::string(name)}, {"revision", std::string(revision)}, {"exist_ok", false}};
+    MEGA_ASSIGN_OR_RETURN(auto j,
+                          PostJson("/api/repos/" + RepoPath(repo) + "/refs/branches", body, false));
     return RefFromJson(j, false);
   }
 
@@ -287,8 +305,8 @@ class RemoteHub final : public HubConnection {
     std::vector<CommitInfo> out;
     if (limit == 0) return out;
     auto target = [&] {
-      return "/api/repos/" + RepoPath(repo) + "/commits?limit=" +
-             std::to_string(std::min<size_t>(100, limit - out.size())) +
+      return "/api/repos/" + RepoPath(repo) +
+             "/commits?limit=" + std::to_string(std::min<size_t>(100, limit - out.size())) +
              "&revision=" + PercentEncode(rev);
     };
     auto take = [&](const json& commits) {
@@ -301,8 +319,8 @@ class RemoteHub final : public HubConnection {
 
   Result<std::vector<FileEntry>> ListFiles(std::string_view repo, std::string_view commit,
                                            std::string_view prefix) override {
-    std::string target = "/api/repos/" + RepoPath(repo) + "/files?revision=" +
-                         PercentEncode(commit) + "&limit=1000";
+    std::string target =
+        "/api/repos/" + RepoPath(repo) + "/files?revision=" + PercentEncode(commit) + "&limit=1000";
     if (!prefix.empty()) target += "&prefix=" + PercentEncode(prefix);
     std::vector<FileEntry> out;
     auto take = [&](const json& files) {
@@ -334,7 +352,8 @@ class RemoteHub final : public HubConnection {
     std::string etag = res.Header("X-Linked-Etag");
     if (etag.empty()) etag = res.Header("ETag");
     if (etag.starts_with("W/")) etag = etag.substr(2);
-    if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+    if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"')
+      etag = etag.substr(1, etag.size() - 2);
     e.sha256 = etag;
     e.xet_hash = e.size == 0 ? std::string(kEmptyXetHash) : ToLower(res.Header("X-Xet-Hash"));
     return e;
@@ -362,7 +381,8 @@ class RemoteHub final : public HubConnection {
                          {"path", op.path},
                          {"source_repo_id", op.source_repo.empty() ? r.repo : op.source_repo},
                          {"source_path", op.source_path},
-                         {"source_revision", op.source_revision.empty() ? json(nullptr) : json(op.source_revision)}});
+                         {"source_revision",
+                          op.source_revision.empty() ? json(nullptr) : json(op.source_revision)}});
           break;
       }
     }
@@ -375,7 +395,8 @@ class RemoteHub final : public HubConnection {
                  {"ignore_missing_deletes", r.ignore_missing_deletes}};
     if (r.parent) body["parent_revision"] = *r.parent;
     // Not idempotent: a retry after the commit landed would report a conflict.
-    MEGA_ASSIGN_OR_RETURN(auto j, PostJson("/api/repos/" + RepoPath(r.repo) + "/commits", body, false));
+    MEGA_ASSIGN_OR_RETURN(auto j,
+                          PostJson("/api/repos/" + RepoPath(r.repo) + "/commits", body, false));
     return CommitFromJson(j);
   }
 
@@ -390,7 +411,8 @@ class RemoteHub final : public HubConnection {
                                                      const FileEntry& entry) override {
     std::string target;
     if (where.is_bucket) {
-      target = "/buckets/" + RepoPath(where.repo_id()) + "/resolve/" + PercentEncodePath(where.path);
+      target =
+          "/buckets/" + RepoPath(where.repo_id()) + "/resolve/" + PercentEncodePath(where.path);
     } else {
       target = ResolveTarget(where.repo_id(), where.revision, where.path);
     }
@@ -433,7 +455,9 @@ class RemoteHub final : public HubConnection {
     return GetBucket(id);
   }
 
-  Status DeleteBucket(std::string_view bucket) override { return Delete("/api/buckets/" + RepoPath(bucket)); }
+  Status DeleteBucket(std::string_view bucket) override {
+    return Delete("/api/buckets/" + RepoPath(bucket));
+  }
 
   Status BucketBatch(std::string_view bucket, const std::vector<BucketOperation>& ops) override {
     for (size_t start = 0; start < ops.size() || start == 0; start += 1000) {
@@ -469,7 +493,8 @@ class RemoteHub final : public HubConnection {
                                               std::string_view prefix) override {
     // The tree route lists a folder; list the folder holding `prefix` and
     // keep the entries that start with it.
-    std::string folder(prefix.substr(0, prefix.rfind('/') == std::string_view::npos ? 0 : prefix.rfind('/')));
+    std::string folder(
+        prefix.substr(0, prefix.rfind('/') == std::string_view::npos ? 0 : prefix.rfind('/')));
     std::string target = "/api/buckets/" + RepoPath(bucket) + "/tree" +
                          (folder.empty() ? "" : "/" + PercentEncode(folder)) + "?recursive=true";
     std::vector<BucketEntry> out;
@@ -486,13 +511,16 @@ class RemoteHub final : public HubConnection {
       }
       std::string link = res.Header("Link");
       size_t lt = link.find('<'), gt = link.find('>');
-      if (link.find("rel=\"next\"") == std::string::npos || lt == std::string::npos || gt == std::string::npos) break;
+      if (link.find("rel=\"next\"") == std::string::npos || lt == std::string::npos ||
+          gt == std::string::npos)
+        break;
       std::string next = link.substr(lt + 1, gt - lt - 1);
       if (next.starts_with(http_->endpoint())) next = next.substr(http_->endpoint().size());
       if (next == target) break;
       target = next;
     }
-    std::sort(out.begin(), out.end(), [](const BucketEntry& a, const BucketEntry& b) { return a.path < b.path; });
+    std::sort(out.begin(), out.end(),
+              [](const BucketEntry& a, const BucketEntry& b) { return a.path < b.path; });
     return out;
   }
 
@@ -510,11 +538,14 @@ class RemoteHub final : public HubConnection {
         if (StrOr(e, "path") == path) return BucketEntryFromJson(e);
       }
     }
-    return NotFoundError("entry '" + std::string(path) + "' not found in bucket " + std::string(bucket));
+    return NotFoundError("entry '" + std::string(path) + "' not found in bucket " +
+                         std::string(bucket));
   }
 
  private:
-  static std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+  static std::string Dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
 
   static std::string ResolveTarget(std::string_view repo, std::string_view revision,
                                    std::string_view path) {
@@ -623,14 +654,16 @@ Result<std::shared_ptr<HubConnection>> ConnectHub(std::string_view endpoint_in,
   if (endpoint.starts_with("file://")) {
     std::string root = endpoint.substr(7);
     if (root.empty() || root[0] != '/') {
-      return InvalidArgumentError("hub endpoint '" + endpoint + "': file:// needs an absolute path (file:///DIR)");
+      return InvalidArgumentError("hub endpoint '" + endpoint +
+                                  "': file:// needs an absolute path (file:///DIR)");
     }
     MEGA_ASSIGN_OR_RETURN(conn, OpenEmbeddedHub(root));
   } else if (endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
     MEGA_ASSIGN_OR_RETURN(conn, OpenRemoteHub(endpoint, *token));
   } else {
-    return InvalidArgumentError("hub endpoint '" + endpoint +
-                                "' must be file:///DIR (embedded) or http(s)://HOST:PORT (megahub)");
+    return InvalidArgumentError(
+        "hub endpoint '" + endpoint +
+        "' must be file:///DIR (embedded) or http(s)://HOST:PORT (megahub)");
   }
   cache[key] = conn;
   return conn;

@@ -33,9 +33,9 @@ constexpr HttpErrorCode kHttpErrorCodes[] = {
 
 std::string HttpResponse::Header(std::string_view key) const {
   for (const auto& [k, v] : headers) {
-    if (k.size() == key.size() &&
-        std::equal(k.begin(), k.end(), key.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+    if (k.size() == key.size() && std::equal(k.begin(), k.end(), key.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) ==
+                 std::tolower(static_cast<unsigned char>(b));
         })) {
       return v;
     }
@@ -47,14 +47,18 @@ Status ErrorFromHttp(const HttpResponse& r, std::string_view what) {
   std::string msg;
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (!j.is_discarded() && j.is_object()) {
-    if (j.contains("error") && j["error"].is_string()) msg = j["error"].get<std::string>();
-    else if (j.contains("message") && j["message"].is_string()) msg = j["message"].get<std::string>();
+    if (j.contains("error") && j["error"].is_string())
+      msg = j["error"].get<std::string>();
+    else if (j.contains("message") && j["message"].is_string())
+      msg = j["message"].get<std::string>();
   }
   if (msg.empty()) msg = r.Header("X-Error-Message");
   if (msg.empty()) msg = r.body.substr(0, 200);
-  std::string text = std::string(what) + ": HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + msg);
+  std::string text =
+      std::string(what) + ": HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + msg);
   if (r.status == 409) {
-    return msg.find("conflict") != std::string::npos ? AbortedError(text) : AlreadyExistsError(text);
+    return msg.find("conflict") != std::string::npos ? AbortedError(text)
+                                                     : AlreadyExistsError(text);
   }
   for (const HttpErrorCode& e : kHttpErrorCodes) {
     if (e.http_status == r.status) return Status(e.code, text);
@@ -173,20 +177,25 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
     HttpResponse out;
     Exchange x{c, &request, &out, &bytes_received_};
     curl_slist* headers = nullptr;
-    for (const auto& [k, v] : request.headers) headers = curl_slist_append(headers, (k + ": " + v).c_str());
-    if (!token_.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token_).c_str());
+    for (const auto& [k, v] : request.headers)
+      headers = curl_slist_append(headers, (k + ": " + v).c_str());
+    if (!token_.empty())
+      headers = curl_slist_append(headers, ("Authorization: Bearer " + token_).c_str());
     if (sends_body) {
-      std::string type = request.content_type.empty() ? "application/octet-stream" : request.content_type;
+      std::string type =
+          request.content_type.empty() ? "application/octet-stream" : request.content_type;
       headers = curl_slist_append(headers, ("Content-Type: " + type).c_str());
     }
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 1L << 20);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(std::max(1, options_.connect_timeout_seconds)));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT,
+                     static_cast<long>(std::max(1, options_.connect_timeout_seconds)));
     // An I/O timeout: less than 1 byte/s for io_timeout_seconds aborts.
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1, options_.io_timeout_seconds)));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(std::max(1, options_.io_timeout_seconds)));
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &OnBody);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &OnHeader);
@@ -224,7 +233,8 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
                                 "MEGA_ENDPOINT (or --endpoint) at a running hub");
       }
       return UnavailableError(what + ": " + curl_easy_strerror(rc) + " after " +
-                              std::to_string(attempt + 1) + " attempt(s) (the connection to " + endpoint_ +
+                              std::to_string(attempt + 1) + " attempt(s) (the connection to " +
+                              endpoint_ +
                               " failed; retry, or check that megahub is still running)");
     }
     out.status = static_cast<int>(code);
@@ -242,11 +252,13 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
 Status HttpClient::ErrorFor(const HttpResponse& r, std::string_view what) const {
   Status s = ErrorFromHttp(r, what);
   if (r.status == 401) {
-    std::string hint = token_.empty()
-        ? "; no token was sent: set MEGA_TOKEN=<token> (or pass --token); `megahub token create --root "
-          "DIR --scope write` prints one"
-        : "; the hub did not accept the token in MEGA_TOKEN / --token (a token of another hub root, "
-          "or an expired CAS token): create one with `megahub token create --root DIR --scope write`";
+    std::string hint = token_.empty() ? "; no token was sent: set MEGA_TOKEN=<token> (or pass "
+                                        "--token); `megahub token create --root "
+                                        "DIR --scope write` prints one"
+                                      : "; the hub did not accept the token in MEGA_TOKEN / "
+                                        "--token (a token of another hub root, "
+                                        "or an expired CAS token): create one with `megahub token "
+                                        "create --root DIR --scope write`";
     return UnauthenticatedError(std::string(s.message()) + hint);
   }
   if (r.status == 403) {

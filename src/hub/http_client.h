@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "megackpt/hub/client.h"
 #include "megackpt/core/status.h"
+#include "megackpt/hub/client.h"
 
 namespace megackpt::hub {
 

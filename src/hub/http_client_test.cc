@@ -83,13 +83,18 @@ TEST_F(HttpClientTest, RangeReadsGoStraightIntoTheBuffer) {
   EXPECT_EQ(r->Header("Content-Range"), "bytes 1000-2000999/3300000");
   EXPECT_EQ(http.bytes_received(), buf.size());
   // Past the end: 416.
-  EXPECT_EQ(RangeInto(http, target, data.size() + 10, std::span(buf)).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(RangeInto(http, target, data.size() + 10, std::span(buf)).status().code(),
+            StatusCode::kOutOfRange);
   // Unknown path: 404.
-  EXPECT_EQ(RangeInto(http, "/api/repos/fr/repo/resolve?revision=main&path=nope.bin", 0, std::span(buf))
-                .status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(
+      RangeInto(http, "/api/repos/fr/repo/resolve?revision=main&path=nope.bin", 0, std::span(buf))
+          .status()
+          .code(),
+      StatusCode::kNotFound);
   // Bad token: 401.
   HttpClient bad(endpoint_, "mega_" + std::string(40, '0'), RemoteOptions{});
-  EXPECT_EQ(RangeInto(bad, target, 0, std::span(buf)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(RangeInto(bad, target, 0, std::span(buf)).status().code(),
+            StatusCode::kUnauthenticated);
   // A sink that refuses: Aborted, no retry.
   HttpRequest refuse;
   refuse.target = target;
@@ -102,7 +107,9 @@ TEST_F(HttpClientTest, RangeReadsGoStraightIntoTheBuffer) {
   for (const char* ep : {"https://127.0.0.1:1", "http://127.0.0.1:1"}) {
     HttpClient closed(ep, token_, quick);
     auto t0 = std::chrono::steady_clock::now();
-    EXPECT_EQ(RangeInto(closed, target, 0, std::span(buf)).status().code(), StatusCode::kUnavailable) << ep;
+    EXPECT_EQ(RangeInto(closed, target, 0, std::span(buf)).status().code(),
+              StatusCode::kUnavailable)
+        << ep;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << ep;
   }
 }

@@ -142,8 +142,9 @@ Status ParseTarget(Request* r) {
       std::string_view item = qs.substr(0, amp);
       if (!item.empty()) {
         size_t eq = item.find('=');
-        r->query.emplace_back(DecodeQueryPart(item.substr(0, eq)),
-                              eq == std::string_view::npos ? "" : DecodeQueryPart(item.substr(eq + 1)));
+        r->query.emplace_back(
+            DecodeQueryPart(item.substr(0, eq)),
+            eq == std::string_view::npos ? "" : DecodeQueryPart(item.substr(eq + 1)));
       }
       if (amp == std::string_view::npos) break;
       qs.remove_prefix(amp + 1);
@@ -183,7 +184,8 @@ struct HttpServer::Impl {
   void Progressed() { last_progress_ms = NowMs(); }
   static int64_t NowMs() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch()).count();
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
 
   // Per HTTP request (MHD's req_cls).
@@ -191,9 +193,9 @@ struct HttpServer::Impl {
     Request request;
     bool begun = false;
     std::unique_ptr<BodyReader> reader;
-    Status failure;            // Append's first error
-    uint64_t discarded = 0;    // body bytes dropped after a failure
-    int status = 0;            // answered status (0: none yet)
+    Status failure;          // Append's first error
+    uint64_t discarded = 0;  // body bytes dropped after a failure
+    int status = 0;          // answered status (0: none yet)
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   };
 
@@ -212,15 +214,18 @@ struct HttpServer::Impl {
     *req_cls = nullptr;
     if (!st) return;
     if (st->begun && self->done) {
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - st->start).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - st->start)
+              .count();
       self->done(st->request, st->status, ms);
     }
     bool counted = st->begun;
     delete st;
     // Back to the idle/header timeout for the next request on this connection.
     if (connection) {
-      MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT,
-                                static_cast<unsigned int>(std::max(1, self->options.header_timeout_seconds)));
+      MHD_set_connection_option(
+          connection, MHD_CONNECTION_OPTION_TIMEOUT,
+          static_cast<unsigned int>(std::max(1, self->options.header_timeout_seconds)));
     }
     if (counted) {
       std::lock_guard<std::mutex> lock(self->mu);
@@ -247,7 +252,8 @@ struct HttpServer::Impl {
     if (!got.ok() || *got == 0 || *got > n) {
       if (!got.ok() && got.status().code() != StatusCode::kUnavailable) {
         std::fprintf(stderr, "megahub: streaming a response failed at byte %llu: %s\n",
-                     static_cast<unsigned long long>(pos), got.ok() ? "no bytes" : got.status().ToString().c_str());
+                     static_cast<unsigned long long>(pos),
+                     got.ok() ? "no bytes" : got.status().ToString().c_str());
       }
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -269,11 +275,13 @@ struct HttpServer::Impl {
       owned->stream = [](uint64_t, std::span<std::byte>) -> Result<size_t> {
         return InternalError("HEAD answers have no body");
       };
-      resp = MHD_create_response_from_callback(*r.head_length, 4096, &ReadStream, owned, &FreeResponse);
+      resp = MHD_create_response_from_callback(*r.head_length, 4096, &ReadStream, owned,
+                                               &FreeResponse);
     } else if (r.stream) {
       uint64_t len = r.stream_length;
       auto* owned = new Response(std::move(r));
-      owned->stream = [this, inner = std::move(owned->stream)](uint64_t pos, std::span<std::byte> dst) {
+      owned->stream = [this, inner = std::move(owned->stream)](uint64_t pos,
+                                                               std::span<std::byte> dst) {
         Progressed();
         return inner(pos, dst);
       };
@@ -307,7 +315,8 @@ struct HttpServer::Impl {
       unsigned long long v = std::strtoull(cl.c_str(), &end, 10);
       if (end && *end == '\0') req.content_length = v;
     }
-    req.has_body = (req.content_length && *req.content_length > 0) || req.HasHeader("Transfer-Encoding");
+    req.has_body =
+        (req.content_length && *req.content_length > 0) || req.HasHeader("Transfer-Encoding");
     // Bodies are read under the (longer) read timeout.
     MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT,
                               static_cast<unsigned int>(std::max(1, options.read_timeout_seconds)));
@@ -434,7 +443,9 @@ Result<int> HttpServer::Bind() {
     }
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, std::max(16, o.listen_backlog)) == 0) break;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::listen(fd, std::max(16, o.listen_backlog)) == 0)
+      break;
     err = errno;
     ::close(fd);
     fd = -1;
@@ -445,7 +456,8 @@ Result<int> HttpServer::Bind() {
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   char serv[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, nullptr, 0, serv, sizeof serv, NI_NUMERICSERV) != 0) {
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, nullptr, 0, serv, sizeof serv,
+                    NI_NUMERICSERV) != 0) {
     ::close(fd);
     return UnavailableError("cannot read the port of " + where);
   }
@@ -462,7 +474,8 @@ Status HttpServer::Serve() {
     std::lock_guard<std::mutex> lock(impl->mu);
     if (impl->stop_requested) return Status::OK();
   }
-  unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  unsigned int flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   MHD_OptionItem opts[] = {
       {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&Impl::Log), impl},
       {MHD_OPTION_LISTEN_SOCKET, impl->listen_fd, nullptr},
@@ -470,14 +483,16 @@ Status HttpServer::Serve() {
       {MHD_OPTION_CONNECTION_LIMIT, std::max(1, o.max_connections), nullptr},
       {MHD_OPTION_PER_IP_CONNECTION_LIMIT, std::max(1, o.max_connections_per_client), nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT, std::max(1, o.header_timeout_seconds), nullptr},
-      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(std::max<size_t>(64u << 10, o.connection_buffer_bytes)), nullptr},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+       static_cast<intptr_t>(std::max<size_t>(64u << 10, o.connection_buffer_bytes)), nullptr},
       {MHD_OPTION_URI_LOG_CALLBACK, reinterpret_cast<intptr_t>(&Impl::UriLog), impl},
       {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::Completed), impl},
       {MHD_OPTION_END, 0, nullptr},
   };
   impl->daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::Access, impl, MHD_OPTION_ARRAY,
                                   opts, MHD_OPTION_END);
-  if (!impl->daemon) return UnavailableError("cannot start the HTTP server on port " + std::to_string(impl->port));
+  if (!impl->daemon)
+    return UnavailableError("cannot start the HTTP server on port " + std::to_string(impl->port));
   std::unique_lock<std::mutex> lock(impl->mu);
   impl->cv.wait(lock, [impl] { return impl->stop_requested; });
   lock.unlock();
@@ -487,7 +502,8 @@ Status HttpServer::Serve() {
   // Wait while requests are in flight and a route runs or some request made
   // progress in the last second (bounded by the read timeout); a request
   // stalled that long (its client gone or silent) is cut by MHD_stop_daemon.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(1, o.read_timeout_seconds));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(std::max(1, o.read_timeout_seconds));
   lock.lock();
   while (impl->in_flight > 0 && std::chrono::steady_clock::now() < deadline &&
          (impl->in_handler > 0 || Impl::NowMs() - impl->last_progress_ms < 1000)) {

@@ -35,12 +35,13 @@ namespace megackpt::hub::httpd {
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct Request {
-  std::string method;                 // "GET", "HEAD", "POST", ...
-  std::string target;                 // as sent: path + "?" + query, still percent-encoded
-  std::string path;                   // target before '?', still encoded
-  std::vector<std::string> segments;  // path split at '/', each percent-decoded; trailing empties dropped
-  HeaderList query;                   // decoded name/value pairs in order ('+' is a space)
-  HeaderList headers;                 // as received
+  std::string method;  // "GET", "HEAD", "POST", ...
+  std::string target;  // as sent: path + "?" + query, still percent-encoded
+  std::string path;    // target before '?', still encoded
+  std::vector<std::string>
+      segments;        // path split at '/', each percent-decoded; trailing empties dropped
+  HeaderList query;    // decoded name/value pairs in order ('+' is a space)
+  HeaderList headers;  // as received
   std::optional<uint64_t> content_length;  // nullopt: no Content-Length header
   bool has_body = false;                   // Content-Length > 0 or a Transfer-Encoding
 
@@ -87,10 +88,10 @@ class BodyReader {
 };
 
 struct Action {
-  Action(Response r) : response(std::move(r)) {}  // NOLINT: implicit on purpose
+  Action(Response r) : response(std::move(r)) {}                 // NOLINT: implicit on purpose
   Action(std::unique_ptr<BodyReader> b) : body(std::move(b)) {}  // NOLINT
-  Response response;                 // used when body is null
-  std::unique_ptr<BodyReader> body;  // reads the body, then answers
+  Response response;                                             // used when body is null
+  std::unique_ptr<BodyReader> body;                              // reads the body, then answers
 };
 
 // A BodyReader keeping the whole body (at most `limit` bytes, else
@@ -102,8 +103,8 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
   int threads = 16;
-  int listen_backlog = 1024;           // clamped by the kernel (net.core.somaxconn)
-  int max_connections = 1024;          // beyond: new connections are closed at once
+  int listen_backlog = 1024;             // clamped by the kernel (net.core.somaxconn)
+  int max_connections = 1024;            // beyond: new connections are closed at once
   int max_connections_per_client = 256;  // per client IP address
   // A connection that sends nothing for this long while no request is being
   // handled (idle keep-alive, or headers not complete yet) is closed.

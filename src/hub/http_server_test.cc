@@ -29,7 +29,9 @@ class HttpServerTest : public ::testing::Test {
         o, [this](Request& r) { return Begin(r); },
         [](const Status& s) {
           Response r;
-          r.status = s.code() == StatusCode::kResourceExhausted ? 413 : s.code() == StatusCode::kInternal ? 500 : 400;
+          r.status = s.code() == StatusCode::kResourceExhausted ? 413
+                     : s.code() == StatusCode::kInternal        ? 500
+                                                                : 400;
           r.body = s.message();
           return r;
         },
@@ -54,11 +56,12 @@ class HttpServerTest : public ::testing::Test {
       return Action(std::move(no));
     }
     if (r.segments.size() == 1 && r.segments[0] == "echo") {
-      return Action(BufferedBody(1 << 20, r.content_length.value_or(0), [](std::string body) -> Result<Response> {
-        Response res;
-        res.body = "got " + std::to_string(body.size());
-        return res;
-      }));
+      return Action(BufferedBody(1 << 20, r.content_length.value_or(0),
+                                 [](std::string body) -> Result<Response> {
+                                   Response res;
+                                   res.body = "got " + std::to_string(body.size());
+                                   return res;
+                                 }));
     }
     Response res;
     res.body = "path";
@@ -68,7 +71,8 @@ class HttpServerTest : public ::testing::Test {
   }
 
   static std::string Post(const std::string& path, size_t length) {
-    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(length) + "\r\n\r\n";
+    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(length) +
+           "\r\n\r\n";
   }
 
   std::unique_ptr<HttpServer> server_;
@@ -102,7 +106,8 @@ TEST_F(HttpServerTest, ExceptionsAre500AndTheServerGoesOn) {
 TEST_F(HttpServerTest, EarlyAnswersDrainSmallBodiesAndNeverReadLargeOnes) {
   // A small body behind an early answer is drained: the connection goes on.
   RawConnection c(port_);
-  auto a = c.Exchange(Post("/deny", 1000) + std::string(1000, 'x') + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto a = c.Exchange(Post("/deny", 1000) + std::string(1000, 'x') +
+                      "GET /after HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 401);
   a = c.Read();

@@ -52,7 +52,6 @@ class CommitOnCloseWriter final : public WritableFile {
   std::unique_ptr<WritableFile> inner_;
 };
 
-
 std::string StripTrailingSlashes(std::string_view s) {
   std::string out(s);
   while (!out.empty() && out.back() == '/' && !out.ends_with("://")) out.pop_back();
@@ -93,7 +92,8 @@ class MegaTransaction final : public fs::Transaction {
     const std::string& folder = txn_->root().path;
     for (const StagedEntry& e : entries) {
       if (!folder.empty() && !e.entry.path.starts_with(folder + "/")) {
-        return InvalidArgumentError("transaction export stages " + e.entry.path + ", outside " + root_);
+        return InvalidArgumentError("transaction export stages " + e.entry.path + ", outside " +
+                                    root_);
       }
     }
     return txn_->Stage(entries);
@@ -157,13 +157,15 @@ class MegaFs final : public MegaFileSystem {
     return pinned;
   }
 
-  Result<std::unique_ptr<fs::Transaction>> BeginTransaction(const std::string& root,
-                                                            const fs::TransactionOptions& options) override {
+  Result<std::unique_ptr<fs::Transaction>> BeginTransaction(
+      const std::string& root, const fs::TransactionOptions& options) override {
     const std::string clean = StripTrailingSlashes(root);
     MEGA_ASSIGN_OR_RETURN(MegaUri u, ParseMegaUri(clean));
     if (u.path.empty()) {
-      return InvalidArgumentError(root + ": a transaction needs a folder inside the repository or bucket "
-                                         "(e.g. " + clean + "/ckpt/step-100)");
+      return InvalidArgumentError(root +
+                                  ": a transaction needs a folder inside the repository or bucket "
+                                  "(e.g. " +
+                                  clean + "/ckpt/step-100)");
     }
     TransactionOptions o;
     o.message = options.message;
@@ -186,8 +188,8 @@ class MegaFs final : public MegaFileSystem {
                                                               TransactionOptions options,
                                                               std::string base_commit) override {
     MEGA_ASSIGN_OR_RETURN(MegaUri root, ParseMegaUri(root_uri));
-    MEGA_ASSIGN_OR_RETURN(auto txn, HubTransaction::Begin(hub_, root, std::move(options),
-                                                          std::move(base_commit)));
+    MEGA_ASSIGN_OR_RETURN(
+        auto txn, HubTransaction::Begin(hub_, root, std::move(options), std::move(base_commit)));
     std::shared_ptr<HubTransaction> shared(std::move(txn));
     std::lock_guard<std::mutex> lock(mu_);
     Prune();
@@ -266,7 +268,8 @@ class MegaFs final : public MegaFileSystem {
       }
     }
     if (u.path.empty()) {
-      Status s = u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
+      Status s =
+          u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
       if (!s.ok()) return s.WithContext(path);
       return fs::FileInfo{path, 0, true};
     }
@@ -291,7 +294,8 @@ class MegaFs final : public MegaFileSystem {
     MEGA_ASSIGN_OR_RETURN(auto children, Children(u, TxnFor(u).get()));
     if (children.empty()) {
       if (!u.path.empty()) return NotFoundError(dir + ": no such folder");
-      Status s = u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
+      Status s =
+          u.is_bucket ? hub_->GetBucket(u.repo_id()).status() : hub_->GetRepo(u.repo_id()).status();
       if (!s.ok()) return s.WithContext(dir);
     }
     std::vector<fs::FileInfo> out;
@@ -300,7 +304,8 @@ class MegaFs final : public MegaFileSystem {
       info.path = child.ToString();
       out.push_back(std::move(info));
     }
-    std::sort(out.begin(), out.end(), [](const fs::FileInfo& a, const fs::FileInfo& b) { return a.path < b.path; });
+    std::sort(out.begin(), out.end(),
+              [](const fs::FileInfo& a, const fs::FileInfo& b) { return a.path < b.path; });
     return out;
   }
 
@@ -494,11 +499,12 @@ Result<std::shared_ptr<MegaFileSystem>> MegaFileSystemFor(std::string_view endpo
 void RegisterMegaScheme() {
   static std::once_flag once;
   std::call_once(once, [] {
-    fs::RegisterFileSystemScheme("mega", [](std::string_view path) -> Result<std::shared_ptr<fs::FileSystem>> {
-      MEGA_RETURN_IF_ERROR(ParseMegaUri(path).status());
-      MEGA_ASSIGN_OR_RETURN(auto fs, MegaFileSystemFor());
-      return std::shared_ptr<fs::FileSystem>(std::move(fs));
-    });
+    fs::RegisterFileSystemScheme(
+        "mega", [](std::string_view path) -> Result<std::shared_ptr<fs::FileSystem>> {
+          MEGA_RETURN_IF_ERROR(ParseMegaUri(path).status());
+          MEGA_ASSIGN_OR_RETURN(auto fs, MegaFileSystemFor());
+          return std::shared_ptr<fs::FileSystem>(std::move(fs));
+        });
   });
 }
 

@@ -1,9 +1,10 @@
 // mega:// URI parsing (grammar in include/megackpt/hub/mega_uri.h).
 #include "megackpt/hub/mega_uri.h"
-#include "megackpt/core/path_components.h"
-#include "megackpt/core/text.h"
 
 #include <cctype>
+
+#include "megackpt/core/path_components.h"
+#include "megackpt/core/text.h"
 
 namespace megackpt::hub {
 namespace {
@@ -181,7 +182,8 @@ Status ValidateRepoPath(std::string_view path) {
   }
   for (std::string_view seg : PathComponents(path)) {
     if (seg.empty()) {
-      return InvalidArgumentError("path " + Quote(path) + " has an empty segment ('//' or trailing '/')");
+      return InvalidArgumentError("path " + Quote(path) +
+                                  " has an empty segment ('//' or trailing '/')");
     }
     if (seg == "." || seg == "..") {
       return InvalidArgumentError("path " + Quote(path) + " has a " + Quote(seg) +
@@ -191,8 +193,9 @@ Status ValidateRepoPath(std::string_view path) {
     // so such a file could never be pulled.
     if (seg.size() > kMaxPathSegment) {
       return InvalidArgumentError("path " + Quote(path.substr(0, 64)) + "...: segment " +
-                                  Quote(seg.substr(0, 32)) + "... is " + std::to_string(seg.size()) +
-                                  " bytes long (at most " + std::to_string(kMaxPathSegment) + ")");
+                                  Quote(seg.substr(0, 32)) + "... is " +
+                                  std::to_string(seg.size()) + " bytes long (at most " +
+                                  std::to_string(kMaxPathSegment) + ")");
     }
   }
   return Status::OK();
@@ -277,7 +280,8 @@ Result<MegaUri> ParseMegaUri(std::string_view uri) {
   // <namespace>/
   size_t slash = rest.find('/');
   std::string_view ns = rest.substr(0, slash);
-  if (ns.empty()) return fail(std::string("empty namespace segment (expected ") + kind + " id 'namespace/name')");
+  if (ns.empty())
+    return fail(std::string("empty namespace segment (expected ") + kind + " id 'namespace/name')");
   if (slash == std::string_view::npos) {
     return fail(std::string("missing name after namespace ") + Quote(ns) + " (expected " + kind +
                 " id 'namespace/name')");

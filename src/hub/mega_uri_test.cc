@@ -91,7 +91,8 @@ TEST(MegaUriTest, Buckets) {
   EXPECT_EQ(b.revision, "");
   EXPECT_EQ(b.path, "run1/ckpt.mega");
   EXPECT_EQ(b.ToString(), "mega://buckets/org/scratch/run1/ckpt.mega");
-  EXPECT_THAT(ParseError("mega://buckets/org/scratch@main/x"), HasSubstr("buckets take no revision"));
+  EXPECT_THAT(ParseError("mega://buckets/org/scratch@main/x"),
+              HasSubstr("buckets take no revision"));
 }
 
 TEST(MegaUriTest, TrailingSlashIgnored) {
@@ -138,9 +139,9 @@ TEST(MegaUriTest, WithPathAndRoot) {
 }
 
 TEST(MegaUriTest, RoundTripThroughToString) {
-  for (std::string s : {"mega://org/m", "mega://org/m@main/x/y.bin", "mega://datasets/a/b@refs/pr/1/z",
-                        "mega://spaces/a/b@feature%2Fx", "mega://buckets/a/b/c/d",
-                        "mega://org/m@refs/convert/parquet"}) {
+  for (std::string s : {"mega://org/m", "mega://org/m@main/x/y.bin",
+                        "mega://datasets/a/b@refs/pr/1/z", "mega://spaces/a/b@feature%2Fx",
+                        "mega://buckets/a/b/c/d", "mega://org/m@refs/convert/parquet"}) {
     MegaUri u = Parse(s);
     EXPECT_EQ(u.ToString(), s);
     EXPECT_EQ(Parse(u.ToString()), u);

@@ -59,7 +59,8 @@ Result<std::string> Str(const json& obj, const char* key, size_t line_no) {
 Result<std::string> OptStr(const json& obj, const char* key, size_t line_no) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return std::string();
-  if (!it->is_string()) return LineError(line_no, std::string("field '") + key + "' is not a string");
+  if (!it->is_string())
+    return LineError(line_no, std::string("field '") + key + "' is not a string");
   return it->get<std::string>();
 }
 
@@ -145,10 +146,12 @@ Result<NdjsonCommit> ParseNdjsonCommit(std::string_view body, const NdjsonLimits
     MEGA_ASSIGN_OR_RETURN(json obj, ParseObject(line_no, line));
     MEGA_ASSIGN_OR_RETURN(std::string key, Str(obj, "key", line_no));
     auto vit = obj.find("value");
-    if (vit == obj.end() || !vit->is_object()) return LineError(line_no, "missing object field 'value'");
+    if (vit == obj.end() || !vit->is_object())
+      return LineError(line_no, "missing object field 'value'");
     const json& value = *vit;
     if (!have_header) {
-      if (key != "header") return LineError(line_no, "the first line must be the header, got '" + key + "'");
+      if (key != "header")
+        return LineError(line_no, "the first line must be the header, got '" + key + "'");
       have_header = true;
       MEGA_ASSIGN_OR_RETURN(out.summary, OptStr(value, "summary", line_no));
       MEGA_ASSIGN_OR_RETURN(out.description, OptStr(value, "description", line_no));
@@ -168,7 +171,8 @@ Result<NdjsonCommit> ParseNdjsonCommit(std::string_view body, const NdjsonLimits
                                      : NdjsonCommit::Op::Kind::kDeletedFolder;
       std::string raw;
       MEGA_ASSIGN_OR_RETURN(raw, Str(value, "path", line_no));
-      while (op.kind == NdjsonCommit::Op::Kind::kDeletedFolder && !raw.empty() && raw.back() == '/') {
+      while (op.kind == NdjsonCommit::Op::Kind::kDeletedFolder && !raw.empty() &&
+             raw.back() == '/') {
         raw.pop_back();
       }
       Status ps = ValidateRepoPath(raw);
@@ -194,10 +198,12 @@ Result<NdjsonCommit> ParseNdjsonCommit(std::string_view body, const NdjsonLimits
       op.kind = NdjsonCommit::Op::Kind::kLfsFile;
       MEGA_ASSIGN_OR_RETURN(op.path, CheckedPath(value, line_no));
       MEGA_ASSIGN_OR_RETURN(std::string algo, OptStr(value, "algo", line_no));
-      if (!algo.empty() && algo != "sha256") return LineError(line_no, "unsupported algo '" + algo + "'");
+      if (!algo.empty() && algo != "sha256")
+        return LineError(line_no, "unsupported algo '" + algo + "'");
       MEGA_ASSIGN_OR_RETURN(std::string oid, Str(value, "oid", line_no));
       op.oid = ToLower(oid);
-      if (!IsSha256Hex(op.oid)) return LineError(line_no, "oid '" + oid + "' is not a sha256 hex digest");
+      if (!IsSha256Hex(op.oid))
+        return LineError(line_no, "oid '" + oid + "' is not a sha256 hex digest");
       MEGA_ASSIGN_OR_RETURN(op.size, OptUint(value, "size", line_no));
     } else if (key == "header") {
       return LineError(line_no, "a second header line");
@@ -233,7 +239,8 @@ Result<std::vector<BucketBatchOp>> ParseBucketBatch(std::string_view body, size_
       op.xet_hash = ToLower(op.xet_hash);
       auto mt = obj.find("mtime");
       if (mt != obj.end() && !mt->is_null()) {
-        if (!mt->is_number_integer()) return LineError(line_no, "mtime is not integer milliseconds");
+        if (!mt->is_number_integer())
+          return LineError(line_no, "mtime is not integer milliseconds");
         op.mtime_ms = mt->get<int64_t>();
       }
       MEGA_ASSIGN_OR_RETURN(op.content_type, OptStr(obj, "contentType", line_no));

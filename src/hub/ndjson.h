@@ -45,11 +45,11 @@ struct BucketBatchOp {
   enum class Kind { kAddFile, kCopyFile, kDeleteFile };
   Kind kind = Kind::kAddFile;
   std::string path;
-  std::string xet_hash;     // addFile / copyFile
-  int64_t mtime_ms = 0;     // addFile (integer milliseconds)
+  std::string xet_hash;  // addFile / copyFile
+  int64_t mtime_ms = 0;  // addFile (integer milliseconds)
   std::string content_type;
-  uint64_t size = 0;        // extension: optional "size" (0 = from the content)
-  std::string sha256;       // extension: optional "sha256"
+  uint64_t size = 0;   // extension: optional "size" (0 = from the content)
+  std::string sha256;  // extension: optional "sha256"
   std::string source_repo_type, source_repo_id;  // copyFile
 };
 

@@ -45,18 +45,25 @@ TEST(NdjsonCommitTest, OneErrorPerFailure) {
   EXPECT_THAT(err("[1]\n"), HasSubstr("not a JSON object"));
   EXPECT_THAT(err(R"({"key":"file","value":{}})"), HasSubstr("first line must be the header"));
   EXPECT_THAT(err(Lines({h, h})), HasSubstr("second header"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"nope","value":{}})"})), HasSubstr("line 2: unknown key 'nope'"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"nope","value":{}})"})),
+              HasSubstr("line 2: unknown key 'nope'"));
   EXPECT_THAT(err(Lines({h, R"({"key":"file"})"})), HasSubstr("missing object field 'value'"));
   EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"a"}})"})), HasSubstr("'content'"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"a","content":"!!"}})"})), HasSubstr("base64"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"../a","content":""}})"})), HasSubstr("traversal"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"/abs","content":""}})"})), HasSubstr("absolute"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"lfsFile","value":{"path":"a","oid":"xyz"}})"})), HasSubstr("sha256"));
-  EXPECT_THAT(err(Lines({h, R"({"key":"lfsFile","value":{"path":"a","algo":"md5","oid":"x"}})"})), HasSubstr("algo"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"a","content":"!!"}})"})),
+              HasSubstr("base64"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"../a","content":""}})"})),
+              HasSubstr("traversal"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"file","value":{"path":"/abs","content":""}})"})),
+              HasSubstr("absolute"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"lfsFile","value":{"path":"a","oid":"xyz"}})"})),
+              HasSubstr("sha256"));
+  EXPECT_THAT(err(Lines({h, R"({"key":"lfsFile","value":{"path":"a","algo":"md5","oid":"x"}})"})),
+              HasSubstr("algo"));
   EXPECT_THAT(err(R"({"key":"header","value":{"parentCommit":"abc"}})"), HasSubstr("40-hex"));
   NdjsonLimits small;
   small.max_inline_bytes = 3;
-  auto big = ParseNdjsonCommit(Lines({h, R"({"key":"file","value":{"path":"a","content":"aGVsbG8="}})"}), small);
+  auto big = ParseNdjsonCommit(
+      Lines({h, R"({"key":"file","value":{"path":"a","content":"aGVsbG8="}})"}), small);
   EXPECT_THAT(big.status().message(), HasSubstr("exceeds"));
 }
 
@@ -72,11 +79,15 @@ TEST(BucketBatchTest, ParsesAndRejects) {
   EXPECT_FALSE(ParseBucketBatch(R"({"type":"addFile","path":"a","xetHash":"zz"})").ok());
   EXPECT_FALSE(ParseBucketBatch(R"({"type":"moveFile","path":"a"})").ok());
   EXPECT_FALSE(ParseBucketBatch(R"({"type":"deleteFile","path":"a/../../b"})").ok());
-  EXPECT_FALSE(ParseBucketBatch(Lines({R"({"type":"deleteFile","path":"a"})", R"({"type":"deleteFile","path":"b"})"}), 1).ok());
+  EXPECT_FALSE(
+      ParseBucketBatch(
+          Lines({R"({"type":"deleteFile","path":"a"})", R"({"type":"deleteFile","path":"b"})"}), 1)
+          .ok());
 }
 
 TEST(Base64Test, RoundTrip) {
-  for (std::string s : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"), std::string("\0\xff\x10", 3)}) {
+  for (std::string s : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"),
+                        std::string("\0\xff\x10", 3)}) {
     auto d = Base64Decode(Base64Encode(s));
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(*d, s);

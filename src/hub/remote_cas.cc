@@ -45,11 +45,13 @@ class RemoteCasBackend final : public cas::CasBackend {
   Result<std::string> GetXorbRange(const cas::MerkleHash& h, uint64_t offset,
                                    uint64_t length) override {
     std::string out(length, '\0');
-    MEGA_RETURN_IF_ERROR(ReadXorbRange(h, offset, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
+    MEGA_RETURN_IF_ERROR(
+        ReadXorbRange(h, offset, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
     return out;
   }
 
-  Status ReadXorbRange(const cas::MerkleHash& h, uint64_t offset, std::span<std::byte> dst) override {
+  Status ReadXorbRange(const cas::MerkleHash& h, uint64_t offset,
+                       std::span<std::byte> dst) override {
     if (dst.empty()) return Status::OK();
     HttpRequest req;
     req.target = "/v1/xorbs/default/" + h.ToHex();
@@ -57,7 +59,10 @@ class RemoteCasBackend final : public cas::CasBackend {
                                         std::to_string(offset + dst.size() - 1)});
     size_t pos = 0;
     bool overflow = false;
-    req.reset = [&] { pos = 0; overflow = false; };
+    req.reset = [&] {
+      pos = 0;
+      overflow = false;
+    };
     req.sink = [&](const char* data, size_t len) {
       if (pos + len > dst.size()) {
         overflow = true;
@@ -72,7 +77,8 @@ class RemoteCasBackend final : public cas::CasBackend {
       // The hub clamps a range running past the end ("bytes a-b/total").
       std::string cr = res.Header("Content-Range");
       size_t slash = cr.rfind('/');
-      uint64_t total = slash == std::string::npos ? 0 : std::strtoull(cr.c_str() + slash + 1, nullptr, 10);
+      uint64_t total =
+          slash == std::string::npos ? 0 : std::strtoull(cr.c_str() + slash + 1, nullptr, 10);
       if (total > 0 && offset + dst.size() > total) {
         return OutOfRangeError("xorb " + h.ToHex() + " range [" + std::to_string(offset) + ", " +
                                std::to_string(offset + dst.size()) + ") is past its end (" +
@@ -144,14 +150,16 @@ class RemoteCasBackend final : public cas::CasBackend {
     try {
       for (const auto& t : j["terms"]) {
         cas::ReconstructionTerm term;
-        MEGA_ASSIGN_OR_RETURN(term.xorb_hash, cas::MerkleHash::FromHex(t.at("hash").get<std::string>()));
+        MEGA_ASSIGN_OR_RETURN(term.xorb_hash,
+                              cas::MerkleHash::FromHex(t.at("hash").get<std::string>()));
         term.chunk_start = t.at("range").at("start").get<uint32_t>();
         term.chunk_end = t.at("range").at("end").get<uint32_t>();
         term.unpacked_bytes = t.at("unpacked_length").get<uint64_t>();
         // megahub extension: the term's Xet verification hash (whole terms only).
         if (t.contains("verification_hash") && t["verification_hash"].is_string()) {
-          MEGA_ASSIGN_OR_RETURN(term.verification_hash,
-                                cas::MerkleHash::FromHex(t["verification_hash"].get<std::string>()));
+          MEGA_ASSIGN_OR_RETURN(
+              term.verification_hash,
+              cas::MerkleHash::FromHex(t["verification_hash"].get<std::string>()));
         }
         recon.size += term.unpacked_bytes;
         recon.terms.push_back(term);
@@ -185,11 +193,13 @@ class RemoteCasBackend final : public cas::CasBackend {
       req.target = "/v1/chunks/lookup";
       req.content_type = "application/octet-stream";
       req.body.resize(n * 32);
-      for (size_t i = 0; i < n; ++i) std::memcpy(req.body.data() + 32 * i, hashes[start + i].bytes.data(), 32);
+      for (size_t i = 0; i < n; ++i)
+        std::memcpy(req.body.data() + 32 * i, hashes[start + i].bytes.data(), 32);
       MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
       if (res.body.size() != n * 37) {
-        return DataLossError(Describe() + ": chunk lookup answered " + std::to_string(res.body.size()) +
-                             " bytes for " + std::to_string(n) + " hashes");
+        return DataLossError(Describe() + ": chunk lookup answered " +
+                             std::to_string(res.body.size()) + " bytes for " + std::to_string(n) +
+                             " hashes");
       }
       for (size_t i = 0; i < n; ++i) {
         const char* rec = res.body.data() + 37 * i;

@@ -31,7 +31,8 @@ class Router {
     Route r;
     for (size_t start = 0; start <= methods.size();) {
       size_t bar = methods.find('|', start);
-      r.methods.emplace_back(methods.substr(start, bar == std::string_view::npos ? bar : bar - start));
+      r.methods.emplace_back(
+          methods.substr(start, bar == std::string_view::npos ? bar : bar - start));
       if (bar == std::string_view::npos) break;
       start = bar + 1;
     }

@@ -75,10 +75,10 @@ Routed InfoRoute(Call& c) {
   auto bucket = LoadBucket(c, false, &error);
   if (!bucket) return error;
   return (JsonResponse({{"id", BucketId(c)},
-                                {"private", bucket->is_private},
-                                {"createdAt", FormatTimestamp(bucket->created_ms)},
-                                {"size", bucket->size},
-                                {"totalFiles", bucket->total_files}}));
+                        {"private", bucket->is_private},
+                        {"createdAt", FormatTimestamp(bucket->created_ms)},
+                        {"size", bucket->size},
+                        {"totalFiles", bucket->total_files}}));
 }
 
 Routed DeleteRoute(Call& c) {
@@ -126,7 +126,8 @@ Routed TreeRoute(Call& c) {
         after = e.path;
       } else {
         std::string dir = list_prefix + rest.substr(0, slash);
-        arr.push_back({{"type", "directory"}, {"path", dir}, {"uploadedAt", FormatTimestamp(e.uploaded_ms)}});
+        arr.push_back(
+            {{"type", "directory"}, {"path", dir}, {"uploadedAt", FormatTimestamp(e.uploaded_ms)}});
         after = dir + "/\xff";  // past every path under dir/
       }
       last = after;
@@ -143,9 +144,9 @@ Routed TreeRoute(Call& c) {
   Response res = JsonResponse(arr);
   if (more) {
     std::string next = c.ctx.Endpoint(req) + "/api/buckets/" + id + "/tree" +
-                       (prefix.empty() ? "" : "/" + PercentEncode(prefix)) + "?recursive=" +
-                       (recursive ? "true" : "false") + "&limit=" + std::to_string(limit) +
-                       "&cursor=" + PercentEncode(last);
+                       (prefix.empty() ? "" : "/" + PercentEncode(prefix)) +
+                       "?recursive=" + (recursive ? "true" : "false") +
+                       "&limit=" + std::to_string(limit) + "&cursor=" + PercentEncode(last);
     res.SetHeader("Link", "<" + next + ">; rel=\"next\"");
   }
   return res;
@@ -156,7 +157,8 @@ Routed PathsInfoRoute(Call& c) {
   Response error;
   if (!LoadBucket(c, false, &error)) return error;
   return WithJsonBody(c, c.ctx.options.max_json_bytes, [&c](json j) -> Result<Response> {
-    if (!j.contains("paths") || !j["paths"].is_array()) return ErrorResponse(400, "body must be {\"paths\": [...]}");
+    if (!j.contains("paths") || !j["paths"].is_array())
+      return ErrorResponse(400, "body must be {\"paths\": [...]}");
     if (j["paths"].size() > 1000) return ErrorResponse(400, "at most 1000 paths per request");
     json arr = json::array();
     for (const auto& p : j["paths"]) {

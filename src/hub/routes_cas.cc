@@ -12,8 +12,8 @@
 #include "hub/server_internal.h"
 #include "hub/util.h"
 #include "megackpt/cas/shard.h"
-#include "megackpt/core/checksum.h"
 #include "megackpt/cas/xorb.h"
+#include "megackpt/core/checksum.h"
 
 namespace megackpt::hub {
 namespace {
@@ -116,9 +116,9 @@ json PerXorbRanges(const ServerContext& ctx, const ReconPlan& plan, const std::s
     std::string url = SignedXorbUrl(ctx, endpoint, xh);
     json arr = json::array();
     for (const auto& [cs, ce] : list) {
-      arr.push_back(entry(url, {{"start", cs}, {"end", ce}},
-                          {{"start", layout.chunks[cs].byte_offset},
-                           {"end", layout.RecordEnd(ce - 1) - 1}}));
+      arr.push_back(
+          entry(url, {{"start", cs}, {"end", ce}},
+                {{"start", layout.chunks[cs].byte_offset}, {"end", layout.RecordEnd(ce - 1) - 1}}));
     }
     out[xh] = std::move(arr);
   }
@@ -127,19 +127,21 @@ json PerXorbRanges(const ServerContext& ctx, const ReconPlan& plan, const std::s
 
 // V1 fetch_info: xorb -> [{range, url, url_range (inclusive)}].
 json FetchInfoV1(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
-  return PerXorbRanges(ctx, plan, endpoint, [](const std::string& url, const json& chunks, const json& bytes) {
-    return json{{"range", chunks}, {"url", url}, {"url_range", bytes}};
-  });
+  return PerXorbRanges(ctx, plan, endpoint,
+                       [](const std::string& url, const json& chunks, const json& bytes) {
+                         return json{{"range", chunks}, {"url", url}, {"url_range", bytes}};
+                       });
 }
 
 // V2 xorbs: xorb -> [{url, ranges: [{chunks, bytes (inclusive)}]}], one
 // single-range entry per merged range (so every fetch is a plain 206).
 json XorbsV2(const ServerContext& ctx, const ReconPlan& plan, const std::string& endpoint) {
-  return PerXorbRanges(ctx, plan, endpoint, [](const std::string& url, const json& chunks, const json& bytes) {
-    return json{{"url", url}, {"ranges", json::array({{{"chunks", chunks}, {"bytes", bytes}}})}};
-  });
+  return PerXorbRanges(
+      ctx, plan, endpoint, [](const std::string& url, const json& chunks, const json& bytes) {
+        return json{{"url", url},
+                    {"ranges", json::array({{{"chunks", chunks}, {"bytes", bytes}}})}};
+      });
 }
-
 
 // POST /v1/xorbs/{prefix}/{hash}: the body goes into a recycled buffer
 // (no fresh pages per upload), is verified record by record, and stored.
@@ -151,7 +153,8 @@ class XorbBody final : public httpd::BodyReader {
   }
   Status Append(std::span<const std::byte> data) override {
     if (body_->size() + data.size() > ctx_.options.max_object_bytes) {
-      return ResourceExhaustedError("xorb body exceeds " + std::to_string(ctx_.options.max_object_bytes) + " bytes");
+      return ResourceExhaustedError("xorb body exceeds " +
+                                    std::to_string(ctx_.options.max_object_bytes) + " bytes");
     }
     body_->Append(data.data(), data.size());
     return Status::OK();
@@ -163,10 +166,13 @@ class XorbBody final : public httpd::BodyReader {
     // Every record decoded and hashed without keeping the decoded bytes.
     MEGA_ASSIGN_OR_RETURN(cas::XorbLayout layout, cas::VerifyXorb(body_->span()));
     if (layout.xorb_hash != hash_) {
-      return ErrorResponse(400, "xorb content hashes to " + layout.xorb_hash.ToHex() + ", not to " + hash_.ToHex());
+      return ErrorResponse(
+          400, "xorb content hashes to " + layout.xorb_hash.ToHex() + ", not to " + hash_.ToHex());
     }
-    MEGA_ASSIGN_OR_RETURN(bool inserted, ctx_.store->cas().backend().PutXorb(
-        std::string_view(reinterpret_cast<const char*>(body_->data()), body_->size()), layout));
+    MEGA_ASSIGN_OR_RETURN(
+        bool inserted,
+        ctx_.store->cas().backend().PutXorb(
+            std::string_view(reinterpret_cast<const char*>(body_->data()), body_->size()), layout));
     if (inserted) ++ctx_.counters.xorbs_inserted;
     return JsonResponse({{"was_inserted", inserted}});
   }
@@ -191,7 +197,8 @@ Routed GetXorbRoute(Call& c) {
     MEGA_ASSIGN_OR_RETURN(auto layout, backend.GetXorbLayout(hash));
     return (BytesResponse(cas::EncodeXorbFooter(layout)));
   }
-  if (!c.tail().empty()) return (ErrorResponse(404, "no route for " + c.req.method + " " + c.req.path));
+  if (!c.tail().empty())
+    return (ErrorResponse(404, "no route for " + c.req.method + " " + c.req.path));
   MEGA_ASSIGN_OR_RETURN(uint64_t size, backend.XorbSize(hash));
   Response res;
   res.SetHeader("Accept-Ranges", "bytes");
@@ -202,8 +209,9 @@ Routed GetXorbRoute(Call& c) {
     first = range.range.first;
     len = range.range.last - first + 1;
     res.status = 206;
-    res.SetHeader("Content-Range", "bytes " + std::to_string(first) + "-" + std::to_string(range.range.last) +
-                                       "/" + std::to_string(size));
+    res.SetHeader("Content-Range", "bytes " + std::to_string(first) + "-" +
+                                       std::to_string(range.range.last) + "/" +
+                                       std::to_string(size));
   }
   res.SetHeader("Content-Type", "application/octet-stream");
   if (c.req.method == "HEAD") {
@@ -247,8 +255,8 @@ Routed GetChunkRoute(Call& c) {
   // answer names the other xorbs of the files using this one, as Xet's shard
   // answers do; without them a new version re-sends every xorb none of whose
   // chunks was queried. Only files the caller may read contribute.
-  MEGA_ASSIGN_OR_RETURN(auto companions,
-                        c.store().DedupCompanionXorbs(loc[0]->xorb_hash, AccessOf(c.who), kMaxDedupXorbs));
+  MEGA_ASSIGN_OR_RETURN(auto companions, c.store().DedupCompanionXorbs(
+                                             loc[0]->xorb_hash, AccessOf(c.who), kMaxDedupXorbs));
   for (const auto& x : companions) {
     auto other = backend.GetXorbLayout(x);
     if (other.ok()) shard.xorbs.push_back(cas::ShardXorbInfoFromLayout(*other));
@@ -262,7 +270,8 @@ Routed LookupChunksRoute(Call& c) {
   return WithBody(c, c.ctx.options.max_json_bytes, [&c](std::string body) -> Result<Response> {
     if (body.size() % 32 != 0) return ErrorResponse(400, "body must be a multiple of 32 bytes");
     std::vector<cas::MerkleHash> hashes(body.size() / 32);
-    for (size_t i = 0; i < hashes.size(); ++i) std::memcpy(hashes[i].bytes.data(), body.data() + 32 * i, 32);
+    for (size_t i = 0; i < hashes.size(); ++i)
+      std::memcpy(hashes[i].bytes.data(), body.data() + 32 * i, 32);
     MEGA_ASSIGN_OR_RETURN(auto locs, c.store().cas().backend().LookupChunks(hashes));
     std::string out;
     out.reserve(locs.size() * 37);
@@ -271,8 +280,8 @@ Routed LookupChunksRoute(Call& c) {
       cas::MerkleHash h = l ? l->xorb_hash : cas::MerkleHash{};
       out.append(reinterpret_cast<const char*>(h.bytes.data()), 32);
       uint32_t idx = l ? l->chunk_index : 0;
-      char le[4] = {static_cast<char>(idx), static_cast<char>(idx >> 8), static_cast<char>(idx >> 16),
-                    static_cast<char>(idx >> 24)};
+      char le[4] = {static_cast<char>(idx), static_cast<char>(idx >> 8),
+                    static_cast<char>(idx >> 16), static_cast<char>(idx >> 24)};
       out.append(le, 4);
     }
     return BytesResponse(std::move(out));
@@ -327,10 +336,12 @@ Result<Response> BatchReconstructions(const Call& c, const std::vector<std::stri
     if (files.contains(key)) continue;
     MEGA_ASSIGN_OR_RETURN(auto recon, backend.GetFile(hash));
     plan.terms = json::array();
-    MEGA_RETURN_IF_ERROR(PlanReconstruction(backend, recon, 0, recon.size ? recon.size - 1 : 0, &plan));
+    MEGA_RETURN_IF_ERROR(
+        PlanReconstruction(backend, recon, 0, recon.size ? recon.size - 1 : 0, &plan));
     files[key] = plan.terms;
   }
-  return JsonResponse({{"files", files}, {"fetch_info", FetchInfoV1(c.ctx, plan, c.ctx.Endpoint(c.req))}});
+  return JsonResponse(
+      {{"files", files}, {"fetch_info", FetchInfoV1(c.ctx, plan, c.ctx.Endpoint(c.req))}});
 }
 
 // Batch (V1 only): POST /v1/reconstructions {"file_ids": [...]} or
@@ -352,9 +363,11 @@ Routed BatchReconstructionRoute(Call& c) {
 
 }  // namespace
 
-std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req, const Identity& who) {
+std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req,
+                                     const Identity& who) {
   const auto& seg = req.segments;
-  bool cas = (!seg.empty() && seg[0] == "v1") || (seg.size() >= 2 && seg[0] == "v2" && seg[1] == "reconstructions");
+  bool cas = (!seg.empty() && seg[0] == "v1") ||
+             (seg.size() >= 2 && seg[0] == "v2" && seg[1] == "reconstructions");
   if (!cas) return std::nullopt;
   bool write = req.method == "POST" || req.method == "PUT";
   // A xorb URL from a reconstruction answer is presigned (hf_xet sends no

@@ -22,9 +22,11 @@ std::optional<RepoInfo> LoadHfRepo(const Call& c, Response* error) {
   }
   RepoType type = *RepoTypeFromName(c.p(0));
   if (repo->type != type) {
-    *error = ErrorResponse(404, "repo '" + repo->id() + "' is a " + std::string(RepoTypeName(repo->type)) +
-                                    ", not a " + std::string(RepoTypeName(type)),
-                           "RepoNotFound");
+    *error =
+        ErrorResponse(404,
+                      "repo '" + repo->id() + "' is a " + std::string(RepoTypeName(repo->type)) +
+                          ", not a " + std::string(RepoTypeName(type)),
+                      "RepoNotFound");
     return std::nullopt;
   }
   return *repo;
@@ -46,18 +48,18 @@ Routed InfoRoute(Call& c) {
                         {"lfs", {{"size", f.size}, {"sha256", f.sha256}, {"pointerSize", 0}}}});
   }
   return (JsonResponse({{"id", repo->id()},
-                                {"_id", repo->id()},
-                                {"sha", commit->id},
-                                {"author", repo->ns},
-                                {"private", repo->is_private},
-                                {"createdAt", FormatTimestamp(repo->created_ms)},
-                                {"lastModified", FormatTimestamp(commit->created_ms)},
-                                {"tags", json::array()},
-                                {"siblings", siblings},
-                                {"gated", false},
-                                {"disabled", false},
-                                {"downloads", 0},
-                                {"likes", 0}}));
+                        {"_id", repo->id()},
+                        {"sha", commit->id},
+                        {"author", repo->ns},
+                        {"private", repo->is_private},
+                        {"createdAt", FormatTimestamp(repo->created_ms)},
+                        {"lastModified", FormatTimestamp(commit->created_ms)},
+                        {"tags", json::array()},
+                        {"siblings", siblings},
+                        {"gated", false},
+                        {"disabled", false},
+                        {"downloads", 0},
+                        {"likes", 0}}));
 }
 
 Routed XetTokenRoute(Call& c) {
@@ -76,26 +78,30 @@ Routed PreuploadRoute(Call& c) {
   MEGA_RETURN_IF_ERROR(CheckWrite(c.who, repo->ns));
   auto commit = c.store().ResolveRevision(repo->id(), c.tail());
   if (!commit.ok()) return ErrorFrom(commit.status(), "RevisionNotFound");
-  return WithJsonBody(c, c.ctx.options.max_json_bytes, [commit = *commit](json j) -> Result<Response> {
-    if (!j.contains("files") || !j["files"].is_array()) return ErrorResponse(400, "body must be {\"files\": [...]}");
-    json out = json::array();
-    for (const auto& f : j["files"]) {
-      if (!f.is_object()) return ErrorResponse(400, "files[] entries must be objects");
-      MEGA_ASSIGN_OR_RETURN(std::string path, StringField(f, "path"));
-      MEGA_RETURN_IF_ERROR(ValidateRepoPath(path));
-      MEGA_ASSIGN_OR_RETURN(uint64_t size, U64Field(f, "size"));
-      MEGA_ASSIGN_OR_RETURN(std::string sample, StringField(f, "sample"));
-      auto decoded = Base64Decode(sample);
-      bool binary = !decoded.ok() || decoded->find('\0') != std::string::npos;
-      // Small text goes inline in the NDJSON commit; everything else through Xet.
-      bool regular = size == 0 || (size < (1u << 20) && !binary);
-      out.push_back({{"path", path},
-                     {"uploadMode", regular ? "regular" : "lfs"},
-                     {"shouldIgnore", false},
-                     {"oid", nullptr}});
-    }
-    return JsonResponse({{"files", out}, {"commitOid", commit}});
-  });
+  return WithJsonBody(c, c.ctx.options.max_json_bytes,
+                      [commit = *commit](json j) -> Result<Response> {
+                        if (!j.contains("files") || !j["files"].is_array())
+                          return ErrorResponse(400, "body must be {\"files\": [...]}");
+                        json out = json::array();
+                        for (const auto& f : j["files"]) {
+                          if (!f.is_object())
+                            return ErrorResponse(400, "files[] entries must be objects");
+                          MEGA_ASSIGN_OR_RETURN(std::string path, StringField(f, "path"));
+                          MEGA_RETURN_IF_ERROR(ValidateRepoPath(path));
+                          MEGA_ASSIGN_OR_RETURN(uint64_t size, U64Field(f, "size"));
+                          MEGA_ASSIGN_OR_RETURN(std::string sample, StringField(f, "sample"));
+                          auto decoded = Base64Decode(sample);
+                          bool binary = !decoded.ok() || decoded->find('\0') != std::string::npos;
+                          // Small text goes inline in the NDJSON commit; everything else through
+                          // Xet.
+                          bool regular = size == 0 || (size < (1u << 20) && !binary);
+                          out.push_back({{"path", path},
+                                         {"uploadMode", regular ? "regular" : "lfs"},
+                                         {"shouldIgnore", false},
+                                         {"oid", nullptr}});
+                        }
+                        return JsonResponse({{"files", out}, {"commitOid", commit}});
+                      });
 }
 
 Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::string& revision,
@@ -137,7 +143,9 @@ Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::st
         // hf_xet's shards claim the SHA-256 (not verified by the hub); the
         // claim counts for the repository's namespace, whose writers made it.
         MEGA_ASSIGN_OR_RETURN(auto found, store.FindBySha256(op.oid, cr.access, repo.ns));
-        if (!found) return ErrorResponse(400, "lfsFile '" + op.path + "': no uploaded content has sha256 " + op.oid);
+        if (!found)
+          return ErrorResponse(
+              400, "lfsFile '" + op.path + "': no uploaded content has sha256 " + op.oid);
         if (op.size != 0 && found->size != op.size) {
           return ErrorResponse(400, "lfsFile '" + op.path + "': size " + std::to_string(op.size) +
                                         " does not match the uploaded content");
@@ -148,7 +156,8 @@ Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::st
     }
     cr.ops.push_back(std::move(co));
   }
-  std::string prefix = repo.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(repo.type));
+  std::string prefix =
+      repo.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(repo.type));
   // ?create_pr=1: the commit goes to a new branch refs/pr/N (N = next free
   // number) based on `revision` (or the header's parentCommit); the
   // revision itself does not move.
@@ -177,7 +186,8 @@ Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::st
     if (!cr.create_branch || commit.ok() || commit.status().code() != StatusCode::kAborted) break;
   }
   if (!commit.ok()) {
-    return ErrorFrom(commit.status(), commit.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
+    return ErrorFrom(commit.status(),
+                     commit.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
   }
   if (!commit->no_change) ++c.ctx.counters.commits;
   std::string endpoint = c.ctx.Endpoint(c.req);
@@ -187,7 +197,8 @@ Result<Response> NdjsonCommit(const Call& c, const RepoInfo& repo, const std::st
   // Nothing changed: the unchanged head, and "noChange": true.
   if (commit->no_change) out["noChange"] = true;
   if (pr_number) {
-    out["pullRequestUrl"] = endpoint + prefix + "/" + repo.id() + "/discussions/" + std::to_string(*pr_number);
+    out["pullRequestUrl"] =
+        endpoint + prefix + "/" + repo.id() + "/discussions/" + std::to_string(*pr_number);
     out["pullRequestRevision"] = cr.branch;
   }
   return JsonResponse(out);
@@ -198,9 +209,10 @@ Routed CommitRoute(Call& c) {
   auto repo = LoadHfRepo(c, &error);
   if (!repo) return error;
   MEGA_RETURN_IF_ERROR(CheckWrite(c.who, repo->ns));
-  return WithBody(c, c.ctx.options.max_json_bytes, [&c, repo = *repo](std::string body) -> Result<Response> {
-    return NdjsonCommit(c, repo, c.tail(), body);
-  });
+  return WithBody(c, c.ctx.options.max_json_bytes,
+                  [&c, repo = *repo](std::string body) -> Result<Response> {
+                    return NdjsonCommit(c, repo, c.tail(), body);
+                  });
 }
 
 // POST /api/repos/create (huggingface_hub's create_repo): {"name",
@@ -214,8 +226,11 @@ Routed HfCreateRepoRoute(Call& c) {
     MEGA_ASSIGN_OR_RETURN(std::string org, StringField(j, "organization"));
     if (org.empty()) {
       if (!c.who.ns) {
-        return ErrorResponse(400, "\"organization\" is required (this token is not limited to a namespace; "
-                                  "create the repository as \"<namespace>/" + name + "\")");
+        return ErrorResponse(
+            400,
+            "\"organization\" is required (this token is not limited to a namespace; "
+            "create the repository as \"<namespace>/" +
+                name + "\")");
       }
       org = *c.who.ns;
     }
@@ -228,15 +243,18 @@ Routed HfCreateRepoRoute(Call& c) {
     MEGA_ASSIGN_OR_RETURN(std::string visibility, StringField(j, "visibility"));
     MEGA_ASSIGN_OR_RETURN(bool is_private, BoolField(j, "private"));
     if (!visibility.empty() && visibility != "public" && visibility != "private") {
-      return ErrorResponse(400, "visibility must be \"public\" or \"private\", not " + Quote(visibility));
+      return ErrorResponse(
+          400, "visibility must be \"public\" or \"private\", not " + Quote(visibility));
     }
     spec.is_private = visibility.empty() ? is_private : visibility == "private";
-    std::string prefix = spec.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(spec.type));
+    std::string prefix =
+        spec.type == RepoType::kModel ? "" : "/" + std::string(RepoTypePlural(spec.type));
     std::string url = c.ctx.Endpoint(c.req) + prefix + "/" + spec.ns + "/" + spec.name;
     auto repo = c.store().CreateRepo(spec, /*exist_ok=*/false);
     if (!repo.ok()) {
       if (repo.status().code() != StatusCode::kAlreadyExists) return repo.status();
-      Response res = JsonResponse({{"error", "You already created this " + type_name + " repo"}, {"url", url}}, 409);
+      Response res = JsonResponse(
+          {{"error", "You already created this " + type_name + " repo"}, {"url", url}}, 409);
       res.SetHeader("X-Error-Message", "You already created this " + type_name + " repo");
       return res;
     }
@@ -294,7 +312,8 @@ Routed TreeRoute(Call& c) {
   bool more = false;
   if (recursive) {
     // Files, and every folder they are in (once, before its first file).
-    MEGA_ASSIGN_OR_RETURN(auto files, store.ListFiles(repo->id(), *commit, list_prefix, cursor, limit + 1));
+    MEGA_ASSIGN_OR_RETURN(auto files,
+                          store.ListFiles(repo->id(), *commit, list_prefix, cursor, limit + 1));
     std::string prev = cursor;
     for (size_t i = 0; i < files.size() && i < limit; ++i) {
       const std::string& path = files[i].path;
@@ -302,7 +321,8 @@ Routed TreeRoute(Call& c) {
            slash = path.find('/', slash + 1)) {
         std::string dir = path.substr(0, slash + 1);
         if (prev.compare(0, dir.size(), dir) != 0) {
-          arr.push_back({{"type", "directory"}, {"oid", ""}, {"size", 0}, {"path", dir.substr(0, slash)}});
+          arr.push_back(
+              {{"type", "directory"}, {"oid", ""}, {"size", 0}, {"path", dir.substr(0, slash)}});
         }
       }
       arr.push_back(TreeFileJson(files[i]));
@@ -312,7 +332,8 @@ Routed TreeRoute(Call& c) {
   } else {
     // Direct children; a folder is one entry, then the listing jumps past it.
     while (arr.size() < limit) {
-      MEGA_ASSIGN_OR_RETURN(auto files, store.ListFiles(repo->id(), *commit, list_prefix, after, 1));
+      MEGA_ASSIGN_OR_RETURN(auto files,
+                            store.ListFiles(repo->id(), *commit, list_prefix, after, 1));
       if (files.empty()) break;
       std::string rest = files[0].path.substr(list_prefix.size());
       size_t slash = rest.find('/');
@@ -331,15 +352,16 @@ Routed TreeRoute(Call& c) {
     }
   }
   if (arr.empty() && !prefix.empty() && cursor.empty()) {
-    return ErrorResponse(404, "entry " + Quote(prefix) + " not found in " + repo->id() + " at " + *commit,
-                         "EntryNotFound");
+    return ErrorResponse(
+        404, "entry " + Quote(prefix) + " not found in " + repo->id() + " at " + *commit,
+        "EntryNotFound");
   }
   Response res = JsonResponse(arr);
   if (more) {
     std::string next = c.ctx.Endpoint(c.req) + "/api/" + c.p(0) + "/" + repo->id() + "/tree/" +
                        PercentEncode(c.p(3)) + (prefix.empty() ? "" : "/" + PercentEncode(prefix)) +
-                       "?recursive=" + (recursive ? "true" : "false") + "&limit=" + std::to_string(limit) +
-                       "&cursor=" + PercentEncode(after);
+                       "?recursive=" + (recursive ? "true" : "false") +
+                       "&limit=" + std::to_string(limit) + "&cursor=" + PercentEncode(after);
     res.SetHeader("Link", "<" + next + ">; rel=\"next\"");
   }
   return res;
@@ -366,9 +388,9 @@ void AddHfRoutes(HubRouter& r) {
   // The client also knows an "mcps" repository type (preupload/commit/
   // xet tokens); this hub has none, so every such repository is missing.
   r.Add("*", "/api/mcps/{ns}/{name}/*?", [](Call& c) -> Routed {
-    return (ErrorResponse(404, "repository type 'mcp' is not served by this hub (repo " + c.p(0) + "/" +
-                                           c.p(1) + ")",
-                                  "RepoNotFound"));
+    return (ErrorResponse(
+        404, "repository type 'mcp' is not served by this hub (repo " + c.p(0) + "/" + c.p(1) + ")",
+        "RepoNotFound"));
   });
   r.Add("POST", "/api/repos/create", HfCreateRepoRoute);
   r.Add("DELETE", "/api/repos/delete", HfDeleteRepoRoute);
@@ -384,7 +406,8 @@ void AddHfRoutes(HubRouter& r) {
     return (JsonResponse(
         {{"name", c.who.name},
          {"type", "user"},
-         {"auth", {{"accessToken", {{"role", c.who.scope == TokenScope::kWrite ? "write" : "read"}}}}}}));
+         {"auth",
+          {{"accessToken", {{"role", c.who.scope == TokenScope::kWrite ? "write" : "read"}}}}}}));
   };
   r.Add("*", "/api/whoami/*?", whoami);
   r.Add("*", "/api/whoami-v2/*?", whoami);

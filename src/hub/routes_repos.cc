@@ -74,7 +74,8 @@ Routed CreateRepoRoute(Call& c) {
     MEGA_ASSIGN_OR_RETURN(spec.type, RepoTypeFromName(type_name));
     MEGA_ASSIGN_OR_RETURN(spec.is_private, BoolField(j, "private"));
     spec.description = j.contains("description") && j["description"].is_string()
-                           ? j["description"].get<std::string>() : "";
+                           ? j["description"].get<std::string>()
+                           : "";
     MEGA_ASSIGN_OR_RETURN(bool exist_ok, BoolField(j, "exist_ok"));
     MEGA_ASSIGN_OR_RETURN(auto repo, c.store().CreateRepo(spec, exist_ok));
     return JsonResponse(RepoJson(repo), 201);
@@ -125,7 +126,8 @@ Routed RepoInfoRoute(Call& c) {
   auto repo = LoadRepoForRead(c, c.p(0), c.p(1));
   if (!repo.ok()) return RepoError(repo.status());
   auto head = c.store().ResolveRevision(RepoId(c), "main");
-  return (JsonResponse(RepoJson(*repo, head.ok() ? std::optional<std::string>(*head) : std::nullopt)));
+  return (
+      JsonResponse(RepoJson(*repo, head.ok() ? std::optional<std::string>(*head) : std::nullopt)));
 }
 
 Routed DeleteRepoRoute(Call& c) {
@@ -149,8 +151,9 @@ Result<Response> ServeResolve(const Call& c, const RepoInfo& repo, const std::st
   res.SetHeader("X-Linked-Size", std::to_string(entry->size));
   if (entry->size > 0) {
     res.SetHeader("X-Xet-Hash", entry->xet_hash);
-    res.SetHeader("Link", "<" + c.ctx.Endpoint(c.req) + "/api/" + std::string(RepoTypePlural(repo.type)) +
-                              "/" + repo.id() + "/xet-read-token/" + *commit + ">; rel=\"xet-auth\"");
+    res.SetHeader("Link", "<" + c.ctx.Endpoint(c.req) + "/api/" +
+                              std::string(RepoTypePlural(repo.type)) + "/" + repo.id() +
+                              "/xet-read-token/" + *commit + ">; rel=\"xet-auth\"");
   }
   return ServeContent(c, *entry, repo.id() + "@" + *commit + "/" + path, std::move(res));
 }
@@ -180,7 +183,8 @@ Routed ListCommitsRoute(Call& c) {
   auto list = c.store().ListCommits(RepoId(c), rev, offset, limit + 1);
   if (!list.ok()) return ErrorFrom(list.status(), "RevisionNotFound");
   json arr = json::array();
-  for (size_t i = 0; i < list->size() && i < limit; ++i) arr.push_back(CommitJson((*list)[i], false));
+  for (size_t i = 0; i < list->size() && i < limit; ++i)
+    arr.push_back(CommitJson((*list)[i], false));
   json next = list->size() > limit ? json(std::to_string(offset + limit)) : json(nullptr);
   return (JsonResponse({{"commits", arr}, {"next_cursor", next}}));
 }
@@ -189,9 +193,9 @@ Routed PostCommitRoute(Call& c) {
   Response error;
   auto repo = LoadRepoForWrite(c, &error);
   if (!repo) return error;
-  return WithJsonBody(c, c.ctx.options.max_json_bytes, [&c, repo = *repo](json j) -> Result<Response> {
-    return NativeCommit(c, repo, j);
-  });
+  return WithJsonBody(
+      c, c.ctx.options.max_json_bytes,
+      [&c, repo = *repo](json j) -> Result<Response> { return NativeCommit(c, repo, j); });
 }
 
 Routed ListFilesRoute(Call& c) {
@@ -221,8 +225,10 @@ Routed ListRefsRoute(Call& c) {
   MEGA_ASSIGN_OR_RETURN(auto refs, c.store().ListRefs(RepoId(c)));
   json branches = json::array(), tags = json::array();
   for (const auto& r : refs) (r.is_tag ? tags : branches).push_back(RefJson(r));
-  return (JsonResponse({{"branches", branches}, {"tags", tags}, {"converts", json::array()},
-                                {"pullRequests", json::array()}}));
+  return (JsonResponse({{"branches", branches},
+                        {"tags", tags},
+                        {"converts", json::array()},
+                        {"pullRequests", json::array()}}));
 }
 
 Routed CreateRefRoute(Call& c) {
@@ -238,7 +244,8 @@ Routed CreateRefRoute(Call& c) {
     if (j.contains("message") && j["message"].is_string()) msg = j["message"].get<std::string>();
     auto ref = c.store().CreateRef(RepoId(c), rname, rev, c.p(2) == "tags", exist_ok, msg);
     if (!ref.ok()) {
-      return ErrorFrom(ref.status(), ref.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
+      return ErrorFrom(ref.status(),
+                       ref.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
     }
     return JsonResponse(RefJson(*ref), 201);
   });
@@ -259,21 +266,25 @@ Routed PutBlobRoute(Call& c) {
   auto repo = LoadRepoForWrite(c, &error);
   if (!repo) return error;
   std::string want = ToLower(c.p(2));
-  if (!IsSha256Hex(want)) return (ErrorResponse(400, "blob id '" + c.p(2) + "' is not a sha256 hex digest"));
+  if (!IsSha256Hex(want))
+    return (ErrorResponse(400, "blob id '" + c.p(2) + "' is not a sha256 hex digest"));
   const uint64_t max = c.ctx.options.max_object_bytes;
   uint64_t declared = c.req.HasHeader("X-Mega-Size")
                           ? std::strtoull(c.req.Header("X-Mega-Size").c_str(), nullptr, 10)
                           : c.req.content_length.value_or(0);
   if (declared > max || c.req.content_length.value_or(0) > max) {
-    return (ErrorResponse(413, "blob of " + std::to_string(std::max(declared, c.req.content_length.value_or(0))) +
-                                           " bytes exceeds " + std::to_string(max)));
+    return (ErrorResponse(
+        413, "blob of " + std::to_string(std::max(declared, c.req.content_length.value_or(0))) +
+                 " bytes exceeds " + std::to_string(max)));
   }
   MEGA_ASSIGN_OR_RETURN(auto upload, c.store().BeginUpload("blob " + want));
   ContentAccess access = AccessOf(c.who);
   return Action(std::make_unique<UploadBody>(
-      c.ctx, std::move(upload), max, [&c, want, declared, access](const FileEntry& e) -> Result<Response> {
+      c.ctx, std::move(upload), max,
+      [&c, want, declared, access](const FileEntry& e) -> Result<Response> {
         if (e.sha256 != want) {
-          return ErrorResponse(400, "blob sha256 mismatch: body hashes to " + e.sha256 + ", URL says " + want);
+          return ErrorResponse(
+              400, "blob sha256 mismatch: body hashes to " + e.sha256 + ", URL says " + want);
         }
         if (e.size != declared) {
           return ErrorResponse(400, "blob size mismatch: received " + std::to_string(e.size) +
@@ -307,13 +318,15 @@ Routed FileRoute(Call& c) {
     if (!r.is_tag && r.name == branch) head = r.target;
   }
   if (!head) {
-    return (ErrorResponse(404, "branch '" + branch + "' not found in " + repo.id(), "RevisionNotFound"));
+    return (ErrorResponse(404, "branch '" + branch + "' not found in " + repo.id(),
+                          "RevisionNotFound"));
   }
   json body = {{"revision", branch},
                {"commit_message", req.HasParam("commit_message")
                                       ? req.Param("commit_message")
                                       : std::string(put ? "Upload " : "Delete ") + path}};
-  if (req.HasParam("commit_description")) body["commit_description"] = req.Param("commit_description");
+  if (req.HasParam("commit_description"))
+    body["commit_description"] = req.Param("commit_description");
   if (req.HasParam("parent_revision")) body["parent_revision"] = req.Param("parent_revision");
   json extra = {{"repo_id", repo.id()}, {"path", path}};
   if (!put) {
@@ -325,30 +338,35 @@ Routed FileRoute(Call& c) {
   std::string want_sha;
   if (req.HasHeader("X-Mega-Sha256")) {
     want_sha = ToLower(req.Header("X-Mega-Sha256"));
-    if (!IsSha256Hex(want_sha)) return (ErrorResponse(400, "X-Mega-Sha256 is not a sha256 hex digest"));
+    if (!IsSha256Hex(want_sha))
+      return (ErrorResponse(400, "X-Mega-Sha256 is not a sha256 hex digest"));
   }
   std::optional<uint64_t> want_size;
   if (req.HasHeader("X-Mega-Size")) {
     std::string v = req.Header("X-Mega-Size");
     char* end = nullptr;
     uint64_t n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || !end || *end) return (ErrorResponse(400, "X-Mega-Size '" + v + "' is not a number"));
+    if (v.empty() || !end || *end)
+      return (ErrorResponse(400, "X-Mega-Size '" + v + "' is not a number"));
     want_size = n;
   }
   const uint64_t max = c.ctx.options.max_object_bytes;
   const uint64_t length = req.content_length.value_or(0);
   uint64_t declared = want_size ? *want_size : length;
   if (declared > max || length > max) {
-    return (ErrorResponse(413, "file of " + std::to_string(std::max(declared, length)) + " bytes exceeds " +
-                                           std::to_string(max) + " (use /api/uploads for large files)"));
+    return (ErrorResponse(413, "file of " + std::to_string(std::max(declared, length)) +
+                                   " bytes exceeds " + std::to_string(max) +
+                                   " (use /api/uploads for large files)"));
   }
   MEGA_ASSIGN_OR_RETURN(auto upload, c.store().BeginUpload("file " + repo.id() + "/" + path));
   ContentAccess access = AccessOf(c.who);
   return Action(std::make_unique<UploadBody>(
       c.ctx, std::move(upload), max,
-      [&c, repo, path, want_sha, want_size, body, extra, access](const FileEntry& e) mutable -> Result<Response> {
+      [&c, repo, path, want_sha, want_size, body, extra,
+       access](const FileEntry& e) mutable -> Result<Response> {
         if (!want_sha.empty() && e.sha256 != want_sha) {
-          return ErrorResponse(400, "sha256 mismatch: body hashes to " + e.sha256 + ", X-Mega-Sha256 says " + want_sha);
+          return ErrorResponse(400, "sha256 mismatch: body hashes to " + e.sha256 +
+                                        ", X-Mega-Sha256 says " + want_sha);
         }
         if (want_size && e.size != *want_size) {
           return ErrorResponse(400, "size mismatch: received " + std::to_string(e.size) +
@@ -377,7 +395,8 @@ Result<Response> Copy(const Call& c, const RepoInfo& repo, const json& body) {
     return body.contains(key) && body[key].is_string() ? body[key].get<std::string>() : "";
   };
   std::string path = str("path"), source_path = str("source_path");
-  if (path.empty() || source_path.empty()) return ErrorResponse(400, "copy needs \"source_path\" and \"path\"");
+  if (path.empty() || source_path.empty())
+    return ErrorResponse(400, "copy needs \"source_path\" and \"path\"");
   for (const std::string* p : {&path, &source_path}) MEGA_RETURN_IF_ERROR(ValidateRepoPath(*p));
   std::string branch = body.contains("revision") ? str("revision") : "main";
   if (branch.empty()) return ErrorResponse(400, "revision must be a non-empty string");
@@ -387,15 +406,18 @@ Result<Response> Copy(const Call& c, const RepoInfo& repo, const json& body) {
   if (!src.ok()) return ErrorFrom(src.status(), "RepoNotFound");
   MEGA_RETURN_IF_ERROR(CheckRead(c.who, src->is_private, src->ns));
   std::string source_rev = str("source_revision");
-  auto src_commit = c.store().ResolveRevision(source_repo, source_rev.empty() ? branch : source_rev);
+  auto src_commit =
+      c.store().ResolveRevision(source_repo, source_rev.empty() ? branch : source_rev);
   if (!src_commit.ok()) return ErrorFrom(src_commit.status(), "RevisionNotFound");
   auto entry = c.store().GetFile(source_repo, *src_commit, source_path);
   if (!entry.ok()) return ErrorFrom(entry.status(), "EntryNotFound");
-  json commit = {{"revision", branch},
-                 {"commit_message", body.contains("commit_message") && body["commit_message"].is_string()
-                                        ? body["commit_message"].get<std::string>()
-                                        : "Copy " + source_path + " to " + path}};
-  if (body.contains("commit_description")) commit["commit_description"] = body["commit_description"];
+  json commit = {
+      {"revision", branch},
+      {"commit_message", body.contains("commit_message") && body["commit_message"].is_string()
+                             ? body["commit_message"].get<std::string>()
+                             : "Copy " + source_path + " to " + path}};
+  if (body.contains("commit_description"))
+    commit["commit_description"] = body["commit_description"];
   if (body.contains("parent_revision")) commit["parent_revision"] = body["parent_revision"];
   // Pin the source to the commit resolved above, so a concurrent commit
   // cannot change what is copied.
@@ -405,8 +427,12 @@ Result<Response> Copy(const Call& c, const RepoInfo& repo, const json& body) {
                                        {"source_path", source_path},
                                        {"source_revision", *src_commit}}});
   return NativeCommit(c, repo, commit,
-                      {{"repo_id", repo.id()}, {"path", path}, {"source_path", source_path},
-                       {"source_revision", *src_commit}, {"size", entry->size}, {"sha256", entry->sha256}});
+                      {{"repo_id", repo.id()},
+                       {"path", path},
+                       {"source_path", source_path},
+                       {"source_revision", *src_commit},
+                       {"size", entry->size},
+                       {"sha256", entry->sha256}});
 }
 
 Routed CopyRoute(Call& c) {
@@ -453,8 +479,9 @@ Result<Response> ServeContent(const Call& call, const FileEntry& entry, const st
     first = range.range.first;
     length = range.range.last - first + 1;
     res.status = 206;
-    res.SetHeader("Content-Range", "bytes " + std::to_string(first) + "-" + std::to_string(range.range.last) +
-                                       "/" + std::to_string(entry.size));
+    res.SetHeader("Content-Range", "bytes " + std::to_string(first) + "-" +
+                                       std::to_string(range.range.last) + "/" +
+                                       std::to_string(entry.size));
   }
   res.SetHeader("Content-Type", GuessContentType(entry.path.empty() ? name : entry.path));
   if (call.req.method == "HEAD") {
@@ -473,14 +500,16 @@ Result<Response> ServeContent(const Call& call, const FileEntry& entry, const st
   return res;
 }
 
-Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json& body, const json& extra) {
+Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json& body,
+                              const json& extra) {
   HubStore& store = call.store();
   CommitRequest cr;
   cr.repo = repo.id();
   MEGA_ASSIGN_OR_RETURN(cr.branch, StringField(body, "revision", "main"));
   MEGA_ASSIGN_OR_RETURN(cr.message, StringField(body, "commit_message"));
   cr.description = body.contains("commit_description") && body["commit_description"].is_string()
-                       ? body["commit_description"].get<std::string>() : "";
+                       ? body["commit_description"].get<std::string>()
+                       : "";
   cr.author = call.who.name;
   cr.access = AccessOf(call.who);
   MEGA_ASSIGN_OR_RETURN(cr.rebase, BoolField(body, "rebase"));
@@ -493,7 +522,8 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
       // "The branch must not exist yet."
       auto head = store.ResolveRevision(cr.repo, cr.branch);
       if (head.ok()) {
-        return ErrorResponse(409, "conflict: branch '" + cr.branch + "' already exists (parent_revision is null)");
+        return ErrorResponse(
+            409, "conflict: branch '" + cr.branch + "' already exists (parent_revision is null)");
       }
       cr.create_branch = true;
     } else if (p.is_string()) {
@@ -531,7 +561,9 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
       if (!sha.ok() || !size.ok()) {
         return ErrorResponse(400, at + ": " + (sha.ok() ? size.status() : sha.status()).message());
       }
-      std::string xet = o.contains("xet_hash") && o["xet_hash"].is_string() ? o["xet_hash"].get<std::string>() : "";
+      std::string xet = o.contains("xet_hash") && o["xet_hash"].is_string()
+                            ? o["xet_hash"].get<std::string>()
+                            : "";
       if (!xet.empty()) {
         op.entry.xet_hash = ToLower(xet);
         op.entry.size = *size;
@@ -546,7 +578,8 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
                                         "' was not staged (PUT blobs/{sha256} first)");
         }
         if (found->size != *size) {
-          return ErrorResponse(400, at + ": size " + std::to_string(*size) + " does not match the staged object (" +
+          return ErrorResponse(400, at + ": size " + std::to_string(*size) +
+                                        " does not match the staged object (" +
                                         std::to_string(found->size) + " bytes)");
         }
         op.entry = *found;
@@ -558,11 +591,14 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
     } else if (*kind == "copy") {
       op.kind = CommitOperation::Kind::kCopy;
       op.source_repo = o.contains("source_repo_id") && o["source_repo_id"].is_string()
-                           ? o["source_repo_id"].get<std::string>() : "";
+                           ? o["source_repo_id"].get<std::string>()
+                           : "";
       op.source_path = o.contains("source_path") && o["source_path"].is_string()
-                           ? o["source_path"].get<std::string>() : "";
+                           ? o["source_path"].get<std::string>()
+                           : "";
       op.source_revision = o.contains("source_revision") && o["source_revision"].is_string()
-                               ? o["source_revision"].get<std::string>() : "";
+                               ? o["source_revision"].get<std::string>()
+                               : "";
       if (!op.source_repo.empty() && op.source_repo != cr.repo) {
         auto src = store.GetRepo(op.source_repo);
         if (!src.ok()) return ErrorFrom(src.status(), "RepoNotFound");
@@ -575,7 +611,8 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
   }
   auto c = store.Commit(cr);
   if (!c.ok()) {
-    return ErrorFrom(c.status(), c.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
+    return ErrorFrom(c.status(),
+                     c.status().code() == StatusCode::kNotFound ? "RevisionNotFound" : "");
   }
   if (!c->no_change) ++call.ctx.counters.commits;
   json j = CommitJson(*c, true);
@@ -588,10 +625,12 @@ Result<Response> NativeCommit(const Call& call, const RepoInfo& repo, const json
 void AddRepoRoutes(HubRouter& r) {
   r.Add("POST", "/api/repos", CreateRepoRoute);
   r.Add("GET", "/api/repos", ListReposRoute);
-  r.Add("*", "/api/repos", [](Call&) -> Routed { return (ErrorResponse(405, "method not allowed")); });
+  r.Add("*", "/api/repos",
+        [](Call&) -> Routed { return (ErrorResponse(405, "method not allowed")); });
   r.Add("GET", "/api/repos/{ns}/{name}", RepoInfoRoute);
   r.Add("DELETE", "/api/repos/{ns}/{name}", DeleteRepoRoute);
-  r.Add("*", "/api/repos/{ns}/{name}", [](Call&) -> Routed { return (ErrorResponse(405, "method not allowed")); });
+  r.Add("*", "/api/repos/{ns}/{name}",
+        [](Call&) -> Routed { return (ErrorResponse(405, "method not allowed")); });
   r.Add("GET", "/api/repos/{ns}/{name}/resolve/*?", ResolveRoute);
   r.Add("GET", "/api/repos/{ns}/{name}/commits/{rev}", GetCommitRoute);
   r.Add("GET", "/api/repos/{ns}/{name}/commits", ListCommitsRoute);

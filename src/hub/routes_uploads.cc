@@ -42,7 +42,8 @@ Routed GetUploadRoute(Call& c) {
   MEGA_ASSIGN_OR_RETURN(auto stored, c.store().ListUploadParts(upload.id));
   json arr = json::array();
   for (const auto& [n, etag] : stored) arr.push_back({{"part_number", n}, {"etag", etag}});
-  return (JsonResponse({{"upload_id", upload.id}, {"part_size", upload.part_size}, {"parts", arr}}));
+  return (
+      JsonResponse({{"upload_id", upload.id}, {"part_size", upload.part_size}, {"parts", arr}}));
 }
 
 Routed DeleteUploadRoute(Call& c) {
@@ -83,17 +84,20 @@ Routed PutPartRoute(Call& c) {
                         ? upload.part_size
                         : upload.size - (static_cast<uint64_t>(n) - 1) * upload.part_size;
   if (c.req.content_length && *c.req.content_length != expect) {
-    return (ErrorResponse(400, "part " + std::to_string(n) + " has " + std::to_string(*c.req.content_length) +
-                                           " bytes, expected " + std::to_string(expect)));
+    return (ErrorResponse(400, "part " + std::to_string(n) + " has " +
+                                   std::to_string(*c.req.content_length) + " bytes, expected " +
+                                   std::to_string(expect)));
   }
-  MEGA_ASSIGN_OR_RETURN(auto part, c.store().BeginUploadPart(upload.id, static_cast<int>(n), expect));
+  MEGA_ASSIGN_OR_RETURN(auto part,
+                        c.store().BeginUploadPart(upload.id, static_cast<int>(n), expect));
   return Action(std::make_unique<PartBody>(c.ctx, std::move(part), static_cast<int>(n)));
 }
 
 Routed CompleteUploadRoute(Call& c) {
   MEGA_ASSIGN_OR_RETURN(auto upload, LoadUpload(c));
   return WithJsonBody(c, c.ctx.options.max_json_bytes, [&c, upload](json j) -> Result<Response> {
-    if (!j.contains("parts") || !j["parts"].is_array()) return ErrorResponse(400, "body must be {\"parts\": [...]}");
+    if (!j.contains("parts") || !j["parts"].is_array())
+      return ErrorResponse(400, "body must be {\"parts\": [...]}");
     std::vector<std::pair<int, std::string>> list;
     for (const auto& p : j["parts"]) {
       if (!p.is_object()) return ErrorResponse(400, "parts[] entries must be objects");
@@ -102,9 +106,13 @@ Routed CompleteUploadRoute(Call& c) {
       list.emplace_back(static_cast<int>(std::min<uint64_t>(n, INT32_MAX)), etag);
     }
     ContentAccess access = AccessOf(c.who);
-    MEGA_ASSIGN_OR_RETURN(auto entry, c.store().CompleteMultipartUpload(upload.id, list, access.ns));
+    MEGA_ASSIGN_OR_RETURN(auto entry,
+                          c.store().CompleteMultipartUpload(upload.id, list, access.ns));
     if (upload.stage_only) {
-      return JsonResponse({{"staged", true}, {"path", upload.path}, {"size", entry.size}, {"sha256", entry.sha256}});
+      return JsonResponse({{"staged", true},
+                           {"path", upload.path},
+                           {"size", entry.size},
+                           {"sha256", entry.sha256}});
     }
     CommitRequest cr;
     cr.repo = upload.repo;
@@ -119,8 +127,11 @@ Routed CompleteUploadRoute(Call& c) {
     cr.ops.push_back(op);
     MEGA_ASSIGN_OR_RETURN(auto commit, c.store().Commit(cr));
     if (!commit.no_change) ++c.ctx.counters.commits;
-    json out = {{"repo_id", upload.repo}, {"path", upload.path}, {"revision", commit.id},
-                {"size", entry.size}, {"sha256", entry.sha256}};
+    json out = {{"repo_id", upload.repo},
+                {"path", upload.path},
+                {"revision", commit.id},
+                {"size", entry.size},
+                {"sha256", entry.sha256}};
     if (commit.no_change) out["no_change"] = true;
     return JsonResponse(out);
   });

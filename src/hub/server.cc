@@ -84,7 +84,8 @@ struct HubServer::Impl {
       ++ctx.counters.responses_4xx;
     }
     if (ctx.options.log_requests) {
-      std::fprintf(stderr, "megahub: %s %s -> %d (%.1f ms)\n", req.method.c_str(), req.target.c_str(), status, ms);
+      std::fprintf(stderr, "megahub: %s %s -> %d (%.1f ms)\n", req.method.c_str(),
+                   req.target.c_str(), status, ms);
     }
   }
 };
@@ -109,16 +110,16 @@ Result<std::unique_ptr<HubServer>> HubServer::Create(std::shared_ptr<HubStore> s
   r.Add("*", "/api/stats/*?", [impl](Call&) -> Routed {
     HubServerStats st = Snapshot(impl->ctx.counters);
     return (JsonResponse({{"requests", st.requests},
-                                  {"request_body_bytes", st.request_body_bytes},
-                                  {"xorbs_received", st.xorbs_received},
-                                  {"xorb_bytes_received", st.xorb_bytes_received},
-                                  {"xorbs_inserted", st.xorbs_inserted},
-                                  {"shards_received", st.shards_received},
-                                  {"blob_bytes_received", st.blob_bytes_received},
-                                  {"commits", st.commits},
-                                  {"responses_4xx", st.responses_4xx},
-                                  {"responses_5xx", st.responses_5xx},
-                                  {"peak_rss_bytes", st.peak_rss_bytes}}));
+                          {"request_body_bytes", st.request_body_bytes},
+                          {"xorbs_received", st.xorbs_received},
+                          {"xorb_bytes_received", st.xorb_bytes_received},
+                          {"xorbs_inserted", st.xorbs_inserted},
+                          {"shards_received", st.shards_received},
+                          {"blob_bytes_received", st.blob_bytes_received},
+                          {"commits", st.commits},
+                          {"responses_4xx", st.responses_4xx},
+                          {"responses_5xx", st.responses_5xx},
+                          {"peak_rss_bytes", st.peak_rss_bytes}}));
   });
   AddDownloadRoutes(r);
 

@@ -2,11 +2,11 @@
 // short-lived Xet CAS tokens ("xet_" + hex payload + "." + HMAC-SHA256 with
 // the store's secret; payload "r|w" "|" expiry "|" resource), and the
 // read/write rules on them (docs/hub.md §5).
+#include <cstdlib>
+
 #include "hub/server_internal.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
-
-#include <cstdlib>
 
 namespace megackpt::hub {
 namespace {
@@ -28,7 +28,8 @@ Result<Identity> VerifyXetToken(const ServerContext& ctx, std::string_view token
   }
   size_t p1 = payload.find('|');
   size_t p2 = payload.find('|', p1 == std::string::npos ? 0 : p1 + 1);
-  if (p1 == std::string::npos || p2 == std::string::npos) return UnauthenticatedError("malformed xet token");
+  if (p1 == std::string::npos || p2 == std::string::npos)
+    return UnauthenticatedError("malformed xet token");
   int64_t exp = std::atoll(payload.substr(p1 + 1, p2 - p1 - 1).c_str());
   if (exp < NowMs() / 1000) return UnauthenticatedError("xet token expired");
   Identity who;
@@ -72,12 +73,13 @@ Identity Authenticate(ServerContext& ctx, const Request& req) {
 std::string MakeXetToken(const ServerContext& ctx, bool write, const std::string& resource) {
   int64_t exp = NowMs() / 1000 + ctx.options.xet_token_seconds;
   std::string payload = std::string(write ? "w" : "r") + "|" + std::to_string(exp) + "|" + resource;
-  std::string hex_payload = ToHex(std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+  std::string hex_payload = ToHex(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
   return "xet_" + hex_payload + "." + HmacSha256Hex(ctx.secret, payload);
 }
 
-Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write, const std::string& resource) {
+Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write,
+                          const std::string& resource) {
   std::string token = MakeXetToken(ctx, write, resource);
   int64_t exp = NowMs() / 1000 + ctx.options.xet_token_seconds;
   std::string cas_url = ctx.Endpoint(req);
@@ -88,14 +90,16 @@ Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool wri
   return res;
 }
 
-std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint, const std::string& xorb_hex) {
+std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint,
+                          const std::string& xorb_hex) {
   int64_t exp = NowMs() / 1000 + ctx.options.xet_token_seconds;
   std::string exp_text = std::to_string(exp);
   return endpoint + "/v1/xorbs/default/" + xorb_hex + "?X-Xet-Expires=" + exp_text +
          "&X-Xet-Signature=" + HmacSha256Hex(ctx.secret, "xorb|" + xorb_hex + "|" + exp_text);
 }
 
-bool HasValidXorbSignature(const ServerContext& ctx, const Request& req, std::string_view xorb_hex) {
+bool HasValidXorbSignature(const ServerContext& ctx, const Request& req,
+                           std::string_view xorb_hex) {
   if (!req.HasParam("X-Xet-Signature")) return false;
   std::string exp_text = req.Param("X-Xet-Expires");
   if (exp_text.empty() || exp_text.size() > 20 ||
@@ -103,14 +107,16 @@ bool HasValidXorbSignature(const ServerContext& ctx, const Request& req, std::st
     return false;
   }
   if (std::strtoll(exp_text.c_str(), nullptr, 10) < NowMs() / 1000) return false;
-  return ConstantTimeEquals(req.Param("X-Xet-Signature"),
-                            HmacSha256Hex(ctx.secret, "xorb|" + ToLower(xorb_hex) + "|" + exp_text));
+  return ConstantTimeEquals(
+      req.Param("X-Xet-Signature"),
+      HmacSha256Hex(ctx.secret, "xorb|" + ToLower(xorb_hex) + "|" + exp_text));
 }
 
 Status CheckRead(const Identity& who, bool is_private, const std::string& ns) {
   if (who.presented && !who.valid) return UnauthenticatedError("invalid token");
   if (!is_private) return Status::OK();
-  if (!who.valid || who.xet) return UnauthenticatedError("a token is required for this private repository");
+  if (!who.valid || who.xet)
+    return UnauthenticatedError("a token is required for this private repository");
   if (who.ns && *who.ns != ns) {
     return PermissionDeniedError("token is limited to namespace '" + *who.ns + "'");
   }
@@ -139,7 +145,8 @@ ContentAccess AccessOf(const Identity& who) {
     // "repo:ns/name" or "bucket:ns/name": the namespace of the resource the
     // token was issued for.
     size_t colon = who.xet_resource.find(':');
-    std::string id = colon == std::string::npos ? who.xet_resource : who.xet_resource.substr(colon + 1);
+    std::string id =
+        colon == std::string::npos ? who.xet_resource : who.xet_resource.substr(colon + 1);
     a.ns = id.substr(0, id.find('/'));
   } else if (who.valid) {
     a.ns = who.ns;

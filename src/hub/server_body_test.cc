@@ -9,12 +9,12 @@
 #include <random>
 #include <thread>
 
+#include "cas/test_util.h"
+#include "hub/test_server.h"
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/xorb.h"
 #include "megackpt/hub/server.h"
 #include "megackpt/hub/store.h"
-#include "cas/test_util.h"
-#include "hub/test_server.h"
 
 namespace megackpt::hub {
 namespace {
@@ -42,15 +42,16 @@ class HubServerBodyTest : public testing::InProcessHubTest {
   HubServerBodyTest() : InProcessHubTest("megackpt-server-body") {}
 
   std::string PostHead(const std::string& hash, size_t len) const {
-    return "POST /v1/xorbs/default/" + hash + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
-           token_ + "\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
-           std::to_string(len) + "\r\n\r\n";
+    return "POST /v1/xorbs/default/" + hash +
+           " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token_ +
+           "\r\nContent-Type: application/octet-stream\r\nContent-Length: " + std::to_string(len) +
+           "\r\n\r\n";
   }
   std::string RangeGet(const std::string& hash, size_t first, size_t last) const {
-    return "GET /v1/xorbs/default/" + hash + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
-           token_ + "\r\nRange: bytes=" + std::to_string(first) + "-" + std::to_string(last) + "\r\n\r\n";
+    return "GET /v1/xorbs/default/" + hash +
+           " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token_ +
+           "\r\nRange: bytes=" + std::to_string(first) + "-" + std::to_string(last) + "\r\n\r\n";
   }
-
 };
 
 TEST_F(HubServerBodyTest, PipelinedRequestsBehindLargeBodiesStayInSync) {
@@ -60,7 +61,8 @@ TEST_F(HubServerBodyTest, PipelinedRequestsBehindLargeBodiesStayInSync) {
   auto [x2, h2] = MakeXorb(3, 100);
   // Two uploads and a range read in ONE send: each body is followed at once
   // by the next request's bytes.
-  std::string wire = PostHead(h1, x1.size()) + x1 + PostHead(h2, x2.size()) + x2 + RangeGet(h1, 5, 104);
+  std::string wire =
+      PostHead(h1, x1.size()) + x1 + PostHead(h2, x2.size()) + x2 + RangeGet(h1, 5, 104);
   auto a1 = c.Exchange(wire);
   ASSERT_NO_FATAL_FAILURE(ExpectAnswer(a1, 200));
   EXPECT_NE(a1->body.find("\"was_inserted\":true"), std::string::npos) << a1->body;

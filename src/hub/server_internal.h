@@ -61,12 +61,14 @@ std::string MakeXetToken(const ServerContext& ctx, bool write, const std::string
 // The answer of the xet-{read,write}-token routes: {"accessToken", "exp",
 // "casUrl"} (megatensors, hf_xet) and the same in X-Xet-Access-Token,
 // X-Xet-Token-Expiration and X-Xet-Cas-Url (huggingface_hub reads headers).
-Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write, const std::string& resource);
+Response XetTokenResponse(const ServerContext& ctx, const Request& req, bool write,
+                          const std::string& resource);
 // The URL of a xorb handed out in reconstruction answers: signed with the
 // root's secret and valid for xet_token_seconds, so it is fetched without an
 // Authorization header (hf_xet fetches `fetch_info` URLs as presigned URLs,
 // as it does S3's on the Hugging Face Hub).
-std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint, const std::string& xorb_hex);
+std::string SignedXorbUrl(const ServerContext& ctx, const std::string& endpoint,
+                          const std::string& xorb_hex);
 // Whether `req` carries a valid, unexpired signature for `xorb_hex`.
 bool HasValidXorbSignature(const ServerContext& ctx, const Request& req, std::string_view xorb_hex);
 // OK when `who` may read a repo/bucket of `ns` (private or not).
@@ -98,12 +100,12 @@ struct Call {
 // that MEGA_RETURN_IF_ERROR / MEGA_ASSIGN_OR_RETURN work in route functions.
 class Routed {
  public:
-  Routed(Response r) : action_(Action(std::move(r))) {}                       // NOLINT
-  Routed(Action a) : action_(std::move(a)) {}                                  // NOLINT
+  Routed(Response r) : action_(Action(std::move(r))) {}                            // NOLINT
+  Routed(Action a) : action_(std::move(a)) {}                                      // NOLINT
   Routed(std::unique_ptr<httpd::BodyReader> b) : action_(Action(std::move(b))) {}  // NOLINT
-  Routed(Status s) : action_(std::move(s)) {}                                  // NOLINT
-  Routed(Result<Action> a) : action_(std::move(a)) {}                          // NOLINT
-  Routed(Result<Response> r)                                                   // NOLINT
+  Routed(Status s) : action_(std::move(s)) {}                                      // NOLINT
+  Routed(Result<Action> a) : action_(std::move(a)) {}                              // NOLINT
+  Routed(Result<Response> r)                                                       // NOLINT
       : action_(r.ok() ? Result<Action>(Action(*std::move(r))) : Result<Action>(r.status())) {}
   Result<Action> Take() && { return std::move(action_); }
 
@@ -114,15 +116,17 @@ using RouteFn = std::function<Routed(Call&)>;
 using HubRouter = Router<RouteFn>;
 
 // Route groups, registered in this order (first match wins).
-void AddRepoRoutes(HubRouter& r);     // routes_repos.cc: /api/repos..., HF download URLs
-void AddUploadRoutes(HubRouter& r);   // routes_uploads.cc: /api/uploads...
-void AddBucketRoutes(HubRouter& r);   // routes_buckets.cc: /api/buckets..., /buckets/.../resolve
-void AddHfRoutes(HubRouter& r);       // routes_hf.cc: /api/{models,datasets,spaces}/..., whoami
-void AddCasRoutes(HubRouter& r);      // routes_cas.cc: /v1/..., /v2/reconstructions/...
-void AddDownloadRoutes(HubRouter& r); // routes_repos.cc: /{ns}/{name}/resolve/... (last: catch-all shape)
+void AddRepoRoutes(HubRouter& r);    // routes_repos.cc: /api/repos..., HF download URLs
+void AddUploadRoutes(HubRouter& r);  // routes_uploads.cc: /api/uploads...
+void AddBucketRoutes(HubRouter& r);  // routes_buckets.cc: /api/buckets..., /buckets/.../resolve
+void AddHfRoutes(HubRouter& r);      // routes_hf.cc: /api/{models,datasets,spaces}/..., whoami
+void AddCasRoutes(HubRouter& r);     // routes_cas.cc: /v1/..., /v2/reconstructions/...
+void AddDownloadRoutes(
+    HubRouter& r);  // routes_repos.cc: /{ns}/{name}/resolve/... (last: catch-all shape)
 // The CAS routes' token rule, applied before routing to any /v1 or
 // /v2/reconstructions path (so unknown CAS paths answer 401 too).
-std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req, const Identity& who);
+std::optional<Status> CheckCasAccess(const ServerContext& ctx, const Request& req,
+                                     const Identity& who);
 
 // ---- answers (server_status.cc) ----
 int HttpStatusFor(const Status& s);

@@ -56,8 +56,8 @@ RangeRequest ParseRange(std::string_view header, uint64_t size) {
 }
 
 Response RangeNotSatisfiable(uint64_t size) {
-  Response r = ErrorResponse(416, "range not satisfiable (the representation has " +
-                                      std::to_string(size) + " bytes)");
+  Response r = ErrorResponse(
+      416, "range not satisfiable (the representation has " + std::to_string(size) + " bytes)");
   r.SetHeader("Content-Range", "bytes */" + std::to_string(size));
   return r;
 }

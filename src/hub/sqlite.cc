@@ -95,8 +95,8 @@ int64_t SqliteStmt::Changes() const { return sqlite3_changes64(db_); }
 
 Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, int busy_timeout_ms) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status s = SqliteError(db, rc, "open " + path);
     sqlite3_close(db);
@@ -107,8 +107,8 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, int bu
   sqlite3_extended_result_codes(db, 1);
   // WAL lets readers proceed while one writer commits; synchronous=FULL makes
   // every committed transaction durable (a hub must never lose a commit).
-  MEGA_RETURN_IF_ERROR(out->Exec(
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
+  MEGA_RETURN_IF_ERROR(
+      out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
   return out;
 }
 
@@ -132,7 +132,8 @@ Status SqliteDb::Exec(std::string_view sql) {
 Result<SqliteStmt> SqliteDb::Prepare(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
-  if (rc != SQLITE_OK) return SqliteError(db_, rc, "prepare '" + std::string(sql.substr(0, 80)) + "'");
+  if (rc != SQLITE_OK)
+    return SqliteError(db_, rc, "prepare '" + std::string(sql.substr(0, 80)) + "'");
   return SqliteStmt(db_, stmt, std::string(sql));
 }
 

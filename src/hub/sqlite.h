@@ -68,7 +68,8 @@ class SqliteDb {
  public:
   // Opens (creating) the database file with WAL, synchronous=FULL, foreign
   // keys and a busy timeout.
-  static Result<std::unique_ptr<SqliteDb>> Open(const std::string& path, int busy_timeout_ms = 30000);
+  static Result<std::unique_ptr<SqliteDb>> Open(const std::string& path,
+                                                int busy_timeout_ms = 30000);
   ~SqliteDb();
 
   // Runs SQL text (may hold several statements, no parameters).

@@ -7,11 +7,10 @@
 
 #include <cerrno>
 
+#include "hub/store_internal.h"
 #include "hub/store_schema.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
-
-#include "hub/store_internal.h"
 
 namespace megackpt::hub {
 
@@ -161,7 +160,8 @@ Result<std::unique_ptr<HubStore>> HubStore::Open(const std::string& root,
   MEGA_ASSIGN_OR_RETURN(auto db, store->impl_->pool->Acquire());
   Status s = WithWriteTxn(db.db(), [&]() -> Status {
     MEGA_RETURN_IF_ERROR(db->Exec(kSchema));
-    MEGA_ASSIGN_OR_RETURN(auto get, db->Prepare("SELECT value FROM meta WHERE key='schema_version'"));
+    MEGA_ASSIGN_OR_RETURN(auto get,
+                          db->Prepare("SELECT value FROM meta WHERE key='schema_version'"));
     MEGA_ASSIGN_OR_RETURN(bool has, get.Step());
     if (has) {
       std::string v = get.Text(0);
@@ -172,7 +172,8 @@ Result<std::unique_ptr<HubStore>> HubStore::Open(const std::string& root,
       }
     } else {
       MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare("INSERT INTO meta(key, value) VALUES(?, ?)"));
-      MEGA_RETURN_IF_ERROR(ins.Bind(1, "schema_version").Bind(2, std::to_string(kSchemaVersion)).Run());
+      MEGA_RETURN_IF_ERROR(
+          ins.Bind(1, "schema_version").Bind(2, std::to_string(kSchemaVersion)).Run());
       MEGA_ASSIGN_OR_RETURN(auto ins2, db->Prepare("INSERT INTO meta(key, value) VALUES(?, ?)"));
       MEGA_RETURN_IF_ERROR(ins2.Bind(1, "secret").Bind(2, RandomHex(32)).Run());
     }

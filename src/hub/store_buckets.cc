@@ -1,12 +1,10 @@
 // HubStore: buckets (mutable path -> entry maps, no history).
-#include "megackpt/hub/store.h"
-
 #include <algorithm>
 
+#include "hub/store_internal.h"
 #include "hub/util.h"
 #include "megackpt/hub/mega_uri.h"
-
-#include "hub/store_internal.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -21,11 +19,13 @@ struct BucketRow {
 
 Result<BucketRow> FindBucket(SqliteDb* db, std::string_view bucket) {
   MEGA_ASSIGN_OR_RETURN(auto parts, SplitRepoId(bucket));
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT b.id, b.private, b.created_ms, "
-      "  (SELECT coalesce(sum(size), 0) FROM bucket_entries e WHERE e.bucket_id = b.id), "
-      "  (SELECT count(*) FROM bucket_entries e WHERE e.bucket_id = b.id) "
-      "FROM buckets b WHERE ns = ? AND name = ?"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare(
+          "SELECT b.id, b.private, b.created_ms, "
+          "  (SELECT coalesce(sum(size), 0) FROM bucket_entries e WHERE e.bucket_id = b.id), "
+          "  (SELECT count(*) FROM bucket_entries e WHERE e.bucket_id = b.id) "
+          "FROM buckets b WHERE ns = ? AND name = ?"));
   st.Bind(1, parts.first).Bind(2, parts.second);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) return NotFoundError("bucket " + Quote(bucket) + " not found");
@@ -58,9 +58,11 @@ Result<BucketInfo> HubStore::CreateBucket(std::string_view ns, std::string_view 
                                           bool is_private, bool exist_ok) {
   auto insert = [&](SqliteDb* db, const std::string&) -> Result<BucketInfo> {
     int64_t now = NowMs();
-    MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
-        "INSERT INTO buckets(ns, name, private, created_ms) VALUES(?, ?, ?, ?)"));
-    MEGA_RETURN_IF_ERROR(ins.Bind(1, ns).Bind(2, name).Bind(3, int64_t{is_private}).Bind(4, now).Run());
+    MEGA_ASSIGN_OR_RETURN(
+        auto ins,
+        db->Prepare("INSERT INTO buckets(ns, name, private, created_ms) VALUES(?, ?, ?, ?)"));
+    MEGA_RETURN_IF_ERROR(
+        ins.Bind(1, ns).Bind(2, name).Bind(3, int64_t{is_private}).Bind(4, now).Run());
     BucketInfo info;
     info.ns = std::string(ns);
     info.name = std::string(name);
@@ -89,8 +91,8 @@ Status HubStore::BucketBatch(std::string_view bucket, const std::vector<BucketOp
     int64_t now = NowMs();
     for (const auto& op : ops) {
       if (op.kind == BucketOperation::Kind::kDelete) {
-        MEGA_ASSIGN_OR_RETURN(auto del, d->Prepare(
-            "DELETE FROM bucket_entries WHERE bucket_id = ? AND path = ?"));
+        MEGA_ASSIGN_OR_RETURN(
+            auto del, d->Prepare("DELETE FROM bucket_entries WHERE bucket_id = ? AND path = ?"));
         MEGA_RETURN_IF_ERROR(del.Bind(1, row.id).Bind(2, op.entry.path).Run());
         continue;
       }
@@ -101,8 +103,9 @@ Status HubStore::BucketBatch(std::string_view bucket, const std::vector<BucketOp
       if (fe.size == 0 && fe.xet_hash != kEmptyXetHash && IsXetHashText(fe.xet_hash)) {
         // Xet's batch format carries no size: take it from the content
         // (content the caller may not read is "not uploaded" too).
-        const Status not_uploaded = FailedPreconditionError(
-            "bucket path " + Quote(op.entry.path) + ": content " + fe.xet_hash + " was not uploaded");
+        const Status not_uploaded =
+            FailedPreconditionError("bucket path " + Quote(op.entry.path) + ": content " +
+                                    fe.xet_hash + " was not uploaded");
         MEGA_ASSIGN_OR_RETURN(bool readable, ContentReadable(d, fe.xet_hash, access));
         if (!readable) return not_uploaded;
         MEGA_ASSIGN_OR_RETURN(auto hash, cas::MerkleHash::FromHex(fe.xet_hash));
@@ -114,13 +117,19 @@ Status HubStore::BucketBatch(std::string_view bucket, const std::vector<BucketOp
         fe.size = recon->size;
       }
       MEGA_RETURN_IF_ERROR(CheckContent(d, *cas_, fe, op.entry.path, access));
-      MEGA_ASSIGN_OR_RETURN(auto up, d->Prepare(
-          "INSERT OR REPLACE INTO bucket_entries(bucket_id, path, size, xet_hash, sha256, "
-          "content_type, mtime_ms, uploaded_ms) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
-      MEGA_RETURN_IF_ERROR(up.Bind(1, row.id).Bind(2, op.entry.path)
-                               .Bind(3, static_cast<int64_t>(fe.size)).Bind(4, ToLower(fe.xet_hash))
-                               .Bind(5, fe.sha256).Bind(6, op.entry.content_type)
-                               .Bind(7, op.entry.mtime_ms ? op.entry.mtime_ms : now).Bind(8, now)
+      MEGA_ASSIGN_OR_RETURN(
+          auto up,
+          d->Prepare(
+              "INSERT OR REPLACE INTO bucket_entries(bucket_id, path, size, xet_hash, sha256, "
+              "content_type, mtime_ms, uploaded_ms) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+      MEGA_RETURN_IF_ERROR(up.Bind(1, row.id)
+                               .Bind(2, op.entry.path)
+                               .Bind(3, static_cast<int64_t>(fe.size))
+                               .Bind(4, ToLower(fe.xet_hash))
+                               .Bind(5, fe.sha256)
+                               .Bind(6, op.entry.content_type)
+                               .Bind(7, op.entry.mtime_ms ? op.entry.mtime_ms : now)
+                               .Bind(8, now)
                                .Run());
     }
     return Status::OK();
@@ -132,11 +141,12 @@ Result<std::vector<BucketEntry>> HubStore::ListBucket(std::string_view bucket,
                                                       std::string_view after, size_t limit) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_ASSIGN_OR_RETURN(auto row, FindBucket(db.db(), bucket));
-  MEGA_ASSIGN_OR_RETURN(auto st, PreparePathPage(
-      db.db(),
-      "SELECT path, size, xet_hash, sha256, content_type, mtime_ms, uploaded_ms FROM bucket_entries "
-      "WHERE bucket_id = ? ",
-      1, prefix, after, limit));
+  MEGA_ASSIGN_OR_RETURN(auto st,
+                        PreparePathPage(db.db(),
+                                        "SELECT path, size, xet_hash, sha256, content_type, "
+                                        "mtime_ms, uploaded_ms FROM bucket_entries "
+                                        "WHERE bucket_id = ? ",
+                                        1, prefix, after, limit));
   st.Bind(1, row.id);
   std::vector<BucketEntry> out;
   while (true) {
@@ -150,9 +160,9 @@ Result<std::vector<BucketEntry>> HubStore::ListBucket(std::string_view bucket,
 Result<BucketEntry> HubStore::GetBucketEntry(std::string_view bucket, std::string_view path) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_ASSIGN_OR_RETURN(auto row, FindBucket(db.db(), bucket));
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT path, size, xet_hash, sha256, content_type, mtime_ms, uploaded_ms FROM bucket_entries "
-      "WHERE bucket_id = ? AND path = ?"));
+  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("SELECT path, size, xet_hash, sha256, content_type, "
+                                             "mtime_ms, uploaded_ms FROM bucket_entries "
+                                             "WHERE bucket_id = ? AND path = ?"));
   st.Bind(1, row.id).Bind(2, path);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) {

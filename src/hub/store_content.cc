@@ -1,10 +1,9 @@
 // HubStore: content records, and which content a caller may name by hash.
-#include "megackpt/hub/store.h"
-
 #include <unordered_set>
 
 #include "hub/store_internal.h"
 #include "hub/util.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -16,12 +15,13 @@ Result<bool> ContentReadable(SqliteDb* db, std::string_view xet_hash, const Cont
   if (!access.ns || xet_hash == kEmptyXetHash) return true;
   // Uploaded under a grant to the namespace, or referenced by any commit of
   // a repo (or a bucket) that the namespace may read.
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT EXISTS(SELECT 1 FROM content_grants WHERE xet_hash = ?1 AND ns = ?2) "
-      "OR EXISTS(SELECT 1 FROM tree_entries t JOIN repos r ON r.id = t.repo_id "
-      "          WHERE t.xet_hash = ?1 AND (r.private = 0 OR r.ns = ?2)) "
-      "OR EXISTS(SELECT 1 FROM bucket_entries e JOIN buckets b ON b.id = e.bucket_id "
-      "          WHERE e.xet_hash = ?1 AND (b.private = 0 OR b.ns = ?2))"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare("SELECT EXISTS(SELECT 1 FROM content_grants WHERE xet_hash = ?1 AND ns = ?2) "
+                  "OR EXISTS(SELECT 1 FROM tree_entries t JOIN repos r ON r.id = t.repo_id "
+                  "          WHERE t.xet_hash = ?1 AND (r.private = 0 OR r.ns = ?2)) "
+                  "OR EXISTS(SELECT 1 FROM bucket_entries e JOIN buckets b ON b.id = e.bucket_id "
+                  "          WHERE e.xet_hash = ?1 AND (b.private = 0 OR b.ns = ?2))"));
   st.Bind(1, ToLower(xet_hash)).Bind(2, *access.ns);
   MEGA_ASSIGN_OR_RETURN(bool row, st.Step());
   return row && st.Int(0) != 0;
@@ -62,11 +62,16 @@ Status CheckContent(SqliteDb* db, cas::CasStore& cas, const FileEntry& entry, st
       return recon.status();
     }
     size = recon->size;
-    MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
-        "INSERT OR IGNORE INTO content(xet_hash, size, sha256, sha256_verified, recorded_ms) "
-        "VALUES(?, ?, ?, 0, ?)"));
-    MEGA_RETURN_IF_ERROR(ins.Bind(1, ToLower(entry.xet_hash)).Bind(2, static_cast<int64_t>(size))
-                             .Bind(3, entry.sha256).Bind(4, NowMs()).Run());
+    MEGA_ASSIGN_OR_RETURN(
+        auto ins,
+        db->Prepare(
+            "INSERT OR IGNORE INTO content(xet_hash, size, sha256, sha256_verified, recorded_ms) "
+            "VALUES(?, ?, ?, 0, ?)"));
+    MEGA_RETURN_IF_ERROR(ins.Bind(1, ToLower(entry.xet_hash))
+                             .Bind(2, static_cast<int64_t>(size))
+                             .Bind(3, entry.sha256)
+                             .Bind(4, NowMs())
+                             .Run());
   }
   if (size != entry.size) {
     return InvalidArgumentError("path " + Quote(path) + ": size " + std::to_string(entry.size) +
@@ -116,29 +121,40 @@ Status HubStore::RecordContent(const FileEntry& entry, bool sha256_verified,
       return FailedPreconditionError("content " + entry.xet_hash + " is not in the CAS store");
     }
     int64_t now = NowMs();
-    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-        "INSERT INTO content(xet_hash, size, sha256, sha256_verified, recorded_ms) VALUES(?, ?, ?, ?, ?) "
-        "ON CONFLICT(xet_hash) DO UPDATE SET recorded_ms = excluded.recorded_ms, "
-        "sha256 = CASE WHEN excluded.sha256_verified = 1 OR content.sha256 = '' THEN excluded.sha256 "
-        "              ELSE content.sha256 END, "
-        "sha256_verified = max(content.sha256_verified, excluded.sha256_verified)"));
-    MEGA_RETURN_IF_ERROR(st.Bind(1, ToLower(entry.xet_hash)).Bind(2, static_cast<int64_t>(entry.size))
-                             .Bind(3, entry.sha256).Bind(4, int64_t{sha256_verified}).Bind(5, now).Run());
+    MEGA_ASSIGN_OR_RETURN(
+        auto st,
+        db->Prepare("INSERT INTO content(xet_hash, size, sha256, sha256_verified, recorded_ms) "
+                    "VALUES(?, ?, ?, ?, ?) "
+                    "ON CONFLICT(xet_hash) DO UPDATE SET recorded_ms = excluded.recorded_ms, "
+                    "sha256 = CASE WHEN excluded.sha256_verified = 1 OR content.sha256 = '' THEN "
+                    "excluded.sha256 "
+                    "              ELSE content.sha256 END, "
+                    "sha256_verified = max(content.sha256_verified, excluded.sha256_verified)"));
+    MEGA_RETURN_IF_ERROR(st.Bind(1, ToLower(entry.xet_hash))
+                             .Bind(2, static_cast<int64_t>(entry.size))
+                             .Bind(3, entry.sha256)
+                             .Bind(4, int64_t{sha256_verified})
+                             .Bind(5, now)
+                             .Run());
     // Which xorbs the file uses (global dedup answers name a file's other
     // xorbs next to the one holding the queried chunk).
     MEGA_ASSIGN_OR_RETURN(auto recon, cas_->GetReconstruction(hash));
     std::unordered_set<cas::MerkleHash> xorbs;
     for (const auto& t : recon.terms) xorbs.insert(t.xorb_hash);
     for (const auto& x : xorbs) {
-      MEGA_ASSIGN_OR_RETURN(auto xs, db->Prepare(
-          "INSERT OR IGNORE INTO content_xorbs(xorb_hash, xet_hash) VALUES(?, ?)"));
+      MEGA_ASSIGN_OR_RETURN(
+          auto xs,
+          db->Prepare("INSERT OR IGNORE INTO content_xorbs(xorb_hash, xet_hash) VALUES(?, ?)"));
       MEGA_RETURN_IF_ERROR(xs.Bind(1, x.ToHex()).Bind(2, ToLower(entry.xet_hash)).Run());
     }
     if (grant_ns) {
-      MEGA_ASSIGN_OR_RETURN(auto g, db->Prepare(
-          "INSERT INTO content_grants(xet_hash, ns, recorded_ms) VALUES(?, ?, ?) "
-          "ON CONFLICT(xet_hash, ns) DO UPDATE SET recorded_ms = excluded.recorded_ms"));
-      MEGA_RETURN_IF_ERROR(g.Bind(1, ToLower(entry.xet_hash)).Bind(2, *grant_ns).Bind(3, now).Run());
+      MEGA_ASSIGN_OR_RETURN(
+          auto g,
+          db->Prepare(
+              "INSERT INTO content_grants(xet_hash, ns, recorded_ms) VALUES(?, ?, ?) "
+              "ON CONFLICT(xet_hash, ns) DO UPDATE SET recorded_ms = excluded.recorded_ms"));
+      MEGA_RETURN_IF_ERROR(
+          g.Bind(1, ToLower(entry.xet_hash)).Bind(2, *grant_ns).Bind(3, now).Run());
     }
     return Status::OK();
   });
@@ -157,11 +173,13 @@ Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   // Verified rows first; then (with claimed_in_ns) rows whose uploader holds
   // a grant to that namespace, newest first.
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT c.xet_hash, c.size FROM content c WHERE c.sha256 = ?1 AND (c.sha256_verified = 1 "
-      "  OR (?2 IS NOT NULL AND EXISTS(SELECT 1 FROM content_grants g "
-      "                                WHERE g.xet_hash = c.xet_hash AND g.ns = ?2))) "
-      "ORDER BY c.sha256_verified DESC, c.recorded_ms DESC"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare(
+          "SELECT c.xet_hash, c.size FROM content c WHERE c.sha256 = ?1 AND (c.sha256_verified = 1 "
+          "  OR (?2 IS NOT NULL AND EXISTS(SELECT 1 FROM content_grants g "
+          "                                WHERE g.xet_hash = c.xet_hash AND g.ns = ?2))) "
+          "ORDER BY c.sha256_verified DESC, c.recorded_ms DESC"));
   st.Bind(1, lower);
   st.Bind(2, claimed_in_ns);
   while (true) {
@@ -177,13 +195,15 @@ Result<std::optional<FileEntry>> HubStore::FindBySha256(std::string_view sha256,
 }
 
 Result<std::vector<cas::MerkleHash>> HubStore::DedupCompanionXorbs(const cas::MerkleHash& xorb,
-                                                                     const ContentAccess& access,
-                                                                     size_t max_xorbs) {
+                                                                   const ContentAccess& access,
+                                                                   size_t max_xorbs) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   // The newest files using the xorb (a few: a popular xorb is in many).
-  MEGA_ASSIGN_OR_RETURN(auto files, db->Prepare(
-      "SELECT x.xet_hash FROM content_xorbs x LEFT JOIN content c ON c.xet_hash = x.xet_hash "
-      "WHERE x.xorb_hash = ? ORDER BY c.recorded_ms DESC LIMIT 16"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto files,
+      db->Prepare(
+          "SELECT x.xet_hash FROM content_xorbs x LEFT JOIN content c ON c.xet_hash = x.xet_hash "
+          "WHERE x.xorb_hash = ? ORDER BY c.recorded_ms DESC LIMIT 16"));
   files.Bind(1, xorb.ToHex());
   std::vector<std::string> readable;
   while (true) {
@@ -196,7 +216,8 @@ Result<std::vector<cas::MerkleHash>> HubStore::DedupCompanionXorbs(const cas::Me
   std::vector<cas::MerkleHash> out;
   std::unordered_set<cas::MerkleHash> seen{xorb};
   for (const auto& file : readable) {
-    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("SELECT xorb_hash FROM content_xorbs WHERE xet_hash = ?"));
+    MEGA_ASSIGN_OR_RETURN(auto st,
+                          db->Prepare("SELECT xorb_hash FROM content_xorbs WHERE xet_hash = ?"));
     st.Bind(1, file);
     while (out.size() < max_xorbs) {
       MEGA_ASSIGN_OR_RETURN(bool has, st.Step());

@@ -1,12 +1,10 @@
 // HubStore::CollectGarbage: the live set from commits, buckets and recent uploads.
-#include "megackpt/hub/store.h"
-
 #include <filesystem>
 #include <unordered_set>
 
-#include "hub/util.h"
-
 #include "hub/store_internal.h"
+#include "hub/util.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -20,9 +18,10 @@ Result<GcReport> HubStore::CollectGarbage(double grace_seconds) {
   // referencing content while the live set is computed and applied.
   MEGA_RETURN_IF_ERROR(WithWriteTxn(d, [&]() -> Status {
     int64_t cutoff = NowMs() - static_cast<int64_t>(grace_seconds * 1000);
-    MEGA_ASSIGN_OR_RETURN(auto st, d->Prepare(
-        "SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries "
-        "UNION SELECT xet_hash FROM content WHERE recorded_ms > ?"));
+    MEGA_ASSIGN_OR_RETURN(
+        auto st,
+        d->Prepare("SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries "
+                   "UNION SELECT xet_hash FROM content WHERE recorded_ms > ?"));
     st.Bind(1, cutoff);
     std::vector<cas::MerkleHash> live;
     while (true) {
@@ -52,11 +51,13 @@ Result<GcReport> HubStore::CollectGarbage(double grace_seconds) {
       for (const cas::MerkleHash& h : stored) {
         if (known.count(h)) continue;
         MEGA_ASSIGN_OR_RETURN(auto recon, cas_->backend().GetFile(h));
-        MEGA_ASSIGN_OR_RETURN(auto adopt, d->Prepare(
-            "INSERT OR IGNORE INTO content(xet_hash, size, sha256, sha256_verified, recorded_ms) "
-            "VALUES(?, ?, '', 0, ?)"));
-        MEGA_RETURN_IF_ERROR(adopt.Bind(1, h.ToHex()).Bind(2, static_cast<int64_t>(recon.size))
-                                 .Bind(3, NowMs()).Run());
+        MEGA_ASSIGN_OR_RETURN(auto adopt, d->Prepare("INSERT OR IGNORE INTO content(xet_hash, "
+                                                     "size, sha256, sha256_verified, recorded_ms) "
+                                                     "VALUES(?, ?, '', 0, ?)"));
+        MEGA_RETURN_IF_ERROR(adopt.Bind(1, h.ToHex())
+                                 .Bind(2, static_cast<int64_t>(recon.size))
+                                 .Bind(3, NowMs())
+                                 .Run());
         live.push_back(h);
       }
     }
@@ -65,18 +66,22 @@ Result<GcReport> HubStore::CollectGarbage(double grace_seconds) {
     opts.live_files = std::move(live);
     opts.min_xorb_age_seconds = grace_seconds;
     MEGA_ASSIGN_OR_RETURN(report.cas, cas_->GarbageCollect(opts));
-    MEGA_ASSIGN_OR_RETURN(auto drop, d->Prepare(
-        "DELETE FROM content WHERE recorded_ms <= ?1 AND xet_hash NOT IN "
-        "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
+    MEGA_ASSIGN_OR_RETURN(
+        auto drop,
+        d->Prepare(
+            "DELETE FROM content WHERE recorded_ms <= ?1 AND xet_hash NOT IN "
+            "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
     MEGA_RETURN_IF_ERROR(drop.Bind(1, cutoff).Run());
     report.expired_uploads = static_cast<uint64_t>(drop.Changes());
     // The dedup index follows the files that still exist.
-    MEGA_RETURN_IF_ERROR(d->Exec(
-        "DELETE FROM content_xorbs WHERE xet_hash NOT IN (SELECT xet_hash FROM content) AND xet_hash NOT IN "
-        "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
+    MEGA_RETURN_IF_ERROR(
+        d->Exec("DELETE FROM content_xorbs WHERE xet_hash NOT IN (SELECT xet_hash FROM content) "
+                "AND xet_hash NOT IN "
+                "(SELECT xet_hash FROM tree_entries UNION SELECT xet_hash FROM bucket_entries)"));
     // Grants only bridge an upload and its commit (then the commit's repo
     // makes the content readable): they expire with the grace period.
-    MEGA_ASSIGN_OR_RETURN(auto grants, d->Prepare("DELETE FROM content_grants WHERE recorded_ms <= ?"));
+    MEGA_ASSIGN_OR_RETURN(auto grants,
+                          d->Prepare("DELETE FROM content_grants WHERE recorded_ms <= ?"));
     MEGA_RETURN_IF_ERROR(grants.Bind(1, cutoff).Run());
     MEGA_ASSIGN_OR_RETURN(auto old, d->Prepare("SELECT id FROM uploads WHERE created_ms <= ?"));
     old.Bind(1, cutoff);

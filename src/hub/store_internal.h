@@ -27,7 +27,6 @@ struct HubStore::Impl {
 
 namespace store_internal {
 
-
 // Runs `fn` in a write transaction, retrying a few times when SQLite reports
 // the database busy beyond its busy timeout (a long GC, heavy contention).
 template <typename Fn>

@@ -1,12 +1,10 @@
 // HubStore: repositories, refs, and reads of commits and trees.
-#include "megackpt/hub/store.h"
-
 #include <algorithm>
 
+#include "hub/store_internal.h"
 #include "hub/util.h"
 #include "megackpt/hub/mega_uri.h"
-
-#include "hub/store_internal.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -14,8 +12,7 @@ using namespace store_internal;
 
 namespace store_internal {
 
-const char* const kRepoColumns =
-    "id, ns, name, type, private, description, created_ms, updated_ms";
+const char* const kRepoColumns = "id, ns, name, type, private, description, created_ms, updated_ms";
 
 RepoRow ReadRepoRow(const SqliteStmt& st) {
   RepoRow r;
@@ -43,8 +40,8 @@ Result<RepoRow> FindRepo(SqliteDb* db, std::string_view repo) {
 
 Result<std::optional<std::string>> FindRef(SqliteDb* db, int64_t repo_id, std::string_view kind,
                                            std::string_view name) {
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT target FROM refs WHERE repo_id = ? AND kind = ? AND name = ?"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st, db->Prepare("SELECT target FROM refs WHERE repo_id = ? AND kind = ? AND name = ?"));
   st.Bind(1, repo_id).Bind(2, kind).Bind(3, name);
   MEGA_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<std::string>();
@@ -86,8 +83,8 @@ CommitInfo ReadCommitRow(const SqliteStmt& st, int first_col) {
 
 Result<std::optional<FileEntry>> FindTreeEntry(SqliteDb* db, int64_t repo_id,
                                                std::string_view commit, std::string_view path) {
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT size, sha256, xet_hash FROM tree_entries WHERE repo_id = ? AND commit_id = ? AND path = ?"));
+  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("SELECT size, sha256, xet_hash FROM tree_entries "
+                                             "WHERE repo_id = ? AND commit_id = ? AND path = ?"));
   st.Bind(1, repo_id).Bind(2, commit).Bind(3, path);
   MEGA_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<FileEntry>();
@@ -155,21 +152,30 @@ Result<RevisionRead> BeginRevisionRead(SqlitePool& pool, std::string_view repo,
 Result<RepoInfo> HubStore::CreateRepo(const RepoSpec& spec, bool exist_ok) {
   auto insert = [&](SqliteDb* db, const std::string& id) -> Result<RepoInfo> {
     int64_t now = NowMs();
-    MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
-        "INSERT INTO repos(ns, name, type, private, description, created_ms, updated_ms) "
-        "VALUES(?, ?, ?, ?, ?, ?, ?)"));
-    ins.Bind(1, spec.ns).Bind(2, spec.name).Bind(3, RepoTypeName(spec.type))
-        .Bind(4, int64_t{spec.is_private}).Bind(5, spec.description).Bind(6, now).Bind(7, now);
+    MEGA_ASSIGN_OR_RETURN(
+        auto ins,
+        db->Prepare(
+            "INSERT INTO repos(ns, name, type, private, description, created_ms, updated_ms) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    ins.Bind(1, spec.ns)
+        .Bind(2, spec.name)
+        .Bind(3, RepoTypeName(spec.type))
+        .Bind(4, int64_t{spec.is_private})
+        .Bind(5, spec.description)
+        .Bind(6, now)
+        .Bind(7, now);
     MEGA_RETURN_IF_ERROR(ins.Run());
     int64_t repo_id = db->LastInsertRowId();
     std::string commit = NewCommitId(id, "", "initial commit");
-    MEGA_ASSIGN_OR_RETURN(auto c, db->Prepare(
-        "INSERT INTO commits(repo_id, id, parent, message, description, author, created_ms) "
-        "VALUES(?, ?, NULL, 'initial commit', '', 'megahub', ?)"));
+    MEGA_ASSIGN_OR_RETURN(
+        auto c,
+        db->Prepare(
+            "INSERT INTO commits(repo_id, id, parent, message, description, author, created_ms) "
+            "VALUES(?, ?, NULL, 'initial commit', '', 'megahub', ?)"));
     MEGA_RETURN_IF_ERROR(c.Bind(1, repo_id).Bind(2, commit).Bind(3, now).Run());
-    MEGA_ASSIGN_OR_RETURN(auto r, db->Prepare(
-        "INSERT INTO refs(repo_id, kind, name, target, message, updated_ms) "
-        "VALUES(?, 'branch', 'main', ?, NULL, ?)"));
+    MEGA_ASSIGN_OR_RETURN(
+        auto r, db->Prepare("INSERT INTO refs(repo_id, kind, name, target, message, updated_ms) "
+                            "VALUES(?, 'branch', 'main', ?, NULL, ?)"));
     MEGA_RETURN_IF_ERROR(r.Bind(1, repo_id).Bind(2, commit).Bind(3, now).Run());
     RepoInfo info;
     info.type = spec.type;
@@ -194,11 +200,12 @@ Status HubStore::DeleteRepo(std::string_view repo) {
 Result<std::vector<RepoInfo>> HubStore::ListRepos(std::string_view owner, std::string_view after,
                                                   size_t limit) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      std::string("SELECT ") + kRepoColumns +
-      " FROM repos WHERE (? = '' OR ns = ?) AND (ns || '/' || name) > ? "
-      "ORDER BY ns || '/' || name LIMIT ?"));
-  st.Bind(1, owner).Bind(2, owner).Bind(3, after).Bind(4, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st, db->Prepare(std::string("SELECT ") + kRepoColumns +
+                           " FROM repos WHERE (? = '' OR ns = ?) AND (ns || '/' || name) > ? "
+                           "ORDER BY ns || '/' || name LIMIT ?"));
+  st.Bind(1, owner).Bind(2, owner).Bind(3, after).Bind(
+      4, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   std::vector<RepoInfo> out;
   while (true) {
     MEGA_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -217,9 +224,10 @@ Result<std::string> HubStore::ResolveRevision(std::string_view repo, std::string
 Result<std::vector<RefInfo>> HubStore::ListRefs(std::string_view repo) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT kind, name, target, message, updated_ms FROM refs WHERE repo_id = ? "
-      "ORDER BY kind, name"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare("SELECT kind, name, target, message, updated_ms FROM refs WHERE repo_id = ? "
+                  "ORDER BY kind, name"));
   st.Bind(1, row.id);
   std::vector<RefInfo> out;
   while (true) {
@@ -262,10 +270,15 @@ Result<RefInfo> HubStore::CreateRef(std::string_view repo, std::string_view name
     }
     MEGA_ASSIGN_OR_RETURN(std::string target, Resolve(db.db(), row, revision));
     int64_t now = NowMs();
-    MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare(
-        "INSERT INTO refs(repo_id, kind, name, target, message, updated_ms) VALUES(?, ?, ?, ?, ?, ?)"));
-    MEGA_RETURN_IF_ERROR(
-        ins.Bind(1, row.id).Bind(2, kind).Bind(3, name).Bind(4, target).Bind(5, message).Bind(6, now).Run());
+    MEGA_ASSIGN_OR_RETURN(auto ins, db->Prepare("INSERT INTO refs(repo_id, kind, name, target, "
+                                                "message, updated_ms) VALUES(?, ?, ?, ?, ?, ?)"));
+    MEGA_RETURN_IF_ERROR(ins.Bind(1, row.id)
+                             .Bind(2, kind)
+                             .Bind(3, name)
+                             .Bind(4, target)
+                             .Bind(5, message)
+                             .Bind(6, now)
+                             .Run());
     RefInfo r;
     r.name = std::string(name);
     r.is_tag = is_tag;
@@ -280,9 +293,10 @@ Status HubStore::DeleteRef(std::string_view repo, std::string_view name, bool is
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   return WithWriteTxn(db.db(), [&]() -> Status {
     MEGA_ASSIGN_OR_RETURN(auto row, FindRepo(db.db(), repo));
-    MEGA_ASSIGN_OR_RETURN(auto del, db->Prepare(
-        "DELETE FROM refs WHERE repo_id = ? AND kind = ? AND name = ?"));
-    MEGA_RETURN_IF_ERROR(del.Bind(1, row.id).Bind(2, is_tag ? "tag" : "branch").Bind(3, name).Run());
+    MEGA_ASSIGN_OR_RETURN(
+        auto del, db->Prepare("DELETE FROM refs WHERE repo_id = ? AND kind = ? AND name = ?"));
+    MEGA_RETURN_IF_ERROR(
+        del.Bind(1, row.id).Bind(2, is_tag ? "tag" : "branch").Bind(3, name).Run());
     if (del.Changes() == 0) {
       return NotFoundError(std::string(is_tag ? "tag " : "branch ") + Quote(name) +
                            " not found in " + std::string(repo));
@@ -295,17 +309,19 @@ Result<CommitInfo> HubStore::GetCommit(std::string_view repo, std::string_view r
                                        bool with_changes) {
   MEGA_ASSIGN_OR_RETURN(auto read, BeginRevisionRead(*impl_->pool, repo, revision));
   SqliteDb* db = read.db.db();
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT id, parent, message, description, author, created_ms FROM commits "
-      "WHERE repo_id = ? AND id = ?"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare("SELECT id, parent, message, description, author, created_ms FROM commits "
+                  "WHERE repo_id = ? AND id = ?"));
   st.Bind(1, read.repo.id).Bind(2, read.commit);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) return NotFoundError("commit " + read.commit + " not found in " + std::string(repo));
   CommitInfo c = ReadCommitRow(st, 0);
   if (with_changes) {
-    MEGA_ASSIGN_OR_RETURN(auto ch, db->Prepare(
-        "SELECT path, change, size, sha256, previous_sha256 FROM commit_changes "
-        "WHERE repo_id = ? AND commit_id = ? ORDER BY path"));
+    MEGA_ASSIGN_OR_RETURN(
+        auto ch,
+        db->Prepare("SELECT path, change, size, sha256, previous_sha256 FROM commit_changes "
+                    "WHERE repo_id = ? AND commit_id = ? ORDER BY path"));
     ch.Bind(1, read.repo.id).Bind(2, read.commit);
     while (true) {
       MEGA_ASSIGN_OR_RETURN(bool more, ch.Step());
@@ -326,15 +342,18 @@ Result<std::vector<CommitInfo>> HubStore::ListCommits(std::string_view repo,
                                                       std::string_view revision, size_t offset,
                                                       size_t limit) {
   MEGA_ASSIGN_OR_RETURN(auto read, BeginRevisionRead(*impl_->pool, repo, revision));
-  MEGA_ASSIGN_OR_RETURN(auto st, read.db->Prepare(
-      "WITH RECURSIVE chain(id, depth) AS ("
-      "  SELECT ?2, 0"
-      "  UNION ALL SELECT c.parent, chain.depth + 1 FROM commits c JOIN chain ON c.id = chain.id"
-      "  WHERE c.repo_id = ?1 AND c.parent IS NOT NULL) "
-      "SELECT c.id, c.parent, c.message, c.description, c.author, c.created_ms "
-      "FROM chain JOIN commits c ON c.id = chain.id AND c.repo_id = ?1 "
-      "ORDER BY chain.depth LIMIT ?3 OFFSET ?4"));
-  st.Bind(1, read.repo.id).Bind(2, read.commit)
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      read.db->Prepare("WITH RECURSIVE chain(id, depth) AS ("
+                       "  SELECT ?2, 0"
+                       "  UNION ALL SELECT c.parent, chain.depth + 1 FROM commits c JOIN chain ON "
+                       "c.id = chain.id"
+                       "  WHERE c.repo_id = ?1 AND c.parent IS NOT NULL) "
+                       "SELECT c.id, c.parent, c.message, c.description, c.author, c.created_ms "
+                       "FROM chain JOIN commits c ON c.id = chain.id AND c.repo_id = ?1 "
+                       "ORDER BY chain.depth LIMIT ?3 OFFSET ?4"));
+  st.Bind(1, read.repo.id)
+      .Bind(2, read.commit)
       .Bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)))
       .Bind(4, static_cast<int64_t>(std::min<size_t>(offset, INT64_MAX)));
   std::vector<CommitInfo> out;
@@ -356,10 +375,11 @@ Result<std::vector<FileEntry>> HubStore::ListFiles(std::string_view repo,
   if (!exists) {
     return NotFoundError("commit " + Quote(commit_id) + " not found in " + std::string(repo));
   }
-  MEGA_ASSIGN_OR_RETURN(auto st, PreparePathPage(
-      db.db(),
-      "SELECT path, size, sha256, xet_hash FROM tree_entries WHERE repo_id = ? AND commit_id = ? ",
-      2, prefix, after, limit));
+  MEGA_ASSIGN_OR_RETURN(auto st,
+                        PreparePathPage(db.db(),
+                                        "SELECT path, size, sha256, xet_hash FROM tree_entries "
+                                        "WHERE repo_id = ? AND commit_id = ? ",
+                                        2, prefix, after, limit));
   st.Bind(1, row.id).Bind(2, commit_id);
   std::vector<FileEntry> out;
   while (true) {

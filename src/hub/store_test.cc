@@ -3,10 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "cas/test_util.h"
@@ -57,7 +56,9 @@ class HubStoreTest : public ::testing::Test {
     auto f = store_->OpenContent(e, "x");
     EXPECT_TRUE(f.ok()) << f.status().ToString();
     std::string out(e.size, '\0');
-    EXPECT_TRUE((*f)->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size()))).ok());
+    EXPECT_TRUE(
+        (*f)->ReadExactlyAt(0, std::as_writable_bytes(std::span<char>(out.data(), out.size())))
+            .ok());
     return out;
   }
 
@@ -114,7 +115,9 @@ TEST_F(HubStoreTest, CommitListReadRoundTrip) {
   auto f = store_->OpenContent(ea, "a");
   ASSERT_TRUE(f.ok());
   std::string mid(1000, '\0');
-  ASSERT_TRUE((*f)->ReadExactlyAt(123456, std::as_writable_bytes(std::span<char>(mid.data(), mid.size()))).ok());
+  ASSERT_TRUE(
+      (*f)->ReadExactlyAt(123456, std::as_writable_bytes(std::span<char>(mid.data(), mid.size())))
+          .ok());
   EXPECT_EQ(mid, a.substr(123456, 1000));
   // Missing entries.
   EXPECT_EQ(store_->GetFile("org/m", c->id, "nope").status().code(), StatusCode::kNotFound);
@@ -243,7 +246,8 @@ TEST_F(HubStoreTest, RefsTagsAndHistory) {
 
   ASSERT_TRUE(store_->CreateRef("org/m", "v1", ids[2], /*is_tag=*/true).ok());
   ASSERT_TRUE(store_->CreateRef("org/m", "dev", "main", /*is_tag=*/false).ok());
-  EXPECT_EQ(store_->CreateRef("org/m", "dev", "main", false).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->CreateRef("org/m", "dev", "main", false).status().code(),
+            StatusCode::kAlreadyExists);
   EXPECT_EQ(store_->CreateRef("org/m", "x", "nope", false).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(*store_->ResolveRevision("org/m", "v1"), ids[2]);
   EXPECT_EQ(*store_->ResolveRevision("org/m", ids[1]), ids[1]);
@@ -258,7 +262,8 @@ TEST_F(HubStoreTest, RefsTagsAndHistory) {
 
 TEST_F(HubStoreTest, BucketsAreMutable) {
   ASSERT_TRUE(store_->CreateBucket("org", "scratch", false).ok());
-  EXPECT_EQ(store_->CreateBucket("org", "scratch", false).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->CreateBucket("org", "scratch", false).status().code(),
+            StatusCode::kAlreadyExists);
   FileEntry e = Upload(Bytes(5000, 3));
   BucketOperation add;
   add.entry.path = "run/a.bin";
@@ -275,7 +280,8 @@ TEST_F(HubStoreTest, BucketsAreMutable) {
   del.kind = BucketOperation::Kind::kDelete;
   del.entry.path = "run/a.bin";
   ASSERT_TRUE(store_->BucketBatch("org/scratch", {del}).ok());
-  EXPECT_EQ(store_->GetBucketEntry("org/scratch", "run/a.bin").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetBucketEntry("org/scratch", "run/a.bin").status().code(),
+            StatusCode::kNotFound);
   BucketOperation bogus = add;
   bogus.entry.xet_hash = std::string(64, 'c');
   EXPECT_EQ(store_->BucketBatch("org/scratch", {bogus}).code(), StatusCode::kFailedPrecondition);
@@ -304,8 +310,8 @@ TEST_F(HubStoreTest, StoreFilesArePrivate) {
   }
   fresh->reset();
   // A database made readable by others is tightened on the next open.
-  std::filesystem::permissions(root + "/hub.db", perms::owner_read | perms::owner_write | perms::group_read |
-                                                     perms::others_read);
+  std::filesystem::permissions(root + "/hub.db", perms::owner_read | perms::owner_write |
+                                                     perms::group_read | perms::others_read);
   ASSERT_TRUE(HubStore::Open(root, opts).ok());
   EXPECT_EQ(mode(root + "/hub.db"), perms::owner_read | perms::owner_write);
 }

@@ -1,10 +1,8 @@
 // HubStore: bearer tokens (only their SHA-256 is stored) and the server secret.
-#include "megackpt/hub/store.h"
-
+#include "hub/store_internal.h"
 #include "hub/util.h"
 #include "megackpt/hub/mega_uri.h"
-
-#include "hub/store_internal.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -16,10 +14,14 @@ Result<std::string> HubStore::CreateToken(TokenScope scope, std::optional<std::s
   std::string token = "mega_" + RandomHex(20);
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_RETURN_IF_ERROR(WithWriteTxn(db.db(), [&]() -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-        "INSERT INTO tokens(hash, scope, namespace, description, created_ms) VALUES(?, ?, ?, ?, ?)"));
-    return st.Bind(1, Sha256Hex(token)).Bind(2, scope == TokenScope::kWrite ? "write" : "read")
-        .Bind(3, ns).Bind(4, description).Bind(5, NowMs()).Run();
+    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("INSERT INTO tokens(hash, scope, namespace, "
+                                               "description, created_ms) VALUES(?, ?, ?, ?, ?)"));
+    return st.Bind(1, Sha256Hex(token))
+        .Bind(2, scope == TokenScope::kWrite ? "write" : "read")
+        .Bind(3, ns)
+        .Bind(4, description)
+        .Bind(5, NowMs())
+        .Run();
   }));
   return token;
 }
@@ -28,8 +30,9 @@ Result<TokenInfo> HubStore::Authenticate(std::string_view token) {
   if (token.empty()) return UnauthenticatedError("no token");
   std::string hash = Sha256Hex(token);
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT scope, namespace, description, created_ms FROM tokens WHERE hash = ?"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare("SELECT scope, namespace, description, created_ms FROM tokens WHERE hash = ?"));
   st.Bind(1, hash);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) return UnauthenticatedError("invalid token");

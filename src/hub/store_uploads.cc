@@ -1,14 +1,12 @@
 // HubStore: resumable multipart uploads (/api/uploads): part files and completion.
-#include "megackpt/hub/store.h"
-
 #include <filesystem>
 #include <functional>
 #include <map>
 
+#include "hub/store_internal.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
-
-#include "hub/store_internal.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 
@@ -24,21 +22,27 @@ Result<HubStore::MultipartUpload> HubStore::CreateMultipartUpload(MultipartUploa
   MEGA_RETURN_IF_ERROR(CreateDirectories(root_ + "/uploads/" + spec.id));
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
   MEGA_RETURN_IF_ERROR(WithWriteTxn(db.db(), [&]() -> Status {
-    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-        "INSERT INTO uploads(id, repo, path, revision, size, sha256, part_size, stage_only, created_ms) "
-        "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    return st.Bind(1, spec.id).Bind(2, spec.repo).Bind(3, spec.path).Bind(4, spec.revision)
-        .Bind(5, static_cast<int64_t>(spec.size)).Bind(6, spec.sha256)
-        .Bind(7, static_cast<int64_t>(spec.part_size)).Bind(8, int64_t{spec.stage_only})
-        .Bind(9, NowMs()).Run();
+    MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("INSERT INTO uploads(id, repo, path, revision, "
+                                               "size, sha256, part_size, stage_only, created_ms) "
+                                               "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    return st.Bind(1, spec.id)
+        .Bind(2, spec.repo)
+        .Bind(3, spec.path)
+        .Bind(4, spec.revision)
+        .Bind(5, static_cast<int64_t>(spec.size))
+        .Bind(6, spec.sha256)
+        .Bind(7, static_cast<int64_t>(spec.part_size))
+        .Bind(8, int64_t{spec.stage_only})
+        .Bind(9, NowMs())
+        .Run();
   }));
   return spec;
 }
 
 Result<HubStore::MultipartUpload> HubStore::GetMultipartUpload(std::string_view id) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT repo, path, revision, size, sha256, part_size, stage_only FROM uploads WHERE id = ?"));
+  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare("SELECT repo, path, revision, size, sha256, "
+                                             "part_size, stage_only FROM uploads WHERE id = ?"));
   st.Bind(1, id);
   MEGA_ASSIGN_OR_RETURN(bool has, st.Step());
   if (!has) return NotFoundError("upload " + Quote(id) + " not found");
@@ -56,8 +60,10 @@ Result<HubStore::MultipartUpload> HubStore::GetMultipartUpload(std::string_view 
 
 Result<std::vector<std::pair<int, std::string>>> HubStore::ListUploadParts(std::string_view id) {
   MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
-  MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-      "SELECT part_number, etag FROM upload_parts WHERE upload_id = ? ORDER BY part_number"));
+  MEGA_ASSIGN_OR_RETURN(
+      auto st,
+      db->Prepare(
+          "SELECT part_number, etag FROM upload_parts WHERE upload_id = ? ORDER BY part_number"));
   st.Bind(1, id);
   std::vector<std::pair<int, std::string>> out;
   while (true) {
@@ -80,7 +86,10 @@ class PartFileWriter final : public HubStore::PartWriter {
  public:
   PartFileWriter(std::string path, std::unique_ptr<WritableFile> file, uint64_t expected,
                  std::function<Status(const std::string& etag, uint64_t size)> record)
-      : path_(std::move(path)), tmp_(file->name()), file_(std::move(file)), expected_(expected),
+      : path_(std::move(path)),
+        tmp_(file->name()),
+        file_(std::move(file)),
+        expected_(expected),
         record_(std::move(record)) {}
   ~PartFileWriter() override {
     if (!done_) {
@@ -100,7 +109,8 @@ class PartFileWriter final : public HubStore::PartWriter {
     file_.reset();
     if (got_ != expected_) {
       return InvalidArgumentError("part " + path_.substr(path_.rfind('/') + 1) + " has " +
-                                  std::to_string(got_) + " bytes, expected " + std::to_string(expected_));
+                                  std::to_string(got_) + " bytes, expected " +
+                                  std::to_string(expected_));
     }
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
@@ -133,10 +143,14 @@ Result<std::unique_ptr<HubStore::PartWriter>> HubStore::BeginUploadPart(std::str
       [this, upload_id, part_number](const std::string& etag, uint64_t size) -> Status {
         MEGA_ASSIGN_OR_RETURN(auto db, impl_->pool->Acquire());
         return WithWriteTxn(db.db(), [&]() -> Status {
-          MEGA_ASSIGN_OR_RETURN(auto st, db->Prepare(
-              "INSERT OR REPLACE INTO upload_parts(upload_id, part_number, etag, size) VALUES(?, ?, ?, ?)"));
-          return st.Bind(1, upload_id).Bind(2, int64_t{part_number}).Bind(3, etag)
-              .Bind(4, static_cast<int64_t>(size)).Run();
+          MEGA_ASSIGN_OR_RETURN(auto st,
+                                db->Prepare("INSERT OR REPLACE INTO upload_parts(upload_id, "
+                                            "part_number, etag, size) VALUES(?, ?, ?, ?)"));
+          return st.Bind(1, upload_id)
+              .Bind(2, int64_t{part_number})
+              .Bind(3, etag)
+              .Bind(4, static_cast<int64_t>(size))
+              .Run();
         });
       }));
 }
@@ -180,8 +194,9 @@ Result<FileEntry> HubStore::CompleteMultipartUpload(
     }
   }
   if (sink->size() != upload.size) {
-    return DataLossError("upload " + std::string(id) + ": received " + std::to_string(sink->size()) +
-                         " bytes, declared " + std::to_string(upload.size));
+    return DataLossError("upload " + std::string(id) + ": received " +
+                         std::to_string(sink->size()) + " bytes, declared " +
+                         std::to_string(upload.size));
   }
   // Close() records the content as verified; check the hash first so a bad
   // upload is not registered under a sha256 it does not have.

@@ -12,11 +12,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <optional>
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>

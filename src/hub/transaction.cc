@@ -16,7 +16,9 @@ class StagingWriter final : public WritableFile {
  public:
   StagingWriter(std::unique_ptr<ContentUpload> upload, std::string name, std::string full_path,
                 std::function<Status(StagedEntry, const cas::FileUploadResult*)> done)
-      : upload_(std::move(upload)), name_(std::move(name)), full_path_(std::move(full_path)),
+      : upload_(std::move(upload)),
+        name_(std::move(name)),
+        full_path_(std::move(full_path)),
         done_(std::move(done)) {}
 
   const std::string& name() const override { return name_; }
@@ -107,7 +109,8 @@ Result<std::unique_ptr<HubTransaction>> HubTransaction::Begin(std::shared_ptr<Hu
   txn->root_ = root;
   txn->options_ = std::move(options);
   if (txn->options_.message.empty()) {
-    txn->options_.message = "megackpt: update " + (root.path.empty() ? std::string("/") : root.path);
+    txn->options_.message =
+        "megackpt: update " + (root.path.empty() ? std::string("/") : root.path);
   }
   HubConnection& h = *txn->hub_;
   std::string id = root.repo_id();
@@ -115,14 +118,16 @@ Result<std::unique_ptr<HubTransaction>> HubTransaction::Begin(std::shared_ptr<Hu
     auto b = h.GetBucket(id);
     if (!b.ok()) {
       if (b.status().code() != StatusCode::kNotFound || !txn->options_.create) return b.status();
-      MEGA_RETURN_IF_ERROR(h.CreateBucket(root.ns, root.name, txn->options_.create_private, true).status());
+      MEGA_RETURN_IF_ERROR(
+          h.CreateBucket(root.ns, root.name, txn->options_.create_private, true).status());
     }
     return txn;
   }
   if (root.revision.empty()) return InvalidArgumentError(root.ToString() + ": no revision");
   auto repo = h.GetRepo(id);
   if (!repo.ok()) {
-    if (repo.status().code() != StatusCode::kNotFound || !txn->options_.create) return repo.status();
+    if (repo.status().code() != StatusCode::kNotFound || !txn->options_.create)
+      return repo.status();
     RepoSpec spec;
     spec.type = root.type;
     spec.ns = root.ns;
@@ -190,7 +195,8 @@ Result<std::unique_ptr<WritableFile>> HubTransaction::OpenForWrite(std::string_v
   MEGA_ASSIGN_OR_RETURN(MegaUri uri, root_.WithPath(full));
   MEGA_ASSIGN_OR_RETURN(auto upload, hub_->BeginUpload(uri.ToString()));
   return std::unique_ptr<WritableFile>(new StagingWriter(
-      std::move(upload), uri.ToString(), full, [this](StagedEntry e, const cas::FileUploadResult* r) { return Record(std::move(e), r); }));
+      std::move(upload), uri.ToString(), full,
+      [this](StagedEntry e, const cas::FileUploadResult* r) { return Record(std::move(e), r); }));
 }
 
 Status HubTransaction::Put(std::string_view relative_path, std::string_view data) {

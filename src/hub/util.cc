@@ -5,13 +5,13 @@
 
 #include <cctype>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 
 #include "megackpt/core/checksum.h"
-#include "megackpt/hub/types.h"
 #include "megackpt/hub/mega_uri.h"
+#include "megackpt/hub/types.h"
 
 namespace megackpt::hub {
 
@@ -44,7 +44,8 @@ int64_t ParseTimestamp(std::string_view text) {
   size_t dot = t.find('.');
   if (dot != std::string::npos) {
     int scale = 100;
-    for (size_t i = dot + 1; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])) && scale > 0; ++i) {
+    for (size_t i = dot + 1;
+         i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])) && scale > 0; ++i) {
       ms += (t[i] - '0') * scale;
       scale /= 10;
     }
@@ -85,8 +86,10 @@ Result<std::pair<std::string, std::string>> SplitRepoId(std::string_view id) {
     return InvalidArgumentError("repo id '" + std::string(id) + "' is not 'namespace/name'");
   }
   std::string ns(id.substr(0, slash)), name(id.substr(slash + 1));
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(ns, "namespace").WithContext("repo id '" + std::string(id) + "'"));
-  MEGA_RETURN_IF_ERROR(ValidateRepoNamePart(name, "name").WithContext("repo id '" + std::string(id) + "'"));
+  MEGA_RETURN_IF_ERROR(
+      ValidateRepoNamePart(ns, "namespace").WithContext("repo id '" + std::string(id) + "'"));
+  MEGA_RETURN_IF_ERROR(
+      ValidateRepoNamePart(name, "name").WithContext("repo id '" + std::string(id) + "'"));
   return std::make_pair(std::move(ns), std::move(name));
 }
 

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <utility>
 
-#include "megackpt/core/status.h"
 #include "megackpt/core/checksum.h"  // RandomHex, ToHex
-#include "megackpt/core/text.h"      // ToLower, IsHex
+#include "megackpt/core/status.h"
+#include "megackpt/core/text.h"  // ToLower, IsHex
 
 namespace megackpt::hub {
 

@@ -22,14 +22,23 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
     s.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   }
   // Longest suffixes first: "kib" before "b", "kb" before "k".
-  static constexpr std::pair<std::string_view, double> kUnits[] = {
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
-      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12},
-      {"k", 1e3},      {"m", 1e6},         {"g", 1e9},            {"t", 1e12},
-      {"b", 1.0}};
+  static constexpr std::pair<std::string_view, double> kUnits[] = {{"kib", 1024.0},
+                                                                   {"mib", 1048576.0},
+                                                                   {"gib", 1073741824.0},
+                                                                   {"tib", 1099511627776.0},
+                                                                   {"kb", 1e3},
+                                                                   {"mb", 1e6},
+                                                                   {"gb", 1e9},
+                                                                   {"tb", 1e12},
+                                                                   {"k", 1e3},
+                                                                   {"m", 1e6},
+                                                                   {"g", 1e9},
+                                                                   {"t", 1e12},
+                                                                   {"b", 1.0}};
   double scale = 1;
   for (const auto& [suffix, factor] : kUnits) {
-    if (s.size() >= suffix.size() && std::string_view(s).substr(s.size() - suffix.size()) == suffix) {
+    if (s.size() >= suffix.size() &&
+        std::string_view(s).substr(s.size() - suffix.size()) == suffix) {
       s.resize(s.size() - suffix.size());
       scale = factor;
       break;
@@ -37,7 +46,8 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   }
   char* end = nullptr;
   const double v = s.empty() ? -1 : std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0) || !std::isfinite(v) || v * scale >= 1.8e19) {
+  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0) || !std::isfinite(v) ||
+      v * scale >= 1.8e19) {
     return InvalidArgumentError("'" + std::string(text) +
                                 "' is not a byte size like 2GiB, 500MB or 1000000");
   }
@@ -52,7 +62,8 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Status ForEachBlock(const RandomAccessFile& file, const std::function<Status(std::span<std::byte>)>& fn) {
+Status ForEachBlock(const RandomAccessFile& file,
+                    const std::function<Status(std::span<std::byte>)>& fn) {
   const uint64_t size = file.size();
   std::string buf(static_cast<size_t>(std::min<uint64_t>(size, 8u << 20)), '\0');
   for (uint64_t off = 0; off < size;) {

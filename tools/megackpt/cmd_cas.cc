@@ -21,8 +21,8 @@
 #include "megackpt/cas/hash.h"
 #include "megackpt/cas/shard.h"
 #include "megackpt/cas/store.h"
-#include "megackpt/core/checksum.h"
 #include "megackpt/commands.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 
 namespace megackpt::cli {
@@ -30,7 +30,6 @@ namespace {
 
 using cas::MerkleHash;
 using nlohmann::ordered_json;
-
 
 std::string Percent(uint64_t part, uint64_t whole) {
   char buf[32];
@@ -46,16 +45,17 @@ void Fail(const char* cmd, const Status& s, int* exit_code) {
 std::optional<MerkleHash> ParseHashArg(const char* cmd, const std::string& text, int* exit_code) {
   auto h = MerkleHash::FromHex(text);
   if (!h.ok()) {
-    *exit_code = ReportUsage(std::string("cas ") + cmd,
-                             h.status().message() + " (a file hash is 64 hex digits, as printed by `cas put`)");
+    *exit_code = ReportUsage(
+        std::string("cas ") + cmd,
+        h.status().message() + " (a file hash is 64 hex digits, as printed by `cas put`)");
     return std::nullopt;
   }
   return *h;
 }
 
 // Appends the hashes of `texts` to *out; false after a usage error (ParseHashArg).
-bool ParseHashArgs(const char* cmd, const std::vector<std::string>& texts, std::vector<MerkleHash>* out,
-                   int* exit_code) {
+bool ParseHashArgs(const char* cmd, const std::vector<std::string>& texts,
+                   std::vector<MerkleHash>* out, int* exit_code) {
   for (const std::string& text : texts) {
     auto h = ParseHashArg(cmd, text, exit_code);
     if (!h) return false;
@@ -93,7 +93,8 @@ void AddStoreFlags(CLI::App* cmd, StoreFlags* f, bool writes) {
     cmd->add_option("--threads", f->threads, "threads hashing/compressing chunks (default 2)")
         ->check(CLI::Range(1, 64));
     cmd->add_flag("--no-compress", f->no_compress, "store chunks uncompressed (skip LZ4/BG4)");
-    cmd->add_flag("--no-sync", f->no_sync, "do not fsync xorbs and records (faster, not crash-safe)");
+    cmd->add_flag("--no-sync", f->no_sync,
+                  "do not fsync xorbs and records (faster, not crash-safe)");
   }
 }
 
@@ -138,8 +139,10 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
   AddStoreFlags(cmd, &args->store, true);
   cmd->add_option("FILE", args->files, "files to store")->required()->check(CLI::ExistingFile);
   cmd->add_flag("--json", args->json,
-                "print {\"file_hash\",\"size\",\"new_bytes\",\"chunks\",\"new_chunks\",...} (one object per file, one per line)");
-  AddProgressFlags(cmd, &args->progress, "report progress on stderr (default: for files over 256 MiB on a terminal)");
+                "print {\"file_hash\",\"size\",\"new_bytes\",\"chunks\",\"new_chunks\",...} (one "
+                "object per file, one per line)");
+  AddProgressFlags(cmd, &args->progress,
+                   "report progress on stderr (default: for files over 256 MiB on a terminal)");
   cmd->callback([args, exit_code] {
     auto store = OpenStore(args->store, /*create=*/true);
     if (!store.ok()) return Fail("put", store.status(), exit_code);
@@ -149,7 +152,8 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
       uint64_t size = std::filesystem::file_size(path, ec);
       ByteProgress progress("put " + path, size, ShowProgress(args->progress, size));
       double t0 = NowSeconds();
-      auto r = (*store)->UploadFile(path, {.name = path, .progress = [&](uint64_t n) { progress.Update(n); }});
+      auto r = (*store)->UploadFile(
+          path, {.name = path, .progress = [&](uint64_t n) { progress.Update(n); }});
       double dt = NowSeconds() - t0;
       if (!r.ok()) return Fail("put", r.status(), exit_code);
       total += r->size;
@@ -160,18 +164,20 @@ void RegisterPut(CLI::App* cas_cmd, int* exit_code) {
         j["seconds"] = dt;
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%s\n  file hash  %s\n  size       %s (%" PRIu64 " bytes) in %" PRIu64 " chunks, %zu terms\n"
+        std::printf("%s\n  file hash  %s\n  size       %s (%" PRIu64 " bytes) in %" PRIu64
+                    " chunks, %zu terms\n"
                     "  new        %s in %" PRIu64 " chunks (%s of the file), %s stored in %" PRIu64
                     " new xorbs\n  time       %.3f s (%s)\n",
-                    path.c_str(), r->file_hash.ToHex().c_str(), HumanBytes(r->size).c_str(), r->size,
-                    r->chunks, r->reconstruction.terms.size(), HumanBytes(r->new_bytes).c_str(),
-                    r->new_chunks, Percent(r->new_bytes, r->size).c_str(),
-                    HumanBytes(r->stored_bytes).c_str(), r->new_xorbs, dt, HumanRate(dt > 0 ? r->size / dt : 0).c_str());
+                    path.c_str(), r->file_hash.ToHex().c_str(), HumanBytes(r->size).c_str(),
+                    r->size, r->chunks, r->reconstruction.terms.size(),
+                    HumanBytes(r->new_bytes).c_str(), r->new_chunks,
+                    Percent(r->new_bytes, r->size).c_str(), HumanBytes(r->stored_bytes).c_str(),
+                    r->new_xorbs, dt, HumanRate(dt > 0 ? r->size / dt : 0).c_str());
       }
     }
     if (!args->json && args->files.size() > 1) {
-      std::printf("total: %s, new %s (%s)\n", HumanBytes(total).c_str(), HumanBytes(total_new).c_str(),
-                  Percent(total_new, total).c_str());
+      std::printf("total: %s, new %s (%s)\n", HumanBytes(total).c_str(),
+                  HumanBytes(total_new).c_str(), Percent(total_new, total).c_str());
     }
   });
 }
@@ -196,11 +202,15 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
   cmd->add_option("--range", args->range,
                   "START-END: bytes START..END inclusive (as in HTTP Range); END may be omitted "
                   "('START-' = to the end)");
-  AddProgressFlags(cmd, &args->progress, "report progress on stderr (default: over 256 MiB on a terminal)");
-  AddJsonFlag(cmd, "print {\"file_hash\", \"out\", \"bytes\", \"seconds\", \"gbps\"} (OUT must not be '-')");
+  AddProgressFlags(cmd, &args->progress,
+                   "report progress on stderr (default: over 256 MiB on a terminal)");
+  AddJsonFlag(
+      cmd,
+      "print {\"file_hash\", \"out\", \"bytes\", \"seconds\", \"gbps\"} (OUT must not be '-')");
   cmd->callback([args, exit_code] {
     if (JsonOutput() && args->out == "-") {
-      *exit_code = ReportUsage("cas get", "--json prints the result on stdout; give an OUT file, not '-'");
+      *exit_code =
+          ReportUsage("cas get", "--json prints the result on stdout; give an OUT file, not '-'");
       return;
     }
     const double t0 = NowSeconds();
@@ -222,8 +232,8 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
           range.length = end - start + 1;
         }
       } catch (...) {
-        *exit_code = ReportUsage("cas get", "--range '" + args->range +
-                                                "' is not START-END with START <= END");
+        *exit_code = ReportUsage(
+            "cas get", "--range '" + args->range + "' is not START-END with START <= END");
         return;
       }
     }
@@ -233,7 +243,8 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
     if (!rec.ok()) return Fail("get", rec.status(), exit_code);
     const uint64_t want =
         range.offset >= rec->size ? 0 : std::min(range.length, rec->size - range.offset);
-    ByteProgress progress("get " + args->hash.substr(0, 12), want, ShowProgress(args->progress, want));
+    ByteProgress progress("get " + args->hash.substr(0, 12), want,
+                          ShowProgress(args->progress, want));
     uint64_t done = 0;
     Status s;
     if (args->out == "-") {
@@ -261,8 +272,12 @@ void RegisterGet(CLI::App* cas_cmd, int* exit_code) {
     if (!s.ok()) return Fail("get", s, exit_code);
     if (JsonOutput()) {
       const double dt = NowSeconds() - t0;
-      PrintJson({{"file_hash", args->hash}, {"out", args->out}, {"bytes", done}, {"seconds", dt},
-                 {"gbps", dt > 0 ? done / dt / 1e9 : 0.0}}, -1);
+      PrintJson({{"file_hash", args->hash},
+                 {"out", args->out},
+                 {"bytes", done},
+                 {"seconds", dt},
+                 {"gbps", dt > 0 ? done / dt / 1e9 : 0.0}},
+                -1);
     }
   });
 }
@@ -283,17 +298,19 @@ void PrintStats(const cas::StoreStats& st, bool json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("files          %" PRIu64 " holding %s\n", st.files, HumanBytes(st.logical_bytes).c_str());
+  std::printf("files          %" PRIu64 " holding %s\n", st.files,
+              HumanBytes(st.logical_bytes).c_str());
   std::printf("unique chunks  %" PRIu64 " holding %s (dedup ratio %.2fx)\n", st.chunks,
               HumanBytes(st.unpacked_bytes).c_str(), st.dedup_ratio());
-  std::printf("on disk        %s in %" PRIu64 " xorbs (compression %.2fx)\n", HumanBytes(st.stored_bytes).c_str(),
-              st.xorbs, st.compression_ratio());
-  std::printf("overall        %s stored for %s of files (%s saved)\n", HumanBytes(st.stored_bytes).c_str(),
-              HumanBytes(st.logical_bytes).c_str(),
+  std::printf("on disk        %s in %" PRIu64 " xorbs (compression %.2fx)\n",
+              HumanBytes(st.stored_bytes).c_str(), st.xorbs, st.compression_ratio());
+  std::printf("overall        %s stored for %s of files (%s saved)\n",
+              HumanBytes(st.stored_bytes).c_str(), HumanBytes(st.logical_bytes).c_str(),
               Percent(st.logical_bytes > st.stored_bytes ? st.logical_bytes - st.stored_bytes : 0,
                       st.logical_bytes)
                   .c_str());
-  std::printf("unreferenced   %" PRIu64 " xorbs (collected by `cas gc`)\n", st.xorbs - st.referenced_xorbs);
+  std::printf("unreferenced   %" PRIu64 " xorbs (collected by `cas gc`)\n",
+              st.xorbs - st.referenced_xorbs);
 }
 
 // ---- cas stat ----
@@ -304,13 +321,15 @@ void RegisterStat(CLI::App* cas_cmd, int* exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = cas_cmd->add_subcommand(
-      "stat", "Dedup statistics of a store: files and their logical size, unique chunks, bytes on\n"
-              "disk, dedup and compression ratios, unreferenced xorbs.");
+      "stat",
+      "Dedup statistics of a store: files and their logical size, unique chunks, bytes on\n"
+      "disk, dedup and compression ratios, unreferenced xorbs.");
   AddStoreFlags(cmd, &args->store, false);
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->callback([args, exit_code] {
     auto store = OpenStore(args->store, false);
-    Result<cas::StoreStats> st = store.ok() ? (*store)->Stat() : Result<cas::StoreStats>(store.status());
+    Result<cas::StoreStats> st =
+        store.ok() ? (*store)->Stat() : Result<cas::StoreStats>(store.status());
     if (!st.ok()) return Fail("stat", st.status(), exit_code);
     PrintStats(*st, args->json);
   });
@@ -342,7 +361,8 @@ void RegisterGc(CLI::App* cas_cmd, int* exit_code) {
       if (!ParseHashArgs("gc", args->keep, &*opts.live_files, exit_code)) return;
     }
     auto store = OpenStore(args->store, false);
-    Result<cas::GcResult> r = store.ok() ? (*store)->GarbageCollect(opts) : Result<cas::GcResult>(store.status());
+    Result<cas::GcResult> r =
+        store.ok() ? (*store)->GarbageCollect(opts) : Result<cas::GcResult>(store.status());
     if (!r.ok()) return Fail("gc", r.status(), exit_code);
     auto st = (*store)->Stat();
     if (args->json) {
@@ -354,14 +374,16 @@ void RegisterGc(CLI::App* cas_cmd, int* exit_code) {
       j["xorbs_deleted"] = r->xorbs_deleted;
       j["bytes_deleted"] = r->bytes_deleted;
       if (st.ok()) {
-        j["after"] = {{"files", st->files},        {"xorbs", st->xorbs},
-                      {"stored_bytes", st->stored_bytes}, {"dedup_ratio", st->dedup_ratio()}};
+        j["after"] = {{"files", st->files},
+                      {"xorbs", st->xorbs},
+                      {"stored_bytes", st->stored_bytes},
+                      {"dedup_ratio", st->dedup_ratio()}};
       }
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
-    std::printf("%s%" PRIu64 " files deleted (%" PRIu64 " kept), %" PRIu64 " xorbs deleted (%" PRIu64
-                " kept), %s freed\n",
+    std::printf("%s%" PRIu64 " files deleted (%" PRIu64 " kept), %" PRIu64
+                " xorbs deleted (%" PRIu64 " kept), %s freed\n",
                 args->dry_run ? "dry run: would have " : "", r->files_deleted, r->files_kept,
                 r->xorbs_deleted, r->xorbs_kept, HumanBytes(r->bytes_deleted).c_str());
     if (st.ok()) PrintStats(*st, false);
@@ -381,8 +403,9 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
       "hash (no store needed).\n"
       "Example: megackpt cas chunk model.mega --json");
   cmd->add_option("FILE", args->file, "the file")->required()->check(CLI::ExistingFile);
-  cmd->add_flag("--json", args->json,
-                "print {\"boundaries\": [end offsets], \"chunk_hashes\": [hex], \"file_hash\": hex}");
+  cmd->add_flag(
+      "--json", args->json,
+      "print {\"boundaries\": [end offsets], \"chunk_hashes\": [hex], \"file_hash\": hex}");
   cmd->callback([args, exit_code] {
     auto file = OpenLocalFile(args->file);
     if (!file.ok()) return Fail("chunk", file.status(), exit_code);
@@ -396,7 +419,8 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
       size_t used = 0;
       for (uint64_t e : cut) {
         size_t len = static_cast<size_t>(e - pending_start) - used;
-        leaves.push_back({cas::ChunkHash(AsBytes(std::string_view(pending).substr(used, len))), len});
+        leaves.push_back(
+            {cas::ChunkHash(AsBytes(std::string_view(pending).substr(used, len))), len});
         used += len;
         ends.push_back(e);
       }
@@ -439,8 +463,9 @@ void RegisterChunk(CLI::App* cas_cmd, int* exit_code) {
 void RegisterVerify(CLI::App* cas_cmd, int* exit_code) {
   auto store_flags = std::make_shared<StoreFlags>();
   CLI::App* cmd = cas_cmd->add_subcommand(
-      "verify", "Re-read every xorb and check every chunk against its hash, and every file's\n"
-                "reconstruction against the xorbs and its file hash.");
+      "verify",
+      "Re-read every xorb and check every chunk against its hash, and every file's\n"
+      "reconstruction against the xorbs and its file hash.");
   AddStoreFlags(cmd, store_flags.get(), false);
   AddJsonFlag(cmd, "print {\"store\", \"ok\": true}");
   cmd->callback([store_flags, exit_code] {
@@ -481,8 +506,10 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
     auto shard = cas::ExportShard((*store)->backend(), files);
     Status s = shard.ok() ? WriteLocalFileAtomically(ex->out, *shard) : shard.status();
     if (!s.ok()) return Fail("export-shard", s, exit_code);
-    if (JsonOutput()) return PrintJson({{"out", ex->out}, {"files", files.size()}, {"bytes", shard->size()}});
-    std::printf("%s: %zu files, %s\n", ex->out.c_str(), files.size(), HumanBytes(shard->size()).c_str());
+    if (JsonOutput())
+      return PrintJson({{"out", ex->out}, {"files", files.size()}, {"bytes", shard->size()}});
+    std::printf("%s: %zu files, %s\n", ex->out.c_str(), files.size(),
+                HumanBytes(shard->size()).c_str());
   });
 
   struct ImportArgs {
@@ -500,13 +527,14 @@ void RegisterShardCommands(CLI::App* cas_cmd, int* exit_code) {
   i->callback([im, exit_code] {
     auto store = OpenStore(im->store, false);
     auto bytes = ReadLocalFile(im->shard);
-    Result<cas::ShardImportResult> r =
-        !store.ok() ? Result<cas::ShardImportResult>(store.status())
-        : !bytes.ok() ? Result<cas::ShardImportResult>(bytes.status())
-                      : cas::ImportShard((*store)->backend(), AsBytes(*bytes));
+    Result<cas::ShardImportResult> r = !store.ok() ? Result<cas::ShardImportResult>(store.status())
+                                       : !bytes.ok()
+                                           ? Result<cas::ShardImportResult>(bytes.status())
+                                           : cas::ImportShard((*store)->backend(), AsBytes(*bytes));
     if (!r.ok()) return Fail("import-shard", r.status(), exit_code);
     if (JsonOutput()) {
-      return PrintJson({{"files_imported", r->files_imported}, {"files_already_present", r->files_already_present}});
+      return PrintJson({{"files_imported", r->files_imported},
+                        {"files_already_present", r->files_already_present}});
     }
     std::printf("%" PRIu64 " files imported, %" PRIu64 " already present\n", r->files_imported,
                 r->files_already_present);
@@ -527,15 +555,21 @@ void RegisterBench(CLI::App& bench, int* exit_code) {
       "local store and get back into a warm buffer (min/median/max of --reps runs after a dropped\n"
       "warm-up). --dedup-size adds the checkpoint dedup scenario (v1, 10% changed, re-sharded).\n"
       "Example: megackpt bench cas --size 2GiB --dedup-size 1GiB");
-  cmd->add_option("--size", args->size, "bytes of test data (e.g. 2GiB, 268435456; default 256MiB)");
-  cmd->add_option("--reps", args->opts.reps, "measured runs per row (default 5)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--warmup", args->opts.warmup, "dropped runs first (default 1)")->check(CLI::Range(0, 100));
+  cmd->add_option("--size", args->size,
+                  "bytes of test data (e.g. 2GiB, 268435456; default 256MiB)");
+  cmd->add_option("--reps", args->opts.reps, "measured runs per row (default 5)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", args->opts.warmup, "dropped runs first (default 1)")
+      ->check(CLI::Range(0, 100));
   cmd->add_option("--dir", args->opts.dir, "folder for temp files and stores (default $TMPDIR)");
-  cmd->add_flag("--sync", args->opts.sync, "fsync xorbs in the put runs (compared with write+fsync)");
-  cmd->add_option("--dedup-size", args->dedup, "also run the dedup scenario with this many bytes per version (e.g. 1GiB)");
-  cmd->add_flag("--json", args->opts.json,
-                "print JSON: chunk_gbps, hash_gbps, compress_gbps, chunk_hash_compress_{1,2}t_gbps, "
-                "put_gbps, get_gbps, memcpy_gbps, page_cache_{write,read}_gbps, details, ratios");
+  cmd->add_flag("--sync", args->opts.sync,
+                "fsync xorbs in the put runs (compared with write+fsync)");
+  cmd->add_option("--dedup-size", args->dedup,
+                  "also run the dedup scenario with this many bytes per version (e.g. 1GiB)");
+  cmd->add_flag(
+      "--json", args->opts.json,
+      "print JSON: chunk_gbps, hash_gbps, compress_gbps, chunk_hash_compress_{1,2}t_gbps, "
+      "put_gbps, get_gbps, memcpy_gbps, page_cache_{write,read}_gbps, details, ratios");
   cmd->callback([args, exit_code] {
     auto size = ParseByteSize(args->size);
     auto dedup = ParseByteSize(args->dedup);

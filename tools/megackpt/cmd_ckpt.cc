@@ -2,15 +2,14 @@
 // A B`, and the simulated training loop of `megackpt demo --steps N` (hooked
 // into the demo command of cmd_dcp.cc). docs/checkpoint-manager.md.
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dcp/synthetic.h"
 #include "incremental_bench.h"
@@ -24,7 +23,6 @@ namespace {
 
 using namespace ::megackpt::dcp;  // NOLINT: this file is the checkpoint-manager command group
 using nlohmann::json;
-
 
 // The manager for a root as a tool sees it: nothing removed on open (ls and
 // latest only look; gc removes explicitly).
@@ -57,15 +55,17 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
   json out = {{"root", root}, {"steps", json::array()}};
   out["latest"] = latest.ok() && latest->has_value() ? json(**latest) : json(nullptr);
   if (!as_json) {
-    std::printf("%s: %zu step folder(s)%s\n", root.c_str(), steps->size(),
-                latest.ok() && latest->has_value() ? (", latest " + std::to_string(**latest)).c_str() : "");
-    std::printf("  %-12s %-10s %-7s %8s %12s %12s %12s %12s  %-19s\n", "step", "state", "storage", "entries",
-                "stored", "written", "referenced", "metric", "saved");
+    std::printf(
+        "%s: %zu step folder(s)%s\n", root.c_str(), steps->size(),
+        latest.ok() && latest->has_value() ? (", latest " + std::to_string(**latest)).c_str() : "");
+    std::printf("  %-12s %-10s %-7s %8s %12s %12s %12s %12s  %-19s\n", "step", "state", "storage",
+                "entries", "stored", "written", "referenced", "metric", "saved");
   }
   for (const StepInfo& s : *steps) {
     Status check;
     if (verify && s.complete) check = (*m)->VerifyStep(s.step, VerifyLevel::kFull);
-    const std::string state = !s.complete ? "incomplete" : (verify && !check.ok() ? "damaged" : "complete");
+    const std::string state =
+        !s.complete ? "incomplete" : (verify && !check.ok() ? "damaged" : "complete");
     json j = {{"step", s.step},
               {"folder", s.folder},
               {"complete", s.complete},
@@ -86,11 +86,12 @@ int RunLs(const std::string& root, bool as_json, bool verify) {
     if (!as_json) {
       char metric[32] = "-";
       if (s.metric) std::snprintf(metric, sizeof metric, "%.6g", *s.metric);
-      std::printf("  %-12lld %-10s %-7s %8llu %12s %12s %12s %12s  %-19s\n", static_cast<long long>(s.step),
-                  state.c_str(), s.storage.empty() ? "-" : s.storage.c_str(),
+      std::printf("  %-12lld %-10s %-7s %8llu %12s %12s %12s %12s  %-19s\n",
+                  static_cast<long long>(s.step), state.c_str(),
+                  s.storage.empty() ? "-" : s.storage.c_str(),
                   static_cast<unsigned long long>(s.tensors), HumanBytes(s.stored_bytes).c_str(),
-                  HumanBytes(s.bytes_written).c_str(), HumanBytes(s.bytes_referenced).c_str(), metric,
-                  TimeString(s.saved_unix_seconds).c_str());
+                  HumanBytes(s.bytes_written).c_str(), HumanBytes(s.bytes_referenced).c_str(),
+                  metric, TimeString(s.saved_unix_seconds).c_str());
       if (!s.complete) std::printf("      %s\n", s.problem.c_str());
       if (verify && s.complete && !check.ok()) std::printf("      %s\n", check.ToString().c_str());
     }
@@ -128,7 +129,8 @@ int RunLatest(const std::string& root, bool valid, bool as_json) {
                  s.reason.ToString().c_str());
   }
   if (as_json) {
-    nlohmann::ordered_json j = {{"root", root}, {"step", v->step}, {"skipped", nlohmann::ordered_json::array()}};
+    nlohmann::ordered_json j = {
+        {"root", root}, {"step", v->step}, {"skipped", nlohmann::ordered_json::array()}};
     for (const SkippedStep& s : v->skipped) {
       j["skipped"].push_back({{"step", s.step}, {"reason", s.reason.ToString()}});
     }
@@ -198,10 +200,11 @@ int RunDiff(const std::string& a, const std::string& b, bool as_json) {
                 {"changed_bytes", d->changed_bytes}};
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("%s -> %s: %zu added, %zu removed, %zu changed, %llu unchanged; changed bytes %s of %s\n",
-                a.c_str(), b.c_str(), d->added.size(), d->removed.size(), d->changed.size(),
-                static_cast<unsigned long long>(d->unchanged), HumanBytes(d->changed_bytes).c_str(),
-                HumanBytes(d->bytes_b).c_str());
+    std::printf(
+        "%s -> %s: %zu added, %zu removed, %zu changed, %llu unchanged; changed bytes %s of %s\n",
+        a.c_str(), b.c_str(), d->added.size(), d->removed.size(), d->changed.size(),
+        static_cast<unsigned long long>(d->unchanged), HumanBytes(d->changed_bytes).c_str(),
+        HumanBytes(d->bytes_b).c_str());
     for (const std::string& f : d->added) std::printf("  + %s\n", f.c_str());
     for (const std::string& f : d->removed) std::printf("  - %s\n", f.c_str());
     for (const EntryDiff& e : d->changed) {
@@ -210,13 +213,15 @@ int RunDiff(const std::string& a, const std::string& b, bool as_json) {
         std::printf(" %s -> %s", std::string(DTypeName(e.dtype_a)).c_str(),
                     std::string(DTypeName(e.dtype_b)).c_str());
       } else if (e.what == "shape") {
-        std::printf(" %s -> %s", ShapeToString(e.shape_a).c_str(), ShapeToString(e.shape_b).c_str());
+        std::printf(" %s -> %s", ShapeToString(e.shape_a).c_str(),
+                    ShapeToString(e.shape_b).c_str());
       } else if (e.what == "values") {
         std::printf(", %llu element(s), %s", static_cast<unsigned long long>(e.changed_elements),
                     HumanBytes(e.changed_bytes).c_str());
         if (e.max_abs_diff) std::printf(", max abs diff %.6g", *e.max_abs_diff);
         if (e.non_finite_changes) {
-          std::printf(", %llu involve NaN/Inf", static_cast<unsigned long long>(e.non_finite_changes));
+          std::printf(", %llu involve NaN/Inf",
+                      static_cast<unsigned long long>(e.non_finite_changes));
         }
       }
       std::printf("\n");
@@ -250,7 +255,8 @@ std::vector<size_t> ChangedAt(const synthetic::Spec& spec, int64_t step, double 
 
 using RankFn = std::function<Status(dist::ProcessGroup&)>;
 
-Status RunOnRanks(const std::string& backend, dist::ProcessGroup* mpi, int world, const RankFn& fn) {
+Status RunOnRanks(const std::string& backend, dist::ProcessGroup* mpi, int world,
+                  const RankFn& fn) {
   if (backend == "mpi") return mpi->AllReduceStatus(fn(*mpi));
   for (const Status& s : dist::RunThreadRanks(world, fn)) MEGA_RETURN_IF_ERROR(s);
   return Status::OK();
@@ -271,21 +277,27 @@ int RunStepsDemo(const StepsDemoOptions& o) {
     world = mpi->world_size();
     printer = mpi->rank() == 0;
   }
-  int load_world = o.load_world_size > 0 ? o.load_world_size
-                                         : (o.backend == "mpi" ? world : (world < 4 ? world + 1 : world - 1));
+  int load_world = o.load_world_size > 0
+                       ? o.load_world_size
+                       : (o.backend == "mpi" ? world : (world < 4 ? world + 1 : world - 1));
   if (o.backend == "mpi") load_world = world;
   synthetic::Spec spec = synthetic::MakeSpec(o.seed, o.size);
   // --json: one object at the end instead of the text lines.
   const bool text = printer && !JsonOutput();
-  nlohmann::ordered_json result = {{"out", o.out},     {"steps", o.steps}, {"bytes", spec.total_bytes},
-                                   {"entries", spec.entries.size()}, {"ranks", world},
-                                   {"incremental", o.incremental},   {"direct_io", o.direct_io},
+  nlohmann::ordered_json result = {{"out", o.out},
+                                   {"steps", o.steps},
+                                   {"bytes", spec.total_bytes},
+                                   {"entries", spec.entries.size()},
+                                   {"ranks", world},
+                                   {"incremental", o.incremental},
+                                   {"direct_io", o.direct_io},
                                    {"saves", nlohmann::ordered_json::array()}};
   if (text) {
-    std::printf("megackpt demo: %d training steps, %.0f%% of the %zu entries change per step, %s of state, "
-                "%d rank(s), checkpoints in %s (keep last %d, %s saves)\n",
-                o.steps, o.change_fraction * 100, spec.entries.size(), HumanBytes(spec.total_bytes).c_str(),
-                world, o.out.c_str(), o.keep_last, o.incremental ? "incremental" : "full");
+    std::printf(
+        "megackpt demo: %d training steps, %.0f%% of the %zu entries change per step, %s of state, "
+        "%d rank(s), checkpoints in %s (keep last %d, %s saves)\n",
+        o.steps, o.change_fraction * 100, spec.entries.size(), HumanBytes(spec.total_bytes).c_str(),
+        world, o.out.c_str(), o.keep_last, o.incremental ? "incremental" : "full");
   }
   CheckpointManagerOptions mo;
   mo.storage = o.storage;
@@ -310,7 +322,8 @@ int RunStepsDemo(const StepsDemoOptions& o) {
         ++changed;
         changed_bytes += e.is_bytes ? e.bytes_len : LogicalNbytes(e.dtype, e.shape).value();
       }
-      MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(mine, world, g.rank(), 0, true));
+      MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                            synthetic::BuildRankState(mine, world, g.rank(), 0, true));
       MEGA_RETURN_IF_ERROR(g.Barrier());
       const double t0 = NowSeconds();
       StepSaveOptions so;
@@ -332,10 +345,12 @@ int RunStepsDemo(const StepsDemoOptions& o) {
                                    {"bytes_written", written},
                                    {"bytes_referenced", referenced}});
         if (text) {
-          std::printf("  step %3lld: %3zu entries changed (%s), saved in %.3f s: %s written, %s referenced\n",
-                      static_cast<long long>(step), step == 1 ? mine.entries.size() : changed,
-                      HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), secs,
-                      HumanBytes(written).c_str(), HumanBytes(referenced).c_str());
+          std::printf(
+              "  step %3lld: %3zu entries changed (%s), saved in %.3f s: %s written, %s "
+              "referenced\n",
+              static_cast<long long>(step), step == 1 ? mine.entries.size() : changed,
+              HumanBytes(step == 1 ? mine.total_bytes : changed_bytes).c_str(), secs,
+              HumanBytes(written).c_str(), HumanBytes(referenced).c_str());
         }
         std::fflush(stdout);
       }
@@ -350,16 +365,20 @@ int RunStepsDemo(const StepsDemoOptions& o) {
   // The last step, reloaded at another world size with every tensor in
   // another layout, must be the state of that step byte for byte.
   Status s = RunOnRanks(o.backend, mpi.get(), load_world, [&](dist::ProcessGroup& g) -> Status {
-    MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, load_world, g.rank(), 1, false));
+    MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                          synthetic::BuildRankState(spec, load_world, g.rank(), 1, false));
     CheckpointManagerOptions rank_options = mo;
     rank_options.group = &g;
     MEGA_ASSIGN_OR_RETURN(auto m, CheckpointManager::Open(o.out, rank_options));
     MEGA_ASSIGN_OR_RETURN(ValidStep v, m->Load(sd));
     if (v.step != o.steps) {
-      return DataLossError("loaded step " + std::to_string(v.step) + ", expected " + std::to_string(o.steps));
+      return DataLossError("loaded step " + std::to_string(v.step) + ", expected " +
+                           std::to_string(o.steps));
     }
     Status same = synthetic::VerifyRankState(spec, sd);
-    if (!same.ok()) return Status(same.code(), "loaded state differs from step " + std::to_string(o.steps) + ": " + same.message());
+    if (!same.ok())
+      return Status(same.code(), "loaded state differs from step " + std::to_string(o.steps) +
+                                     ": " + same.message());
     return Status::OK();
   });
   if (!s.ok()) {
@@ -382,8 +401,9 @@ int RunStepsDemo(const StepsDemoOptions& o) {
       result["kept_steps"] = kept;
       PrintJson(result);
     } else {
-      std::printf("  reload of step %d at %d rank(s), every tensor resharded: identical\n  kept steps:", o.steps,
-                  load_world);
+      std::printf(
+          "  reload of step %d at %d rank(s), every tensor resharded: identical\n  kept steps:",
+          o.steps, load_world);
       for (int64_t k : kept) std::printf(" %lld", static_cast<long long>(k));
       std::printf("\nOK\n");
     }
@@ -403,7 +423,8 @@ std::shared_ptr<std::string> AddRootArg(CLI::App* cmd) {
 void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   {
     auto o = std::make_shared<bench::IncrementalBenchOptions>();
-    auto* cmd = AddStateBench(bench, "incremental",
+    auto* cmd = AddStateBench(
+        bench, "incremental",
         "Incremental checkpoint saves through the CheckpointManager, durable: a plain full save,\n"
         "the full first save of an incremental run (hashes recorded) and the next step after\n"
         "--changed of the 64 tensors got new content, next to the write + fdatasync limit of the\n"
@@ -425,8 +446,10 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "ls",
         "List the step folders of ROOT: step, complete or not (and why), storage, entries, stored\n"
         "bytes, metric, save time. --verify reads and checks every stored byte of every step.\n"
-        "JSON: {\"root\", \"latest\", \"steps\": [{\"step\", \"folder\", \"complete\", \"storage\",\n"
-        "\"entries\", \"stored_bytes\", \"metric\", \"saved_unix_seconds\", \"problem\"?, \"valid\"?}]}");
+        "JSON: {\"root\", \"latest\", \"steps\": [{\"step\", \"folder\", \"complete\", "
+        "\"storage\",\n"
+        "\"entries\", \"stored_bytes\", \"metric\", \"saved_unix_seconds\", \"problem\"?, "
+        "\"valid\"?}]}");
     auto root = AddRootArg(cmd);
     auto as_json = AddSharedFlag(cmd, "--json", "Print one JSON object");
     auto verify = AddSharedFlag(cmd, "--verify", "Check every stored byte of every complete step");
@@ -441,7 +464,8 @@ void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     auto root = AddRootArg(cmd);
     auto valid = AddSharedFlag(cmd, "--valid", "Verify, and fall back past damaged steps");
     auto as_json = AddSharedFlag(
-        cmd, "--json", "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
+        cmd, "--json",
+        "Print {\"root\", \"step\"} (with --valid also \"skipped\": [{\"step\", \"reason\"}])");
     cmd->callback([=] { *exit_code = RunLatest(*root, *valid, *as_json); });
   }
   {

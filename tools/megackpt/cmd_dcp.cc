@@ -17,12 +17,12 @@
 
 #include "dcp/synthetic.h"
 #include "dcp_bench.h"
-#include "reshard_bench.h"
 #include "megackpt/commands.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/mega_storage.h"
 #include "megackpt/dcp/storage_factory.h"
 #include "megackpt/dist/process_group.h"
+#include "reshard_bench.h"
 
 namespace megackpt::cli {
 namespace {
@@ -65,12 +65,13 @@ struct RankTiming {
 // statuses and timings gathered on every rank.
 using RankFn = std::function<Status(dist::ProcessGroup&, RankTiming*)>;
 
-Result<std::vector<RankTiming>> RunRanks(const std::string& backend, dist::ProcessGroup* mpi, int world,
-                                         const RankFn& fn) {
+Result<std::vector<RankTiming>> RunRanks(const std::string& backend, dist::ProcessGroup* mpi,
+                                         int world, const RankFn& fn) {
   std::vector<RankTiming> timings(world);
   if (backend == "threads") {
     dist::ProcessGroupOptions po;
-    auto results = dist::RunThreadRanks(world, [&](dist::ProcessGroup& g) { return fn(g, &timings[g.rank()]); }, po);
+    auto results = dist::RunThreadRanks(
+        world, [&](dist::ProcessGroup& g) { return fn(g, &timings[g.rank()]); }, po);
     for (const Status& s : results) MEGA_RETURN_IF_ERROR(s);
     return timings;
   }
@@ -78,9 +79,9 @@ Result<std::vector<RankTiming>> RunRanks(const std::string& backend, dist::Proce
   Status s = fn(*mpi, &mine);
   // Every rank reaches here (the flows agree on their outcome); share timings.
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%.9f %.9f %.9f %.9f %.9f %llu", mine.seconds, mine.save.write_seconds,
-                mine.save.commit_seconds, mine.load.read_seconds, mine.verify_seconds,
-                static_cast<unsigned long long>(mine.bytes));
+  std::snprintf(buf, sizeof buf, "%.9f %.9f %.9f %.9f %.9f %llu", mine.seconds,
+                mine.save.write_seconds, mine.save.commit_seconds, mine.load.read_seconds,
+                mine.verify_seconds, static_cast<unsigned long long>(mine.bytes));
   Status agreed = mpi->AllReduceStatus(s);
   MEGA_RETURN_IF_ERROR(agreed);
   MEGA_ASSIGN_OR_RETURN(auto all, mpi->AllGather(buf));
@@ -125,15 +126,18 @@ int RunDemo(const DemoOptions& o) {
     dist::ProcessGroupOptions po;
     auto g = dist::NewMpiProcessGroup(po);
     if (!g.ok()) {
-      return ReportError("demo --backend mpi",
-                         Status(g.status().code(), g.status().message() +
-                                                       " (start it with mpirun -np N megackpt demo --backend mpi ...)"));
+      return ReportError(
+          "demo --backend mpi",
+          Status(g.status().code(),
+                 g.status().message() +
+                     " (start it with mpirun -np N megackpt demo --backend mpi ...)"));
     }
     mpi = std::move(*g);
     if (o.world_size_given && o.world_size != mpi->world_size()) {
       if (mpi->rank() == 0) {
-        return ReportUsage("demo", "--world-size " + std::to_string(o.world_size) + " but mpirun started " +
-                                       std::to_string(mpi->world_size()) + " ranks");
+        return ReportUsage("demo", "--world-size " + std::to_string(o.world_size) +
+                                       " but mpirun started " + std::to_string(mpi->world_size()) +
+                                       " ranks");
       }
       return kExitUsage;
     }
@@ -147,8 +151,8 @@ int RunDemo(const DemoOptions& o) {
   if (o.backend == "mpi" && load_world != world) {
     if (!printer) return kExitUsage;
     return ReportUsage("demo", "with --backend mpi the load runs on the " + std::to_string(world) +
-                                   " MPI ranks; --load-world-size must be " + std::to_string(world) +
-                                   " (the sharding still changes)");
+                                   " MPI ranks; --load-world-size must be " +
+                                   std::to_string(world) + " (the sharding still changes)");
   }
   const synthetic::Spec spec = synthetic::MakeSpec(o.seed, o.size);
   size_t ntensors = 0, nbytes_entries = 0;
@@ -157,43 +161,51 @@ int RunDemo(const DemoOptions& o) {
   const int load_variant = 1;
   // --json: one object at the end instead of the text lines.
   const bool text = printer && !JsonOutput();
-  nlohmann::ordered_json result = {{"out", o.out},         {"storage", o.storage},
-                                   {"backend", o.backend}, {"seed", o.seed},
-                                   {"bytes", spec.total_bytes}, {"tensors", ntensors},
-                                   {"bytes_values", nbytes_entries}, {"direct_io", o.direct_io}};
+  nlohmann::ordered_json result = {{"out", o.out},
+                                   {"storage", o.storage},
+                                   {"backend", o.backend},
+                                   {"seed", o.seed},
+                                   {"bytes", spec.total_bytes},
+                                   {"tensors", ntensors},
+                                   {"bytes_values", nbytes_entries},
+                                   {"direct_io", o.direct_io}};
   if (text) {
-    std::printf("megackpt demo: seed %llu, %s of state (%zu tensors, %zu bytes values, nested names)\n",
-                static_cast<unsigned long long>(o.seed), Mb(spec.total_bytes).c_str(), ntensors,
-                nbytes_entries);
-    std::printf("  storage %s at %s, backend %s\n", o.storage.c_str(), o.out.c_str(), o.backend.c_str());
+    std::printf(
+        "megackpt demo: seed %llu, %s of state (%zu tensors, %zu bytes values, nested names)\n",
+        static_cast<unsigned long long>(o.seed), Mb(spec.total_bytes).c_str(), ntensors,
+        nbytes_entries);
+    std::printf("  storage %s at %s, backend %s\n", o.storage.c_str(), o.out.c_str(),
+                o.backend.c_str());
   }
   StorageFactoryOptions so;
   so.thread_count = o.threads;
   so.direct_io = o.direct_io;
 
   if (o.mode == "save" || o.mode == "both") {
-    auto timings = RunRanks(o.backend, mpi.get(), world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
-      MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, world, g.rank(), 0, true));
-      t->bytes = synthetic::RankStateBytes(sd);
-      MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(o.storage, o.out, so));
-      if (o.storage == "mega" && (o.consolidate || o.mapping > 0)) {
-        // MegaStorageWriter options the factory does not carry (mega_storage.h).
-        std::optional<FqnToIndexMapping> mapping;
-        if (o.mapping > 0) {
-          mapping.emplace();
-          int i = 0;
-          for (const auto& e : spec.entries) (*mapping)[e.fqn] = 1 + (i++ % o.mapping);
-        }
-        MegaStorageWriterOptions mo;
-        mo.thread_count = o.threads;
-        mo.consolidate = o.consolidate;
-        mo.direct_io = o.direct_io;
-        writer = std::make_unique<MegaStorageWriter>(o.out, std::move(mapping), mo);
-      }
-      SaveOptions opts;
-      opts.stats = &t->save;
-      return TimePhase(g, t, [&] { return Save(sd, *writer, &g, opts); });
-    });
+    auto timings =
+        RunRanks(o.backend, mpi.get(), world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
+          MEGA_ASSIGN_OR_RETURN(StateDict sd,
+                                synthetic::BuildRankState(spec, world, g.rank(), 0, true));
+          t->bytes = synthetic::RankStateBytes(sd);
+          MEGA_ASSIGN_OR_RETURN(auto writer, MakeStorageWriter(o.storage, o.out, so));
+          if (o.storage == "mega" && (o.consolidate || o.mapping > 0)) {
+            // MegaStorageWriter options the factory does not carry (mega_storage.h).
+            std::optional<FqnToIndexMapping> mapping;
+            if (o.mapping > 0) {
+              mapping.emplace();
+              int i = 0;
+              for (const auto& e : spec.entries) (*mapping)[e.fqn] = 1 + (i++ % o.mapping);
+            }
+            MegaStorageWriterOptions mo;
+            mo.thread_count = o.threads;
+            mo.consolidate = o.consolidate;
+            mo.direct_io = o.direct_io;
+            writer = std::make_unique<MegaStorageWriter>(o.out, std::move(mapping), mo);
+          }
+          SaveOptions opts;
+          opts.stats = &t->save;
+          return TimePhase(g, t, [&] { return Save(sd, *writer, &g, opts); });
+        });
     if (!timings.ok()) {
       return printer ? ReportError("demo: save", timings.status()) : kExitFailure;
     }
@@ -205,31 +217,34 @@ int RunDemo(const DemoOptions& o) {
         write = std::max(write, t.save.write_seconds);
         commit = std::max(commit, t.save.commit_seconds);
       }
-      result["save"] = {{"ranks", world},          {"seconds", secs}, {"gbps", spec.total_bytes / secs / 1e9},
-                        {"bytes_held", held},      {"write_seconds", write},
-                        {"commit_seconds", commit}};
+      result["save"] = {
+          {"ranks", world},     {"seconds", secs},        {"gbps", spec.total_bytes / secs / 1e9},
+          {"bytes_held", held}, {"write_seconds", write}, {"commit_seconds", commit}};
       if (text) {
-        std::printf("  save   %d ranks: %8.3f s  %7.3f GB/s  (ranks hold %s incl. replicas, each "
-                    "replica written once; slowest write %.3f s, commit %.3f s)\n",
-                    world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), write, commit);
+        std::printf(
+            "  save   %d ranks: %8.3f s  %7.3f GB/s  (ranks hold %s incl. replicas, each "
+            "replica written once; slowest write %.3f s, commit %.3f s)\n",
+            world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), write, commit);
       }
     }
   }
   if (o.mode == "load" || o.mode == "both") {
-    auto timings = RunRanks(o.backend, mpi.get(), load_world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
-      MEGA_ASSIGN_OR_RETURN(StateDict sd,
-                            synthetic::BuildRankState(spec, load_world, g.rank(), load_variant, false));
-      t->bytes = synthetic::RankStateBytes(sd);
-      MEGA_ASSIGN_OR_RETURN(auto reader, MakeStorageReader(o.storage, o.out, so));
-      LoadOptions opts;
-      opts.stats = &t->load;
-      MEGA_RETURN_IF_ERROR(TimePhase(g, t, [&] { return Load(sd, *reader, &g, opts); }));
-      const double v0 = NowSeconds();
-      Status v = synthetic::VerifyRankState(spec, sd);
-      t->verify_seconds = NowSeconds() - v0;
-      if (!v.ok()) return Status(v.code(), "loaded state differs from the seed's: " + v.message());
-      return Status::OK();
-    });
+    auto timings = RunRanks(
+        o.backend, mpi.get(), load_world, [&](dist::ProcessGroup& g, RankTiming* t) -> Status {
+          MEGA_ASSIGN_OR_RETURN(StateDict sd, synthetic::BuildRankState(spec, load_world, g.rank(),
+                                                                        load_variant, false));
+          t->bytes = synthetic::RankStateBytes(sd);
+          MEGA_ASSIGN_OR_RETURN(auto reader, MakeStorageReader(o.storage, o.out, so));
+          LoadOptions opts;
+          opts.stats = &t->load;
+          MEGA_RETURN_IF_ERROR(TimePhase(g, t, [&] { return Load(sd, *reader, &g, opts); }));
+          const double v0 = NowSeconds();
+          Status v = synthetic::VerifyRankState(spec, sd);
+          t->verify_seconds = NowSeconds() - v0;
+          if (!v.ok())
+            return Status(v.code(), "loaded state differs from the seed's: " + v.message());
+          return Status::OK();
+        });
     if (!timings.ok()) {
       return printer ? ReportError("demo: load", timings.status()) : kExitFailure;
     }
@@ -237,14 +252,19 @@ int RunDemo(const DemoOptions& o) {
       double secs = MaxOf(*timings, &RankTiming::seconds);
       const uint64_t held = BytesHeld(*timings);
       const double verify = MaxOf(*timings, &RankTiming::verify_seconds);
-      result["load"] = {{"ranks", load_world}, {"seconds", secs},      {"gbps", spec.total_bytes / secs / 1e9},
-                        {"bytes_read", held},  {"verify_seconds", verify}, {"identical", true}};
+      result["load"] = {{"ranks", load_world},
+                        {"seconds", secs},
+                        {"gbps", spec.total_bytes / secs / 1e9},
+                        {"bytes_read", held},
+                        {"verify_seconds", verify},
+                        {"identical", true}};
       if (text) {
-        std::printf("  load   %d ranks: %8.3f s  %7.3f GB/s  (resharded: every tensor in another layout; "
-                    "ranks read %s incl. replicas, %.3f GB/s)\n",
-                    load_world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), held / secs / 1e9);
-        std::printf("  verify %d ranks: %8.3f s  every byte identical to the seed's state\n", load_world,
-                    verify);
+        std::printf(
+            "  load   %d ranks: %8.3f s  %7.3f GB/s  (resharded: every tensor in another layout; "
+            "ranks read %s incl. replicas, %.3f GB/s)\n",
+            load_world, secs, spec.total_bytes / secs / 1e9, Mb(held).c_str(), held / secs / 1e9);
+        std::printf("  verify %d ranks: %8.3f s  every byte identical to the seed's state\n",
+                    load_world, verify);
       }
     }
   }
@@ -273,28 +293,34 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "  megackpt demo --out /tmp/ckpt --world-size 4 --load-world-size 3 --size 64MB\n"
         "  mpirun -np 4 megackpt demo --backend mpi --out /tmp/ckpt\n"
         "  megackpt demo --out /tmp/ckpt --mode load --load-world-size 1   (an existing save)\n"
-        "  MEGA_ENDPOINT=http://127.0.0.1:8080 MEGA_TOKEN=... megackpt demo --out mega://org/model/ckpt");
+        "  MEGA_ENDPOINT=http://127.0.0.1:8080 MEGA_TOKEN=... megackpt demo --out "
+        "mega://org/model/ckpt");
     cmd->add_option("--out", o->out,
                     "Checkpoint folder, or a mega:// folder (mega://NS/REPO[@BRANCH]/PATH or\n"
                     "mega://buckets/NS/NAME/PATH; MEGA_ENDPOINT / MEGA_TOKEN pick the hub)")
         ->required();
-    auto* storage = cmd->add_option("--storage", o->storage,
-                                     "Storage backend: fs (default for local folders) or mega (always\n"
-                                     "used for mega://: each save is one hub commit)")
-                        ->check(CLI::IsMember({"fs", "mega"}));
-    auto* ws = cmd->add_option("--world-size", o->world_size,
-                               "Ranks that save (threads; with mpi: must equal mpirun's -np). Default 2")
-                   ->check(CLI::Range(1, 1024));
-    cmd->add_option("--backend", o->backend, "threads (default: ranks are threads) or mpi (under mpirun)")
+    auto* storage =
+        cmd->add_option("--storage", o->storage,
+                        "Storage backend: fs (default for local folders) or mega (always\n"
+                        "used for mega://: each save is one hub commit)")
+            ->check(CLI::IsMember({"fs", "mega"}));
+    auto* ws =
+        cmd->add_option("--world-size", o->world_size,
+                        "Ranks that save (threads; with mpi: must equal mpirun's -np). Default 2")
+            ->check(CLI::Range(1, 1024));
+    cmd->add_option("--backend", o->backend,
+                    "threads (default: ranks are threads) or mpi (under mpirun)")
         ->check(CLI::IsMember({"threads", "mpi"}));
     cmd->add_option("--seed", o->seed, "Seed of the synthetic state (default 1)");
-    cmd->add_option("--size", *size, "Approximate state size, e.g. 256MiB (default), 64MB, 1000000");
+    cmd->add_option("--size", *size,
+                    "Approximate state size, e.g. 256MiB (default), 64MB, 1000000");
     cmd->add_option("--load-world-size", o->load_world_size,
                     "Ranks that load (default: world size + 1, or - 1 at 4 and above)")
         ->check(CLI::Range(1, 1024));
     cmd->add_option("--mode", o->mode, "save, load or both (default)")
         ->check(CLI::IsMember({"save", "load", "both"}));
-    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+    cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")
+        ->check(CLI::Range(1, 64));
     cmd->add_flag("--consolidate", o->consolidate,
                   "With --storage mega: consolidate into whole tensors after saving (in place)");
     cmd->add_flag("--direct-io", o->direct_io,
@@ -302,9 +328,10 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
                   "system takes it): faster durable saves where new pages are slow to come by (a\n"
                   "save loop on a VM); a load right after reads the device");
     auto steps = std::make_shared<StepsDemoOptions>();
-    cmd->add_option("--steps", steps->steps,
-                    "Run a simulated training loop of N steps through the checkpoint manager: --out\n"
-                    "is the run's root, each step saves step-<N> (docs/checkpoint-manager.md)")
+    cmd->add_option(
+           "--steps", steps->steps,
+           "Run a simulated training loop of N steps through the checkpoint manager: --out\n"
+           "is the run's root, each step saves step-<N> (docs/checkpoint-manager.md)")
         ->check(CLI::Range(1, 1000000));
     cmd->add_option("--change-fraction", steps->change_fraction,
                     "With --steps: fraction of the entries each step changes (default 0.1)")
@@ -312,14 +339,18 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--keep-last", steps->keep_last, "With --steps: steps to keep (default 3)")
         ->check(CLI::Range(1, 1000000));
     auto full_saves = std::make_shared<bool>(false);
-    cmd->add_flag("--full-saves", *full_saves,
-                  "With --steps: rewrite every entry at every step (default: incremental saves that\n"
-                  "reference the entries a step did not change)");
-    AddJsonFlag(cmd, "Print one JSON object: {\"out\", \"storage\", \"backend\", \"seed\", \"bytes\", "
-                            "\"tensors\", \"bytes_values\", \"save\": {\"ranks\", \"seconds\", \"gbps\", ...}, "
-                            "\"load\": {..., \"identical\"}}; with --steps {\"out\", \"steps\", \"kept_steps\", ...}");
-    cmd->add_option("--mapping", o->mapping,
-                    "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
+    cmd->add_flag(
+        "--full-saves", *full_saves,
+        "With --steps: rewrite every entry at every step (default: incremental saves that\n"
+        "reference the entries a step did not change)");
+    AddJsonFlag(
+        cmd,
+        "Print one JSON object: {\"out\", \"storage\", \"backend\", \"seed\", \"bytes\", "
+        "\"tensors\", \"bytes_values\", \"save\": {\"ranks\", \"seconds\", \"gbps\", ...}, "
+        "\"load\": {..., \"identical\"}}; with --steps {\"out\", \"steps\", \"kept_steps\", ...}");
+    cmd->add_option(
+           "--mapping", o->mapping,
+           "With --storage mega: spread the fqns over N index buckets (fqn_to_index_mapping)")
         ->check(CLI::Range(1, 100000));
     cmd->callback([o, size, ws, storage, steps, full_saves, exit_code] {
       if (steps->steps > 0) {  // the training loop (cmd_ckpt.cc)
@@ -339,7 +370,8 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       if (o->out.rfind("mega://", 0) == 0 && o->storage != "mega") {
         // The FileSystemWriter commits file by file; on a hub that would be
         // many commits. MegaStorageWriter makes each save one commit.
-        ReportWarning("demo", o->out + " is a hub path; using --storage mega (one commit per save)" +
+        ReportWarning("demo", o->out +
+                                  " is a hub path; using --storage mega (one commit per save)" +
                                   (storage->count() > 0 ? " instead of the requested fs" : ""));
         o->storage = "mega";
       }
@@ -354,7 +386,8 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   }
   {
     auto o = std::make_shared<bench::DcpBenchOptions>();
-    auto* cmd = AddStateBench(bench, "dcp",
+    auto* cmd = AddStateBench(
+        bench, "dcp",
         "Save and load a state of --size bytes (16 row-sharded F32 tensors) from --world-size\n"
         "ranks with the FileSystemWriter/Reader, next to the machine's limits measured the\n"
         "same way in the same run: durable save (fsync before the commit) vs plain write +\n"
@@ -371,7 +404,8 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_option("--backend", o->backend, "threads (default) or mpi")
         ->check(CLI::IsMember({"threads", "mpi"}));
     cmd->add_flag("--direct-io", o->direct_io,
-                  "Durable saves write their data files with direct I/O (FileSystemWriterOptions::direct_io)");
+                  "Durable saves write their data files with direct I/O "
+                  "(FileSystemWriterOptions::direct_io)");
   }
   {
     auto o = std::make_shared<bench::ReshardBenchOptions>();

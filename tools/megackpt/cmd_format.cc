@@ -34,18 +34,18 @@
 #include <vector>
 
 #include "megackpt/commands.h"
-#include "megackpt/core/path_safety.h"
-#include "megackpt/core/text.h"
-#include "megackpt/dcp/checkpoint_folder.h"
-#include "megackpt/fs/filesystem.h"
-#include "megackpt/format/convert.h"
-#include "megackpt/format/inspect.h"
 #include "megackpt/core/file.h"
+#include "megackpt/core/path_safety.h"
+#include "megackpt/core/tensor.h"
+#include "megackpt/core/text.h"
+#include "megackpt/core/thread_pool.h"
+#include "megackpt/dcp/checkpoint_folder.h"
+#include "megackpt/format/convert.h"
 #include "megackpt/format/index_file.h"
+#include "megackpt/format/inspect.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/safetensors.h"
-#include "megackpt/core/tensor.h"
-#include "megackpt/core/thread_pool.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::bench {
 // Defined in bench/format_bench.cc. Returns the process exit code.
@@ -71,8 +71,8 @@ std::string Truncate(std::string s, size_t n) {
 
 void PrintInspectTable(const format::OpenedCheckpoint& model) {
   std::printf("%s: %s, %zu tensors, %s of tensor data in %zu file%s\n", model.input.path.c_str(),
-              std::string(format::CheckpointKindName(model.input.kind)).c_str(), model.tensors.size(),
-              HumanBytes(model.total_bytes).c_str(), model.files.size(),
+              std::string(format::CheckpointKindName(model.input.kind)).c_str(),
+              model.tensors.size(), HumanBytes(model.total_bytes).c_str(), model.files.size(),
               model.files.size() == 1 ? "" : "s");
   json meta = json::parse(format::CheckpointMetadataJson(model), nullptr, false);
   if (meta.is_object() && !meta.empty()) {
@@ -98,7 +98,6 @@ void PrintInspectTable(const format::OpenedCheckpoint& model) {
                 model.files[t.file].name.c_str());
   }
 }
-
 
 // The folder of a DCP checkpoint (fs or MEGA storage) when PATH is one (a folder
 // holding .metadata, or that .metadata file): inspect, verify and convert then
@@ -172,7 +171,9 @@ int RunInspectDcp(const std::string& dir, bool as_json) {
     ordered_json files = ordered_json::array();
     for (const auto& f : s->files) {
       std::error_code ec;
-      files.push_back({{"name", f}, {"size", static_cast<uint64_t>(stdfs::file_size(stdfs::path(dir) / f, ec))}});
+      files.push_back(
+          {{"name", f},
+           {"size", static_cast<uint64_t>(stdfs::file_size(stdfs::path(dir) / f, ec))}});
     }
     doc["files"] = std::move(files);
     doc["total_nbytes"] = s->tensor_bytes;
@@ -237,17 +238,19 @@ struct VerifyOutcome {
 
 int ReportVerify(const VerifyOutcome& v, bool quiet) {
   for (const auto& w : v.warnings) ReportWarning("verify", w);
-  for (const auto& p : v.problems) std::fprintf(stderr, "megackpt: error: verify: FAILED: %s\n", p.c_str());
-  const std::string summary = v.path + ": " + std::to_string(v.problems.size()) + " problem" +
-                              (v.problems.size() == 1 ? "" : "s") +
-                              (v.files ? " (" + std::to_string(v.files_ok) + " of " + std::to_string(v.files) +
-                                             " files OK)"
-                                       : "");
+  for (const auto& p : v.problems)
+    std::fprintf(stderr, "megackpt: error: verify: FAILED: %s\n", p.c_str());
+  const std::string summary =
+      v.path + ": " + std::to_string(v.problems.size()) + " problem" +
+      (v.problems.size() == 1 ? "" : "s") +
+      (v.files ? " (" + std::to_string(v.files_ok) + " of " + std::to_string(v.files) + " files OK)"
+               : "");
   if (!v.problems.empty()) std::fprintf(stderr, "megackpt: error: verify: %s\n", summary.c_str());
   if (JsonOutput()) {
-    nlohmann::ordered_json j = {{"path", v.path},       {"ok", v.problems.empty()}, {"kind", v.kind},
-                                {"files", v.files},     {"files_ok", v.files_ok},   {"tensors", v.tensors},
-                                {"bytes", v.bytes},     {"problems", v.problems},   {"warnings", v.warnings}};
+    nlohmann::ordered_json j = {
+        {"path", v.path},   {"ok", v.problems.empty()}, {"kind", v.kind},
+        {"files", v.files}, {"files_ok", v.files_ok},   {"tensors", v.tensors},
+        {"bytes", v.bytes}, {"problems", v.problems},   {"warnings", v.warnings}};
     if (!v.problems.empty()) j["error"] = {{"code", "DataLoss"}, {"message", "verify: " + summary}};
     PrintJson(j);
   } else if (!quiet && v.problems.empty()) {
@@ -276,8 +279,9 @@ int RunVerifyDcp(const std::string& dir, bool quiet) {
       v.files_ok = shards->files_ok;
     }
   }
-  v.ok_line = "OK " + dir + ": " + dcp::StorageLayoutName(report->summary.layout) + " checkpoint, " +
-              DcpCountLine(report->summary) + "; " + std::to_string(report->chunks_checked) + " pieces (" +
+  v.ok_line = "OK " + dir + ": " + dcp::StorageLayoutName(report->summary.layout) +
+              " checkpoint, " + DcpCountLine(report->summary) + "; " +
+              std::to_string(report->chunks_checked) + " pieces (" +
               HumanBytes(report->bytes_checked) + ") read and verified";
   return ReportVerify(v, quiet);
 }
@@ -383,7 +387,6 @@ class Progress {
   bool stopped_ = false;
 };
 
-
 // Reports WriteConversion's progress to a Progress line.
 class ProgressListener : public format::ConvertListener {
  public:
@@ -415,9 +418,13 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
               *dir + " is a " + dcp::StorageLayoutName(s->layout) + " checkpoint with " +
               std::to_string(s->sharded_tensors) + " of " + std::to_string(s->tensors) +
               " tensors stored in chunks" +
-              (s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)" : "") +
-              "; convert reads whole tensors from MEGA/safetensors files and would drop entries. Run "
-              "`megackpt consolidate " + *dir + " DST` (whole tensors, MEGA or --format safetensors) "
+              (s->layout == dcp::StorageLayout::kFileSystem ? " (fs layout: .distcp data files)"
+                                                            : "") +
+              "; convert reads whole tensors from MEGA/safetensors files and would drop entries. "
+              "Run "
+              "`megackpt consolidate " +
+              *dir +
+              " DST` (whole tensors, MEGA or --format safetensors) "
               "first, then convert DST"));
     }
     dcp_summary = std::move(*s);
@@ -443,15 +450,17 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
     return ReportError("convert", dest.status(), kExitUsage);
   }
   if (dest->format == format::ModelFormat::kSafetensors && mega_options_given) {
-    ReportWarning("convert",
-                  "--alignment/--checksum/--compression/--shuffle apply to MEGA output only; ignored for "
-                  "safetensors");
+    ReportWarning(
+        "convert",
+        "--alignment/--checksum/--compression/--shuffle apply to MEGA output only; ignored for "
+        "safetensors");
   }
   auto plan = format::PlanConversion(*model, *dest, o);
   if (!plan.ok()) {  // an output would overwrite the source (2), or sharded input (1)
     // an output would overwrite the source (usage), or sharded input (failure)
-    return ReportError("convert", plan.status(),
-                       plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage);
+    return ReportError(
+        "convert", plan.status(),
+        plan.status().code() == StatusCode::kFailedPrecondition ? kExitFailure : kExitUsage);
   }
   Progress progress(show_progress, model->total_bytes);
   ProgressListener listener(&progress);
@@ -477,10 +486,10 @@ int RunConvert(const std::string& src_path, const std::string& dst, const format
   }
   std::printf("converted %zu tensors (%s) from %s to %s: %zu %s file%s%s in %.2f s (%s)\n",
               model->tensors.size(), HumanBytes(model->total_bytes).c_str(),
-              std::string(format::CheckpointKindName(input->kind)).c_str(), dest->output_path().c_str(),
-              num_files, std::string(format::ModelFormatName(dest->format)).c_str(),
-              num_files == 1 ? "" : "s", dest->folder ? " + index" : "", secs,
-              HumanRate(model->total_bytes / secs).c_str());
+              std::string(format::CheckpointKindName(input->kind)).c_str(),
+              dest->output_path().c_str(), num_files,
+              std::string(format::ModelFormatName(dest->format)).c_str(), num_files == 1 ? "" : "s",
+              dest->folder ? " + index" : "", secs, HumanRate(model->total_bytes / secs).c_str());
   return kExitOk;
 }
 
@@ -518,8 +527,9 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "that is not a checkpoint, a folder with several indexes).");
     auto path = AddRequiredArg(cmd, "PATH", "File, index or folder");
     auto quiet = AddSharedFlag(cmd, "-q,--quiet", "Print nothing on success");
-    AddJsonFlag(cmd, "Print {\"path\", \"ok\", \"kind\", \"files\", \"files_ok\", \"tensors\", "
-                            "\"bytes\", \"problems\", \"warnings\"} (+ \"error\" when not ok)");
+    AddJsonFlag(cmd,
+                "Print {\"path\", \"ok\", \"kind\", \"files\", \"files_ok\", \"tensors\", "
+                "\"bytes\", \"problems\", \"warnings\"} (+ \"error\" when not ok)");
     cmd->callback([=] { *exit_code = RunVerify(*path, *quiet); });
   }
   // convert
@@ -563,16 +573,17 @@ void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
                                    "shrink stay raw)");
     auto* o_shuf = cmd->add_flag("--shuffle", *shuffle, "MEGA: byte-shuffle before compressing");
     cmd->add_option("--format", *format, "Folder outputs: mega|safetensors");
-    auto progress = AddSharedFlag(cmd, "--progress", "Show progress on stderr even when it is not a terminal");
+    auto progress =
+        AddSharedFlag(cmd, "--progress", "Show progress on stderr even when it is not a terminal");
     auto no_progress = AddSharedFlag(cmd, "--no-progress", "Never show progress");
-    AddJsonFlag(cmd, "Print {\"src\", \"dst\", \"format\", \"tensors\", \"files\", \"index\", "
-                            "\"bytes\", \"seconds\", \"gbps\"} (no progress)");
-    auto no_sync = AddSharedFlag(cmd, "--no-sync", "Skip fsync of the written files (faster, not crash-safe)");
+    AddJsonFlag(cmd,
+                "Print {\"src\", \"dst\", \"format\", \"tensors\", \"files\", \"index\", "
+                "\"bytes\", \"seconds\", \"gbps\"} (no progress)");
+    auto no_sync =
+        AddSharedFlag(cmd, "--no-sync", "Skip fsync of the written files (faster, not crash-safe)");
     cmd->callback([=] {
       format::ConvertOptions o;
-      auto usage = [&](const std::string& msg) {
-        *exit_code = ReportUsage("convert", msg);
-      };
+      auto usage = [&](const std::string& msg) { *exit_code = ReportUsage("convert", msg); };
       if (o_max->count() > 0) {
         auto v = ParseByteSize(*max_shard);
         if (!v.ok()) return usage("--max-shard-size: " + v.status().message());

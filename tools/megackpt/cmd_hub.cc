@@ -12,12 +12,12 @@
 #include "hub_bench.h"  // bench/
 #include "hub_progress.h"
 #include "megackpt/commands.h"
-#include "megackpt/hub/client.h"
-#include "megackpt/hub/mega_fs.h"
-#include "megackpt/hub/transaction.h"
-#include "megackpt/hub/mega_uri.h"
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/thread_pool.h"
+#include "megackpt/hub/client.h"
+#include "megackpt/hub/mega_fs.h"
+#include "megackpt/hub/mega_uri.h"
+#include "megackpt/hub/transaction.h"
 
 namespace megackpt::cli {
 namespace {
@@ -64,7 +64,8 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
-    files.emplace_back(std::filesystem::relative(it->path(), dir, ec).generic_string(), it->file_size(ec));
+    files.emplace_back(std::filesystem::relative(it->path(), dir, ec).generic_string(),
+                       it->file_size(ec));
   }
   if (ec) return Fail(ErrnoToStatus("push: listing " + dir, ec.value()));
   std::sort(files.begin(), files.end());
@@ -75,12 +76,14 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
   hub::TransactionOptions opts;
-  opts.message = message.empty() ? "megackpt push " + std::to_string(files.size()) + " files" : message;
+  opts.message =
+      message.empty() ? "megackpt push " + std::to_string(files.size()) + " files" : message;
   opts.rebase = rebase;
   opts.create_private = is_private;
   auto txn = hub::HubTransaction::Begin(*hub, *uri, opts);
   if (!txn.ok()) return Fail(txn.status());
-  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "push", where, files.size(), total);
+  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "push", where, files.size(),
+                            total);
   ThreadPool pool(std::max(1, f.threads));
   Status s = ParallelFor(&pool, files.size(), [&](size_t i) -> Status {
     const auto& [rel, size] = files[i];
@@ -119,7 +122,8 @@ int Push(const std::string& dir, const std::string& target, const HubFlags& f,
   } else if (commit->no_change) {
     // The hub made no commit: every file was already there, unchanged.
     std::printf("nothing to change: %s is already at commit %s (%zu files, %s)\n",
-                uri->Root().ToString().c_str(), commit->id.c_str(), files.size(), HumanBytes(total).c_str());
+                uri->Root().ToString().c_str(), commit->id.c_str(), files.size(),
+                HumanBytes(total).c_str());
   } else {
     std::printf("%s %s: %zu files, %s, %s uploaded (new content)\n",
                 commit->id.empty() ? "updated" : ("commit " + commit->id).c_str(),
@@ -142,7 +146,8 @@ Result<std::vector<RemoteFile>> ResolveFiles(hub::HubConnection& hub, const hub:
   std::vector<RemoteFile> out;
   std::string prefix = uri.path.empty() ? "" : uri.path + "/";
   if (uri.is_bucket) {
-    MEGA_ASSIGN_OR_RETURN(auto list, hub.ListBucket(uri.repo_id(), uri.path.empty() ? "" : uri.path));
+    MEGA_ASSIGN_OR_RETURN(auto list,
+                          hub.ListBucket(uri.repo_id(), uri.path.empty() ? "" : uri.path));
     for (const auto& e : list) {
       if (!uri.path.empty() && e.path != uri.path && !e.path.starts_with(prefix)) continue;
       RemoteFile rf;
@@ -215,7 +220,8 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
   if (files->empty()) return Fail(NotFoundError(source + ": no files"));
   uint64_t total = 0;
   for (const auto& rf : *files) total += rf.entry.size;
-  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "pull", where, files->size(), total);
+  TransferProgress progress(TransferProgress::ModeFor(f.quiet, f.json), "pull", where,
+                            files->size(), total);
   ThreadPool pool(std::max(1, f.threads));
   // Files whose local copy already has the same size and SHA-256 are not
   // downloaded again (checked in parallel).
@@ -307,13 +313,14 @@ int Pull(const std::string& source, const std::string& dir, const HubFlags& f) {
                              {"seconds", seconds},
                              {"gbps", seconds > 0 ? total / seconds / 1e9 : 0.0},
                              {"endpoint", where.endpoint}}
-                             .dump()
-                             .c_str());
+                            .dump()
+                            .c_str());
   } else {
     std::printf("pulled %zu files (%s)%s into %s%s\n", files->size(), HumanBytes(total).c_str(),
                 commit.empty() ? "" : (" at " + commit).c_str(), dir.c_str(),
-                skipped ? (": " + std::to_string(skipped) + " already up to date, " + HumanBytes(downloaded) +
-                           " downloaded").c_str()
+                skipped ? (": " + std::to_string(skipped) + " already up to date, " +
+                           HumanBytes(downloaded) + " downloaded")
+                              .c_str()
                         : "");
   }
   return 0;
@@ -336,10 +343,13 @@ int Ls(const std::string& target, const HubFlags& f, bool recursive) {
     if (!files.ok()) return Fail(files.status());
     for (const auto& rf : *files) {
       if (f.json) {
-        out.push_back({{"path", rf.entry.path}, {"size", rf.entry.size}, {"sha256", rf.entry.sha256},
+        out.push_back({{"path", rf.entry.path},
+                       {"size", rf.entry.size},
+                       {"sha256", rf.entry.sha256},
                        {"xet_hash", rf.entry.xet_hash}});
       } else {
-        std::printf("%12llu  %s\n", static_cast<unsigned long long>(rf.entry.size), rf.entry.path.c_str());
+        std::printf("%12llu  %s\n", static_cast<unsigned long long>(rf.entry.size),
+                    rf.entry.path.c_str());
       }
     }
   } else {
@@ -356,7 +366,8 @@ int Ls(const std::string& target, const HubFlags& f, bool recursive) {
     }
     for (const auto& e : list) {
       if (f.json) {
-        out.push_back({{"path", e.path}, {"size", e.size}, {"type", e.is_directory ? "directory" : "file"}});
+        out.push_back(
+            {{"path", e.path}, {"size", e.size}, {"type", e.is_directory ? "directory" : "file"}});
       } else if (e.is_directory) {
         std::printf("%12s  %s/\n", "-", e.path.c_str());
       } else {
@@ -371,7 +382,8 @@ int Ls(const std::string& target, const HubFlags& f, bool recursive) {
 int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::string& message) {
   auto uri = hub::ParseMegaUri(target);
   if (!uri.ok()) return Fail(uri.status());
-  if (uri->path.empty()) return Fail(InvalidArgumentError("rm: " + target + " names no path inside the repo"));
+  if (uri->path.empty())
+    return Fail(InvalidArgumentError("rm: " + target + " names no path inside the repo"));
   auto hub = Connect(f);
   if (!hub.ok()) return Fail(hub.status());
   if (uri->is_bucket) {
@@ -395,8 +407,10 @@ int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::
     if (ops.empty()) return Fail(NotFoundError(target + ": no such file"));
     Status s = (*hub)->BucketBatch(uri->repo_id(), ops);
     if (!s.ok()) return Fail(s);
-    if (f.json) std::printf("%s\n", json{{"deleted", ops.size()}}.dump().c_str());
-    else std::printf("deleted %zu file(s) from %s\n", ops.size(), uri->Root().ToString().c_str());
+    if (f.json)
+      std::printf("%s\n", json{{"deleted", ops.size()}}.dump().c_str());
+    else
+      std::printf("deleted %zu file(s) from %s\n", ops.size(), uri->Root().ToString().c_str());
     return 0;
   }
   hub::CommitRequest req;
@@ -404,12 +418,14 @@ int Rm(const std::string& target, const HubFlags& f, bool recursive, const std::
   req.branch = uri->revision;
   req.message = message.empty() ? "megackpt rm " + uri->path : message;
   hub::CommitOperation op;
-  op.kind = recursive ? hub::CommitOperation::Kind::kDeleteFolder : hub::CommitOperation::Kind::kDelete;
+  op.kind =
+      recursive ? hub::CommitOperation::Kind::kDeleteFolder : hub::CommitOperation::Kind::kDelete;
   op.path = uri->path;
   if (recursive) {
     // `rm -r` of a single file is fine too.
     auto head = (*hub)->ResolveRevision(req.repo, req.branch);
-    if (head.ok() && (*hub)->GetFile(req.repo, *head, uri->path).ok()) op.kind = hub::CommitOperation::Kind::kDelete;
+    if (head.ok() && (*hub)->GetFile(req.repo, *head, uri->path).ok())
+      op.kind = hub::CommitOperation::Kind::kDelete;
   }
   req.ops.push_back(op);
   auto c = (*hub)->Commit(req);
@@ -462,10 +478,13 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       "  -> {\"commit\": \"<40 hex>\", \"uploaded_bytes\": N, \"total_bytes\": N, \"files\": N}\n"
       "The repo is created when missing (when the token may write to the namespace).");
   push->add_option("DIR", a, "Local folder")->required();
-  push->add_option("URI", b, "mega://[type/]NS/REPO[@BRANCH][/PATH] or mega://buckets/NS/NAME[/PATH]")->required();
+  push->add_option("URI", b,
+                   "mega://[type/]NS/REPO[@BRANCH][/PATH] or mega://buckets/NS/NAME[/PATH]")
+      ->required();
   push->add_option("-m,--message", message, "Commit message");
   push->add_flag("--private", is_private, "Create the repo private when it does not exist");
-  push->add_flag("--rebase", rebase, "If the branch moved meanwhile, commit on top unless the same paths changed");
+  push->add_flag("--rebase", rebase,
+                 "If the branch moved meanwhile, commit on top unless the same paths changed");
   push->add_option("-j,--threads", flags.threads, "Files uploaded in parallel")->default_val(4);
   AddHubFlags(push, &flags);
   push->callback([exit_code] { *exit_code = Push(a, b, flags, message, is_private, rebase); });
@@ -480,23 +499,26 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
   AddHubFlags(pull, &flags);
   pull->callback([exit_code] { *exit_code = Pull(a, b, flags); });
 
-  CLI::App* ls = app.add_subcommand("ls", "List a hub folder (or every file below it with -r)\n"
-                                          "  megackpt ls mega://org/model@main/ckpt");
+  CLI::App* ls = app.add_subcommand("ls",
+                                    "List a hub folder (or every file below it with -r)\n"
+                                    "  megackpt ls mega://org/model@main/ckpt");
   ls->add_option("URI", a, "mega:// folder or file")->required();
   ls->add_flag("-r,--recursive", recursive, "Every file below the folder, with full paths");
   AddHubFlags(ls, &flags);
   ls->callback([exit_code] { *exit_code = Ls(a, flags, recursive); });
 
-  CLI::App* rm = app.add_subcommand("rm", "Delete a file (or a folder with -r) as one commit\n"
-                                          "  megackpt rm -r mega://org/model@main/ckpt/step-90");
+  CLI::App* rm = app.add_subcommand("rm",
+                                    "Delete a file (or a folder with -r) as one commit\n"
+                                    "  megackpt rm -r mega://org/model@main/ckpt/step-90");
   rm->add_option("URI", a, "mega:// file or folder")->required();
   rm->add_flag("-r,--recursive", recursive, "Delete a folder");
   rm->add_option("-m,--message", message, "Commit message");
   AddHubFlags(rm, &flags);
   rm->callback([exit_code] { *exit_code = Rm(a, flags, recursive, message); });
 
-  CLI::App* log = app.add_subcommand("log", "Commit history of a repo branch, newest first\n"
-                                            "  megackpt log mega://org/model");
+  CLI::App* log = app.add_subcommand("log",
+                                     "Commit history of a repo branch, newest first\n"
+                                     "  megackpt log mega://org/model");
   log->add_option("URI", a, "mega://[type/]NS/REPO[@REV]")->required();
   log->add_option("-n,--limit", limit, "At most this many commits")->default_val(50);
   AddHubFlags(log, &flags);
@@ -510,7 +532,8 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
       "hub",
       "Save/load through mega:// (embedded and a megahub on loopback) vs a local path vs the\n"
       "page-cache limits, plus second-version upload bytes/time (10% of files changed).");
-  auto* size_opt = hb->add_option("--size", bench_size, "Checkpoint size, e.g. 2GiB, 512MB (default 256MiB)");
+  auto* size_opt =
+      hb->add_option("--size", bench_size, "Checkpoint size, e.g. 2GiB, 512MB (default 256MiB)");
   hb->add_option("--bytes", bench_bytes, "Checkpoint size in plain bytes (same as --size)")
       ->default_val(256ull << 20)
       ->excludes(size_opt);
@@ -521,7 +544,9 @@ void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     std::string megahub = self + "/megahub";
     bench::HubBenchOptions o;
     o.bytes = bench_bytes;
-    if (!bench_size.empty() && !ParseSizeFlag("bench hub", "--size", bench_size, &o.bytes, exit_code)) return;
+    if (!bench_size.empty() &&
+        !ParseSizeFlag("bench hub", "--size", bench_size, &o.bytes, exit_code))
+      return;
     o.reps = bench_reps;
     o.megahub = std::filesystem::exists(megahub) ? megahub : "";
     o.json = bench_json;

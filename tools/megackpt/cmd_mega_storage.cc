@@ -6,8 +6,8 @@
 
 #include "mega_bench.h"
 #include "megackpt/commands.h"
-#include "megackpt/dcp/consolidate.h"
 #include "megackpt/core/status.h"
+#include "megackpt/dcp/consolidate.h"
 
 namespace megackpt::cli {
 
@@ -49,12 +49,16 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         ->check(CLI::Range(1, 256));
     cmd->add_option("--checksum", a->checksum, "MEGA outputs: crc32 (default), sha256 or none")
         ->check(CLI::IsMember({"crc32", "sha256", "none"}));
-    cmd->add_flag("--no-sync", a->no_sync, "Skip fsync (faster; atomic but not durable across power loss)");
-    AddJsonFlag(cmd, "Print {\"src\", \"dst\", \"format\", \"tensors\", \"bytes\", \"files\", "
-                            "\"paths\", \"index\"}");
+    cmd->add_flag("--no-sync", a->no_sync,
+                  "Skip fsync (faster; atomic but not durable across power loss)");
+    AddJsonFlag(cmd,
+                "Print {\"src\", \"dst\", \"format\", \"tensors\", \"bytes\", \"files\", "
+                "\"paths\", \"index\"}");
     cmd->callback([a, exit_code] {
       dcp::ConsolidateOptions o;
-      if (!ParseSizeFlag("consolidate", "--max-shard-size", a->max_shard, &o.max_shard_size, exit_code)) return;
+      if (!ParseSizeFlag("consolidate", "--max-shard-size", a->max_shard, &o.max_shard_size,
+                         exit_code))
+        return;
       o.format = a->format == "safetensors" ? dcp::ConsolidateFormat::kSafetensors
                                             : dcp::ConsolidateFormat::kMega;
       o.thread_count = a->threads;
@@ -88,14 +92,18 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
   // bench mega
   {
     auto o = std::make_shared<bench::MegaBenchOptions>();
-    auto* cmd = AddStateBench(bench, "mega",
-        "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from --world-size\n"
-        "ranks (threads, or --backend mpi) through MegaStorageWriter/Reader, next to the machine's limits\n"
+    auto* cmd = AddStateBench(
+        bench, "mega",
+        "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from "
+        "--world-size\n"
+        "ranks (threads, or --backend mpi) through MegaStorageWriter/Reader, next to the machine's "
+        "limits\n"
         "measured the same way in the same run: durable save vs write + fsync of the same\n"
         "bytes; --no-sync save vs page-cache write; load into caller-allocated, pre-faulted,\n"
         "reused tensors vs a warm page-cache read; the time the caller is blocked in\n"
         "async_save (staging) vs the synchronous save and the memcpy of the state. Each limit is\n"
-        "the best of 1, 2 and world-size x threads plain threads. Medians of --reps runs after a dropped\n"
+        "the best of 1, 2 and world-size x threads plain threads. Medians of --reps runs after a "
+        "dropped\n"
         "warm-up; decimal GB/s. bench/torch_peer.py prints torch.save/torch.load and torch DCP\n"
         "numbers for the same state.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
@@ -108,8 +116,9 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         ->check(CLI::IsMember({"threads", "mpi"}));
     cmd->add_option("--tensors", o->tensors, "F32 tensors in the state (default 16)")
         ->check(CLI::Range(1, 4096));
-    cmd->add_flag("--direct-io", o->direct_io,
-                  "Durable saves write their shards with direct I/O (MegaStorageWriterOptions::direct_io)");
+    cmd->add_flag(
+        "--direct-io", o->direct_io,
+        "Durable saves write their shards with direct I/O (MegaStorageWriterOptions::direct_io)");
   }
 }
 

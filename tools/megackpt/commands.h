@@ -11,8 +11,8 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,12 +21,13 @@
 
 namespace megackpt::cli {
 
-void RegisterFormatCommands(CLI::App& app, CLI::App& bench, int* exit_code);  // inspect verify convert
-void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code);     // demo
+void RegisterFormatCommands(CLI::App& app, CLI::App& bench,
+                            int* exit_code);                               // inspect verify convert
+void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code);  // demo
 void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code);  // consolidate
-void RegisterCasCommands(CLI::App& app, CLI::App& bench, int* exit_code);     // cas
-void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code);     // push pull ls rm log
-void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code);    // ckpt diff
+void RegisterCasCommands(CLI::App& app, CLI::App& bench, int* exit_code);          // cas
+void RegisterHubCommands(CLI::App& app, CLI::App& bench, int* exit_code);   // push pull ls rm log
+void RegisterCkptCommands(CLI::App& app, CLI::App& bench, int* exit_code);  // ckpt diff
 
 // `megackpt demo --steps N`: the simulated training loop through the
 // CheckpointManager (cmd_ckpt.cc); the demo's other options as given.
@@ -106,8 +107,10 @@ bool ParseSizeFlag(std::string_view command, std::string_view flag, const std::s
 // to those fields of *o (bench/bench_report.h: StateBenchOptions).
 template <typename Options>
 void AddStateBenchRunFlags(CLI::App* cmd, Options* o) {
-  cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")->check(CLI::Range(1, 64));
+  cmd->add_option("--reps", o->reps, "Measured repetitions (default 5)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--threads", o->threads, "I/O threads per rank (default 2)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
 }
@@ -137,7 +140,8 @@ double NowSeconds();
 // Reads `file` from offset 0 to its end in blocks of up to 8 MiB and calls
 // fn(block) on each in order (the span is valid during the call only). Returns
 // the first read error or the first error fn returns.
-Status ForEachBlock(const RandomAccessFile& file, const std::function<Status(std::span<std::byte>)>& fn);
+Status ForEachBlock(const RandomAccessFile& file,
+                    const std::function<Status(std::span<std::byte>)>& fn);
 
 // "1.50 GB", "12.00 MB", "3.00 kB", "12 B" (decimal units): every size the CLI prints.
 std::string HumanBytes(uint64_t n);

@@ -30,7 +30,8 @@ EndpointChoice ChooseEndpoint(const std::string& flag) {
 std::string DescribeEndpoint(const EndpointChoice& e) {
   if (e.source == "default") {
     return "the embedded hub at " + e.endpoint.substr(7) +
-           " (default: MEGA_ENDPOINT is not set; set MEGA_ENDPOINT=http://HOST:PORT to use a megahub)";
+           " (default: MEGA_ENDPOINT is not set; set MEGA_ENDPOINT=http://HOST:PORT to use a "
+           "megahub)";
   }
   if (e.embedded) return "the embedded hub at " + e.endpoint.substr(7) + " (" + e.source + ")";
   return "megahub at " + e.endpoint + " (" + e.source + ")";
@@ -47,9 +48,12 @@ TransferProgress::TransferProgress(Mode mode, std::string verb, const EndpointCh
     : mode_(mode), verb_(std::move(verb)), total_files_(total_files), total_bytes_(total_bytes) {
   if (mode_ == Mode::kQuiet) return;
   if (mode_ == Mode::kJson) {
-    nlohmann::json ev = {{"event", "start"},     {"command", verb_},
-                         {"endpoint", endpoint.endpoint}, {"endpoint_source", endpoint.source},
-                         {"embedded", endpoint.embedded}, {"files_total", total_files_},
+    nlohmann::json ev = {{"event", "start"},
+                         {"command", verb_},
+                         {"endpoint", endpoint.endpoint},
+                         {"endpoint_source", endpoint.source},
+                         {"embedded", endpoint.embedded},
+                         {"files_total", total_files_},
                          {"bytes_total", total_bytes_}};
     std::fprintf(stderr, "%s\n", ev.dump().c_str());
   } else {
@@ -88,9 +92,10 @@ void TransferProgress::FileDone(const std::string& path, uint64_t size, const ch
                  path.c_str(), HumanBytes(size).c_str(), skipped ? ", unchanged: skipped" : "",
                  HumanBytes(bytes_).c_str(), HumanBytes(total_bytes_).c_str());
   } else if (mode_ == Mode::kJson) {
-    nlohmann::json ev = {{"event", "file"}, {"command", verb_}, {"path", path}, {"bytes", size},
-                         {"status", status}};
-    std::fprintf(stderr, "%s\n", ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    nlohmann::json ev = {
+        {"event", "file"}, {"command", verb_}, {"path", path}, {"bytes", size}, {"status", status}};
+    std::fprintf(stderr, "%s\n",
+                 ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   Render(false);
 }
@@ -102,11 +107,13 @@ void TransferProgress::Finish() {
 }
 
 void TransferProgress::Render(bool final) {
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   samples_.emplace_back(now, bytes_);
   while (samples_.size() > 2 && now - samples_.front().first > 5.0) samples_.pop_front();
   const double interval = mode_ == Mode::kJson ? 0.5 : 0.1;
-  if (!final && (mode_ == Mode::kLines || (last_render_ >= 0 && now - last_render_ < interval))) return;
+  if (!final && (mode_ == Mode::kLines || (last_render_ >= 0 && now - last_render_ < interval)))
+    return;
   last_render_ = now;
   const double rate = final && now > 0 ? bytes_ / now : Rate(now);
   const uint64_t left = total_bytes_ > bytes_ ? total_bytes_ - bytes_ : 0;

@@ -53,7 +53,7 @@ class TransferProgress {
   void Finish();
 
  private:
-  void Render(bool final);  // REQUIRES: mu_ held
+  void Render(bool final);        // REQUIRES: mu_ held
   double Rate(double now) const;  // bytes per second over the last few seconds
 
   const Mode mode_;

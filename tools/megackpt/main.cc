@@ -17,7 +17,8 @@ using megackpt::cli::ReportUsage;
 // Every command's help ends with the exit codes.
 void AddExitCodesFooter(CLI::App* app) {
   app->footer(megackpt::cli::kExitCodesHelp);
-  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) AddExitCodesFooter(sub);
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; }))
+    AddExitCodesFooter(sub);
 }
 
 // Follows the command words of argv down the subcommand tree; a word that is
@@ -62,7 +63,8 @@ int main(int argc, char** argv) {
       "megackpt: distributed checkpoints in MEGA (.mega) and safetensors format, with\n"
       "content-addressed storage and mega:// hub paths.\n\n"
       "Examples:\n"
-      "  megackpt demo --out /tmp/ckpt --world-size 2      save + resharded load of a synthetic model\n"
+      "  megackpt demo --out /tmp/ckpt --world-size 2      save + resharded load of a synthetic "
+      "model\n"
       "  megackpt inspect model.mega                       tensors, dtypes, shapes, metadata\n"
       "  megackpt verify ckpt/model.mega.index.json        check every checksum\n"
       "  megackpt convert model.safetensors out_dir/       safetensors -> MEGA\n"
@@ -92,7 +94,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
+      return app.exit(e);  // --help, --version
     return ReportUsage("", std::string(e.what()) + " (run with --help for the options)");
   } catch (const std::exception& e) {
     return megackpt::cli::ReportError("", megackpt::InternalError(e.what()));

@@ -1,8 +1,7 @@
 // megahub: the MEGA hub service (HTTP) over a hub root folder, plus admin
 // commands (tokens, garbage collection). A thin shell over megackpt::hub.
-#include <signal.h>
-
 #include <microhttpd.h>
+#include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -87,32 +86,40 @@ int main(int argc, char** argv) {
       "megahub"};
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success; 1 failure; 2 usage error.");
-  app.set_version_flag("--version", std::string("megahub " MEGACKPT_VERSION " (libmicrohttpd ") + MHD_get_version() + ")");
+  app.set_version_flag("--version", std::string("megahub " MEGACKPT_VERSION " (libmicrohttpd ") +
+                                        MHD_get_version() + ")");
   int exit_code = 0;
 
   HubServerOptions options;
   std::string root;
-  CLI::App* serve = app.add_subcommand("serve", "Serve a hub root over HTTP/1.1 until SIGINT/SIGTERM");
+  CLI::App* serve =
+      app.add_subcommand("serve", "Serve a hub root over HTTP/1.1 until SIGINT/SIGTERM");
   serve->add_option("--root", root, "Hub root folder (created when missing)")->required();
   serve->add_option("--port", options.port, "TCP port; 0 picks a free one")->default_val(8080);
   serve->add_option("--host", options.host, "Address to listen on")->default_val("127.0.0.1");
-  serve->add_option("--threads", options.threads,
-                    "Event threads serving the connections (an idle connection holds none)")
+  serve
+      ->add_option("--threads", options.threads,
+                   "Event threads serving the connections (an idle connection holds none)")
       ->default_val(64);
-  serve->add_option("--listen-backlog", options.listen_backlog,
-                    "Backlog of the listening socket (clamped by net.core.somaxconn)")
+  serve
+      ->add_option("--listen-backlog", options.listen_backlog,
+                   "Backlog of the listening socket (clamped by net.core.somaxconn)")
       ->default_val(1024);
-  serve->add_option("--max-connections", options.max_connections,
-                    "Connections open at once; more are closed at once")
+  serve
+      ->add_option("--max-connections", options.max_connections,
+                   "Connections open at once; more are closed at once")
       ->default_val(1024);
-  serve->add_option("--max-connections-per-client", options.max_connections_per_client,
-                    "Connections open at once from one client IP address")
+  serve
+      ->add_option("--max-connections-per-client", options.max_connections_per_client,
+                   "Connections open at once from one client IP address")
       ->default_val(256);
-  serve->add_option("--header-timeout", options.header_timeout_seconds,
-                    "Seconds a connection may stay silent while sending request headers or idle")
+  serve
+      ->add_option("--header-timeout", options.header_timeout_seconds,
+                   "Seconds a connection may stay silent while sending request headers or idle")
       ->default_val(30);
-  serve->add_option("--read-timeout", options.read_timeout_seconds,
-                    "Seconds a connection may stay silent while sending a body or being answered")
+  serve
+      ->add_option("--read-timeout", options.read_timeout_seconds,
+                   "Seconds a connection may stay silent while sending a body or being answered")
       ->default_val(60);
   serve->add_option("--max-object-bytes", options.max_object_bytes,
                     "Largest xorb / blob / upload-part / shard body (413 beyond)");
@@ -147,9 +154,11 @@ int main(int argc, char** argv) {
   });
 
   double grace = 3600;
-  CLI::App* gc = app.add_subcommand("gc", "Delete content no commit, bucket or recent upload references");
+  CLI::App* gc =
+      app.add_subcommand("gc", "Delete content no commit, bucket or recent upload references");
   gc->add_option("--root", root, "Hub root folder")->required();
-  gc->add_option("--grace-seconds", grace, "Keep content uploaded less than this long ago")->default_val(3600);
+  gc->add_option("--grace-seconds", grace, "Keep content uploaded less than this long ago")
+      ->default_val(3600);
   gc->callback([&] {
     auto store = HubStore::Open(root);
     if (!store.ok()) {
@@ -161,18 +170,20 @@ int main(int argc, char** argv) {
       exit_code = ReportError(r.status());
       return;
     }
-    std::printf("live files %llu, xorbs kept %llu, xorbs deleted %llu (%llu bytes), expired uploads %llu\n",
-                static_cast<unsigned long long>(r->live_files),
-                static_cast<unsigned long long>(r->cas.xorbs_kept),
-                static_cast<unsigned long long>(r->cas.xorbs_deleted),
-                static_cast<unsigned long long>(r->cas.bytes_deleted),
-                static_cast<unsigned long long>(r->expired_uploads));
+    std::printf(
+        "live files %llu, xorbs kept %llu, xorbs deleted %llu (%llu bytes), expired uploads %llu\n",
+        static_cast<unsigned long long>(r->live_files),
+        static_cast<unsigned long long>(r->cas.xorbs_kept),
+        static_cast<unsigned long long>(r->cas.xorbs_deleted),
+        static_cast<unsigned long long>(r->cas.bytes_deleted),
+        static_cast<unsigned long long>(r->expired_uploads));
   });
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
+      return app.exit(e);  // --help, --version
     std::fprintf(stderr, "megahub: error: %s (run with --help for the options)\n", e.what());
     return 2;  // usage error
   }

@@ -52,9 +52,9 @@ struct MerkleHashHasher {
 };
 
 // The protocol's BLAKE3 keys.
-extern const MerkleHash kDataKey;              // chunk hashes
-extern const MerkleHash kInternalNodeKey;      // merkle aggregation nodes
-extern const MerkleHash kVerificationKey;      // range verification hashes
+extern const MerkleHash kDataKey;          // chunk hashes
+extern const MerkleHash kInternalNodeKey;  // merkle aggregation nodes
+extern const MerkleHash kVerificationKey;  // range verification hashes
 
 // blake3_keyed(key, data).
 MerkleHash KeyedHash(const MerkleHash& key, std::span<const std::byte> data);

@@ -43,7 +43,7 @@ struct FileReconstruction {
 
 // One chunk of a xorb as stored.
 struct XorbChunk {
-  MerkleHash hash;         // chunk hash of the uncompressed bytes
+  MerkleHash hash;              // chunk hash of the uncompressed bytes
   uint32_t byte_offset = 0;     // offset of the chunk's 8-byte record header in the xorb
   uint32_t unpacked_bytes = 0;  // uncompressed length
   friend bool operator==(const XorbChunk&, const XorbChunk&) = default;

@@ -16,7 +16,8 @@
 //     CASChunkSequenceHeader 48 B  xorb_hash[32] | u32 flags | u32 num_entries |
 //                                  u32 bytes_in_xorb (unpacked) | u32 bytes_on_disk
 //     num_entries × CASChunkSequenceEntry 48 B
-//                                  chunk_hash[32] | u32 unpacked_offset | u32 unpacked_bytes | 8 B reserved
+//                                  chunk_hash[32] | u32 unpacked_offset | u32 unpacked_bytes | 8 B
+//                                  reserved
 //   bookend 48 B
 //   footer 200 B (optional; header.footer_size = 200 or 0), see docs/cas.md.
 // All integers little-endian. Hashes are raw 32-byte values (the SHA-256 of
@@ -49,7 +50,7 @@ inline constexpr uint32_t kShardFileFlagWithVerification = 1u << 31;
 inline constexpr uint32_t kShardFileFlagWithMetadataExt = 1u << 30;
 
 struct ShardFileInfo {
-  FileReconstruction reconstruction;  // terms' verification_hash used when present
+  FileReconstruction reconstruction;              // terms' verification_hash used when present
   std::optional<std::array<uint8_t, 32>> sha256;  // FileMetadataExt: the SHA-256 digest bytes
   friend bool operator==(const ShardFileInfo&, const ShardFileInfo&) = default;
 };

@@ -124,8 +124,8 @@ class CasBackend {
 
   // ---- file reconstructions ----
   // Stores a reconstruction under recon.file_hash; a record already stored
-  // under that hash is kept (same hash, same bytes). FailedPrecondition naming the xorb when a referenced xorb is not
-  // stored (xorbs are written before the reconstructions that use them);
+  // under that hash is kept (same hash, same bytes). FailedPrecondition naming the xorb when a
+  // referenced xorb is not stored (xorbs are written before the reconstructions that use them);
   // InvalidArgument when recon.Validate() fails.
   virtual Status PutFile(const FileReconstruction& recon) = 0;
   // NotFound naming the hash when no such file is stored.
@@ -209,11 +209,11 @@ struct UploadOptions {
 
 struct FileUploadResult {
   MerkleHash file_hash;
-  uint64_t size = 0;        // bytes of the file
-  uint64_t new_bytes = 0;   // uncompressed bytes of chunks not stored before
-  uint64_t chunks = 0;      // chunks of the file
-  uint64_t new_chunks = 0;  // chunks not stored before (each stored once)
-  uint64_t new_xorbs = 0;   // xorbs this upload wrote
+  uint64_t size = 0;          // bytes of the file
+  uint64_t new_bytes = 0;     // uncompressed bytes of chunks not stored before
+  uint64_t chunks = 0;        // chunks of the file
+  uint64_t new_chunks = 0;    // chunks not stored before (each stored once)
+  uint64_t new_xorbs = 0;     // xorbs this upload wrote
   uint64_t stored_bytes = 0;  // serialized (compressed) bytes of the new chunks
   FileReconstruction reconstruction;
 };
@@ -257,10 +257,10 @@ struct StoreStats {
   uint64_t files = 0;
   uint64_t logical_bytes = 0;  // sum of stored files' sizes
   uint64_t xorbs = 0;
-  uint64_t chunks = 0;           // chunks in xorbs
-  uint64_t unpacked_bytes = 0;   // uncompressed bytes of all stored chunks
-  uint64_t stored_bytes = 0;     // serialized bytes of all xorbs
-  uint64_t referenced_xorbs = 0; // xorbs used by at least one stored file
+  uint64_t chunks = 0;            // chunks in xorbs
+  uint64_t unpacked_bytes = 0;    // uncompressed bytes of all stored chunks
+  uint64_t stored_bytes = 0;      // serialized bytes of all xorbs
+  uint64_t referenced_xorbs = 0;  // xorbs used by at least one stored file
   // logical_bytes / unpacked_bytes (1 when nothing is shared); 0 when empty.
   double dedup_ratio() const {
     return unpacked_bytes ? static_cast<double>(logical_bytes) / unpacked_bytes : 0;
@@ -319,8 +319,7 @@ class CasStore {
   // Download into memory.
   Result<std::string> Read(const MerkleHash& file_hash, ByteRange range = {});
   // Download into a local file (created/truncated; atomic rename when done).
-  Status DownloadToFile(const MerkleHash& file_hash, const std::string& path,
-                        ByteRange range = {});
+  Status DownloadToFile(const MerkleHash& file_hash, const std::string& path, ByteRange range = {});
   // Random access to a stored file; each ReadAt fetches only what it covers
   // (the last decoded chunks are cached).
   Result<std::unique_ptr<RandomAccessFile>> OpenFile(const MerkleHash& file_hash);

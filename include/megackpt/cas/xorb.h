@@ -38,7 +38,8 @@ inline constexpr uint32_t kMaxXorbChunks = 8192;
 // data and adds the record headers on top (a 64 MiB file of random bytes
 // arrives as one xorb of 64 MiB + 8 KiB). Our builder stays within
 // kMaxXorbBytes serialized.
-inline constexpr uint32_t kMaxSerializedXorbBytes = kMaxXorbBytes + kMaxXorbChunks * kChunkRecordHeaderSize;
+inline constexpr uint32_t kMaxSerializedXorbBytes =
+    kMaxXorbBytes + kMaxXorbChunks * kChunkRecordHeaderSize;
 // Largest length a u24 field can hold.
 inline constexpr uint32_t kMaxRecordLength = (1u << 24) - 1;
 
@@ -48,11 +49,11 @@ const char* CompressionSchemeName(CompressionScheme scheme);
 
 // How AppendChunkRecord picks a scheme.
 enum class CompressionPolicy {
-  kNone,   // always scheme 0
-  kAuto,   // by the data: LZ4, or BG4+LZ4 when the byte lanes look different
-           // (float-like data), falling back to none when not smaller
-  kLz4,    // LZ4 when smaller, else none
-  kBg4Lz4, // BG4+LZ4 when smaller, else none
+  kNone,    // always scheme 0
+  kAuto,    // by the data: LZ4, or BG4+LZ4 when the byte lanes look different
+            // (float-like data), falling back to none when not smaller
+  kLz4,     // LZ4 when smaller, else none
+  kBg4Lz4,  // BG4+LZ4 when smaller, else none
 };
 
 struct ChunkRecordHeader {
@@ -70,8 +71,8 @@ CompressionScheme AppendChunkRecord(std::span<const std::byte> chunk, Compressio
 // Writes one record for `chunk` to out[0, chunk.size() + 8) (a record is
 // never larger than that) and returns its size; *scheme receives the scheme.
 // REQUIRES: chunk.size() <= kMaxRecordLength; out has chunk.size() + 8 bytes.
-size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy,
-                         std::byte* out, CompressionScheme* scheme = nullptr);
+size_t EncodeChunkRecord(std::span<const std::byte> chunk, CompressionPolicy policy, std::byte* out,
+                         CompressionScheme* scheme = nullptr);
 
 // Parses and validates the header of the record at buf[offset]: version 0, a
 // known scheme, compressed_len within the buffer, scheme 0 having equal
@@ -91,7 +92,7 @@ Result<size_t> DecodeChunkRecordTo(std::span<const std::byte> buf, size_t offset
 
 // A whole xorb decoded: its bytes and chunk hashes/sizes.
 struct DecodedXorb {
-  std::string data;                // all chunks, uncompressed, concatenated
+  std::string data;                 // all chunks, uncompressed, concatenated
   std::vector<HashAndSize> chunks;  // hash and uncompressed size per chunk
   std::vector<uint32_t> record_offsets;
 };

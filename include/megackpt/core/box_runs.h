@@ -53,8 +53,10 @@ Status ForEachBoxRun(std::span<const int64_t> shape, std::span<const int64_t> st
                      const std::function<Status(const BoxRun&)>& fn);
 
 // The runs as a vector (convenient for small boxes and tests).
-Result<std::vector<BoxRun>> BoxRuns(std::span<const int64_t> shape, std::span<const int64_t> strides,
-                                    std::span<const int64_t> start, std::span<const int64_t> lengths);
+Result<std::vector<BoxRun>> BoxRuns(std::span<const int64_t> shape,
+                                    std::span<const int64_t> strides,
+                                    std::span<const int64_t> start,
+                                    std::span<const int64_t> lengths);
 
 // Byte runs of a box of a row-major array of `dtype`: src/dst/n in bytes.
 // F4 (two elements per byte): InvalidArgument unless every run starts and
@@ -84,6 +86,6 @@ Status ForEachByteSpan(std::span<const BoxRun> runs, uint64_t max_span_bytes, do
 Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, std::span<const BoxRun> runs,
                    std::span<std::byte> out);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_BOX_RUNS_H_

@@ -69,6 +69,6 @@ bool IsFloatDType(DType dtype);
 // IsFloatDType(dtype).
 double FloatElementAt(DType dtype, const void* p);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_DTYPE_H_

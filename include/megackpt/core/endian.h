@@ -47,7 +47,8 @@ inline uint64_t LoadLE64(const void* p) { return endian_internal::Load<uint64_t>
 // The same for an unsigned T of 1, 2, 4 or 8 bytes (LoadLE<uint32_t> is LoadLE32).
 template <typename T>
 inline T LoadLE(const void* p) {
-  static_assert(std::is_unsigned_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8));
+  static_assert(std::is_unsigned_v<T> &&
+                (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8));
   return endian_internal::Load<T>(p);
 }
 
@@ -79,6 +80,6 @@ inline void AppendLE64(std::string* out, uint64_t v) {
   out->append(b, 8);
 }
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_ENDIAN_H_

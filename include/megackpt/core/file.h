@@ -150,8 +150,7 @@ inline constexpr uint64_t kWritebackUnit = 32ull << 20;
 // Only regular files open: a directory, FIFO, socket or device is
 // InvalidArgument, and is refused without blocking (the open uses O_NONBLOCK
 // until fstat has shown a regular file).
-Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path,
-                                                        bool mmap = false);
+Result<std::unique_ptr<RandomAccessFile>> OpenLocalFile(const std::string& path, bool mmap = false);
 
 // Creates (or truncates) a local file for writing.
 Result<std::unique_ptr<WritableFile>> CreateLocalFile(const std::string& path);
@@ -175,7 +174,8 @@ Status WriteLocalFileAtomically(const std::string& path, std::string_view data, 
 // temp file is removed and `path` is untouched. Not thread-safe.
 class AtomicFileWriter {
  public:
-  static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path, bool sync = true);
+  static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path,
+                                                          bool sync = true);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -234,6 +234,6 @@ std::string BaseName(const std::string& path);
 // "/" for "/model.mega".
 std::string ParentOf(const std::string& path);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_FILE_H_

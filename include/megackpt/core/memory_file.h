@@ -48,6 +48,6 @@ class MemoryWritableFile final : public WritableFile {
   mutable std::mutex mu_;
 };
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_MEMORY_FILE_H_

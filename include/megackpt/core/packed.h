@@ -60,6 +60,6 @@ std::pair<uint64_t, uint64_t> F4BoxByteRange(std::span<const int64_t> shape,
                                              std::span<const int64_t> start,
                                              std::span<const int64_t> lengths);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_PACKED_H_

@@ -14,6 +14,6 @@ namespace megackpt::inline core {
 // ""}, "/a" gives {"", "a"}). They view `path`.
 std::vector<std::string_view> PathComponents(std::string_view path);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_PATH_COMPONENTS_H_

@@ -38,6 +38,6 @@ Status ValidateRelativePath(std::string_view name);
 // "://": the hub has no symlinks).
 Status CheckResolvesInside(const std::string& dir, const std::string& path);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_PATH_SAFETY_H_

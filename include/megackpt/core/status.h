@@ -114,7 +114,7 @@ Status ErrnoToStatus(std::string_view context, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result constructed from OK status");
     if (std::get<Status>(v_).ok()) v_ = InternalError("Result constructed from OK status");
@@ -147,16 +147,16 @@ Status AsStatus(const Result<T>& r) {
 }
 }  // namespace internal
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #define MEGA_CONCAT_INNER_(a, b) a##b
 #define MEGA_CONCAT_(a, b) MEGA_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status or Result) is an error.
-#define MEGA_RETURN_IF_ERROR(expr)                                              \
-  do {                                                                          \
-    ::megackpt::Status mega_status_ = ::megackpt::internal::AsStatus((expr));   \
-    if (!mega_status_.ok()) return mega_status_;                                \
+#define MEGA_RETURN_IF_ERROR(expr)                                            \
+  do {                                                                        \
+    ::megackpt::Status mega_status_ = ::megackpt::internal::AsStatus((expr)); \
+    if (!mega_status_.ok()) return mega_status_;                              \
   } while (0)
 
 // `lhs = value of expr` or returns its error. lhs may declare: `auto x`.

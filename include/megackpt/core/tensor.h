@@ -120,9 +120,10 @@ Result<Tensor> FromDLPack(DLManagedTensor* managed);
 // (int 0, uint 1, float 2, bfloat 4, bool 6, float8 e4m3fn 10, e5m2 12,
 // e8m0fnu 14): the one DLPack dtype map (FromDLPack, the Python arrays).
 // InvalidArgument starting with `what` for anything else (lanes != 1 too).
-Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes, std::string_view what = "dlpack");
+Result<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes,
+                              std::string_view what = "dlpack");
 Result<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_TENSOR_H_

@@ -43,6 +43,6 @@ bool IsLowerHex(std::string_view s, size_t n = 0);
 // The value of hex digit `c` (either case), -1 when it is not one.
 int HexDigitValue(char c);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_TEXT_H_

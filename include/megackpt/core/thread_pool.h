@@ -60,6 +60,6 @@ class ThreadPool {
 Status ParallelFor(ThreadPool* pool, size_t n, const std::function<Status(size_t)>& fn,
                    int max_parallel = 0);
 
-}  // namespace megackpt::core
+}  // namespace megackpt::inline core
 
 #endif  // MEGACKPT_CORE_THREAD_POOL_H_

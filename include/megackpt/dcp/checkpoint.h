@@ -18,19 +18,19 @@
 #include <memory>
 #include <string>
 
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/planner.h"
 #include "megackpt/dcp/state_dict.h"
 #include "megackpt/dcp/storage.h"
 #include "megackpt/dist/process_group.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 
 // Wall-clock seconds per phase of one rank's save/load (optional output).
 struct SaveStats {
-  double plan_seconds = 0;    // set-up, local/global planning and the plan collectives
-  double write_seconds = 0;   // WriteData on this rank
-  double commit_seconds = 0;  // result gather, Finish (coordinator) and the outcome broadcast
+  double plan_seconds = 0;     // set-up, local/global planning and the plan collectives
+  double write_seconds = 0;    // WriteData on this rank
+  double commit_seconds = 0;   // result gather, Finish (coordinator) and the outcome broadcast
   uint64_t bytes_written = 0;  // sum of this rank's WriteResult::size_in_bytes
 };
 
@@ -103,7 +103,8 @@ struct PathLoadOptions {
 // Save(state_dict, writer) with the writer for `path` (MakeStorageWriter).
 // Errors: InvalidArgument for an unknown storage; FailedPrecondition for a
 // scheme no linked layer serves; otherwise as Save.
-Status Save(const StateDict& state_dict, const std::string& path, const PathSaveOptions& options = {});
+Status Save(const StateDict& state_dict, const std::string& path,
+            const PathSaveOptions& options = {});
 
 // Load(state_dict, reader) with the reader for `path` (MakeStorageReader).
 // Errors as Save above and Load.

@@ -35,11 +35,11 @@ const char* StorageLayoutName(StorageLayout layout);  // "dcp-fs", "dcp-mega", "
 
 // The files of each layout found directly in a folder (names, sorted).
 struct FolderListing {
-  bool has_metadata = false;                 // .metadata
-  std::vector<std::string> rank_metadata;    // .metadata.rank<r>
-  std::vector<std::string> distcp_files;     // __<16 hex>_<rank>_<n>.distcp
-  std::vector<std::string> shard_files;      // *.mega, *.safetensors
-  std::vector<std::string> index_files;      // *.index.json
+  bool has_metadata = false;               // .metadata
+  std::vector<std::string> rank_metadata;  // .metadata.rank<r>
+  std::vector<std::string> distcp_files;   // __<16 hex>_<rank>_<n>.distcp
+  std::vector<std::string> shard_files;    // *.mega, *.safetensors
+  std::vector<std::string> index_files;    // *.index.json
 };
 
 // True when `name` is a FileSystemWriter data file name,
@@ -60,7 +60,8 @@ bool HasForeignMetadata(fs::FileSystem& fs, const std::string& dir);
 // Reads and decodes the metadata file `name` (".metadata", or a per-rank one)
 // of the checkpoint folder `dir`. NotFound "no checkpoint at <dir>: <name> not
 // found" when it is missing; a decode error (DataLoss) names the file.
-Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir, const std::string& name);
+Result<Metadata> ReadMetadataFile(fs::FileSystem& fs, const std::string& dir,
+                                  const std::string& name);
 
 // The layout a folder holds: from its `.metadata` when present and megackpt's
 // (see HasForeignMetadata), else kIndexOnly when it has shards or an index.
@@ -70,11 +71,11 @@ Result<StorageLayout> DetectLayout(fs::FileSystem& fs, const std::string& dir);
 struct EntrySummary {
   std::string fqn;
   bool is_bytes = false;
-  DType dtype = DType::kU8;  // tensors
-  Shape shape;               // global shape (bytes: {length})
-  uint64_t nbytes = 0;       // logical bytes of the whole tensor / the value
-  size_t chunks = 0;         // stored pieces (1 for bytes)
-  bool whole = false;        // stored as one chunk covering the whole tensor
+  DType dtype = DType::kU8;        // tensors
+  Shape shape;                     // global shape (bytes: {length})
+  uint64_t nbytes = 0;             // logical bytes of the whole tensor / the value
+  size_t chunks = 0;               // stored pieces (1 for bytes)
+  bool whole = false;              // stored as one chunk covering the whole tensor
   std::vector<std::string> files;  // files holding its pieces (sorted, unique)
 };
 
@@ -85,8 +86,8 @@ struct CheckpointSummary {
   std::vector<EntrySummary> entries;  // in fqn order
   size_t tensors = 0, bytes_values = 0;
   uint64_t tensor_bytes = 0, bytes_value_bytes = 0;
-  size_t sharded_tensors = 0;         // tensors not stored whole
-  std::vector<std::string> files;     // every referenced file (sorted)
+  size_t sharded_tensors = 0;      // tensors not stored whole
+  std::vector<std::string> files;  // every referenced file (sorted)
 };
 
 // Reads and decodes `dir`/.metadata (its content checksum and file names

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/dcp/mega_storage.h"
-#include "megackpt/fs/filesystem.h"
-#include "megackpt/dist/process_group.h"
 #include "megackpt/core/status.h"
+#include "megackpt/dcp/mega_storage.h"
+#include "megackpt/dist/process_group.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp {
 

@@ -35,12 +35,12 @@ struct EntryDiff {
 };
 
 struct CheckpointDiff {
-  std::vector<std::string> added;    // in B only, fqn order
-  std::vector<std::string> removed;  // in A only
-  std::vector<EntryDiff> changed;    // in both, different
-  uint64_t unchanged = 0;            // entries in both, byte-identical
-  uint64_t bytes_a = 0, bytes_b = 0; // logical bytes of all entries
-  uint64_t changed_bytes = 0;        // sum over `changed`, plus added entries' bytes
+  std::vector<std::string> added;     // in B only, fqn order
+  std::vector<std::string> removed;   // in A only
+  std::vector<EntryDiff> changed;     // in both, different
+  uint64_t unchanged = 0;             // entries in both, byte-identical
+  uint64_t bytes_a = 0, bytes_b = 0;  // logical bytes of all entries
+  uint64_t changed_bytes = 0;         // sum over `changed`, plus added entries' bytes
 };
 
 // Compares the committed checkpoints in folders `a` and `b` (fs or MEGA

@@ -7,8 +7,8 @@
 //   __<save_id>_<rank>_<n>.distcp          data files: items back to back
 // Each item is followed in its data file by its block CRC table (u32 LE per
 // block_size bytes; docs/dcp.md "Block CRC tables"); its StorageInfo records
-// {file, offset, length, crc32 of the item, block_size, block_table_offset}. File names read back from .metadata must be
-// relative names inside the folder (core/path_safety.h); anything else is
+// {file, offset, length, crc32 of the item, block_size, block_table_offset}. File names read back
+// from .metadata must be relative names inside the folder (core/path_safety.h); anything else is
 // DataLoss before any file is opened. Re-saving into the same folder never overwrites a
 // file the current .metadata references (new files carry the new save id); the
 // commit point is the rename of the new .metadata, after which the previous

@@ -49,11 +49,11 @@
 #include <string_view>
 #include <vector>
 
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/storage.h"
-#include "megackpt/fs/filesystem.h"
 #include "megackpt/format/mega.h"
-#include "megackpt/core/status.h"
+#include "megackpt/fs/filesystem.h"
 
 namespace megackpt::dcp {
 

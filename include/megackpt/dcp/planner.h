@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "megackpt/config.h"  // MEGACKPT_VERSION (CMake's project version)
-#include "megackpt/dcp/metadata.h"
-#include "megackpt/dcp/state_dict.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/dcp/metadata.h"
+#include "megackpt/dcp/state_dict.h"
 
 namespace megackpt::dcp {
 

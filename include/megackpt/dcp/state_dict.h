@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "megackpt/dcp/metadata.h"
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/dcp/metadata.h"
 
 namespace megackpt::dcp {
 
@@ -81,11 +81,11 @@ class StateValue {
  public:
   enum class Kind { kNone, kTensor, kSharded, kBytes, kDict, kList };
 
-  StateValue();  // kNone
-  StateValue(Tensor tensor);                // NOLINT: implicit by design
-  StateValue(ShardedTensor sharded);        // NOLINT
+  StateValue();                       // kNone
+  StateValue(Tensor tensor);          // NOLINT: implicit by design
+  StateValue(ShardedTensor sharded);  // NOLINT
   static StateValue Bytes(std::string bytes);
-  StateValue(StateDict dict);               // NOLINT
+  StateValue(StateDict dict);  // NOLINT
   static StateValue List(std::vector<StateValue> items);
 
   StateValue(const StateValue&);

@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/metadata.h"
 #include "megackpt/dcp/planner.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 
@@ -66,7 +66,8 @@ class StorageWriter {
   // before Finish. May be called more than once per save with disjoint subsets of
   // the rank's plan (async_save stages large states in pieces); data of earlier
   // calls must not be overwritten by later ones.
-  virtual Result<std::vector<WriteResult>> WriteData(const SavePlan& plan, SavePlanner& planner) = 0;
+  virtual Result<std::vector<WriteResult>> WriteData(const SavePlan& plan,
+                                                     SavePlanner& planner) = 0;
 
   // WriteData on a background thread. The default runs WriteData with std::async;
   // plan and planner must outlive the future.

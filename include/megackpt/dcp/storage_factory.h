@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "megackpt/core/status.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dcp/storage.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::dcp {
 

@@ -72,8 +72,7 @@ std::unique_ptr<ProcessGroup> NewSingleProcessGroup();
 // group for its rank, and returns each rank's status (index = rank). A rank
 // whose fn throws reports Internal with the exception text; the other ranks'
 // pending collectives then fail with Aborted instead of waiting.
-std::vector<Status> RunThreadRanks(int world_size,
-                                   const std::function<Status(ProcessGroup&)>& fn,
+std::vector<Status> RunThreadRanks(int world_size, const std::function<Status(ProcessGroup&)>& fn,
                                    ProcessGroupOptions options = {});
 
 // The MPI backend over MPI_COMM_WORLD. Calls MPI_Init_thread on first use when

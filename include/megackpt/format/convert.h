@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "megackpt/core/dtype.h"
+#include "megackpt/core/status.h"
 #include "megackpt/format/index_file.h"
 #include "megackpt/format/mega.h"
 #include "megackpt/format/safetensors.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::format {
 
@@ -93,10 +93,10 @@ struct OpenCheckpointOptions {
 
 struct OpenedCheckpoint {
   CheckpointPath input;
-  std::optional<ShardIndex> index;       // set for index inputs
-  std::vector<CheckpointFile> files;     // index inputs: ShardFiles() order
-  std::vector<CheckpointTensor> tensors; // files in order, each in file order
-  uint64_t total_bytes = 0;              // sum of tensors[].nbytes
+  std::optional<ShardIndex> index;        // set for index inputs
+  std::vector<CheckpointFile> files;      // index inputs: ShardFiles() order
+  std::vector<CheckpointTensor> tensors;  // files in order, each in file order
+  uint64_t total_bytes = 0;               // sum of tensors[].nbytes
   // Index inputs: tensors the shards hold that the weight_map does not list
   // (e.g. the chunks of a sharded DCP checkpoint), and whether the index lists
   // chunked DCP entries ("tensorplay.dcp.sharded"). PlanConversion refuses such

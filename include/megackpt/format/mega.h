@@ -48,7 +48,7 @@ namespace megackpt::format {
 
 // ---- on-disk constants (spec §1, §3, §4, §7) -------------------------------
 
-inline constexpr uint32_t kMegaMagic = 0x4147454D;        // "MEGA"
+inline constexpr uint32_t kMegaMagic = 0x4147454D;  // "MEGA"
 inline constexpr uint32_t kMegaVersion = 1;
 inline constexpr uint32_t kMegaFooterMagic = 0x4654474D;  // "MGTF"
 inline constexpr uint64_t kMegaDefaultAlignment = 32;     // when general.alignment is absent

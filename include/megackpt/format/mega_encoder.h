@@ -197,13 +197,14 @@ class MegaEncoder {
   MegaEncoderOptions options_;
   std::vector<MegaEncoderTensor> specs_;
   MegaMetadata user_metadata_;
-  std::vector<MegaTensorInfo> infos_;                  // planned directory (checksums as set)
-  std::vector<std::vector<MegaEncoderUnit>> units_;    // per tensor
-  std::vector<std::vector<uint64_t>> unit_offsets_;    // payload-relative
+  std::vector<MegaTensorInfo> infos_;                // planned directory (checksums as set)
+  std::vector<std::vector<MegaEncoderUnit>> units_;  // per tensor
+  std::vector<std::vector<uint64_t>> unit_offsets_;  // payload-relative
   std::vector<std::vector<uint8_t>> unit_done_;
-  std::vector<uint64_t> block_size_;                   // per tensor, 0 = none
-  std::vector<std::vector<uint32_t>> block_crcs_;      // per tensor, once written: its table as stored (u32 LE)
-  std::vector<uint64_t> table_offsets_;                // per tensor, payload-relative
+  std::vector<uint64_t> block_size_;  // per tensor, 0 = none
+  std::vector<std::vector<uint32_t>>
+      block_crcs_;                       // per tensor, once written: its table as stored (u32 LE)
+  std::vector<uint64_t> table_offsets_;  // per tensor, payload-relative
   uint32_t payload_crc_ = 0;
   Sha256Digest payload_sha_{};
   uint64_t header_length_ = 0;

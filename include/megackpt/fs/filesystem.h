@@ -210,8 +210,7 @@ class FileSystem {
                                  bool sync = true) = 0;
 
   // Reads a whole file. NotFound when missing; ResourceExhausted above max_size.
-  virtual Result<std::string> ReadWhole(const std::string& path,
-                                        uint64_t max_size = 1ull << 32);
+  virtual Result<std::string> ReadWhole(const std::string& path, uint64_t max_size = 1ull << 32);
 
   // False (not an error) when missing.
   virtual Result<bool> Exists(const std::string& path) = 0;
@@ -252,8 +251,8 @@ class FileSystem {
   // read-only root (a tag or commit revision) or an overlapping capturing
   // transaction; errors of options.base as NotFound/InvalidArgument.
   // REQUIRES: this FileSystem outlives the returned transaction.
-  virtual Result<std::unique_ptr<Transaction>> BeginTransaction(const std::string& root,
-                                                                const TransactionOptions& options = {});
+  virtual Result<std::unique_ptr<Transaction>> BeginTransaction(
+      const std::string& root, const TransactionOptions& options = {});
 };
 
 // The POSIX filesystem. Shared and stateless.

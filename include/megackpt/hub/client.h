@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
+#include "megackpt/hub/mega_uri.h"
 #include "megackpt/hub/store.h"
 #include "megackpt/hub/types.h"
-#include "megackpt/hub/mega_uri.h"
-#include "megackpt/core/status.h"
 
 namespace megackpt::hub {
 

@@ -71,8 +71,8 @@ std::shared_ptr<MegaFileSystem> NewMegaFileSystem(std::shared_ptr<HubConnection>
 
 // The shared mega:// filesystem for `endpoint` ("" = the environment's, see
 // ConnectHub); one instance per (endpoint, token) per process.
-Result<std::shared_ptr<MegaFileSystem>> MegaFileSystemFor(std::string_view endpoint = "",
-                                                          std::optional<std::string> token = std::nullopt);
+Result<std::shared_ptr<MegaFileSystem>> MegaFileSystemFor(
+    std::string_view endpoint = "", std::optional<std::string> token = std::nullopt);
 
 // Registers the "mega" scheme with fs::RegisterFileSystemScheme: mega:// paths
 // are checked with ParseMegaUri (InvalidArgument naming the bad part) and served

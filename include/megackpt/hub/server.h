@@ -18,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "megackpt/hub/store.h"
 #include "megackpt/core/status.h"
+#include "megackpt/hub/store.h"
 
 namespace megackpt::hub {
 

@@ -27,8 +27,8 @@
 
 #include "megackpt/cas/store.h"
 #include "megackpt/core/file.h"
-#include "megackpt/hub/types.h"
 #include "megackpt/core/status.h"
+#include "megackpt/hub/types.h"
 
 namespace megackpt::hub {
 
@@ -153,8 +153,8 @@ class HubStore {
   // Starts a streaming upload into the CAS. Close() records the content
   // (RecordContent with a verified SHA-256 and `grant_ns`), which keeps it
   // from GC until committed or the grace period ends.
-  Result<std::unique_ptr<ContentUpload>> BeginUpload(std::string name = "upload",
-                                                     std::optional<std::string> grant_ns = std::nullopt);
+  Result<std::unique_ptr<ContentUpload>> BeginUpload(
+      std::string name = "upload", std::optional<std::string> grant_ns = std::nullopt);
   // Remembers uploaded content (size, xet hash, sha256). `sha256_verified`:
   // the hub computed the SHA-256 itself, so FindBySha256 may return it.
   // `grant_ns`: the uploader is limited to that namespace, which may then name
@@ -169,9 +169,9 @@ class HubStore {
   // to that namespace within the GC grace period: the claim is trusted only
   // by the namespace whose writers made it (NDJSON `lfsFile` lines naming what
   // hf_xet just uploaded for that repository). Verified content wins.
-  Result<std::optional<FileEntry>> FindBySha256(std::string_view sha256,
-                                                const ContentAccess& access = {},
-                                                std::optional<std::string> claimed_in_ns = std::nullopt);
+  Result<std::optional<FileEntry>> FindBySha256(
+      std::string_view sha256, const ContentAccess& access = {},
+      std::optional<std::string> claimed_in_ns = std::nullopt);
   // Global dedup: the other xorbs of the (at most 16 newest) recorded files
   // that use `xorb` and that `access` may read, at most `max_xorbs`, not
   // `xorb` itself. A client that learns one chunk of a file this way can

@@ -32,19 +32,19 @@
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "megackpt/core/file.h"
+#include "megackpt/core/status.h"
 #include "megackpt/fs/filesystem.h"
 #include "megackpt/hub/client.h"
-#include "megackpt/hub/types.h"
 #include "megackpt/hub/mega_uri.h"
-#include "megackpt/core/status.h"
+#include "megackpt/hub/types.h"
 
 namespace megackpt::hub {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "megackpt/hub/mega_uri.h"
 #include "megackpt/core/status.h"
+#include "megackpt/hub/mega_uri.h"
 
 namespace megackpt::hub {
 
@@ -81,7 +81,7 @@ struct CommitOperation {
   };
   Kind kind = Kind::kAdd;
   std::string path;
-  FileEntry entry;  // kAdd: size, sha256, xet_hash (entry.path is ignored)
+  FileEntry entry;              // kAdd: size, sha256, xet_hash (entry.path is ignored)
   std::string source_repo;      // kCopy: "" = same repo
   std::string source_path;      // kCopy
   std::string source_revision;  // kCopy: "" = the parent commit
