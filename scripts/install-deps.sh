@@ -8,6 +8,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config git ccache
   clang libclang-rt-14-dev            # fuzzers (libFuzzer) and sanitizers
+  clang-format-14                    # scripts/check-format.sh (ctest style.clang_format)
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
   libmicrohttpd-dev libcurl4-openssl-dev   # megahub server, hub client (docs/hub.md)
