@@ -3,6 +3,7 @@
 
     python3 bench/python/bench_dcp.py [--size 2GiB] [--rounds 5] [--reps 1] [--dir /tmp]
         [--worlds 1,2] [--systems native,...,cpp] [--json FILE]
+    python3 bench/python/bench_dcp.py --report FILE   (the tables of a --json file)
 
 State: --size bytes per job of float32 and bfloat16 tensors (32 MiB each; half of
 the bytes each dtype), split evenly over the ranks (distinct names per rank).
@@ -46,6 +47,10 @@ ceilings (page-cache write, write + fdatasync, warm read) in its round: each goa
 line says the most any system could reach against that peer in the same round
 (ceiling / peer; a goal above it cannot be met on this machine then), and
 mega-dcp and native are given as fractions of those ceilings.
+
+--json FILE keeps every round's values, rewritten after each round; --report FILE
+prints the tables from such a file, so a run stopped after some rounds still gives
+its tables (over the rounds it finished).
 
 Do not run it while other jobs load the machine: the numbers are only meaningful
 on a quiet one.
@@ -410,6 +415,38 @@ def write_rounds(path, rounds):
     os.replace(tmp, path)
 
 
+def read_rounds(path):
+    """(rounds, worlds, systems) of a --json file: the inverse of write_rounds, with
+    the worlds and systems in the order a run lists them."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: cannot read the rounds: {e}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path}: not a bench_dcp.py --json file (no 'system/wN' keys)")
+    rounds = {}
+    for key, values in data.items():
+        system, _, world = key.rpartition("/w")
+        if not system or not world.isdigit() or not isinstance(values, list):
+            raise SystemExit(f"{path}: {key!r} is not a 'system/wN' list of rounds "
+                             "(not a bench_dcp.py --json file?)")
+        rounds[(system, int(world))] = values
+    known = SYSTEMS + ["cpp"]
+    names = {s for s, _ in rounds}
+    systems = [s for s in known if s in names] + sorted(names - set(known))
+    return rounds, sorted({w for _, w in rounds}), systems
+
+
+def not_run(system, world):
+    """Why `system` has no rows at `world` by design, or None."""
+    if world > 1 and system == "tp-mega":
+        return "seed defect 1: ranks overwrite model.mega"
+    if world > 1 and system == "torch-hf":
+        return "world 1 only"
+    return None
+
+
 def spread(values, fmt="{:.2f}"):
     """'median [min, max]' of a list (one value: just it; none: '-')."""
     if not values:
@@ -445,6 +482,9 @@ def main():
     ap.add_argument("--systems", default=",".join(SYSTEMS + ["cpp"]))
     ap.add_argument("--json", help="also write every round's values to this file (rewritten after "
                     "each round, so an interrupted run keeps the rounds it finished)")
+    ap.add_argument("--report", metavar="FILE",
+                    help="print the tables of a --json file (of a finished or interrupted run) "
+                    "and exit; nothing is measured")
     ap.add_argument("--worker")
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--rank", type=int, default=0)
@@ -460,6 +500,12 @@ def main():
             sys.stderr.flush()
             os._exit(0)
         return None
+    if args.report:
+        rounds, worlds, systems = read_rounds(args.report)
+        skipped = {(s, w): not_run(s, w) for s in systems for w in worlds if not_run(s, w)}
+        print(f"{args.report}: {max((len(v) for v in rounds.values()), default=0)} round(s)")
+        report(rounds, skipped, worlds, systems)
+        return None
     worlds = [int(w) for w in args.worlds.split(",")]
     systems = args.systems.split(",")
     print(f"state {args.size / 1e9:.2f} GB (f32 + bf16, {TENSOR_BYTES >> 20} MiB tensors), "
@@ -473,9 +519,8 @@ def main():
         for world in worlds:
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                if world > 1 and system in ("torch-hf", "tp-mega"):
-                    skipped[(system, world)] = ("seed defect 1: ranks overwrite model.mega"
-                                                if system == "tp-mega" else "world 1 only")
+                if not_run(system, world):
+                    skipped[(system, world)] = not_run(system, world)
                     continue
                 agg, why = run_cpp(world, args) if system == "cpp" else run_system(system, world, args)
                 if agg is None:
@@ -489,6 +534,13 @@ def main():
     for world in worlds:  # the checkpoints the workers left (about --size each)
         for system in systems:
             shutil.rmtree(os.path.join(args.dir, f"bench-{system}-w{world}"), ignore_errors=True)
+    report(rounds, skipped, worlds, systems)
+
+
+def report(rounds, skipped, worlds, systems):
+    """Prints the tables: per system and world the median [min, max] over the rounds,
+    then the paired ratios against the goals and the ceilings. `rounds`:
+    (system, world) -> [round values]; `skipped`: (system, world) -> why it has none."""
 
     def series(system, world, key):
         return [a[key] for a in rounds.get((system, world), []) if a.get(key)]
