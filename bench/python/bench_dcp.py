@@ -519,8 +519,8 @@ def main():
         for world in worlds:
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                if not_run(system, world):
-                    skipped[(system, world)] = not_run(system, world)
+                if why := not_run(system, world):
+                    skipped[(system, world)] = why
                     continue
                 agg, why = run_cpp(world, args) if system == "cpp" else run_system(system, world, args)
                 if agg is None:
