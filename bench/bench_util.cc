@@ -580,10 +580,14 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
-  if (!io_name.empty()) {
+  // Every configuration's median: "P/io_bytes[/mapped|/direct]", and for
+  // memcpy "P/memcpy" and "P/streaming" (the staging copy's kind).
+  if (!io_name.empty() || c.kind == CeilingKind::kMemcpy) {
     nlohmann::json by_config = nlohmann::json::object();
     for (const auto& [cfg, s] : c.by_config) {
-      by_config[std::to_string(cfg.parallelism) + "/" + std::to_string(cfg.io_bytes) +
+      by_config[std::to_string(cfg.parallelism) + "/" +
+                (c.kind == CeilingKind::kMemcpy ? (cfg.streaming ? "streaming" : "memcpy")
+                                                : std::to_string(cfg.io_bytes)) +
                 (cfg.mapped ? "/mapped" : "") + (cfg.direct ? "/direct" : "")] = s.median;
     }
     (*out)[stem + "_gbps_by_config"] = by_config;
@@ -740,6 +744,16 @@ std::string DescribeCeiling(const Ceiling& c) {
     std::snprintf(buf, sizeof buf, "%s%d: %.2f", i ? ", " : "", c.by_parallelism[i].first,
                   c.by_parallelism[i].second.median);
     out += buf;
+  }
+  if (c.kind == CeilingKind::kMemcpy) {
+    // Both copies, so a staging copy (streaming stores) can be read against its
+    // own kind on the ceiling's buffers.
+    out += " GB/s; streaming stores";
+    for (const auto& [cfg, s] : c.by_config) {
+      if (!cfg.streaming) continue;
+      std::snprintf(buf, sizeof buf, " %d: %.2f", cfg.parallelism, s.median);
+      out += buf;
+    }
   }
   return out + " GB/s)";
 }

@@ -138,6 +138,33 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
   }
 }
 
+// The async row's memcpy ceiling names both copies per thread count, so the
+// staging copy (streaming stores) can be read against its own kind.
+TEST(DcpCli, BenchMegaJsonHasTheMemcpyCeilingByCopy) {
+  TempDir dir;
+  stdfs::create_directories(dir.path("b"));
+  // stderr apart: the unverified-load row warns there.
+  CliRun r = megackpt::test_util::RunMegackpt(
+      "bench mega --size 2MB --reps 1 --json --dir " + dir.path("b"),
+      {.stderr_to = megackpt::test_util::StderrTo::kErr});
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const auto& by = j["memcpy_gbps_by_config"];
+  ASSERT_TRUE(by.is_object()) << r.out;
+  double best = 0;
+  for (const char* key : {"1/memcpy", "1/streaming", "2/memcpy", "2/streaming"}) {
+    ASSERT_TRUE(by.contains(key)) << key << " in " << by;
+    EXPECT_GT(by[key].get<double>(), 0) << key;
+    best = std::max(best, by[key].get<double>());
+  }
+  EXPECT_EQ(by.size(), 4u) << by;
+  EXPECT_EQ(j["memcpy_gbps"].get<double>(), best);
+  const std::string best_key = std::to_string(j["memcpy_parallelism"].get<int>()) +
+                               (j["memcpy_streaming"].get<bool>() ? "/streaming" : "/memcpy");
+  EXPECT_EQ(by[best_key].get<double>(), best) << best_key;
+}
+
 // ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------
 
 // The summary line both inspect and verify print for a DCP folder.
