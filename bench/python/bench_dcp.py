@@ -502,9 +502,8 @@ def main():
         return None
     if args.report:
         rounds, worlds, systems = read_rounds(args.report)
-        skipped = {(s, w): not_run(s, w) for s in systems for w in worlds if not_run(s, w)}
         print(f"{args.report}: {max((len(v) for v in rounds.values()), default=0)} round(s)")
-        report(rounds, skipped, worlds, systems)
+        report(rounds, {}, worlds, systems)
         return None
     worlds = [int(w) for w in args.worlds.split(",")]
     systems = args.systems.split(",")
@@ -514,17 +513,16 @@ def main():
           + ("" if fresh_writes_primed() else "; MEGACKPT_BENCH_NO_PRIME: fresh writes not primed"),
           flush=True)
     rounds = {}  # (system, world) -> [round values]
-    skipped = {}
+    failed = {}  # (system, world) -> why its last run failed
     for r in range(args.rounds):
         for world in worlds:
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                if why := not_run(system, world):
-                    skipped[(system, world)] = why
+                if not_run(system, world):
                     continue
                 agg, why = run_cpp(world, args) if system == "cpp" else run_system(system, world, args)
                 if agg is None:
-                    skipped[(system, world)] = f"failed: {why}"
+                    failed[(system, world)] = why
                     print(f"  round {r + 1}: {system} w{world} failed: {why}", flush=True)
                     continue
                 rounds.setdefault((system, world), []).append(agg)
@@ -534,13 +532,14 @@ def main():
     for world in worlds:  # the checkpoints the workers left (about --size each)
         for system in systems:
             shutil.rmtree(os.path.join(args.dir, f"bench-{system}-w{world}"), ignore_errors=True)
-    report(rounds, skipped, worlds, systems)
+    report(rounds, failed, worlds, systems)
 
 
-def report(rounds, skipped, worlds, systems):
+def report(rounds, failed, worlds, systems):
     """Prints the tables: per system and world the median [min, max] over the rounds,
     then the paired ratios against the goals and the ceilings. `rounds`:
-    (system, world) -> [round values]; `skipped`: (system, world) -> why it has none."""
+    (system, world) -> [round values]; `failed`: (system, world) -> why its run failed.
+    A system that does not run at a world by design (not_run) gets an n/a row."""
 
     def series(system, world, key):
         return [a[key] for a in rounds.get((system, world), []) if a.get(key)]
@@ -550,8 +549,10 @@ def report(rounds, skipped, worlds, systems):
           f"{'async blocked s':>24} {'extra RSS MiB':>14}")
     for world in worlds:
         for system in systems:
-            if (system, world) in skipped and (system, world) not in rounds:
-                print(f"{system:<12} {world:>5}  n/a ({skipped[(system, world)]})")
+            why = not_run(system, world) or (
+                f"failed: {failed[(system, world)]}" if (system, world) in failed else None)
+            if why and (system, world) not in rounds:
+                print(f"{system:<12} {world:>5}  n/a ({why})")
                 continue
             cols = [spread(series(system, world, k)) for k in
                     ("save_gbps", "save_nosync_gbps", "load_gbps")]
