@@ -40,22 +40,50 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 // timed write starts from the same state — an empty target and no dirty data
 // from earlier runs that would throttle it (the kernel's dirty-page limits are
 // ~10-20% of RAM, about the size of two 2 GiB runs) — then SettleDevice, then
-// PrimeFreeMemory(`path`.prime, `bytes`) with the bytes the timed write writes
-// (or, unprimed, FreshWriteIdleSeconds of sleep).
+// PrimeFreeMemory(`path`.prime, `bytes`, mark taken right after the removal)
+// with the bytes the timed write writes (or, unprimed, FreshWriteIdleSeconds of
+// sleep).
 void PrepareFreshWrite(const std::string& path, uint64_t bytes);
 
+// Free page reporting (docs/benchmarks.md, "Page-cache writes on a VM with free
+// page reporting"): on a VM whose balloon reports free memory to the host, a
+// reporting pass runs about 2 s after memory is freed (a 2 GiB removal, say),
+// hands what is free then to the host, and every page the guest takes from that
+// memory afterwards costs a host page fault (0.1-0.5 GB/s instead of 6-10). A
+// timed write that a pass overlaps runs in that mode from then on.
+struct ReportingMark {
+  double seconds = 0;  // NowSeconds() when taken
+  long passes = -1;    // the kernel's count of reporting passes then; -1: not exposed
+};
+// Taken right after a preparation frees the previous run's memory.
+ReportingMark MarkFreedMemory();
+// True when the VM's balloon reports free pages (virtio_balloon feature 5).
+bool FreePageReportingOn();
+
 // The last step of a fresh write's preparation: writes `bytes` through the page
-// cache to the file `scratch` and removes it, so the timed write that follows
-// at once gets page-cache pages that were in use a moment ago. On a VM whose
-// balloon reports free memory to the host (docs/benchmarks.md, "Page-cache
-// writes on a VM with free page reporting"), pages free for more than about
-// half a second lose their host backing, and a buffered write into them runs at
-// the host's page-fault rate (about 0.5 GB/s here, against 6-10 GB/s): without
-// this step the gap between removing the old files and the timed write
-// (sync, SettleDevice) decided each run's mode. Best effort (errors ignored);
-// skipped when `bytes` is 0 or MEGACKPT_BENCH_NO_PRIME is set in the
-// environment (to measure the unprimed machine).
-void PrimeFreeMemory(const std::string& scratch, uint64_t bytes);
+// cache to the file `scratch`; then, when free page reporting is on, waits
+// (holding those pages) for the reporting pass armed by the memory freed before
+// `mark` — until the kernel's pass count moves, or, where the kernel does not
+// expose it, until 2.3 s after `mark`; at most 3 s after it — and only then
+// removes the file. So the timed write that follows at once gets `bytes` of
+// page-cache pages that were in use a moment ago, and no pass is due while it
+// runs (the next one is armed by this removal, ~2 s later). Without the wait
+// the pass armed by the removal of the old files fell into the prime or the
+// timed write in about one run in three, which decided that run's mode. Writes
+// below 64 MiB skip the wait. Best effort (errors ignored); skipped when
+// `bytes` is 0 or MEGACKPT_BENCH_NO_PRIME is set in the environment (to
+// measure the unprimed machine). MEGACKPT_BENCH_TRACE_PREP=1 prints a line per
+// preparation to stderr: when the scratch was written and released after the
+// mark, the pass count, and the kernel's dirty-page limits and free memory.
+void PrimeFreeMemory(const std::string& scratch, uint64_t bytes, const ReportingMark& mark);
+// What the preparations of this process waited for so far (PrimeFreeMemory):
+// "fresh_write_reporting" in the JSON of bench dcp / mega.
+struct ReportingWaits {
+  int waits = 0;        // preparations that waited for a pass
+  int passes_seen = 0;  // ... and saw the pass count move (the rest timed out)
+  double seconds = 0;   // total time waited
+};
+ReportingWaits FreshWriteReportingWaits();
 // False when MEGACKPT_BENCH_NO_PRIME is set (PrimeFreeMemory does nothing);
 // `bench dcp` / `bench mega` report it as "fresh_writes_primed" and in their
 // table's first line.
@@ -209,6 +237,12 @@ class PlainIo {
   Status DropReadFileCache();
   // `threads` threads copy byte ranges of the source into the destination.
   Status Memcpy(int threads, bool streaming = false);
+  // Allocates the pre-faulted destination of Read and Memcpy if it has none
+  // yet: Create leaves it to the first read or memcpy (TimeOnce does it before
+  // its clock starts), so write rows do not run with `bytes` more memory held
+  // than they need (less free memory lowers the kernel's dirty-page limits,
+  // and a 2 GiB no-sync write then meets background writeback).
+  Status EnsureDestination();
   // One untimed-preparation + timed run of `kind` in `config`: seconds.
   Result<double> TimeOnce(CeilingKind kind, const CeilingConfig& config);
   // The timed part alone (the caller prepares).

@@ -133,6 +133,12 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     if (i >= kWarmup) secs.save_nosync.push_back(dt);
     if (i >= kWarmup) secs.save_nosync_commit.push_back(commit);
   }
+  // The loads' destinations, made only for the load rows (row_sharded_state.h).
+  Status made;
+  for (RankState& st : states) {
+    if (made.ok()) made = st.AddLoadDestinations();
+  }
+  MEGA_RETURN_IF_ERROR(runner.Agree(made));
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kWarmRead));
     MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(load_fn(dcp::VerifyMode::kOff)));

@@ -176,6 +176,12 @@ class Bench {
     return Status::OK();
   }
 
+  // The loads' destinations, made only for the load rows.
+  Status AddLoadDestinations() {
+    for (RankState& st : states_) MEGA_RETURN_IF_ERROR(st.state.AddLoadDestinations());
+    return Status::OK();
+  }
+
   void FreeState() { states_.clear(); }
 
  private:
@@ -233,6 +239,7 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
   const auto warm_read = round(CeilingKind::kWarmRead);
+  MEGA_RETURN_IF_ERROR(runner.Agree(bench.AddLoadDestinations()));
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(warm_read());
     MEGA_ASSIGN_OR_RETURN(double unverified_dt, bench.Run(false, bench.LoadFn(false)));

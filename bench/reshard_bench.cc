@@ -101,6 +101,7 @@ class StorageBench {
     std::vector<RowShardedRank> ranks;
     for (int r = 0; r < world; ++r) {
       MEGA_ASSIGN_OR_RETURN(auto st, BuildRowShardedRank(layout_, o_.size, world, r));
+      MEGA_RETURN_IF_ERROR(st.AddLoadDestinations());
       st.save = dcp::StateDict();  // only the destinations are used
       st.save_shards.clear();
       ranks.push_back(std::move(st));

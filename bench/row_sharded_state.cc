@@ -13,6 +13,8 @@ uint64_t RowSeed(int tensor, int64_t row) {
   return (static_cast<uint64_t>(tensor) << 40) ^ static_cast<uint64_t>(row) ^ 0x5eedull;
 }
 
+std::string TensorName(int t) { return "layers." + std::to_string(t) + ".weight"; }
+
 }  // namespace
 
 int64_t RowShardedLayout::RowsFor(uint64_t size) const {
@@ -28,35 +30,47 @@ Result<RowShardedRank> BuildRowShardedRank(const RowShardedLayout& layout, uint6
   RowShardedRank st;
   st.layout = layout;
   const int64_t rows = layout.RowsFor(size);
+  st.rows = rows;
   const size_t row_bytes = static_cast<size_t>(layout.cols) * 4;
   for (int t = 0; t < layout.tensors; ++t) {
     const int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
     const Shape local{r1 - r0, layout.cols};
     const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * row_bytes;
     MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(nbytes, true));
-    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(nbytes, true));
     for (int64_t r = r0; r < r1; ++r)
       FillRandom(a.get() + (r - r0) * row_bytes, row_bytes, RowSeed(t, r));
     MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, local, a));
-    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, local, b));
-    const std::string name = "layers." + std::to_string(t) + ".weight";
-    std::vector<dcp::Shard> sa, sb;
-    if (r1 > r0) {
-      sa.push_back(dcp::Shard{{r0, 0}, ta});
-      sb.push_back(dcp::Shard{{r0, 0}, tb});
-    }
-    st.save.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, layout.cols}, sa}));
-    st.load.Set(name, dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, layout.cols}, sb}));
+    std::vector<dcp::Shard> sa;
+    if (r1 > r0) sa.push_back(dcp::Shard{{r0, 0}, ta});
+    st.save.Set(TensorName(t),
+                dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, layout.cols}, sa}));
     st.save_shards.push_back(ta);
-    st.load_shards.push_back(tb);
     st.first_row.push_back(r0);
   }
   return st;
 }
 
+Status RowShardedRank::AddLoadDestinations() {
+  if (!load_shards.empty() || save_shards.empty()) return Status::OK();
+  for (size_t t = 0; t < save_shards.size(); ++t) {
+    const Tensor& piece = save_shards[t];
+    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(piece.nbytes(), true));
+    MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, piece.shape(), b));
+    std::vector<dcp::Shard> sb;
+    if (piece.nbytes() > 0) sb.push_back(dcp::Shard{{first_row[t], 0}, tb});
+    load.Set(TensorName(static_cast<int>(t)),
+             dcp::StateValue(dcp::ShardedTensor{DType::kF32, {rows, layout.cols}, sb}));
+    load_shards.push_back(tb);
+  }
+  return Status::OK();
+}
+
 Status RowShardedRank::CheckLoaded(std::string_view who) const {
   const size_t row_bytes = static_cast<size_t>(layout.cols) * 4;
   std::string expect(row_bytes, '\0');
+  if (load_shards.empty()) {
+    return InternalError(std::string(who) + ": nothing was loaded (no load destinations)");
+  }
   for (size_t t = 0; t < load_shards.size(); ++t) {
     const Tensor& dst = load_shards[t];
     const int64_t n = dst.shape().empty() ? 0 : dst.shape()[0];

@@ -27,10 +27,16 @@ struct RowShardedLayout {
 
 struct RowShardedRank {
   dcp::StateDict save;  // this rank's pieces, holding the data
-  dcp::StateDict load;  // the same pieces' destinations
+  dcp::StateDict load;  // the same pieces' destinations (AddLoadDestinations)
   std::vector<Tensor> save_shards, load_shards;
   std::vector<int64_t> first_row;  // per tensor: the global row of the piece's row 0
   RowShardedLayout layout;
+  int64_t rows = 0;  // global rows per tensor
+  // Allocates `load` / `load_shards` (pre-faulted) once; later calls return at
+  // once. BuildRowShardedRank leaves them to the load rows, so the save rows
+  // run without that much memory held (less free memory lowers the kernel's
+  // dirty-page limits, which a no-sync save of a few GiB then meets).
+  Status AddLoadDestinations();
   // The value check after a load, of every bench that loads this state: OK
   // when every destination holds the bytes the state has at those global rows
   // (regenerated, not compared with a copy); else an Internal error that

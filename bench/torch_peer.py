@@ -38,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
-from fresh_write import prime_free_memory  # noqa: E402  (bench/python/fresh_write.py)
+from fresh_write import mark_freed_memory, prime_free_memory  # noqa: E402  (bench/python/fresh_write.py)
 
 import torch
 import torch.distributed as dist
@@ -120,8 +120,9 @@ def bench_torch_save_load(size, reps, base):
         for i in range(WARMUP + reps):
             if os.path.exists(path):
                 os.remove(path)
+            mark = mark_freed_memory()
             os.sync()  # as megackpt's benches: every timed write starts with no dirty pages
-            prime_free_memory(path + ".prime", nbytes)  # last, right before the write
+            prime_free_memory(path + ".prime", nbytes, mark)  # last, right before the write
             t0 = time.perf_counter()
             torch.save(state, path)
             if sync:
@@ -184,7 +185,8 @@ def dcp_worker(rank, world, port, size, reps, base, out_path):
             if fresh:
                 os.sync()  # as megackpt's benches: no dirty pages left from earlier runs
                 dist.barrier()  # rank 0 has removed the old checkpoint
-                prime_free_memory(f"{ckpt}.prime{rank}", nbytes // world)  # last, right before
+                mark = mark_freed_memory()
+                prime_free_memory(f"{ckpt}.prime{rank}", nbytes // world, mark)  # last
             dist.barrier()
             t0 = time.perf_counter()
             fn()

@@ -163,6 +163,14 @@ TEST(DcpCli, BenchMegaJsonHasTheMemcpyCeilingByCopy) {
   const std::string best_key = std::to_string(j["memcpy_parallelism"].get<int>()) +
                                (j["memcpy_streaming"].get<bool>() ? "/streaming" : "/memcpy");
   EXPECT_EQ(by[best_key].get<double>(), best) << best_key;
+  // The fresh writes' preparation: writes below 64 MiB never wait for a free
+  // page reporting pass (bench_util.h PrimeFreeMemory), on any machine.
+  const auto& rep = j["fresh_write_reporting"];
+  ASSERT_TRUE(rep.is_object()) << r.out;
+  EXPECT_TRUE(rep["on"].is_boolean()) << rep;
+  EXPECT_EQ(rep["waits"].get<int>(), 0) << rep;
+  EXPECT_EQ(rep["passes_seen"].get<int>(), 0) << rep;
+  EXPECT_EQ(rep["seconds"].get<double>(), 0.0) << rep;
 }
 
 // ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------
