@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -406,26 +407,39 @@ Status CopyMapped(int fd, std::byte* p, uint64_t n, uint64_t file_off, const std
 
 }  // namespace
 
-Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes) {
+const char* StatePagesName(StatePages pages) { return pages == StatePages::kSmall ? "4k" : "huge"; }
+
+Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes, StatePages pages) {
   constexpr uint64_t kPage = 4096;
+  if (pages == StatePages::kSmall) {
+    const uint64_t len = (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return ErrnoToStatus("mmap of " + std::to_string(len) + " bytes", errno);
+    (void)madvise(p, len, MADV_NOHUGEPAGE);  // a hint: without THP every page is small anyway
+    std::memset(p, 0, len);                  // pre-faulted, as AllocateBuffer(.., true)
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                      [len](std::byte* q) { munmap(q, len); });
+  }
   MEGA_ASSIGN_OR_RETURN(auto raw, AllocateBuffer(std::max<uint64_t>(bytes, 1) + kPage, true));
   const uintptr_t at = reinterpret_cast<uintptr_t>(raw.get());
   std::byte* aligned = raw.get() + ((kPage - at % kPage) % kPage);
   return std::shared_ptr<std::byte>(raw, aligned);  // shares raw's ownership
 }
 
-Result<std::unique_ptr<PlainIo>> PlainIo::Create(std::string prefix, uint64_t bytes) {
-  MEGA_ASSIGN_OR_RETURN(auto src, AllocatePageAligned(bytes));
+Result<std::unique_ptr<PlainIo>> PlainIo::Create(std::string prefix, uint64_t bytes,
+                                                 StatePages pages) {
+  MEGA_ASSIGN_OR_RETURN(auto src, AllocatePageAligned(bytes, pages));
   FillRandom(src.get(), bytes, 2);
   // The destination comes with the first read or memcpy (EnsureDestination).
   auto io = std::make_unique<PlainIo>(std::move(prefix), bytes, src.get(), nullptr);
   io->own_src_ = std::move(src);
+  io->pages_ = pages;
   return io;
 }
 
 Status PlainIo::EnsureDestination() {
   if (dst_ != nullptr) return Status::OK();
-  MEGA_ASSIGN_OR_RETURN(own_dst_, AllocatePageAligned(bytes_));
+  MEGA_ASSIGN_OR_RETURN(own_dst_, AllocatePageAligned(bytes_, pages_));
   dst_ = own_dst_.get();
   return Status::OK();
 }

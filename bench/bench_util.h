@@ -199,13 +199,26 @@ struct CeilingConfig {
 // for kMemcpy, x pread / mapped copy for kWarmRead).
 std::vector<CeilingConfig> CeilingConfigs(CeilingKind kind, int n);
 
+// The pages of the memory a bench saves from and loads into (its state, and the
+// ceilings' source and destination): kHuge, transparent huge pages (core
+// AllocateBuffer: 2 MiB pages where the kernel has them), or kSmall, 4 KiB
+// pages (MADV_NOHUGEPAGE), as a framework's tensors get where THP is "madvise"
+// (torch's and numpy's CPU allocations). Page-cache writes and reads copy
+// from/to this memory; on a VM the page size changes what a copy costs
+// (docs/benchmarks.md, "Saves from 4 KiB pages").
+enum class StatePages { kHuge, kSmall };
+// "huge" / "4k": the CLI's --state-pages values and the JSON's state_pages.
+const char* StatePagesName(StatePages pages);
+
 // The plain I/O the ceilings time: owns (or borrows) a pre-faulted source and
 // destination buffer of `bytes` and the files `prefix`.0, .1, ... (write) and
 // `prefix`.read (read). Removes its files on destruction.
 class PlainIo {
  public:
-  // Allocates and pre-faults both buffers (source filled with random bytes).
-  static Result<std::unique_ptr<PlainIo>> Create(std::string prefix, uint64_t bytes);
+  // Allocates and pre-faults both buffers of `pages` (source filled with random
+  // bytes; the destination on first use).
+  static Result<std::unique_ptr<PlainIo>> Create(std::string prefix, uint64_t bytes,
+                                                 StatePages pages = StatePages::kHuge);
   // Borrows the caller's buffers (each at least `bytes`), which must outlive this.
   PlainIo(std::string prefix, uint64_t bytes, const std::byte* src, std::byte* dst);
   ~PlainIo();
@@ -252,6 +265,7 @@ class PlainIo {
   std::string WritePath(int i) const { return prefix_ + "." + std::to_string(i); }
   std::string prefix_;
   uint64_t bytes_;
+  StatePages pages_ = StatePages::kHuge;  // of the buffers Create and EnsureDestination make
   std::shared_ptr<std::byte> own_src_, own_dst_;
   const std::byte* src_;
   std::byte* dst_;
@@ -412,10 +426,11 @@ bool ResetPeakRss();
 // Fills `n` bytes with deterministic pseudo-random data (splitmix64 of seed).
 void FillRandom(void* data, size_t n, uint64_t seed);
 
-// A pre-faulted buffer of `bytes` (at least 1) that starts on a 4 KiB page, as
-// O_DIRECT writes from it need (CeilingConfig::direct): core AllocateBuffer
-// gives small buffers only 64-byte alignment.
-Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes);
+// A pre-faulted buffer of `bytes` (at least 1) of `pages` that starts on a
+// 4 KiB page, as O_DIRECT writes from it need (CeilingConfig::direct): core
+// AllocateBuffer gives small buffers only 64-byte alignment.
+Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes,
+                                                       StatePages pages = StatePages::kHuge);
 
 // The benches' temp folders: "<prefix>-XXXXXX" under $TMPDIR (or /tmp),
 // removed with their contents on destruction (core/test_files.h).

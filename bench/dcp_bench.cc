@@ -49,8 +49,8 @@ constexpr int kWarmup = 1;
 constexpr int kTensors = 16;  // RowShardedLayout's defaults: 16 tensors of 4 KiB F32 rows
 using RankState = RowShardedRank;
 
-Result<RankState> BuildState(uint64_t size, int world, int rank) {
-  return BuildRowShardedRank(RowShardedLayout{}, size, world, rank);
+Result<RankState> BuildState(uint64_t size, int world, int rank, StatePages pages) {
+  return BuildRowShardedRank(RowShardedLayout{.pages = pages}, size, world, rank);
 }
 
 uint64_t GlobalBytes(uint64_t size) { return RowShardedLayout{}.BytesFor(size); }
@@ -74,7 +74,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // This process's ranks' states (threads: every rank; MPI: its own).
   std::vector<RankState> states;
   for (int r : runner.LocalRanks()) {
-    MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, r));
+    MEGA_ASSIGN_OR_RETURN(RankState st, BuildState(o.size, world, r, o.pages));
     states.push_back(std::move(st));
   }
   // Each save's SaveStats, per rank of this process.
@@ -116,8 +116,8 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // itself, so both see the same machine state. Rank 0 alone runs the ceilings;
   // the other ranks wait for its status.
   const int parallelism = world * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(
-      auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
+  MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
+                                                            parallelism, kWarmup, o.pages));
   auto ceiling_round = [&](CeilingKind kind) { return ceilings->Round(kind, ckpt); };
   const FreshWrite fresh{ckpt, bytes};
   SaveLoadSeconds secs;
@@ -167,15 +167,17 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   const SaveLoadRows r = SaveLoadRowsFrom(secs, bytes, ceil);
   PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["direct_io"] = o.direct_io;
+  (*out)["state_pages"] = StatePagesName(o.pages);
   (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
   char head[384];
-  std::snprintf(head, sizeof head,
-                "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors), world %d (%s), "
-                "%d I/O threads/rank, %d reps after %d warm-up%s\n",
-                bytes / 1e9, kTensors, world, mpi ? "mpi" : "threads", o.threads, o.reps, kWarmup,
-                FreshWriteNote(o.direct_io).c_str());
+  std::snprintf(
+      head, sizeof head,
+      "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors, %s pages), world %d "
+      "(%s), %d I/O threads/rank, %d reps after %d warm-up%s\n",
+      bytes / 1e9, kTensors, StatePagesName(o.pages), world, mpi ? "mpi" : "threads", o.threads,
+      o.reps, kWarmup, FreshWriteNote(o.direct_io).c_str());
   *table += head;
   char cols[128];
   std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max",

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "bench_util.h"  // StatePages
+
 namespace megackpt::bench {
 
 struct DcpBenchOptions {
@@ -13,9 +15,10 @@ struct DcpBenchOptions {
   std::string backend = "threads";  // "threads" or "mpi"
   int reps = 5;
   bool json = false;
-  std::string dir;         // empty: a temp folder under $TMPDIR or /tmp
-  int threads = 2;         // I/O threads per rank
-  bool direct_io = false;  // durable saves: FileSystemWriterOptions::direct_io
+  std::string dir;                       // empty: a temp folder under $TMPDIR or /tmp
+  int threads = 2;                       // I/O threads per rank
+  bool direct_io = false;                // durable saves: FileSystemWriterOptions::direct_io
+  StatePages pages = StatePages::kHuge;  // of the state and the ceilings' buffers
 };
 
 // Runs the benchmark and prints a table (or JSON on rank 0). Returns the exit code.

@@ -73,7 +73,9 @@ class Bench {
     return Status::OK();
   }
 
-  RowShardedLayout layout() const { return RowShardedLayout{.tensors = o_.tensors}; }
+  RowShardedLayout layout() const {
+    return RowShardedLayout{.tensors = o_.tensors, .pages = o_.pages};
+  }
   uint64_t bytes() const { return layout().BytesFor(o_.size); }
 
   // Runs fn on every rank (RankRunner::Run); `fresh` empties the checkpoint
@@ -224,8 +226,8 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   // for its status.
   const int world = runner.world();
   const int parallelism = world * std::max(1, o.threads);
-  MEGA_ASSIGN_OR_RETURN(
-      auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes, parallelism, kWarmup));
+  MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
+                                                            parallelism, kWarmup, o.pages));
   auto round = [&](CeilingKind kind) {
     return [&, kind]() { return ceilings->Round(kind, ckpt); };
   };
@@ -277,6 +279,7 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   (*out)["reps"] = o.reps;
   PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["direct_io"] = o.direct_io;
+  (*out)["state_pages"] = StatePagesName(o.pages);
   PutSummary(out, "sync_save_seconds", sync_s);
   PutSummary(out, "async_blocked_seconds", blocked_s);
   (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
@@ -290,10 +293,11 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
 
   char head[384];
   std::snprintf(head, sizeof head,
-                "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded), world size %d "
-                "(%s), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
+                "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded, %s pages), world "
+                "size %d (%s), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
                 "[per rep: min med max]%s\n",
-                bytes / 1e9, o.tensors, world, runner.is_mpi() ? "mpi" : "threads", o.reps, kWarmup,
+                bytes / 1e9, o.tensors, StatePagesName(o.pages), world,
+                runner.is_mpi() ? "mpi" : "threads", o.reps, kWarmup,
                 FreshWriteNote(o.direct_io).c_str());
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";

@@ -6,16 +6,19 @@
 #include <cstdint>
 #include <string>
 
+#include "bench_util.h"  // StatePages
+
 namespace megackpt::bench {
 
 struct MegaBenchOptions {
-  uint64_t size = 2ull << 30;       // state bytes
-  int world_size = 1;               // ranks (threads backend; MPI takes mpirun's size)
-  std::string backend = "threads";  // "threads" or "mpi" (run under mpirun)
-  int reps = 5;                     // measured repetitions after one dropped warm-up
-  int threads = 2;                  // I/O threads per rank
-  int tensors = 16;                 // F32 tensors of size/tensors bytes, row-sharded
-  bool direct_io = false;           // durable saves: MegaStorageWriterOptions::direct_io
+  uint64_t size = 2ull << 30;            // state bytes
+  int world_size = 1;                    // ranks (threads backend; MPI takes mpirun's size)
+  std::string backend = "threads";       // "threads" or "mpi" (run under mpirun)
+  int reps = 5;                          // measured repetitions after one dropped warm-up
+  int threads = 2;                       // I/O threads per rank
+  int tensors = 16;                      // F32 tensors of size/tensors bytes, row-sharded
+  bool direct_io = false;                // durable saves: MegaStorageWriterOptions::direct_io
+  StatePages pages = StatePages::kHuge;  // of the state and the ceilings' buffers
   bool json = false;
   std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
 };

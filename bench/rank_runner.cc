@@ -92,11 +92,12 @@ Result<std::string> RankRunner::FromRank0(std::string value) {
 
 Result<std::unique_ptr<LeadCeilings>> LeadCeilings::Create(RankRunner* runner,
                                                            const std::string& dir, uint64_t bytes,
-                                                           int parallelism, int warmup) {
+                                                           int parallelism, int warmup,
+                                                           StatePages pages) {
   std::unique_ptr<LeadCeilings> c(new LeadCeilings(runner));
   Status made;
   if (runner->rank() == 0) {
-    auto io = PlainIo::Create(dir, bytes);
+    auto io = PlainIo::Create(dir, bytes, pages);
     made = io.status();
     if (io.ok()) {
       c->io_ = std::move(*io);

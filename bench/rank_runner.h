@@ -72,10 +72,12 @@ class RankRunner {
 // to each row; the other processes wait for its status.
 class LeadCeilings {
  public:
-  // Rank 0 makes the plain-I/O files under `dir` (bytes each round moves);
-  // every process gets rank 0's status. `runner` must outlive this.
+  // Rank 0 makes the plain-I/O files under `dir` (bytes each round moves)
+  // and buffers of `pages` (the state's); every process gets rank 0's status.
+  // `runner` must outlive this.
   static Result<std::unique_ptr<LeadCeilings>> Create(RankRunner* runner, const std::string& dir,
-                                                      uint64_t bytes, int parallelism, int warmup);
+                                                      uint64_t bytes, int parallelism, int warmup,
+                                                      StatePages pages);
   ~LeadCeilings();
 
   // One round of `kind` on rank 0, status shared. Write kinds (page-cache

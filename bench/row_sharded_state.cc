@@ -36,7 +36,7 @@ Result<RowShardedRank> BuildRowShardedRank(const RowShardedLayout& layout, uint6
     const int64_t r0 = rows * rank / world, r1 = rows * (rank + 1) / world;
     const Shape local{r1 - r0, layout.cols};
     const uint64_t nbytes = static_cast<uint64_t>(r1 - r0) * row_bytes;
-    MEGA_ASSIGN_OR_RETURN(auto a, AllocateBuffer(nbytes, true));
+    MEGA_ASSIGN_OR_RETURN(auto a, AllocatePageAligned(nbytes, layout.pages));
     for (int64_t r = r0; r < r1; ++r)
       FillRandom(a.get() + (r - r0) * row_bytes, row_bytes, RowSeed(t, r));
     MEGA_ASSIGN_OR_RETURN(Tensor ta, Tensor::FromBlob(a.get(), DType::kF32, local, a));
@@ -54,7 +54,7 @@ Status RowShardedRank::AddLoadDestinations() {
   if (!load_shards.empty() || save_shards.empty()) return Status::OK();
   for (size_t t = 0; t < save_shards.size(); ++t) {
     const Tensor& piece = save_shards[t];
-    MEGA_ASSIGN_OR_RETURN(auto b, AllocateBuffer(piece.nbytes(), true));
+    MEGA_ASSIGN_OR_RETURN(auto b, AllocatePageAligned(piece.nbytes(), layout.pages));
     MEGA_ASSIGN_OR_RETURN(Tensor tb, Tensor::FromBlob(b.get(), DType::kF32, piece.shape(), b));
     std::vector<dcp::Shard> sb;
     if (piece.nbytes() > 0) sb.push_back(dcp::Shard{{first_row[t], 0}, tb});

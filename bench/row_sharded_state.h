@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_util.h"  // StatePages
 #include "megackpt/core/status.h"
 #include "megackpt/core/tensor.h"
 #include "megackpt/dcp/state_dict.h"
@@ -18,7 +19,8 @@ namespace megackpt::bench {
 
 struct RowShardedLayout {
   int tensors = 16;
-  int64_t cols = 1024;  // F32: 4 KiB rows
+  int64_t cols = 1024;                   // F32: 4 KiB rows
+  StatePages pages = StatePages::kHuge;  // of the state and the load destinations
   // Rows per tensor for a state of about `size` bytes (at least 1).
   int64_t RowsFor(uint64_t size) const;
   // The exact state bytes for `size` (rows rounded down).

@@ -103,10 +103,17 @@ TEST(DcpCli, UsageErrors) {
 TEST(DcpCli, BenchJsonHasEveryKey) {
   TempDir dir;
   stdfs::create_directories(dir.path("b"));
-  CliRun r = Cli("bench dcp --size 2MB --world-size 2 --reps 1 --json --dir " + dir.path("b"));
+  // --state-pages 4k: the state, its load destinations and the limits' buffers in
+  // 4 KiB pages (bench_util.h StatePages); the run still checks every loaded row.
+  CliRun r = Cli("bench dcp --size 2MB --world-size 2 --reps 1 --state-pages 4k --json --dir " +
+                 dir.path("b"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["state_pages"], "4k") << r.out;
+  CliRun bad = Cli("bench dcp --size 2MB --state-pages 2m");  // a usage error naming the option
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--state-pages"), std::string::npos) << bad.out;
   for (const char* key : {"save_gbps", "save_nosync_gbps", "load_gbps", "durable_write_gbps",
                           "pagecache_write_gbps", "pagecache_read_gbps", "peak_extra_rss_bytes"}) {
     ASSERT_TRUE(j.contains(key)) << key;
@@ -171,6 +178,7 @@ TEST(DcpCli, BenchMegaJsonHasTheMemcpyCeilingByCopy) {
   EXPECT_EQ(rep["waits"].get<int>(), 0) << rep;
   EXPECT_EQ(rep["passes_seen"].get<int>(), 0) << rep;
   EXPECT_EQ(rep["seconds"].get<double>(), 0.0) << rep;
+  EXPECT_EQ(j["state_pages"], "huge") << r.out;  // the default
 }
 
 // ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------

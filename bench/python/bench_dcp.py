@@ -283,10 +283,16 @@ def setup_system(system, torch, rank, world, path, state, dst, nbytes, threads):
             return t.to(tp.bfloat16) if v.dtype == torch.bfloat16 else t
 
         tstate = {k: native_tp(v) for k, v in state.items()}
-        tdst = {k: tp.zeros_like(v) for k, v in tstate.items()}
+        tdst = {}
+
+        def tp_load():
+            if not tdst:  # made by the dropped warm-up load, as `dst` is (see worker)
+                tdst.update({k: tp.zeros_like(v) for k, v in tstate.items()})
+            tdcp.load(tdst, storage_reader=tdcp.MegaStorageReader(path))
+
         return barrier, {
             "save_nosync": lambda: tdcp.save(tstate, storage_writer=tdcp.MegaStorageWriter(path)),
-            "load": lambda: tdcp.load(tdst, storage_reader=tdcp.MegaStorageReader(path)),
+            "load": tp_load,
         }
     import torch.distributed.checkpoint as dcp
 

@@ -4,6 +4,7 @@ import json
 import os
 
 from . import _core
+from ._options import writer_options
 from ._state import LoadTarget, finish_built, prepare_save
 from .errors import DataLossError
 
@@ -56,19 +57,6 @@ def _path(path):
     return os.fspath(path)
 
 
-def _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksum, consolidate,
-                    direct_io=False):
-    options = {"thread_count": thread_count, "sync": sync, "overwrite": overwrite,
-               "direct_io": bool(direct_io)}
-    if fqn_to_index_mapping is not None:
-        options["fqn_to_index_mapping"] = dict(fqn_to_index_mapping)
-    if checksum is not None:
-        options["checksum"] = checksum
-    if consolidate is not None:
-        options["consolidate"] = consolidate
-    return options
-
-
 def save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=True,
          overwrite=True, fqn_to_index_mapping=None, checksum=None, consolidate=None,
          use_collectives=True, direct_io=False):
@@ -111,8 +99,9 @@ def save(state_dict, path, *, storage="mega", group=None, thread_count=2, sync=T
     """
     tree, extra = prepare_save(state_dict)
     _core._save(tree, _path(path), storage, _group(group), extra, use_collectives,
-                _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping, checksum,
-                                consolidate, direct_io))
+                writer_options(thread_count, sync, overwrite, direct_io,
+                               fqn_to_index_mapping=fqn_to_index_mapping, checksum=checksum,
+                               consolidate=consolidate))
 
 
 def load(path, state_dict=None, *, storage="auto", group=None, tensor_type="numpy",
@@ -209,8 +198,9 @@ def async_save(state_dict, path, *, storage="mega", group=None, thread_count=2, 
     tree, extra = prepare_save(state_dict)
     impl = _core._async_save(tree, _path(path), storage, _group(group), extra, use_collectives,
                              int(staging_bytes or 0),
-                             _writer_options(thread_count, sync, overwrite, fqn_to_index_mapping,
-                                             checksum, consolidate, direct_io))
+                             writer_options(thread_count, sync, overwrite, direct_io,
+                                            fqn_to_index_mapping=fqn_to_index_mapping,
+                                            checksum=checksum, consolidate=consolidate))
     return AsyncSaveHandle(impl)
 
 

@@ -34,6 +34,7 @@ import threading
 
 from . import _core
 from ._dtypes import dtype_name, framework_dtype
+from ._options import writer_options
 
 _TENSOR, _SHARD, _BYTE_IO = 0, 1, 2
 
@@ -405,13 +406,6 @@ class ReaderBase(_EngineBase):
         return _done_future(fw, None)
 
 
-def _writer_options(thread_count, sync_files, overwrite, direct_io=False, **mega):
-    options = {"thread_count": int(thread_count), "sync": bool(sync_files),
-               "overwrite": bool(overwrite), "direct_io": bool(direct_io)}
-    options.update({k: v for k, v in mega.items() if v is not None})
-    return options
-
-
 def storage_classes(fw, module_name):
     """The four storage classes of framework ``fw``, as its module exports them:
     ``(MegaStorageWriter, MegaStorageReader, FileSystemWriter, FileSystemReader)``,
@@ -444,7 +438,7 @@ def storage_classes(fw, module_name):
         def __init__(self, path, fqn_to_index_mapping=None, *, thread_count=2, sync_files=True,
                      overwrite=True, checksum=None, consolidate=None, reuse_staging=True,
                      files_per_rank=None, direct_io=False):
-            super().__init__(path, _writer_options(
+            super().__init__(path, writer_options(
                 thread_count, sync_files, overwrite, direct_io,
                 fqn_to_index_mapping=fqn_to_index_mapping,
                 checksum=checksum, consolidate=consolidate,
@@ -474,7 +468,7 @@ def storage_classes(fw, module_name):
 
         def __init__(self, path, *, thread_count=2, sync_files=True, overwrite=True,
                      reuse_staging=True, direct_io=False):
-            super().__init__(path, _writer_options(thread_count, sync_files, overwrite, direct_io),
+            super().__init__(path, writer_options(thread_count, sync_files, overwrite, direct_io),
                              reuse_staging)
 
     class FileSystemReader(ReaderBase, fw.dcp.StorageReader):

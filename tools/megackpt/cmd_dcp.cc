@@ -406,6 +406,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
     cmd->add_flag("--direct-io", o->direct_io,
                   "Durable saves write their data files with direct I/O "
                   "(FileSystemWriterOptions::direct_io)");
+    AddStatePagesFlag(cmd, &o->pages);
   }
   {
     auto o = std::make_shared<bench::ReshardBenchOptions>();

@@ -119,7 +119,21 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
     cmd->add_flag(
         "--direct-io", o->direct_io,
         "Durable saves write their shards with direct I/O (MegaStorageWriterOptions::direct_io)");
+    AddStatePagesFlag(cmd, &o->pages);
   }
+}
+
+void AddStatePagesFlag(CLI::App* cmd, bench::StatePages* pages) {
+  cmd->add_option_function<std::string>(
+         "--state-pages",
+         [pages](const std::string& v) {
+           *pages = v == "4k" ? bench::StatePages::kSmall : bench::StatePages::kHuge;
+         },
+         "Pages of the state's memory and of the limits' buffers: huge (default:\n"
+         "transparent huge pages, pre-faulted) or 4k (MADV_NOHUGEPAGE, as torch and numpy\n"
+         "tensors get where THP is 'madvise'; docs/benchmarks.md, 'Saves from 4 KiB pages')")
+      ->type_name("huge|4k")
+      ->check(CLI::IsMember({"huge", "4k"}));
 }
 
 }  // namespace megackpt::cli

@@ -19,6 +19,10 @@
 #include "megackpt/core/file.h"
 #include "megackpt/core/status.h"
 
+namespace megackpt::bench {
+enum class StatePages;  // bench/bench_util.h
+}  // namespace megackpt::bench
+
 namespace megackpt::cli {
 
 void RegisterFormatCommands(CLI::App& app, CLI::App& bench,
@@ -114,6 +118,10 @@ void AddStateBenchRunFlags(CLI::App* cmd, Options* o) {
   cmd->add_option("--dir", o->dir, "Folder for the checkpoints (default $TMPDIR or /tmp)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
 }
+
+// Adds --state-pages huge|4k (the page size of the state's memory and of the
+// ceilings' buffers) to `cmd`, bound to *pages; defined with `bench mega`.
+void AddStatePagesFlag(CLI::App* cmd, bench::StatePages* pages);
 
 // Adds `megackpt bench NAME`, a benchmark of a state of --size bytes saved and
 // loaded from --world-size ranks (bench/*_bench.h: an Options struct with size,
