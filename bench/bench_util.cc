@@ -420,6 +420,11 @@ Result<std::shared_ptr<std::byte>> AllocatePageAligned(uint64_t bytes, StatePage
     return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
                                       [len](std::byte* q) { munmap(q, len); });
   }
+  // Large buffers come from mmap, already on a page: no extra page (which would
+  // cost a whole huge page) unless the allocator's alignment falls short.
+  MEGA_ASSIGN_OR_RETURN(auto exact, AllocateBuffer(std::max<uint64_t>(bytes, 1), true));
+  if (reinterpret_cast<uintptr_t>(exact.get()) % kPage == 0) return exact;
+  exact.reset();
   MEGA_ASSIGN_OR_RETURN(auto raw, AllocateBuffer(std::max<uint64_t>(bytes, 1) + kPage, true));
   const uintptr_t at = reinterpret_cast<uintptr_t>(raw.get());
   std::byte* aligned = raw.get() + ((kPage - at % kPage) % kPage);
