@@ -364,7 +364,7 @@ TEST(ChecksumTest, CopyWithCrc32CopiesAndMatchesCrc32) {
 // NextWritePiece: up to the next multiple of the piece, rounded down to whole
 // 64-byte units when that leaves anything, never past what is left.
 TEST(ChecksumTest, NextWritePieceEndsOnPieceMultiples) {
-  static_assert(kCrcWritePiece == 256u << 10);
+  static_assert(kCrcWritePiece == 2u << 20);
   EXPECT_EQ(NextWritePiece(0, 10 << 20), kCrcWritePiece);
   EXPECT_EQ(NextWritePiece(kCrcWritePiece, 10 << 20), kCrcWritePiece);
   EXPECT_EQ(NextWritePiece(100, 10 << 20), (kCrcWritePiece - 100) / 64 * 64);

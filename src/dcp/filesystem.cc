@@ -2,10 +2,9 @@
 //
 // Write path (the hot one): items are spread over `thread_count` data files by
 // size; each file is written by one thread, item after item, straight from the
-// tensor's memory in pieces ending on multiples of core's WritePieceFor the file
-// (NextWritePiece: 256 KiB through the page cache, 2 MiB with direct I/O); each
-// piece's block CRCs are computed right after its pwrite, while the bytes are
-// still in cache.
+// tensor's memory in 2 MiB pieces ending on multiples of core's WritePieceFor
+// the file (NextWritePiece); each piece's block CRCs are computed right before
+// its pwrite, whose copy then finds the bytes in cache.
 // Strided tensors go through a bounded per-thread buffer. After an item's bytes
 // comes its block CRC table (u32 LE per block; .metadata records its offset). With
 // FileSystemWriterOptions::hash_block_size, each piece is also fed to an XXH3-128
@@ -316,15 +315,15 @@ class FileSystemWriterImpl final : public StorageWriter {
         while (!bytes.empty()) {
           const uint64_t n = NextWritePiece(offset, bytes.size(), write_piece);
           auto piece = bytes.first(static_cast<size_t>(n));
+          // Checksums before the pwrite: they bring the piece into cache and
+          // the pwrite's copy reads it from there (core kCrcWritePiece).
+          crc.Add(piece);
+          if (hasher) hasher->Add(piece);
           if (positioned) {
             MEGA_RETURN_IF_ERROR(file->WriteAt(offset, piece));
           } else {
             MEGA_RETURN_IF_ERROR(file->Append(piece));
           }
-          // Checksums after the pwrite: its copy brought the piece into cache
-          // (a CRC first would be a separate read pass from memory).
-          crc.Add(piece);
-          if (hasher) hasher->Add(piece);
           offset += n;
           bytes = bytes.subspan(static_cast<size_t>(n));
           if (options_.sync && offset - written_back >= kWritebackUnit) {

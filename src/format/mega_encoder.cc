@@ -25,7 +25,7 @@ using format_internal::Quote;
 using mega_internal::AddOverflows;
 using mega_internal::AlignUp;
 
-// The largest pwrite + CRC piece (core's WritePieceFor: kCrcWritePiece, or
+// The largest CRC + pwrite piece (core's WritePieceFor: kCrcWritePiece, or
 // kDirectWritePiece with direct I/O): the strided-gather scratch's size; a
 // multiple of every element size and of every block size (<= 64 KiB).
 constexpr uint64_t kWritePiece = std::max(kCrcWritePiece, kDirectWritePiece);
@@ -354,9 +354,10 @@ Status MegaEncoder::WriteRaw(
   for (uint64_t off = 0, len = 0; off < nbytes; off += len) {
     len = NextWritePiece(base + off, nbytes - off, piece_size);  // ends on a piece_size multiple
     std::span<const std::byte> bytes = piece(off, len);
-    // Write first, checksum second: the pwrite's copy pulls the piece from memory
-    // while it writes, and the CRCs then run on cached bytes. CRC first would add
-    // a separate memory-bound read pass before each copy.
+    // Checksum first, write second: the CRC streams the piece from memory into
+    // the caches and the pwrite's copy reads it from there (core kCrcWritePiece).
+    if (crc_wanted) crc.Add(bytes);
+    if (sha) sha->Update(bytes);
     if (positioned) {
       MEGA_RETURN_IF_ERROR(WriteAt(file, base + off, bytes));
       const uint64_t done = off + bytes.size();
@@ -367,8 +368,6 @@ Status MegaEncoder::WriteRaw(
     } else {
       MEGA_RETURN_IF_ERROR(Append(file, base + off, bytes));
     }
-    if (crc_wanted) crc.Add(bytes);
-    if (sha) sha->Update(bytes);
   }
   crc.Finish();
   std::vector<uint32_t> crcs = std::move(crc.blocks());

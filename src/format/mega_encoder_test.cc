@@ -205,10 +205,10 @@ TEST(MegaEncoderTest, FinishBeforeAllWrittenFails) {
             StatusCode::kInvalidArgument);
 }
 
-// A tensor's payload goes out in pieces of core's WritePieceFor(file): 256 KiB
-// pieces (kCrcWritePiece) through the page cache, 2 MiB (kDirectWritePiece) on a
-// direct-I/O file, each ending on a multiple of its size; the file's bytes are
-// the same either way.
+// A tensor's payload goes out in pieces of core's WritePieceFor(file):
+// kCrcWritePiece through the page cache, kDirectWritePiece on a direct-I/O
+// file (both 2 MiB today), each ending on a multiple of its size; the file's
+// bytes are the same either way.
 TEST(MegaEncoderTest, WritesInPiecesOfWritePieceFor) {
   const Tensor t = Filled(DType::kF32, {(5 << 20) / 4 + 25}, 9);  // 5 MiB + 100 B
   std::string bytes[2];

@@ -46,22 +46,24 @@ uint32_t CopyWithCrc32(uint32_t crc, std::span<std::byte> dst, std::span<const s
 // MEGA). A power of two >= every CRC block size the writers pick.
 inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
 
-// The pwrite size of the writers (fs and MEGA) through the page cache, each
-// piece CRC'd right after its pwrite; pieces end on file offsets that are
-// multiples of it (the first piece of an item or tensor is shorter). The size
-// that keeps the CRC cheap: a pwrite moves its piece and the piece's
-// page-cache copy through the core's L2, so the CRC after it finds the bytes
-// there only when both fit. On the bench VM (2 MiB L2, Linux 6.18), with
-// 2 MiB pieces the CRC read its bytes back from memory (~11 GB/s per core on
-// 256 B blocks, against ~27 cached) and a 2 GiB no-sync save ran at 0.83
-// (MEGA) and 0.46 (fs) of plain 2 MiB writers; with 256 KiB pieces at 0.96
-// and 0.91 (docs/benchmarks.md, "No-sync saves: the CRC after a pwrite").
-// The price: ext4 (large folios) caches the file in folios of the piece's
-// size, and a warm load right after the save runs 5-12% slower than from
-// 2 MiB folios. Files written with direct I/O use kDirectWritePiece
-// (core/file.h WritePieceFor). A multiple of every CRC block size the
-// writers pick.
-inline constexpr uint64_t kCrcWritePiece = kCrcHotPiece;
+// The pwrite size of the writers (fs and MEGA) through the page cache; pieces
+// end on file offsets that are multiples of it (the first piece of an item or
+// tensor is shorter). Each piece is CRC'd first and pwritten second: the CRC
+// pass streams the piece from memory into the core's caches, and the kernel's
+// copy into the page cache then reads it from there, so the source is read
+// from memory once. 2 MiB because the kernel (ext4, large folios) caches a
+// file in folios of the pwrite's size: 2 MiB pwrites on 2 MiB file offsets
+// give 2 MiB folios, fewer and cheaper to allocate than 256 KiB ones, and
+// with sources in 4 KiB pages (torch and numpy memory) 256 KiB folios often
+// made the copy two to three times slower on the bench VM. Measured there
+// (AMD Zen 4, 1 MiB L2, Linux 6.18; 2 threads writing 2 GiB, 256 B CRC
+// blocks, medians GB/s): 2 MiB CRC-then-pwrite 8.6-9.0 from 4 KiB pages and
+// 9.2 from huge pages, against 7.3-7.5 and 7.7 for 256 KiB pwrite-then-CRC
+// and 8.1-8.4 for 2 MiB pwrite-then-CRC (docs/benchmarks.md, "Write pieces
+// of 2 MiB, CRC first"). Files written with direct I/O use kDirectWritePiece
+// (core/file.h WritePieceFor), the same size for a reason of its own. A
+// multiple of every CRC block size the writers pick.
+inline constexpr uint64_t kCrcWritePiece = 2ull << 20;
 
 // The length of the next write piece at file offset `at` with `left` bytes to
 // go: up to the next multiple of `piece`, rounded down to a multiple of 64

@@ -114,8 +114,9 @@ class WritableFile {
 };
 
 // The writers' piece on a file that took UseDirectIo (and the size of its
-// bounce buffer): each O_DIRECT pwrite waits for the device, so pieces larger
-// than the page-cache writes' kCrcWritePiece keep the device busy.
+// bounce buffer): each O_DIRECT pwrite waits for the device, so large pieces
+// keep the device busy. Equal to the page-cache writes' kCrcWritePiece, which
+// is 2 MiB for reasons of the page cache and CPU caches instead.
 inline constexpr uint64_t kDirectWritePiece = 2ull << 20;
 
 // The piece size the writers (fs and MEGA) pwrite `file` in, with

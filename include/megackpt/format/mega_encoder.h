@@ -11,9 +11,9 @@
 //      table. Nothing is written.
 //   2. Payloads, in any order, from any thread (one tensor per thread at a
 //      time): WriteTensor / WriteTensorBytes copy a raw tensor from caller
-//      memory to the file in positioned writes (core's WritePieceFor: 256 KiB
-//      pieces through the page cache) and compute its checksum (and block
-//      CRCs) on each piece right after writing it, while it is in cache.
+//      memory to the file in positioned writes (core's WritePieceFor: 2 MiB
+//      pieces) and compute its checksum (and block CRCs) on each piece right
+//      before writing it, so the write's copy finds it in cache.
 //      Callers that produce stored bytes themselves (zstd, byte shuffle)
 //      write them with WriteAt / Append and hand in the checksums
 //      (SetUnitChecksum).
