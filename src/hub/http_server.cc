@@ -472,10 +472,21 @@ Status HttpServer::Serve() {
   if (impl->listen_fd < 0) return FailedPreconditionError("HttpServer::Serve before Bind");
   {
     std::lock_guard<std::mutex> lock(impl->mu);
-    if (impl->stop_requested) return Status::OK();
+    if (impl->stop_requested) {
+      // Stopped before serving: connections queued in the backlog are
+      // refused now rather than left waiting for the destructor.
+      ::close(impl->listen_fd);
+      impl->listen_fd = -1;
+      return Status::OK();
+    }
   }
+  // poll(), not epoll: libmicrohttpd 0.9.75 (Debian 12) with a thread pool and
+  // epoll aborts the process ("Failed to remove listen FD from epoll set") when
+  // MHD_quiesce_daemon races a worker that drops the listening socket from its
+  // own epoll set; with poll() quiescing is a message to each worker instead.
+  // Each worker polls only its own connections, so the cost is the same here.
   unsigned int flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   MHD_OptionItem opts[] = {
       {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&Impl::Log), impl},
       {MHD_OPTION_LISTEN_SOCKET, impl->listen_fd, nullptr},

@@ -12,7 +12,7 @@
 //     then returns the Response.
 // Exceptions escaping a handler become 500 answers and are logged on stderr.
 //
-// Threading: libmicrohttpd's internal thread pool (`threads` threads, epoll);
+// Threading: libmicrohttpd's internal thread pool (`threads` threads, poll);
 // idle and slow connections cost no thread. A handler runs on the thread of
 // its connection. All handler callbacks may run concurrently.
 #ifndef MEGACKPT_SRC_HUB_HTTP_SERVER_H_
@@ -140,7 +140,8 @@ class HttpServer {
   // Serve). Returns the port. Unavailable naming the address when taken.
   Result<int> Bind();
   // Serves until Stop(), then waits (up to read_timeout_seconds) for the
-  // requests being handled and returns. REQUIRES: Bind() returned OK.
+  // requests being handled, closes the listening socket and returns.
+  // REQUIRES: Bind() returned OK; called once.
   Status Serve();
   // Thread-safe; may be called before Serve (which then returns at once).
   void Stop();

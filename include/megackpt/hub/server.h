@@ -7,7 +7,7 @@
 // body byte is read. Handler errors map to 4xx; an unexpected exception is a
 // 500 and is logged on stderr.
 //
-// Threading: `threads` event threads (epoll) serve all connections; an idle
+// Threading: `threads` event threads (poll) serve all connections; an idle
 // or slow connection holds no thread, a request being handled holds its
 // connection's thread. Stop() stops accepting, lets in-flight requests
 // finish, then Serve() returns.
