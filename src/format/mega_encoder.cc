@@ -380,7 +380,14 @@ Status MegaEncoder::WriteRaw(
   if (!crcs.empty()) {
     const std::span<const std::byte> table = EncodeBlockTableInPlace(crcs);
     const uint64_t at = header_length_ + table_offsets_[i];
-    MEGA_RETURN_IF_ERROR(positioned ? WriteAt(file, at, table) : Append(file, at, table));
+    if (positioned) {
+      for (uint64_t o = 0; o < table.size(); o += kTableWritePiece) {  // core/checksum.h
+        const uint64_t n = std::min<uint64_t>(kTableWritePiece, table.size() - o);
+        MEGA_RETURN_IF_ERROR(WriteAt(file, at + o, table.subspan(o, n)));
+      }
+    } else {
+      MEGA_RETURN_IF_ERROR(Append(file, at, table));
+    }
   }
   MegaChecksum sum{};
   if (type == MegaChecksumType::kCrc32) sum = mega_internal::Crc32Field(crc.whole());

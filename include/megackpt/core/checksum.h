@@ -65,6 +65,17 @@ inline constexpr uint64_t kCrcHotPiece = 256ull << 10;
 // multiple of every CRC block size the writers pick.
 inline constexpr uint64_t kCrcWritePiece = 2ull << 20;
 
+// The largest pwrite of a block CRC table (fs and MEGA writers, positioned
+// writes); a longer table goes out in pieces of this size. Tables of 256 B
+// blocks are 1/64 of their tensor (2 MiB for 128 MiB), and on the bench VM
+// (AMD Zen 4, Linux 6.18, ext4) writing each in one pwrite cost a 2 GiB
+// no-sync fs save 50-70 ms more kernel time (sys 0.46-0.49 s per save
+// against 0.40 with the tables in 256 KiB pieces or not written at all, and
+// 0.40-0.42 with 4 KiB blocks, whose tables are 128 KiB), about 0.1 of the
+// page-cache write ceiling. Why the single large pwrite of a table is that
+// slow is not known (docs/benchmarks.md, "Block tables in 256 KiB pwrites").
+inline constexpr uint64_t kTableWritePiece = 256ull << 10;
+
 // The length of the next write piece at file offset `at` with `left` bytes to
 // go: up to the next multiple of `piece`, rounded down to a multiple of 64
 // bytes (whole elements of every dtype) when that leaves anything, so a piece
