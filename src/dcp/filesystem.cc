@@ -370,10 +370,10 @@ class FileSystemWriterImpl final : public StorageWriter {
         r.storage_data.block_table_offset = offset;
         if (!table.empty()) {
           if (positioned) {
-            for (uint64_t o = 0; o < table.size(); o += kTableWritePiece) {  // core/checksum.h
-              const uint64_t n = std::min<uint64_t>(kTableWritePiece, table.size() - o);
-              MEGA_RETURN_IF_ERROR(file->WriteAt(offset + o, table.subspan(o, n)));
-            }
+            MEGA_RETURN_IF_ERROR(
+                ForEachTableWritePiece(table, [&](uint64_t o, std::span<const std::byte> piece) {
+                  return file->WriteAt(offset + o, piece);
+                }));
           } else {
             MEGA_RETURN_IF_ERROR(file->Append(table));
           }

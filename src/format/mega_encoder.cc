@@ -381,10 +381,10 @@ Status MegaEncoder::WriteRaw(
     const std::span<const std::byte> table = EncodeBlockTableInPlace(crcs);
     const uint64_t at = header_length_ + table_offsets_[i];
     if (positioned) {
-      for (uint64_t o = 0; o < table.size(); o += kTableWritePiece) {  // core/checksum.h
-        const uint64_t n = std::min<uint64_t>(kTableWritePiece, table.size() - o);
-        MEGA_RETURN_IF_ERROR(WriteAt(file, at + o, table.subspan(o, n)));
-      }
+      MEGA_RETURN_IF_ERROR(
+          ForEachTableWritePiece(table, [&](uint64_t o, std::span<const std::byte> piece) {
+            return WriteAt(file, at + o, piece);
+          }));
     } else {
       MEGA_RETURN_IF_ERROR(Append(file, at, table));
     }

@@ -76,6 +76,20 @@ inline constexpr uint64_t kCrcWritePiece = 2ull << 20;
 // slow is not known (docs/benchmarks.md, "Block tables in 256 KiB pwrites").
 inline constexpr uint64_t kTableWritePiece = 256ull << 10;
 
+// Hands `table` to write(offset_in_table, piece) in order, in pieces of at
+// most kTableWritePiece bytes (the one place the fs and MEGA writers split a
+// block CRC table for positioned writes); returns the first error.
+// WriteFn: Status(uint64_t, std::span<const std::byte>).
+template <typename WriteFn>
+Status ForEachTableWritePiece(std::span<const std::byte> table, WriteFn&& write) {
+  for (uint64_t o = 0; o < table.size(); o += kTableWritePiece) {
+    const uint64_t left = table.size() - o;
+    MEGA_RETURN_IF_ERROR(
+        write(o, table.subspan(o, left < kTableWritePiece ? left : kTableWritePiece)));
+  }
+  return Status::OK();
+}
+
 // The length of the next write piece at file offset `at` with `left` bytes to
 // go: up to the next multiple of `piece`, rounded down to a multiple of 64
 // bytes (whole elements of every dtype) when that leaves anything, so a piece
