@@ -1,6 +1,7 @@
 #include <dlpack/dlpack.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -478,6 +479,42 @@ TEST(FileTest, AtomicWriteAndReads) {
   int n = 0;
   for (auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
   EXPECT_EQ(n, 1);
+  std::filesystem::remove_all(dir);
+}
+
+// WriteLocalFileAtomically replaces a file by a new one (a reader of the old
+// one keeps its bytes), writes empty files, gives new files the mode a plain
+// create gives, and fails on a missing folder naming the path.
+TEST(FileTest, AtomicWriteReplacesWholeFilesAndFailsCleanly) {
+  const std::string dir = ::testing::TempDir() + "/core_atomic_test_" + std::to_string(getpid());
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  const std::string path = dir + "/.metadata";
+  for (bool sync : {false, true}) {
+    ASSERT_TRUE(WriteLocalFileAtomically(path, "old bytes", sync).ok());
+    auto old = OpenLocalFile(path, /*mmap=*/false);
+    ASSERT_TRUE(old.ok());
+    ASSERT_TRUE(WriteLocalFileAtomically(path, "new", sync).ok());
+    std::array<std::byte, 9> buf;
+    ASSERT_TRUE((*old)->ReadExactlyAt(0, buf).ok());
+    EXPECT_EQ(std::memcmp(buf.data(), "old bytes", 9), 0);
+    auto now = ReadLocalFile(path);
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ(*now, "new");
+  }
+  ASSERT_TRUE(WriteLocalFileAtomically(dir + "/empty", "", false).ok());
+  EXPECT_EQ(std::filesystem::file_size(dir + "/empty"), 0u);
+  const mode_t mask = umask(0);
+  umask(mask);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u & ~mask);
+  const Status missing = WriteLocalFileAtomically(dir + "/no/such/folder/x", "x", false);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.ToString().find(dir + "/no/such/folder/x"), std::string::npos)
+      << missing.ToString();
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
+  EXPECT_EQ(n, 2);  // .metadata and empty: no temp files
   std::filesystem::remove_all(dir);
 }
 

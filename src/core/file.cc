@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "megackpt/core/checksum.h"
@@ -495,11 +496,55 @@ Status CreateDirectories(const std::string& dir) {
   return Status::OK();
 }
 
+namespace {
+
+// PATH.tmp.<pid>.<n>: the temp name of an atomic write of `path`, unique in
+// this process.
+std::string AtomicTempName(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
+}
+
+// WriteLocalFileAtomically's first way: `data` into an unnamed file of the
+// folder (O_TMPFILE), made durable when `sync`, then linked in under `path`
+// (or, when `path` exists, under a temp name renamed over it). Returns
+// nullopt when the unnamed file cannot be made or linked (a file system or
+// kernel without O_TMPFILE, no /proc): the caller then takes the named temp
+// file. Nothing is left behind on any error: an unnamed file that is never
+// linked goes with its descriptor.
+std::optional<Status> WriteThroughUnnamedFile(const std::string& path, std::string_view data,
+                                              bool sync) {
+  const std::string dir = ParentOf(path);
+  const int fd = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  MEGA_RETURN_IF_ERROR(PwriteFull(fd, data.data(), data.size(), 0, path));
+  if (sync && fdatasync(fd) != 0) return ErrnoToStatus(path + ": fdatasync", errno);
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    if (errno != EEXIST) return std::nullopt;
+    const std::string tmp = AtomicTempName(path);
+    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      return std::nullopt;
+    }
+    if (rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      unlink(tmp.c_str());
+      return ErrnoToStatus(path + ": rename from temp file", err);
+    }
+  }
+  if (sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir));
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path,
                                                                    bool sync) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp =
-      path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
+  std::string tmp = AtomicTempName(path);
   MEGA_ASSIGN_OR_RETURN(auto f, CreateLocalFile(tmp));
   return std::unique_ptr<AtomicFileWriter>(
       new AtomicFileWriter(path, std::move(tmp), std::move(f), sync));
@@ -529,6 +574,7 @@ Status AtomicFileWriter::Commit() {
 }
 
 Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync) {
+  if (std::optional<Status> s = WriteThroughUnnamedFile(path, data, sync)) return *s;
   MEGA_ASSIGN_OR_RETURN(auto w, AtomicFileWriter::Create(path, sync));
   MEGA_RETURN_IF_ERROR(w->Append(std::as_bytes(std::span<const char>(data.data(), data.size()))));
   return w->Commit();

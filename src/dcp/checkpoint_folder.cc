@@ -323,8 +323,10 @@ Result<std::vector<std::string>> OtherLayoutFiles(fs::FileSystem& fs, const std:
   return other;
 }
 
-void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir) {
+void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir,
+                        const std::vector<std::string>& commit_names) {
   fs.SyncDirectory(dir).IgnoreError();
+  for (const std::string& name : commit_names) (void)fs.Exists(fs::JoinPath(dir, name));
 }
 
 void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayout kept) {

@@ -246,7 +246,7 @@ class FileSystemWriterImpl final : public StorageWriter {
       MEGA_ASSIGN_OR_RETURN(files[f], fs_->OpenForWrite(full));
       if (options_.sync && options_.direct_io) files[f]->UseDirectIo();  // a hint; refused is fine
     }
-    WriteOutNewEntries(*fs_, path_);
+    WriteOutNewEntries(*fs_, path_, {MetadataFileName(setup_)});
     Status s = ParallelFor(
         pool_.get(), nfiles,
         [&](size_t f) -> Status {

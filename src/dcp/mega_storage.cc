@@ -651,7 +651,9 @@ Result<std::vector<WriteResult>> MegaStorageWriter::WriteData(const SavePlan& pl
   }
   // New shards exist (in place, under the transaction's root): their entries
   // go out before their data.
-  if (created_now) WriteOutNewEntries(*s.fs, s.txn->root());
+  if (created_now) {
+    WriteOutNewEntries(*s.fs, s.txn->root(), {MetadataNameFor(s.setup), IndexNameFor(s.setup)});
+  }
   const auto write_item = [&](size_t i) -> Status {
     const WriteItem& w = plan.items[i];
     auto [f, pos] = target[i];

@@ -163,9 +163,19 @@ Result<std::string> ReadAll(const RandomAccessFile& file, uint64_t max_size = 1u
 // (ResourceExhausted beyond it).
 Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size = 1ull << 32);
 
-// Writes `data` to `path` atomically: a unique temp file in the same folder,
-// fsync (when `sync`), rename over `path`, fsync of the folder. Readers see the
-// old or the new content, never a mix.
+// Writes `data` to `path` atomically. Readers see the old or the new content,
+// never a mix, and no temp file is left behind on any error. The bytes go to
+// an unnamed file of the folder (O_TMPFILE), made durable when `sync`
+// (fdatasync), then linked in under `path` (linkat), or when `path` exists,
+// under a temp name (PATH.tmp.<pid>.<n>) renamed over it; when `sync`, the
+// folder is fsynced last. Where unnamed files are not available (file system,
+// kernel, or no /proc), a named temp file takes their place (AtomicFileWriter).
+// Why unnamed first: linking a new name reads no folder block when the name's
+// absence is in the kernel's name cache, and on ext4 without a journal the
+// folder's block may be queued for writeback behind gigabytes of data, which
+// made a no-sync checkpoint's commit wait 50-90 ms for it (docs/benchmarks.md,
+// "The commit's create waited for the folder's block"); a create or rename of
+// a temp name reads it.
 Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync = true);
 
 // The streaming form of WriteLocalFileAtomically (the one temp-file + rename

@@ -135,7 +135,15 @@ void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayou
 // (docs/dcp.md, "The folder's entries before the data"). Costs one small
 // metadata write. A speed measure, not a durability step (a durable save still
 // syncs the folder at its commit): failures are ignored.
-void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir);
+// `commit_names`: the files the commit will create in `dir` (.metadata, a
+// MEGA index). They are looked up now, while the folder's block is in memory
+// and idle, so that the commit finds them in the kernel's name cache: with a
+// local file system's atomic write (core/file.h WriteLocalFileAtomically, an
+// unnamed file linked in) the commit then reads no folder block, which may by
+// then be queued for writeback behind the data (docs/dcp.md, "The folder's
+// entries before the data").
+void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir,
+                        const std::vector<std::string>& commit_names = {});
 
 // For saves that must not overwrite: AlreadyExists naming the files when `dir`
 // holds files of a layout other than `kept` (a save of `kept` would remove
