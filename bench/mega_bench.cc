@@ -20,7 +20,9 @@
 //  - async_blocked_seconds: how long the caller is blocked in AsyncSave (until
 //    its tensors are staged and it may modify them), staging pool reused across
 //    saves, vs sync_save_seconds (the median durable save) and vs the time the
-//    memcpy ceiling (best of 1, 2, N threads) takes to copy the state.
+//    memcpy ceiling (best of 1, 2, N threads) takes to copy the state; its
+//    round runs after the save's fresh-write preparation (AsyncBlocked).
+//    async_blocked_seconds_by_rep / memcpy_gbps_by_round: the pairs.
 //  Each: one dropped warm-up, then --reps runs; min/median/max. Every
 //  repetition runs the row's ceiling round right before the row (interleaved:
 //  a limit measured minutes later, in another machine state, is no limit).
@@ -79,11 +81,13 @@ class Bench {
   uint64_t bytes() const { return layout().BytesFor(o_.size); }
 
   // Runs fn on every rank (RankRunner::Run); `fresh` empties the checkpoint
-  // folder first (untimed). Returns the wall time.
-  Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn) {
+  // folder first (untimed), and then runs `then` (untimed, FreshWrite::then).
+  // Returns the wall time.
+  Result<double> Run(bool fresh, const std::function<Status(dist::ProcessGroup&, RankState&)>& fn,
+                     std::function<Status()> then = nullptr) {
     return runner_->Run(
         [&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); },
-        fresh ? FreshWrite{ckpt_, bytes()} : FreshWrite{});
+        fresh ? FreshWrite{ckpt_, bytes(), std::move(then)} : FreshWrite{});
   }
 
   // Seconds of each repetition of the save SaveFn(sync), and in *commits each
@@ -135,34 +139,42 @@ class Bench {
   // save, so the caller is released as soon as everything is copied) exists
   // only for this row: its arena is made in the warm-up save and freed after the
   // row, so it is not resident during the other rows.
-  // `before` (untimed) runs before every save: the interleaved ceiling round.
+  // `before` (untimed) runs right before every save, after its fresh-write
+  // preparation: the interleaved memcpy round. The memcpy writes no file, so it
+  // can run there, and it must: on the benchmark VM the removal and prime of
+  // the preparation leave the memory bandwidth a third lower for a while, and a
+  // memcpy round run before the preparation measured another machine
+  // (docs/benchmarks.md, "The async row's memcpy round after the preparation").
   Result<std::vector<double>> AsyncBlocked(const std::function<Status()>& before) {
     for (RankState& st : states_)
       st.pool = dcp::StagingPool::Create(st.bytes + (o_.tensors + 1) * 4096);
     std::vector<double> blocked;
     for (int i = 0; i < kWarmup + o_.reps; ++i) {
-      MEGA_RETURN_IF_ERROR(before());
       std::mutex mu;
       double worst = 0;
-      MEGA_RETURN_IF_ERROR(Run(true, [&](dist::ProcessGroup& g, RankState& st) -> Status {
-                             dcp::MegaStorageWriterOptions wo;
-                             wo.thread_count = o_.threads;
-                             auto writer =
-                                 std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);
-                             dcp::AsyncSaveOptions ao;
-                             ao.pool = st.pool;
-                             const double t0 = NowSeconds();
-                             dcp::AsyncSaveHandle h = dcp::AsyncSave(st.state.save, writer, &g, ao);
-                             Status staged = h.staged.get();
-                             const double dt = NowSeconds() - t0;
-                             Status done = h.done.get();
-                             {
-                               std::lock_guard<std::mutex> lock(mu);
-                               worst = std::max(worst, dt);
-                             }
-                             MEGA_RETURN_IF_ERROR(staged);
-                             return done;
-                           }).status());
+      MEGA_RETURN_IF_ERROR(
+          Run(
+              true,
+              [&](dist::ProcessGroup& g, RankState& st) -> Status {
+                dcp::MegaStorageWriterOptions wo;
+                wo.thread_count = o_.threads;
+                auto writer = std::make_shared<dcp::MegaStorageWriter>(ckpt_, std::nullopt, wo);
+                dcp::AsyncSaveOptions ao;
+                ao.pool = st.pool;
+                const double t0 = NowSeconds();
+                dcp::AsyncSaveHandle h = dcp::AsyncSave(st.state.save, writer, &g, ao);
+                Status staged = h.staged.get();
+                const double dt = NowSeconds() - t0;
+                Status done = h.done.get();
+                {
+                  std::lock_guard<std::mutex> lock(mu);
+                  worst = std::max(worst, dt);
+                }
+                MEGA_RETURN_IF_ERROR(staged);
+                return done;
+              },
+              before)
+              .status());
       MEGA_ASSIGN_OR_RETURN(worst, runner_->Max(worst));  // the slowest process's
       if (i >= kWarmup) blocked.push_back(worst);
     }
@@ -288,6 +300,10 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   (*out)["memcpy_state_seconds"] = memcpy_seconds;
   (*out)["async_blocked_vs_memcpy"] = memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0;
   PutPairedRatio(out, "async_blocked_vs_memcpy", blocked_p);
+  // Each repetition's blocked seconds and the memcpy round's best right before
+  // it, in order (the pairs behind the per-repetition ratios).
+  (*out)["async_blocked_seconds_by_rep"] = blocked;
+  (*out)["memcpy_gbps_by_round"] = ceil.memcpy.best_by_round;
   PutRatio(out, "async_staging_vs_memcpy",
            blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 

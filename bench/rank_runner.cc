@@ -37,6 +37,7 @@ Result<double> RankRunner::Run(const std::function<Status(dist::ProcessGroup&)>&
       if (rank() != 0) sync();
     }
   }
+  if (fresh.then) MEGA_RETURN_IF_ERROR(fresh.then());
   if (!mpi_) {
     const double t0 = NowSeconds();
     auto results = dist::RunThreadRanks(world_, fn);

@@ -27,6 +27,10 @@ namespace megackpt::bench {
 struct FreshWrite {
   std::string path;
   uint64_t bytes = 0;
+  // Optional, untimed: runs on every process after the preparation, right
+  // before the timed run (a ceiling round that writes no file, e.g. memcpy,
+  // measured in the state the preparation leaves the machine in).
+  std::function<Status()> then;
 };
 
 class RankRunner {

@@ -608,15 +608,8 @@ class LocalBackend final : public CasBackend {
       }
       all += IndexRecords(**layout);
     }
-    const std::string path = IndexPath();
-    const std::string tmp = dir_ + "/tmp/" + RandomSuffix() + ".idx";
-    MEGA_RETURN_IF_ERROR(WriteLocalFileAtomically(tmp, all, options_.sync));
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      int err = errno;
-      ::unlink(tmp.c_str());
-      return ErrnoToStatus("rename " + tmp + " -> " + path, err);
-    }
-    if (options_.sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir_ + "/index"));
+    // Replaces the index whole (core/file.h; syncs the file and index/ when sync).
+    MEGA_RETURN_IF_ERROR(WriteLocalFileAtomically(IndexPath(), all, options_.sync));
     std::lock_guard<std::mutex> lock(index_mu_);
     index_.clear();
     index_offset_ = 0;

@@ -505,6 +505,17 @@ std::string AtomicTempName(const std::string& path) {
   return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
 }
 
+// Renames the finished temp file `tmp` over `path` (atomic on POSIX file
+// systems). On failure the temp file is removed and the error names `path`.
+// The one rename of the atomic writes (WriteThroughUnnamedFile,
+// AtomicFileWriter::Commit).
+Status RenameOver(const std::string& tmp, const std::string& path) {
+  if (rename(tmp.c_str(), path.c_str()) == 0) return Status::OK();
+  const int err = errno;
+  unlink(tmp.c_str());
+  return ErrnoToStatus(path + ": rename from temp file", err);
+}
+
 // WriteLocalFileAtomically's first way: `data` into an unnamed file of the
 // folder (O_TMPFILE), made durable when `sync`, then linked in under `path`
 // (or, when `path` exists, under a temp name renamed over it). Returns
@@ -530,11 +541,7 @@ std::optional<Status> WriteThroughUnnamedFile(const std::string& path, std::stri
     if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
       return std::nullopt;
     }
-    if (rename(tmp.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      unlink(tmp.c_str());
-      return ErrnoToStatus(path + ": rename from temp file", err);
-    }
+    MEGA_RETURN_IF_ERROR(RenameOver(tmp, path));
   }
   if (sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir));
   return Status::OK();
@@ -562,14 +569,9 @@ Status AtomicFileWriter::Commit() {
   file_.reset();
   if (s.ok()) s = c;
   MEGA_RETURN_IF_ERROR(s);
-  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return ErrnoToStatus(path_ + ": rename from temp file", errno);
-  }
-  committed_ = true;
-  if (sync_) {
-    const std::string dir = std::filesystem::path(path_).parent_path().string();
-    MEGA_RETURN_IF_ERROR(SyncDirectory(dir.empty() ? "." : dir));
-  }
+  committed_ = true;  // RenameOver removes the temp file if it fails
+  MEGA_RETURN_IF_ERROR(RenameOver(tmp_, path_));
+  if (sync_) MEGA_RETURN_IF_ERROR(SyncDirectory(ParentOf(path_)));
   return Status::OK();
 }
 

@@ -326,6 +326,9 @@ Result<std::vector<std::string>> OtherLayoutFiles(fs::FileSystem& fs, const std:
 void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir,
                         const std::vector<std::string>& commit_names) {
   fs.SyncDirectory(dir).IgnoreError();
+  // Only a local file system has a kernel name cache to fill; elsewhere (the
+  // hub) a lookup is a round trip that buys nothing.
+  if (fs.scheme() != "local") return;
   for (const std::string& name : commit_names) (void)fs.Exists(fs::JoinPath(dir, name));
 }
 

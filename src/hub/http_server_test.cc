@@ -202,7 +202,9 @@ TEST(HttpServerStopTest, StopDuringConnectionChurnNeverAbortsNorHangs) {
     // A client queued in the backlog is refused at once, not after its 20 s
     // receive timeout.
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-    if (stop_first) EXPECT_EQ(answered.load(), 0);
+    if (stop_first) {
+      EXPECT_EQ(answered.load(), 0);
+    }
   }
 }
 
