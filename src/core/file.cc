@@ -525,6 +525,11 @@ Status RenameOver(const std::string& tmp, const std::string& path) {
 // linked goes with its descriptor.
 std::optional<Status> WriteThroughUnnamedFile(const std::string& path, std::string_view data,
                                               bool sync) {
+  // Linking an unnamed file in goes through /proc/self/fd. Without it (a
+  // chroot or container with no /proc) the named temp file is the only way,
+  // and the data is written once, not first here and again there.
+  static const bool proc_fd = access("/proc/self/fd", F_OK) == 0;
+  if (!proc_fd) return std::nullopt;
   const std::string dir = ParentOf(path);
   const int fd = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) return std::nullopt;
