@@ -142,7 +142,7 @@ class Bench {
   // `before` (untimed) runs right before every save, after its fresh-write
   // preparation: the interleaved memcpy round. The memcpy writes no file, so it
   // can run there, and it must: on the benchmark VM the removal and prime of
-  // the preparation leave the memory bandwidth a third lower for a while, and a
+  // the preparation leave the memory bandwidth up to half lower for a while, and a
   // memcpy round run before the preparation measured another machine
   // (docs/benchmarks.md, "The async row's memcpy round after the preparation").
   Result<std::vector<double>> AsyncBlocked(const std::function<Status()>& before) {
