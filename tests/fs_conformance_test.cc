@@ -198,6 +198,23 @@ TEST_P(FsConformanceTest, RemoveAndRename) {
   EXPECT_EQ(Read(P("r/c")), "delta");
 }
 
+// RemoveGarbage: the names are gone when it returns (new files may take them),
+// missing paths are skipped, everything else stays.
+TEST_P(FsConformanceTest, RemoveGarbageTakesTheNamesAtOnce) {
+  const std::string big = RandomData(9 << 20, 7);  // large enough for the local background free
+  Write(P("g/big"), big);
+  Write(P("g/small"), "s");
+  Write(P("g/kept"), "k");
+  fs_->RemoveGarbage({P("g/big"), P("g/small"), P("g/never-existed")});
+  EXPECT_FALSE(*fs_->Exists(P("g/big")));
+  EXPECT_FALSE(*fs_->Exists(P("g/small")));
+  EXPECT_EQ(Read(P("g/kept")), "k");
+  Write(P("g/big"), "new");  // the name is free at once
+  fs::FinishBackgroundFrees();
+  EXPECT_EQ(Read(P("g/big")), "new");
+  fs_->RemoveGarbage({});
+}
+
 TEST_P(FsConformanceTest, ConcurrentRangeReads) {
   std::string data = RandomData(1 << 20, 2);
   Write(P("big.bin"), data, 100000);

@@ -563,7 +563,7 @@ Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::st
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
-  if (committed_) return;
+  if (!owns_temp_) return;
   if (file_) (void)file_->Close();
   unlink(tmp_.c_str());
 }
@@ -574,7 +574,7 @@ Status AtomicFileWriter::Commit() {
   file_.reset();
   if (s.ok()) s = c;
   MEGA_RETURN_IF_ERROR(s);
-  committed_ = true;  // RenameOver removes the temp file if it fails
+  owns_temp_ = false;  // RenameOver removes the temp file if it fails
   MEGA_RETURN_IF_ERROR(RenameOver(tmp_, path_));
   if (sync_) MEGA_RETURN_IF_ERROR(SyncDirectory(ParentOf(path_)));
   return Status::OK();

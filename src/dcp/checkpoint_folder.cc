@@ -326,16 +326,16 @@ Result<std::vector<std::string>> OtherLayoutFiles(fs::FileSystem& fs, const std:
 void WriteOutNewEntries(fs::FileSystem& fs, const std::string& dir,
                         const std::vector<std::string>& commit_names) {
   fs.SyncDirectory(dir).IgnoreError();
-  // Only a local file system has a kernel name cache to fill; elsewhere (the
-  // hub) a lookup is a round trip that buys nothing.
-  if (fs.scheme() != "local") return;
+  if (!fs.capabilities().cached_name_lookups) return;  // a lookup would buy nothing
   for (const std::string& name : commit_names) (void)fs.Exists(fs::JoinPath(dir, name));
 }
 
 void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayout kept) {
   auto other = OtherLayoutFiles(fs, dir, kept);
   if (!other.ok()) return;
-  for (const std::string& name : *other) fs.Remove(fs::JoinPath(dir, name)).IgnoreError();
+  std::vector<std::string> garbage;
+  for (const std::string& name : *other) garbage.push_back(fs::JoinPath(dir, name));
+  fs.RemoveGarbage(garbage);
 }
 
 Status CheckNoOtherLayout(fs::FileSystem& fs, const std::string& dir, StorageLayout kept) {

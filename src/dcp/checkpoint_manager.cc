@@ -647,10 +647,19 @@ Status CheckpointManager::RemoveFolderTree(const std::string& path) const {
     }
   }
   fs_->SyncDirectory(path).IgnoreError();
+  // The data files are garbage now: their space may be freed in the background
+  // (FileSystem::RemoveGarbage). One that could not be removed shows as the
+  // folder not being empty below.
+  std::vector<std::string> files;
   for (const fs::FileInfo& fi : *listing) {
-    Status s = fi.is_directory ? RemoveFolderTree(fi.path) : fs_->Remove(fi.path);
-    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    if (fi.is_directory) {
+      Status s = RemoveFolderTree(fi.path);
+      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    } else if (BaseName(fi.path).rfind(kMetadataFileName, 0) != 0) {  // gone already
+      files.push_back(fi.path);
+    }
   }
+  fs_->RemoveGarbage(files);
   Status s = fs_->RemoveDirectory(path);
   if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
   return Status::OK();

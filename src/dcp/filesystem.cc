@@ -392,6 +392,7 @@ class FileSystemWriterImpl final : public StorageWriter {
     for (const auto& [idx, info] : md.storage_data) referenced.insert(info.relative_path);
     auto listing = fs_->List(path_);
     if (!listing.ok()) return;
+    std::vector<std::string> garbage;
     for (const fs::FileInfo& fi : *listing) {
       if (fi.is_directory) continue;
       std::string base = BaseName(fi.path);
@@ -399,8 +400,9 @@ class FileSystemWriterImpl final : public StorageWriter {
       if (!ParseDistcpFileName(base, &rank) || referenced.count(base)) continue;
       // Without collectives every rank owns only its own files.
       if (!setup_.use_collectives && rank != setup_.rank) continue;
-      fs_->Remove(fs::JoinPath(path_, base)).IgnoreError();
+      garbage.push_back(fs::JoinPath(path_, base));
     }
+    fs_->RemoveGarbage(garbage);
   }
 
   std::string path_;

@@ -109,6 +109,34 @@ TEST(FileSystemCheckpoint, FolderIsSyncedAfterCreatingTheDataFilesAndBeforeWriti
   }
 }
 
+// The commit's names are looked up before the data is written only where a
+// lookup fills a cache (FileSystemCapabilities::cached_name_lookups).
+TEST(FileSystemCheckpoint, CommitNamesAreLookedUpEarlyOnlyWhereLookupsAreCached) {
+  TempDir dir;
+  auto spec = synthetic::MakeSpec(3, 1 << 16);
+  auto state = synthetic::BuildRankState(spec, 1, 0, 0, true);
+  ASSERT_TRUE(state.ok());
+  for (bool cached : {true, false}) {
+    auto recording = std::make_shared<testing::InstrumentedFileSystem>();
+    recording->cached_name_lookups = cached;
+    FileSystemWriterOptions wo;
+    wo.fs = recording;
+    wo.overwrite = true;  // no lookup of .metadata at set-up
+    const std::string path = dir.path() + "/ckpt" + std::to_string(cached);
+    ASSERT_TRUE(Save(*state, *NewFileSystemWriter(path, wo)).ok());
+    const std::vector<std::string> events = recording->Events();
+    const auto lookup = std::find(events.begin(), events.end(), "lookup .metadata");
+    const auto first_write = std::find_if(events.begin(), events.end(), [](const std::string& e) {
+      return e.rfind("write ", 0) == 0;
+    });
+    if (cached) {
+      EXPECT_TRUE(lookup != events.end() && lookup < first_write);
+    } else {
+      EXPECT_TRUE(lookup == events.end());
+    }
+  }
+}
+
 TEST(FileSystemCheckpoint, StridedSourceAndDestination) {
   TempDir dir;
   // Source: a transposed view of a [6, 10] buffer, i.e. a [10, 6] strided tensor.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,8 +36,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
     return n;
   }
   // In order: "create NAME" (OpenForWrite), "write NAME" (the first
-  // Append/WriteAt of that file), "syncdir NAME" (SyncDirectory); NAME is the
-  // base name.
+  // Append/WriteAt of that file), "syncdir NAME" (SyncDirectory), "lookup
+  // NAME" (Exists); NAME is the base name.
   std::vector<std::string> Events() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
@@ -44,6 +45,8 @@ class InstrumentedFileSystem : public fs::FileSystem {
   // Fault injection: return an error from the matching operation.
   std::function<bool(const std::string& path)> fail_open_for_write;
   std::function<bool(const std::string& path)> fail_write_atomically;
+  // Overrides the base's FileSystemCapabilities::cached_name_lookups.
+  std::optional<bool> cached_name_lookups;
 
   std::string_view scheme() const override { return base_->scheme(); }
   // Transactions run the in-place protocol over this wrapper (BeginTransaction
@@ -51,6 +54,7 @@ class InstrumentedFileSystem : public fs::FileSystem {
   fs::FileSystemCapabilities capabilities() const override {
     fs::FileSystemCapabilities c = base_->capabilities();
     c.isolated_transactions = false;
+    if (cached_name_lookups) c.cached_name_lookups = *cached_name_lookups;
     return c;
   }
 
@@ -73,7 +77,10 @@ class InstrumentedFileSystem : public fs::FileSystem {
     }
     return base_->WriteAtomically(path, data, sync);
   }
-  Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
+  Result<bool> Exists(const std::string& path) override {
+    Record("lookup", path);
+    return base_->Exists(path);
+  }
   Result<fs::FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
   Result<std::vector<fs::FileInfo>> List(const std::string& dir) override {
     return base_->List(dir);

@@ -72,6 +72,8 @@ TEST(LocalFileSystemTest, Capabilities) {
   EXPECT_TRUE(c.positioned_writes);
   EXPECT_FALSE(c.isolated_transactions);
   EXPECT_TRUE(c.atomic_rename);
+  EXPECT_TRUE(c.hard_links);
+  EXPECT_TRUE(c.cached_name_lookups);
   EXPECT_EQ(*LocalFileSystem()->PinPath("/a/b"), "/a/b");
 }
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "fs/background_free.h"
 #include "megackpt/fs/filesystem.h"
 
 namespace megackpt::fs {
@@ -22,6 +23,10 @@ Status FileSystem::RemoveDirectory(const std::string& dir) {
                                    children.front().path);
   }
   return Status::OK();
+}
+
+void FileSystem::RemoveGarbage(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) Remove(path).IgnoreError();
 }
 
 Status FileSystem::Link(const std::string& existing, const std::string& new_path) {
@@ -52,6 +57,7 @@ class PosixFileSystem final : public FileSystem {
     c.isolated_transactions = false;  // the in-place protocol (transaction.cc)
     c.atomic_rename = true;
     c.hard_links = true;
+    c.cached_name_lookups = true;  // the kernel's dentry cache
     return c;
   }
 
@@ -109,6 +115,10 @@ class PosixFileSystem final : public FileSystem {
     return Status::OK();
   }
 
+  void RemoveGarbage(const std::vector<std::string>& paths) override {
+    internal::UnlinkFreeingInBackground(paths);
+  }
+
   Status RemoveDirectory(const std::string& dir) override {
     if (rmdir(dir.c_str()) != 0) {
       if (errno == ENOTEMPTY || errno == EEXIST) {
@@ -146,5 +156,7 @@ std::shared_ptr<FileSystem> LocalFileSystem() {
   static std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
   return fs;
 }
+
+void FinishBackgroundFrees() { internal::FinishBackgroundFreesNow(); }
 
 }  // namespace megackpt::fs

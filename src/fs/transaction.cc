@@ -177,7 +177,9 @@ class InPlaceTransaction final : public Transaction {
       replaced.emplace_back(path, std::move(previous));
     }
     // 3. Removals after the commit point; failures are left for a later commit.
-    for (const std::string& r : removes) fs_.Remove(JoinPath(root_, r)).IgnoreError();
+    std::vector<std::string> garbage;
+    for (const std::string& r : removes) garbage.push_back(JoinPath(root_, r));
+    fs_.RemoveGarbage(garbage);
     return std::string();
   }
 

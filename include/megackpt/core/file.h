@@ -201,7 +201,7 @@ class AtomicFileWriter {
   std::string path_, tmp_;
   std::unique_ptr<WritableFile> file_;
   bool sync_;
-  bool committed_ = false;
+  bool owns_temp_ = true;  // false once Commit hands the temp file to RenameOver
 };
 
 // Whole-range positioned I/O on a raw descriptor (the one pread/pwrite loop

@@ -136,11 +136,12 @@ void RemoveOtherLayouts(fs::FileSystem& fs, const std::string& dir, StorageLayou
 // metadata write. A speed measure, not a durability step (a durable save still
 // syncs the folder at its commit): failures are ignored.
 // `commit_names`: the files the commit will create in `dir` (.metadata, a
-// MEGA index). On a local file system (scheme "local") they are looked up
-// now, while the folder's block is in memory and idle, so that the commit
-// finds them in the kernel's name cache: with a local file system's atomic
-// write (core/file.h WriteLocalFileAtomically, an unnamed file linked in) the
-// commit then reads no folder block, which may by then be queued for
+// MEGA index). When `fs` caches name lookups
+// (FileSystemCapabilities::cached_name_lookups: a local file system) they are
+// looked up now, while the folder's block is in memory and idle, so that the
+// commit finds them in the kernel's name cache: with a local file system's
+// atomic write (core/file.h WriteLocalFileAtomically, an unnamed file linked
+// in) the commit then reads no folder block, which may by then be queued for
 // writeback behind the data (docs/dcp.md, "The folder's entries before the
 // data"). Elsewhere (the hub) a lookup is a round trip that fills no cache,
 // and none is made.

@@ -290,7 +290,9 @@ class CheckpointManager {
   Result<std::vector<int64_t>> GarbageCollect(std::optional<RetentionPolicy> policy = std::nullopt);
 
   // Removes one step folder: its `.metadata` first (the step stops being
-  // complete at once), then the rest. Rewrites `latest` if it named the step.
+  // complete at once), then the rest (fs::FileSystem::RemoveGarbage: a local
+  // file system may free the space of large files after this returns).
+  // Rewrites `latest` if it named the step.
   Status RemoveStep(int64_t step);
 
  private:

@@ -65,6 +65,11 @@ struct FileSystemCapabilities {
   bool atomic_rename = false;
   // Link makes hard links (a second name of the same file).
   bool hard_links = false;
+  // Name lookups (Exists) are answered from a kernel cache once made: a lookup
+  // made early, while the folder is idle, saves a later one from reading the
+  // folder from the device (WriteOutNewEntries in dcp/checkpoint_folder.h).
+  // False: a lookup fills no cache (the hub: each one is a round trip).
+  bool cached_name_lookups = false;
 };
 
 struct TransactionOptions {
@@ -220,6 +225,15 @@ class FileSystem {
   virtual Result<std::vector<FileInfo>> List(const std::string& dir) = 0;
   // Removes a file. NotFound when missing.
   virtual Status Remove(const std::string& path) = 0;
+  // Removes files that nothing refers to any more (a superseded save's data
+  // files, a retired step's files). Best effort: missing files are skipped and
+  // failures ignored (whoever cleans the folder next finds the rest). The
+  // names are gone when this returns, so new files may take them at once; the
+  // space may be freed later. The local file system frees large files on a
+  // background thread (it keeps each one open across its unlink and closes it
+  // there): on file systems mounted with online discard, freeing a large file
+  // costs more than writing it. Default: Remove, one file after another.
+  virtual void RemoveGarbage(const std::vector<std::string>& paths);
   // Removes an empty folder. NotFound when missing; FailedPrecondition when it
   // still has children. The default, for stores whose folders exist only
   // through the files below them (mega://), checks that nothing is left.
@@ -257,6 +271,12 @@ class FileSystem {
 
 // The POSIX filesystem. Shared and stateless.
 std::shared_ptr<FileSystem> LocalFileSystem();
+
+// Returns once the local file system's background thread has freed every file
+// that RemoveGarbage handed to it in this process. Not needed for correctness
+// (the names are gone already; at exit the kernel frees what is left); for
+// callers that want the disk space back now.
+void FinishBackgroundFrees();
 
 // ---- schemes ---------------------------------------------------------------
 
