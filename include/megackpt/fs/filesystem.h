@@ -269,7 +269,8 @@ class FileSystem {
       const std::string& root, const TransactionOptions& options = {});
 };
 
-// The POSIX filesystem. Shared and stateless.
+// The POSIX filesystem. Shared; its only state is the process-wide background
+// thread of RemoveGarbage.
 std::shared_ptr<FileSystem> LocalFileSystem();
 
 // Returns once the local file system's background thread has freed every file
