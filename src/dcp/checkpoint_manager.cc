@@ -637,11 +637,13 @@ Status CheckpointManager::RemoveFolderTree(const std::string& path) const {
   if (!listing.ok()) {
     return listing.status().code() == StatusCode::kNotFound ? Status::OK() : listing.status();
   }
+  auto is_record = [](const fs::FileInfo& fi) {
+    return !fi.is_directory && BaseName(fi.path).rfind(kMetadataFileName, 0) == 0;
+  };
   // The commit record goes first: from then on the step is incomplete, so a
   // crash half-way through leaves a folder Open removes, never a half step.
   for (const fs::FileInfo& fi : *listing) {
-    std::string base = BaseName(fi.path);
-    if (!fi.is_directory && base.rfind(kMetadataFileName, 0) == 0) {
+    if (is_record(fi)) {
       Status s = fs_->Remove(fi.path);
       if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
     }
@@ -655,7 +657,7 @@ Status CheckpointManager::RemoveFolderTree(const std::string& path) const {
     if (fi.is_directory) {
       Status s = RemoveFolderTree(fi.path);
       if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    } else if (BaseName(fi.path).rfind(kMetadataFileName, 0) != 0) {  // gone already
+    } else if (!is_record(fi)) {  // the records are gone already
       files.push_back(fi.path);
     }
   }

@@ -7,9 +7,9 @@
 
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -28,8 +28,7 @@ struct Freer {
   std::mutex mu;
   std::condition_variable cv;  // work queued, a descriptor closed, unpaused
   std::deque<Pending> queue;
-  std::optional<Pending> closing;         // taken by the thread, being closed
-  std::map<uint64_t, size_t> files_left;  // call -> its descriptors not closed yet
+  std::optional<Pending> closing;  // taken by the thread, being closed
   uint64_t next_call = 0;
   bool started = false;
   bool paused = false;
@@ -81,11 +80,17 @@ void CloseQueued(Freer* f) {
     lock.unlock();
     close(fd);  // where the file's blocks are freed (and discarded)
     lock.lock();
-    auto left = f->files_left.find(f->closing->call);
-    if (left != f->files_left.end() && --left->second == 0) f->files_left.erase(left);
     f->closing.reset();
     f->cv.notify_all();
   }
+}
+
+// Calls with descriptors still queued or being closed. REQUIRES: f.mu held.
+size_t UnfinishedCalls(const Freer& f) {
+  std::set<uint64_t> calls;
+  for (const Pending& p : f.queue) calls.insert(p.call);
+  if (f.closing) calls.insert(f.closing->call);
+  return calls.size();
 }
 
 }  // namespace
@@ -93,7 +98,7 @@ void CloseQueued(Freer* f) {
 void UnlinkFreeingInBackground(const std::vector<std::string>& paths) {
   Freer& f = TheFreer();
   std::unique_lock<std::mutex> lock(f.mu);
-  f.cv.wait(lock, [&] { return f.files_left.size() < kMaxUnfinishedCalls || f.paused; });
+  f.cv.wait(lock, [&] { return UnfinishedCalls(f) < kMaxUnfinishedCalls || f.paused; });
   const uint64_t call = f.next_call++;
   size_t queued = 0;
   for (const std::string& path : paths) {
@@ -113,7 +118,6 @@ void UnlinkFreeingInBackground(const std::vector<std::string>& paths) {
     ++queued;
   }
   if (queued == 0) return;
-  f.files_left[call] = queued;
   if (!f.started) {
     try {
       std::thread(CloseQueued, &f).detach();
@@ -122,7 +126,6 @@ void UnlinkFreeingInBackground(const std::vector<std::string>& paths) {
       // No thread to be had (a process at its thread limit): free them now.
       for (const Pending& p : f.queue) close(p.fd);
       f.queue.clear();
-      f.files_left.clear();
       return;
     }
   }
