@@ -21,8 +21,11 @@ struct Pending {
   int fd;
   dev_t dev;
   ino_t ino;
-  uint64_t call;  // which UnlinkFreeingInBackground queued it
+  uint64_t call;  // which UnlinkFreeingInBackground queued it; kNoCall: a replaced file
 };
+
+// The `call` of a file queued by ReplaceFreeingInBackground: no call waits for it.
+constexpr uint64_t kNoCall = ~0ull;
 
 struct Freer {
   std::mutex mu;
@@ -90,7 +93,24 @@ size_t UnfinishedCalls(const Freer& f) {
   std::set<uint64_t> calls;
   for (const Pending& p : f.queue) calls.insert(p.call);
   if (f.closing) calls.insert(f.closing->call);
+  calls.erase(kNoCall);
   return calls.size();
+}
+
+// Starts the thread on first use and wakes it; false when no thread can be
+// had (a process at its thread limit): the caller frees its files itself.
+// REQUIRES: f.mu held.
+bool WakeCloser(Freer& f) {
+  if (!f.started) {
+    try {
+      std::thread(CloseQueued, &f).detach();
+      f.started = true;
+    } catch (const std::system_error&) {
+      return false;
+    }
+  }
+  f.cv.notify_all();
+  return true;
 }
 
 }  // namespace
@@ -118,18 +138,37 @@ void UnlinkFreeingInBackground(const std::vector<std::string>& paths) {
     ++queued;
   }
   if (queued == 0) return;
-  if (!f.started) {
-    try {
-      std::thread(CloseQueued, &f).detach();
-      f.started = true;
-    } catch (const std::system_error&) {
-      // No thread to be had (a process at its thread limit): free them now.
-      for (const Pending& p : f.queue) close(p.fd);
-      f.queue.clear();
-      return;
-    }
+  if (!WakeCloser(f)) {  // no thread to be had: free them now
+    for (const Pending& p : f.queue) close(p.fd);
+    f.queue.clear();
   }
-  f.cv.notify_all();
+}
+
+Status ReplaceFreeingInBackground(const std::string& path, const std::function<Status()>& replace) {
+  // The flags as in UnlinkFreeingInBackground.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return replace();  // nothing there yet (or not ours to open)
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return replace();
+  }
+  Status s = replace();
+  struct stat after {};
+  Freer& f = TheFreer();
+  std::unique_lock<std::mutex> lock(f.mu);
+  if (fstat(fd, &after) != 0 || after.st_nlink != 0 || f.queue.size() >= kMaxQueuedFrees) {
+    lock.unlock();
+    close(fd);  // still named (replace failed), or the queue is full
+    return s;
+  }
+  f.queue.push_back(Pending{fd, st.st_dev, st.st_ino, kNoCall});
+  if (!WakeCloser(f)) {
+    f.queue.pop_back();
+    lock.unlock();
+    close(fd);
+  }
+  return s;
 }
 
 void FinishBackgroundFreesNow() {
@@ -149,6 +188,12 @@ size_t QueuedBackgroundFreesForTesting() {
   Freer& f = TheFreer();
   std::lock_guard<std::mutex> lock(f.mu);
   return f.queue.size() + (f.closing ? 1 : 0);
+}
+
+size_t UnfinishedCallsForTesting() {
+  Freer& f = TheFreer();
+  std::lock_guard<std::mutex> lock(f.mu);
+  return UnfinishedCalls(f);
 }
 
 }  // namespace megackpt::fs::internal

@@ -1,6 +1,7 @@
 // The local file system's RemoveGarbage (background_free.h): names go at once,
 // large files are freed by the background thread, small files, links and hard
 // links are handled inline, and a forked child never pins the parent's garbage.
+// WriteAtomically over a file: the replaced file is freed by the thread too.
 #include "fs/background_free.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,58 @@ TEST(BackgroundFreeTest, AForkedChildDoesNotPinTheParentsGarbageAndFreesItsOwn) 
   EXPECT_EQ(DeletedFilesHeldOpen(d).size(), 1u);  // the parent's, still paused
   internal::PauseBackgroundFreesForTesting(false);
   FinishBackgroundFrees();
+  EXPECT_TRUE(DeletedFilesHeldOpen(d).empty());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// WriteAtomically over an existing file (a commit record replaced): the old
+// file, however small, is freed by the thread, not inside the rename; a new
+// name and a failed replacement queue nothing.
+TEST(BackgroundFreeTest, AReplacedFileIsFreedByTheThread) {
+  TempDir dir;
+  const std::string d = dir.path();
+  auto fs = LocalFileSystem();
+  ASSERT_TRUE(fs->WriteAtomically(d + "/.metadata", "old", false).ok());
+  internal::PauseBackgroundFreesForTesting(true);
+  ASSERT_TRUE(fs->WriteAtomically(d + "/.metadata", "new", false).ok());
+  EXPECT_EQ(ReadAll(d + "/.metadata"), "new");
+  EXPECT_EQ(internal::QueuedBackgroundFreesForTesting(), 1u);
+  EXPECT_EQ(DeletedFilesHeldOpen(d).size(), 1u);
+  // Nothing replaced: a new name, and a replacement that fails.
+  ASSERT_TRUE(fs->WriteAtomically(d + "/index.json", "first", true).ok());
+  Status failed = internal::ReplaceFreeingInBackground(
+      d + "/index.json", [] { return IOError("the replacement failed"); });
+  EXPECT_EQ(failed.code(), StatusCode::kIOError);
+  EXPECT_EQ(ReadAll(d + "/index.json"), "first");
+  EXPECT_EQ(internal::QueuedBackgroundFreesForTesting(), 1u);
+  internal::PauseBackgroundFreesForTesting(false);
+  FinishBackgroundFrees();
+  EXPECT_TRUE(DeletedFilesHeldOpen(d).empty());
+}
+
+// Replaced files do not count as calls: a RemoveGarbage after them waits only
+// for earlier RemoveGarbage calls (kMaxUnfinishedCalls), never for them.
+TEST(BackgroundFreeTest, ReplacedFilesDoNotCountAsCalls) {
+  TempDir dir;
+  const std::string d = dir.path();
+  auto fs = LocalFileSystem();
+  ASSERT_TRUE(fs->WriteAtomically(d + "/record", "0", false).ok());
+  WriteBytes(d + "/big", kBig);
+  internal::PauseBackgroundFreesForTesting(true);
+  ASSERT_TRUE(fs->WriteAtomically(d + "/record", "1", false).ok());
+  ASSERT_TRUE(fs->WriteAtomically(d + "/record", "2", false).ok());
+  EXPECT_EQ(internal::QueuedBackgroundFreesForTesting(), 2u);
+  EXPECT_EQ(internal::UnfinishedCallsForTesting(), 0u);
+  fs->RemoveGarbage({d + "/big"});
+  EXPECT_EQ(internal::QueuedBackgroundFreesForTesting(), 3u);
+  EXPECT_EQ(internal::UnfinishedCallsForTesting(), 1u);
+  internal::PauseBackgroundFreesForTesting(false);
+  FinishBackgroundFrees();
+  EXPECT_EQ(internal::UnfinishedCallsForTesting(), 0u);
   EXPECT_TRUE(DeletedFilesHeldOpen(d).empty());
 }
 

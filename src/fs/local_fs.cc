@@ -74,7 +74,9 @@ class PosixFileSystem final : public FileSystem {
   Status WriteAtomically(const std::string& path, std::string_view data, bool sync) override {
     std::filesystem::path p(path);
     if (p.has_parent_path()) MEGA_RETURN_IF_ERROR(megackpt::CreateDirectories(p.parent_path()));
-    return WriteLocalFileAtomically(path, data, sync);
+    // The file replaced (a commit record) is freed on the background thread.
+    return internal::ReplaceFreeingInBackground(
+        path, [&] { return WriteLocalFileAtomically(path, data, sync); });
   }
 
   Result<bool> Exists(const std::string& path) override {

@@ -210,7 +210,8 @@ class FileSystem {
   virtual Result<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;
 
   // Writes a whole small file so that readers see the old or the new content,
-  // never a mix (local: temp + fsync + rename + folder fsync).
+  // never a mix (local: temp + fsync + rename + folder fsync; the file it
+  // replaces is freed off the caller's path, as RemoveGarbage frees large files).
   virtual Status WriteAtomically(const std::string& path, std::string_view data,
                                  bool sync = true) = 0;
 
