@@ -20,6 +20,7 @@
 #include "megackpt/core/checksum.h"
 #include "megackpt/core/file.h"
 #include "megackpt/core/tensor.h"
+#include "megackpt/fs/filesystem.h"  // FinishBackgroundFrees
 
 namespace megackpt::bench {
 
@@ -56,8 +57,17 @@ static void FinishFreshWritePreparation(const std::string& scratch, uint64_t byt
                                         const ReportingMark& mark);
 
 void PrepareFreshWrite(const std::string& path, uint64_t bytes) {
+  fs::FinishBackgroundFrees();  // no earlier save's garbage is still being freed
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
+  const ReportingMark mark = MarkFreedMemory();
+  sync();
+  SettleDevice(path);
+  FinishFreshWritePreparation(path + ".prime", bytes, mark);
+}
+
+void PrepareWriteOverPrevious(const std::string& path, uint64_t bytes) {
+  fs::FinishBackgroundFrees();
   const ReportingMark mark = MarkFreedMemory();
   sync();
   SettleDevice(path);
@@ -82,6 +92,10 @@ std::string FreshWriteNote(bool direct_io) {
   }
   if (direct_io) note += " (durable saves: direct I/O)";
   return note;
+}
+
+const char* OverPreviousNote(bool over_previous) {
+  return over_previous ? " (every save over the previous one, in its folder)" : "";
 }
 
 // The end of every fresh write's preparation: prime, or idle (see above).
@@ -629,9 +643,10 @@ Status CeilingRounds::Round(CeilingKind kind) {
   return Status::OK();
 }
 
-Status CeilingRounds::WriteRound(CeilingKind kind, const std::string& checkpoint) {
+Status CeilingRounds::WriteRound(CeilingKind kind, const std::string& checkpoint,
+                                 bool keep_checkpoint) {
   std::error_code ec;
-  std::filesystem::remove_all(checkpoint, ec);
+  if (!keep_checkpoint) std::filesystem::remove_all(checkpoint, ec);
   MEGA_RETURN_IF_ERROR(Round(kind));
   io_.RemoveWriteFiles();
   return Status::OK();

@@ -35,7 +35,8 @@ Summary Summarize(std::vector<double> values);
 Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<Status()>& fn,
                                      const std::function<void()>& setup = nullptr);
 
-// Untimed preparation of every measured write, limits and ours alike: removes
+// Untimed preparation of every measured write, limits and ours alike: waits
+// for this process's background frees (fs::FinishBackgroundFrees), removes
 // `path` (a file or a folder) and writes back all dirty pages (sync(2)), so each
 // timed write starts from the same state — an empty target and no dirty data
 // from earlier runs that would throttle it (the kernel's dirty-page limits are
@@ -44,6 +45,14 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 // with the bytes the timed write writes (or, unprimed, FreshWriteIdleSeconds of
 // sleep).
 void PrepareFreshWrite(const std::string& path, uint64_t bytes);
+
+// The same preparation for a write over the previous one (`bench dcp` / `bench
+// mega` --over-previous: a save into the folder that holds the last save, as in
+// a training loop that saves to one path): `path` is kept; first waits until
+// the space of files removed earlier as garbage is freed
+// (fs::FinishBackgroundFrees: the last save's garbage, freed off its caller's
+// path), then sync(2), SettleDevice and PrimeFreeMemory as PrepareFreshWrite.
+void PrepareWriteOverPrevious(const std::string& path, uint64_t bytes);
 
 // Free page reporting (docs/benchmarks.md, "Page-cache writes on a VM with free
 // page reporting"): on a VM whose balloon reports free memory to the host, a
@@ -98,6 +107,9 @@ double FreshWriteIdleSeconds();
 // with buffered durable saves, else e.g. " (MEGACKPT_BENCH_NO_PRIME: fresh
 // writes not primed, 3 s idle before each) (durable saves: direct I/O)".
 std::string FreshWriteNote(bool direct_io);
+// The table's first-line note of --over-previous: " (every save over the
+// previous one, in its folder)" or "".
+const char* OverPreviousNote(bool over_previous);
 
 // Waits (at most ~1 s) until the block device holding `path` has no request in
 // flight and its discard count has stopped moving: freeing the previous run's
@@ -318,9 +330,11 @@ class CeilingRounds {
   Status Round(CeilingKind kind);
   // A write round (page-cache write or write + fsync) next to a save into
   // `checkpoint`: each starts without the other's files, as ours and the
-  // ceiling's fresh writes do. Removes `checkpoint`, runs Round(kind), then
-  // drops the ceiling's files (PlainIo::RemoveWriteFiles).
-  Status WriteRound(CeilingKind kind, const std::string& checkpoint);
+  // ceiling's fresh writes do. Removes `checkpoint` (kept with
+  // `keep_checkpoint`: the saves write over the previous one, and the plain
+  // writers write their new files next to it), runs Round(kind), then drops
+  // the ceiling's files (PlainIo::RemoveWriteFiles).
+  Status WriteRound(CeilingKind kind, const std::string& checkpoint, bool keep_checkpoint = false);
   // The ceiling of `kind` over the rounds run so far (empty when none).
   Ceiling Get(CeilingKind kind) const;
   // Get of every kind.

@@ -22,6 +22,11 @@
 //  Before every save, and before every write of the limits, the other's files
 //  are removed and PrepareFreshWrite (untimed) writes back dirty pages and
 //  primes the free memory (PrimeFreeMemory): both start from the same state.
+//  --over-previous: the checkpoint folder is kept instead, so every save
+//  writes over the previous one and its superseded files are garbage
+//  (FileSystem::RemoveGarbage), and the plain writers write next to it; the
+//  preparation (PrepareWriteOverPrevious) first waits for the frees of the
+//  last save's garbage. JSON "over_previous".
 #include "dcp_bench.h"
 
 #include <unistd.h>
@@ -118,8 +123,10 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   const int parallelism = world * std::max(1, o.threads);
   MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
                                                             parallelism, kWarmup, o.pages));
-  auto ceiling_round = [&](CeilingKind kind) { return ceilings->Round(kind, ckpt); };
-  const FreshWrite fresh{ckpt, bytes};
+  auto ceiling_round = [&](CeilingKind kind) {
+    return ceilings->Round(kind, ckpt, o.over_previous);
+  };
+  const FreshWrite fresh{.path = ckpt, .bytes = bytes, .over_previous = o.over_previous};
   SaveLoadSeconds secs;
   for (int i = 0; i < kWarmup + o.reps; ++i) {
     MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kDurableWrite));
@@ -168,16 +175,18 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["direct_io"] = o.direct_io;
   (*out)["state_pages"] = StatePagesName(o.pages);
+  (*out)["over_previous"] = o.over_previous;
+  (*out)["saves_over_a_commit"] = runner.runs_over_a_commit();
   (*out)["peak_extra_rss_bytes"] = peak_extra;
   (*out)["peak_rss_reset_ok"] = reset_ok;
 
-  char head[384];
+  char head[512];
   std::snprintf(
       head, sizeof head,
       "megackpt bench dcp: %.2f GB state (%d row-sharded F32 tensors, %s pages), world %d "
-      "(%s), %d I/O threads/rank, %d reps after %d warm-up%s\n",
+      "(%s), %d I/O threads/rank, %d reps after %d warm-up%s%s\n",
       bytes / 1e9, kTensors, StatePagesName(o.pages), world, mpi ? "mpi" : "threads", o.threads,
-      o.reps, kWarmup, FreshWriteNote(o.direct_io).c_str());
+      o.reps, kWarmup, FreshWriteNote(o.direct_io).c_str(), OverPreviousNote(o.over_previous));
   *table += head;
   char cols[128];
   std::snprintf(cols, sizeof cols, "%-34s %8s %8s %8s   %s\n", "GB/s", "min", "median", "max",

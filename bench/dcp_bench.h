@@ -19,6 +19,7 @@ struct DcpBenchOptions {
   int threads = 2;                       // I/O threads per rank
   bool direct_io = false;                // durable saves: FileSystemWriterOptions::direct_io
   StatePages pages = StatePages::kHuge;  // of the state and the ceilings' buffers
+  bool over_previous = false;  // every save writes over the previous one (--over-previous)
 };
 
 // Runs the benchmark and prints a table (or JSON on rank 0). Returns the exit code.

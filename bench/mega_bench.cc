@@ -29,6 +29,11 @@
 //  Before every save, and before every write of the limits, the other's files
 //  are removed and PrepareFreshWrite (untimed) writes back dirty pages and
 //  primes the free memory (PrimeFreeMemory): both start from the same state.
+//  --over-previous: the checkpoint folder is kept instead, so every save
+//  writes over the previous one and its superseded files are garbage
+//  (FileSystem::RemoveGarbage), and the plain writers write next to it; the
+//  preparation (PrepareWriteOverPrevious) first waits for the frees of the
+//  last save's garbage. JSON "over_previous".
 #include "mega_bench.h"
 
 #include <algorithm>
@@ -87,7 +92,7 @@ class Bench {
                      std::function<Status()> then = nullptr) {
     return runner_->Run(
         [&](dist::ProcessGroup& g) { return fn(g, states_[runner_->LocalIndex(g)]); },
-        fresh ? FreshWrite{ckpt_, bytes(), std::move(then)} : FreshWrite{});
+        fresh ? FreshWrite{ckpt_, bytes(), std::move(then), o_.over_previous} : FreshWrite{});
   }
 
   // Seconds of each repetition of the save SaveFn(sync), and in *commits each
@@ -241,7 +246,7 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
                                                             parallelism, kWarmup, o.pages));
   auto round = [&](CeilingKind kind) {
-    return [&, kind]() { return ceilings->Round(kind, ckpt); };
+    return [&, kind]() { return ceilings->Round(kind, ckpt, o.over_previous); };
   };
   SaveLoadSeconds secs;
   MEGA_ASSIGN_OR_RETURN(
@@ -292,6 +297,8 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   PutSaveLoadRows(out, r, ceil, parallelism);
   (*out)["direct_io"] = o.direct_io;
   (*out)["state_pages"] = StatePagesName(o.pages);
+  (*out)["over_previous"] = o.over_previous;
+  (*out)["saves_over_a_commit"] = runner.runs_over_a_commit();
   PutSummary(out, "sync_save_seconds", sync_s);
   PutSummary(out, "async_blocked_seconds", blocked_s);
   (*out)["async_blocked_fraction"] = sync_s.median > 0 ? blocked_s.median / sync_s.median : 0;
@@ -307,14 +314,14 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   PutRatio(out, "async_staging_vs_memcpy",
            blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 
-  char head[384];
+  char head[512];
   std::snprintf(head, sizeof head,
                 "megackpt bench mega: %.3f GB state (%d F32 tensors, row-sharded, %s pages), world "
                 "size %d (%s), %d reps after %d warm-up; GB/s min / median / max, vs ceiling "
-                "[per rep: min med max]%s\n",
+                "[per rep: min med max]%s%s\n",
                 bytes / 1e9, o.tensors, StatePagesName(o.pages), world,
                 runner.is_mpi() ? "mpi" : "threads", o.reps, kWarmup,
-                FreshWriteNote(o.direct_io).c_str());
+                FreshWriteNote(o.direct_io).c_str(), OverPreviousNote(o.over_previous));
   *table = head;
   *table += FormatRow("save (durable)", r.save, ceil.durable.best.median, r.save_paired) + "\n";
   *table += CeilingRow("  ceiling: write + fsync", ceil.durable) + "\n";

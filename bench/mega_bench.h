@@ -19,6 +19,7 @@ struct MegaBenchOptions {
   int tensors = 16;                      // F32 tensors of size/tensors bytes, row-sharded
   bool direct_io = false;                // durable saves: MegaStorageWriterOptions::direct_io
   StatePages pages = StatePages::kHuge;  // of the state and the ceilings' buffers
+  bool over_previous = false;  // every save writes over the previous one (--over-previous)
   bool json = false;
   std::string dir;  // empty: a temp folder under $TMPDIR or /tmp
 };

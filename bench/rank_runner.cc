@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "bench_report.h"
 #include "bench_util.h"
+#include "megackpt/fs/filesystem.h"  // FinishBackgroundFrees
 
 namespace megackpt::bench {
 
@@ -31,7 +33,21 @@ Result<double> RankRunner::Run(const std::function<Status(dist::ProcessGroup&)>&
     // Rank 0 removes the target, then (after a barrier, so no process writes
     // back the old checkpoint's dirty pages while they are being discarded)
     // every other process syncs: the remove-then-sync of PrepareFreshWrite.
-    if (rank() == 0) PrepareFreshWrite(fresh.path, fresh.bytes);
+    // Over the previous save: every process's background frees end before
+    // rank 0's preparation.
+    if (fresh.over_previous) {
+      fs::FinishBackgroundFrees();
+      if (mpi_) MEGA_RETURN_IF_ERROR(mpi_->Barrier());
+    }
+    if (rank() == 0) {
+      if (fresh.over_previous) {
+        std::error_code ec;
+        if (std::filesystem::exists(fresh.path + "/.metadata", ec)) ++runs_over_a_commit_;
+        PrepareWriteOverPrevious(fresh.path, fresh.bytes);
+      } else {
+        PrepareFreshWrite(fresh.path, fresh.bytes);
+      }
+    }
     if (mpi_) {
       MEGA_RETURN_IF_ERROR(mpi_->Barrier());
       if (rank() != 0) sync();
@@ -112,11 +128,13 @@ Result<std::unique_ptr<LeadCeilings>> LeadCeilings::Create(RankRunner* runner,
 
 LeadCeilings::~LeadCeilings() = default;
 
-Status LeadCeilings::Round(CeilingKind kind, const std::string& checkpoint) {
+Status LeadCeilings::Round(CeilingKind kind, const std::string& checkpoint, bool over_previous) {
+  fs::FinishBackgroundFrees();
+  MEGA_RETURN_IF_ERROR(runner_->Agree(Status::OK()));  // on every process
   Status s;
   if (rounds_) {
     const bool write = kind == CeilingKind::kDurableWrite || kind == CeilingKind::kPageCacheWrite;
-    s = write ? rounds_->WriteRound(kind, checkpoint) : rounds_->Round(kind);
+    s = write ? rounds_->WriteRound(kind, checkpoint, over_previous) : rounds_->Round(kind);
   }
   return runner_->Agree(s);
 }

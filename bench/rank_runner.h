@@ -31,6 +31,10 @@ struct FreshWrite {
   // before the timed run (a ceiling round that writes no file, e.g. memcpy,
   // measured in the state the preparation leaves the machine in).
   std::function<Status()> then;
+  // Keep `path`: the timed write goes over the previous one
+  // (PrepareWriteOverPrevious; every process first waits for its own
+  // background frees, fs::FinishBackgroundFrees).
+  bool over_previous = false;
 };
 
 class RankRunner {
@@ -55,6 +59,11 @@ class RankRunner {
   Result<double> Run(const std::function<Status(dist::ProcessGroup&)>& fn,
                      const FreshWrite& fresh = FreshWrite());
 
+  // Rank 0: how many Runs with FreshWrite::over_previous found a commit
+  // (`path`/.metadata) before their preparation, i.e. wrote over a save (the
+  // bench's JSON "saves_over_a_commit"; others: 0).
+  int runs_over_a_commit() const { return runs_over_a_commit_; }
+
   // The largest `mine` of every process (threads: mine).
   Result<double> Max(double mine);
   // CommitAfterLastWrite over every rank's SaveStats; `local`: this process's
@@ -69,6 +78,7 @@ class RankRunner {
  private:
   dist::ProcessGroup* mpi_;
   int world_;
+  int runs_over_a_commit_ = 0;
 };
 
 // The ceiling rounds of a save/load bench (bench_util.h CeilingRounds: best
@@ -86,8 +96,10 @@ class LeadCeilings {
 
   // One round of `kind` on rank 0, status shared. Write kinds (page-cache
   // write, write + fsync) first remove `checkpoint`, the folder the row saves
-  // into (CeilingRounds::WriteRound).
-  Status Round(CeilingKind kind, const std::string& checkpoint);
+  // into (CeilingRounds::WriteRound), or with `over_previous` keep it. Every
+  // process first waits for its background frees (fs::FinishBackgroundFrees):
+  // no earlier save's garbage is being freed while a ceiling runs.
+  Status Round(CeilingKind kind, const std::string& checkpoint, bool over_previous = false);
   // Rank 0: every ceiling measured, and removes the files; others: empty.
   SaveLoadCeilings Finish();
 

@@ -59,6 +59,10 @@ for w in 1 2; do
 done
 step "bench mega, mpirun -np 2"
 run mega_mpi2 mpirun "${mpi_flags[@]}" -np 2 "$cli" bench mega --backend mpi --size "$size" --reps "$reps"
+for b in dcp mega; do
+  step "bench $b --world-size 1 --over-previous (every save over the previous one)"
+  run "${b}_w1_over" "$cli" bench "$b" --size "$size" --reps "$reps" --world-size 1 --over-previous
+done
 step "bench reshard (save at 2, load at 2 and 3; fs and MEGA)"
 run reshard "$cli" bench reshard --size "$size" --reps "$reps"
 step "bench incremental --world-size 2"

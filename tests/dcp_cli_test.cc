@@ -181,6 +181,34 @@ TEST(DcpCli, BenchMegaJsonHasTheMemcpyCeilingByCopy) {
   EXPECT_EQ(j["state_pages"], "huge") << r.out;  // the default
 }
 
+// --over-previous: every save of `bench dcp` and `bench mega` writes over the
+// previous one (the folder holds its commit), and the JSON says so; without
+// it every save starts from an emptied folder.
+TEST(DcpCli, BenchOverPreviousSavesOverACommit) {
+  TempDir dir;
+  stdfs::create_directories(dir.path("b"));
+  // Timed saves, each rep after one warm-up (--reps 1): dcp 2 durable + 2
+  // no-sync, all after its untimed RSS saves; mega 2 + 2 + 2 async, the first
+  // one the bench's first save.
+  for (auto [bench, over] : {std::pair{"dcp", 4}, std::pair{"mega", 5}}) {
+    for (bool on : {true, false}) {
+      CliRun r = megackpt::test_util::RunMegackpt(
+          std::string("bench ") + bench + " --size 2MB --reps 1 --json --dir " + dir.path("b") +
+              (on ? " --over-previous" : ""),
+          {.stderr_to = megackpt::test_util::StderrTo::kErr});
+      ASSERT_EQ(r.code, 0) << bench << " " << r.out;
+      auto j = nlohmann::json::parse(r.out, nullptr, false);
+      ASSERT_FALSE(j.is_discarded()) << r.out;
+      EXPECT_EQ(j["over_previous"].get<bool>(), on) << bench;
+      EXPECT_EQ(j["saves_over_a_commit"].get<int>(), on ? over : 0) << bench;
+      EXPECT_GT(j["save_nosync_gbps"].get<double>(), 0) << bench;
+      EXPECT_GT(j["save_gbps"].get<double>(), 0) << bench;
+    }
+  }
+  CliRun help = Cli("bench mega --help");
+  EXPECT_NE(help.out.find("--over-previous"), std::string::npos) << help.out;
+}
+
 // ---- every layout: inspect / verify / convert / consolidate (issue 11) ----------------
 
 // The summary line both inspect and verify print for a DCP folder.

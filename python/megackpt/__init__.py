@@ -12,7 +12,8 @@ The C++ engine behind a Python API::
   pickled objects; local folders or ``mega://`` hub paths; MPI under mpirun.
 - :class:`CheckpointManager`: a run's checkpoints in ``step-<N>`` folders with
   retention, a ``latest`` record and resume from the newest good step.
-- :func:`inspect`, :func:`verify`, :func:`convert`, :func:`consolidate`.
+- :func:`inspect`, :func:`verify`, :func:`convert`, :func:`consolidate`;
+  :func:`finish_background_frees` (disk space of removed checkpoints back now).
 - ``megackpt.torch``: storage for ``torch.distributed.checkpoint``;
   ``megackpt.tensorplay``: the same for TensorPlay's DCP.
 - Errors: :class:`Error` and its subclasses (``megackpt.errors``).
@@ -24,6 +25,7 @@ from ._api import (
     async_save,
     consolidate,
     convert,
+    finish_background_frees,
     inspect,
     load,
     process_group,
@@ -53,5 +55,6 @@ __all__ = [
     "verify",
     "convert",
     "consolidate",
+    "finish_background_frees",
     *_errors.__all__,
 ]

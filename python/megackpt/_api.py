@@ -225,6 +225,18 @@ def verify(path, *, raise_on_error=True) -> dict:
     return report
 
 
+def finish_background_frees() -> None:
+    """Waits until the disk space of checkpoint files this process removed as
+    garbage is free. A save over an earlier save in the same folder, and
+    :class:`CheckpointManager` retention (``gc``, ``remove_step``), take the old
+    files' names at once but leave freeing their blocks (which costs as much as
+    writing them on some file systems) to a background thread, off the training
+    loop's path. Not needed for correctness: the names are gone already, and
+    at exit the operating system frees what is left. Call it before measuring
+    free disk space, or before a step that needs that space now."""
+    _core._finish_background_frees()
+
+
 def convert(src, dst, *, max_shard_size=None, alignment=4096, checksum="crc32",
             compression="none", zstd_level=3, format=None, sync=True) -> dict:
     """Converts between MEGA and safetensors (files or sharded folders with an

@@ -8,6 +8,7 @@
 #include "megackpt/dcp/consolidate.h"
 #include "megackpt/format/convert.h"
 #include "megackpt/format/inspect.h"
+#include "megackpt/fs/filesystem.h"  // FinishBackgroundFrees
 
 namespace megackpt::python {
 namespace {
@@ -97,6 +98,10 @@ nb::dict Consolidate(const std::string& src, const std::string& dst, const std::
 }  // namespace
 
 void RegisterTools(nb::module_& m) {
+  m.def("_finish_background_frees", [] {
+    nb::gil_scoped_release release;
+    fs::FinishBackgroundFrees();
+  });
   m.def("_inspect", &Inspect, nb::arg("path"));
   m.def("_verify", &Verify, nb::arg("path"));
   m.def("_convert", &Convert, nb::arg("src"), nb::arg("dst"), nb::arg("max_shard_size").none(),

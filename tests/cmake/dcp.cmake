@@ -47,6 +47,15 @@ foreach(area dcp mega)
                FAIL_REGULAR_EXPRESSION "\"error\"")
 endforeach()
 
+# --over-previous under mpirun: both processes wait for their background frees
+# before each preparation, and every save after the first writes over a commit.
+megackpt_add_mpi_test(NAME bench_mega_mpi_np2_over_previous TARGET megackpt_cli NP 2 TIMEOUT 180
+  LABELS dcp bench
+  ARGS bench mega --backend mpi --size 4MB --reps 1 --json --over-previous
+       --dir ${CMAKE_CURRENT_BINARY_DIR}/bench_mega_mpi_np2_over_previous
+  PROPERTIES PASS_REGULAR_EXPRESSION "\"over_previous\": true.*\"saves_over_a_commit\": 5"
+             FAIL_REGULAR_EXPRESSION "\"error\"")
+
 # Rank 0 fails alone (its bench folder cannot be made: the path runs through a
 # file): both processes must end at once with one JSON error, not after the
 # other rank's 5-minute collective timeout.

@@ -176,3 +176,41 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(megackpt.NotFoundError):
         mgr.load()
     mgr.close()
+
+
+def _open_deleted_files_under(folder):
+    """This process's open descriptors whose file was removed from `folder`."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(folder) and target.endswith(" (deleted)"):
+            found.append(target)
+    return found
+
+
+def test_retired_steps_are_freed_by_finish_background_frees(tmp_path):
+    # Steps of 32 MiB: each data file is over the 8 MiB from which a local file
+    # system frees a removed file on its background thread (docs/dcp.md,
+    # "Freeing garbage off the caller's path").
+    root = str(tmp_path / "run")
+    big = {"w": np.arange(8 << 20, dtype=np.float32)}
+    with megackpt.CheckpointManager(root, keep_last=1, sync=False) as mgr:
+        for step in (1, 2, 3):
+            big["w"][0] = step
+            mgr.save(step, big)
+        assert mgr.all_steps() == [3]
+        assert not os.path.exists(mgr.step_path(1))   # the names are gone at once
+        megackpt.finish_background_frees()
+        assert _open_deleted_files_under(root) == []  # and now the space too
+        assert mgr.load()["w"][0] == 3
+    # A save over the previous one in the same folder (its files are garbage).
+    path = str(tmp_path / "one")
+    for value in (1.0, 2.0):
+        big["w"][0] = value
+        megackpt.save(big, path, sync=False)
+    megackpt.finish_background_frees()
+    assert _open_deleted_files_under(path) == []
+    assert megackpt.load(path)["w"][0] == 2.0

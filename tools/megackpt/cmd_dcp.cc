@@ -407,6 +407,7 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
                   "Durable saves write their data files with direct I/O "
                   "(FileSystemWriterOptions::direct_io)");
     AddStatePagesFlag(cmd, &o->pages);
+    AddOverPreviousFlag(cmd, &o->over_previous);
   }
   {
     auto o = std::make_shared<bench::ReshardBenchOptions>();

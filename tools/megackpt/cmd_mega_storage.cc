@@ -120,7 +120,16 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
         "--direct-io", o->direct_io,
         "Durable saves write their shards with direct I/O (MegaStorageWriterOptions::direct_io)");
     AddStatePagesFlag(cmd, &o->pages);
+    AddOverPreviousFlag(cmd, &o->over_previous);
   }
+}
+
+void AddOverPreviousFlag(CLI::App* cmd, bool* on) {
+  cmd->add_flag("--over-previous", *on,
+                "Every save writes over the previous save, in its folder (a training loop\n"
+                "that saves to one path): the superseded files are garbage the save removes\n"
+                "(FileSystem::RemoveGarbage). The plain writers of the write limits write next\n"
+                "to the previous save too. Default: each save into an emptied folder");
 }
 
 void AddStatePagesFlag(CLI::App* cmd, bench::StatePages* pages) {

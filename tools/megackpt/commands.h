@@ -122,6 +122,10 @@ void AddStateBenchRunFlags(CLI::App* cmd, Options* o) {
 // Adds --state-pages huge|4k (the page size of the state's memory and of the
 // ceilings' buffers) to `cmd`, bound to *pages; defined with `bench mega`.
 void AddStatePagesFlag(CLI::App* cmd, bench::StatePages* pages);
+// Adds --over-previous (every save of the bench writes over the previous one,
+// in its folder, instead of into an emptied one) to `cmd`, bound to *on;
+// defined with `bench mega`.
+void AddOverPreviousFlag(CLI::App* cmd, bool* on);
 
 // Adds `megackpt bench NAME`, a benchmark of a state of --size bytes saved and
 // loaded from --world-size ranks (bench/*_bench.h: an Options struct with size,
