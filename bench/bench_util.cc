@@ -56,22 +56,24 @@ Result<std::vector<double>> TimeRuns(int warmup, int reps, const std::function<S
 static void FinishFreshWritePreparation(const std::string& scratch, uint64_t bytes,
                                         const ReportingMark& mark);
 
-void PrepareFreshWrite(const std::string& path, uint64_t bytes) {
+// Both preparations: the frees of earlier garbage end, `path` is removed or
+// kept, then sync, settle and prime.
+static void PrepareTimedWrite(const std::string& path, uint64_t bytes, bool keep_path) {
   fs::FinishBackgroundFrees();  // no earlier save's garbage is still being freed
   std::error_code ec;
-  std::filesystem::remove_all(path, ec);
+  if (!keep_path) std::filesystem::remove_all(path, ec);
   const ReportingMark mark = MarkFreedMemory();
   sync();
   SettleDevice(path);
   FinishFreshWritePreparation(path + ".prime", bytes, mark);
 }
 
+void PrepareFreshWrite(const std::string& path, uint64_t bytes) {
+  PrepareTimedWrite(path, bytes, /*keep_path=*/false);
+}
+
 void PrepareWriteOverPrevious(const std::string& path, uint64_t bytes) {
-  fs::FinishBackgroundFrees();
-  const ReportingMark mark = MarkFreedMemory();
-  sync();
-  SettleDevice(path);
-  FinishFreshWritePreparation(path + ".prime", bytes, mark);
+  PrepareTimedWrite(path, bytes, /*keep_path=*/true);
 }
 
 bool FreshWritesPrimed() { return std::getenv("MEGACKPT_BENCH_NO_PRIME") == nullptr; }
