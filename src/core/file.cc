@@ -1,6 +1,7 @@
 #include "megackpt/core/file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -509,7 +510,29 @@ std::string AtomicTempName(const std::string& path) {
 // systems). On failure the temp file is removed and the error names `path`.
 // The one rename of the atomic writes (WriteThroughUnnamedFile,
 // AtomicFileWriter::Commit).
-Status RenameOver(const std::string& tmp, const std::string& path) {
+//
+// Without `sync`, an existing `path` is swapped with the temp file
+// (renameat2 RENAME_EXCHANGE, as atomic for readers) and the old file then
+// unlinked under the temp name. A plain rename over an existing file makes
+// ext4 (auto_da_alloc) start writing the new file's delayed blocks inside the
+// rename, and that write queues behind the device's writeback throttle: after
+// a no-sync save of 2 GiB the index rename took 43-89 ms (perf: ext4_rename ->
+// filemap_fdatawrite -> wbt_wait). The flush is a heuristic for writers that
+// do not fsync; a no-sync write promises no durability across a power loss,
+// and a durable one has fsynced the temp file already (nothing is flushed).
+Status RenameOver(const std::string& tmp, const std::string& path, bool sync) {
+  // Only a regular file is swapped: a folder at `path` must fail as rename fails.
+  struct stat st {};
+  if (!sync && lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+    // `tmp` names the old file now; a failed unlink leaves only a stale temp
+    // file (the new content is in place), which the atomic writers' callers
+    // clean up with their other temp files.
+    unlink(tmp.c_str());
+    return Status::OK();
+  }
+  // Durable, no file to swap with (ENOENT), or a file system or kernel
+  // without RENAME_EXCHANGE (EINVAL, ENOSYS): the plain rename.
   if (rename(tmp.c_str(), path.c_str()) == 0) return Status::OK();
   const int err = errno;
   unlink(tmp.c_str());
@@ -546,7 +569,7 @@ std::optional<Status> WriteThroughUnnamedFile(const std::string& path, std::stri
     if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
       return std::nullopt;
     }
-    MEGA_RETURN_IF_ERROR(RenameOver(tmp, path));
+    MEGA_RETURN_IF_ERROR(RenameOver(tmp, path, sync));
   }
   if (sync) MEGA_RETURN_IF_ERROR(SyncDirectory(dir));
   return Status::OK();
@@ -575,7 +598,7 @@ Status AtomicFileWriter::Commit() {
   if (s.ok()) s = c;
   MEGA_RETURN_IF_ERROR(s);
   owns_temp_ = false;  // RenameOver removes the temp file if it fails
-  MEGA_RETURN_IF_ERROR(RenameOver(tmp_, path_));
+  MEGA_RETURN_IF_ERROR(RenameOver(tmp_, path_, sync_));
   if (sync_) MEGA_RETURN_IF_ERROR(SyncDirectory(ParentOf(path_)));
   return Status::OK();
 }

@@ -176,13 +176,20 @@ Result<std::string> ReadLocalFile(const std::string& path, uint64_t max_size = 1
 // made a no-sync checkpoint's commit wait 50-90 ms for it (docs/benchmarks.md,
 // "The commit's create waited for the folder's block"); a create or rename of
 // a temp name reads it.
+// Without `sync`, an existing regular file at `path` is swapped with the temp
+// name (renameat2 RENAME_EXCHANGE; a plain rename where the file system or
+// kernel lacks it) and then unlinked under it: a rename over a file makes ext4
+// (auto_da_alloc) start writing the new file inside the rename, behind the
+// writeback of all that was written before (docs/benchmarks.md, "The rename
+// over the previous index flushed the new one"). A folder at `path` fails the
+// write either way.
 Status WriteLocalFileAtomically(const std::string& path, std::string_view data, bool sync = true);
 
 // The streaming form of WriteLocalFileAtomically (the one temp-file + rename
 // of the project): bytes appended go to a unique temp file next to `path`
 // (PATH.tmp.<pid>.<n>); Commit() fsyncs it (when `sync`), renames it over
-// `path` and fsyncs the folder. Destroyed without a successful Commit, the
-// temp file is removed and `path` is untouched. Not thread-safe.
+// `path` (swaps it in without `sync`, as above) and fsyncs the folder. Destroyed without a
+// successful Commit, the temp file is removed and `path` is untouched. Not thread-safe.
 class AtomicFileWriter {
  public:
   static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path,
