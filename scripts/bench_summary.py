@@ -5,7 +5,8 @@
 
 reads the `--json` outputs scripts/bench-all.sh saved in DIR (format.json,
 dcp_w1.json, dcp_w2.json, dcp_mpi2.json, mega_w1.json, mega_w2.json, mega_mpi2.json,
-dcp_w1_over.json and mega_w1_over.json (--over-previous),
+dcp_w1_over.json, mega_w1_over.json, dcp_w2_over.json and mega_w2_over.json
+(--over-previous),
 reshard.json, torch_w1.json, torch_w2.json, incremental_w2.json, cas.json,
 hub.json; missing
 files are skipped) and prints, per row: ours (median [min, max]), the ceiling it
@@ -149,11 +150,11 @@ def main(argv):
             limit = "pagecache_write" if "write" in stem else "pagecache_read"
             t.add("format", stem, triple(f, stem + "_gbps"), triple(f, limit + "_gbps"), par(f, limit))
     # *_over: the same bench with --over-previous (every save over the previous one).
-    for name in ("dcp_w1", "dcp_w2", "dcp_mpi2", "dcp_w1_over"):
+    for name in ("dcp_w1", "dcp_w2", "dcp_mpi2", "dcp_w1_over", "dcp_w2_over"):
         j = load(d, name + ".json")
         if j:
             save_load_rows(t, name, j)
-    for name in ("mega_w1", "mega_w2", "mega_mpi2", "mega_w1_over"):
+    for name in ("mega_w1", "mega_w2", "mega_mpi2", "mega_w1_over", "mega_w2_over"):
         j = load(d, name + ".json")
         if j:
             save_load_rows(t, name, j)
