@@ -525,9 +525,10 @@ Status RenameOver(const std::string& tmp, const std::string& path, bool sync) {
   struct stat st {};
   if (!sync && lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
       renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
-    // `tmp` names the old file now; a failed unlink leaves only a stale temp
-    // file (the new content is in place), which the atomic writers' callers
-    // clean up with their other temp files.
+    // `tmp` names the old file now. The new content is in place either way;
+    // a failed unlink (unlikely: the name was just made) leaves the old bytes
+    // under the temp name, like a crashed writer's temp file (a MEGA save's
+    // commit removes those of its index and .metadata).
     unlink(tmp.c_str());
     return Status::OK();
   }
