@@ -7,10 +7,13 @@
 
 namespace megackpt::inline core::checksum_internal {
 
+// Ordered from the most to the least capable: a limit allows itself and every
+// kernel below it.
 enum class CrcKernels {
-  kBest,      // the fastest the CPU has (the default)
-  kClmul128,  // no 512-bit VPCLMULQDQ: 128-bit PCLMULQDQ, then one Crc32 per block
-  kPortable,  // one Crc32 call per block
+  kBest,       // the fastest the CPU has (the default)
+  kVclmul256,  // no 512-bit VPCLMULQDQ: 256-bit VPCLMULQDQ (AVX2), then as kClmul128
+  kClmul128,   // no VPCLMULQDQ: 128-bit PCLMULQDQ, then one Crc32 per block
+  kPortable,   // one Crc32 call per block
 };
 
 // Sets the kernels BlockCrc32s may use, process-wide, until the next call.

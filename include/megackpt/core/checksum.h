@@ -17,23 +17,27 @@
 namespace megackpt::inline core {
 
 // Standard CRC-32 as zlib's crc32(): Crc32Extend(0, data) of "123456789" is
-// 0xCBF43926. Extend with more data by passing the previous value.
+// 0xCBF43926. Extend with more data by passing the previous value. isa-l's
+// kernels, except on CPUs with 256-bit VPCLMULQDQ but no AVX-512 (AMD Zen 3,
+// Intel client cores), where spans of 256 bytes and more are folded here in
+// 256-bit registers, about twice as fast as isa-l's 128-bit kernel.
 uint32_t Crc32Extend(uint32_t crc, std::span<const std::byte> data);
 inline uint32_t Crc32(std::span<const std::byte> data) { return Crc32Extend(0, data); }
 
 // Block CRC table: out[j] = Crc32 of bytes [j * block, min((j + 1) * block,
 // size)) for every j -- the same values as one Crc32 call per block. Small
 // blocks (64..512 bytes, multiples of 16: the automatic blocks of short rows)
-// are folded inline, four blocks in flight, with VPCLMULQDQ (AVX-512) or
-// PCLMULQDQ when the CPU has them, without the per-call set-up that dominates
-// a library call on 128 bytes; other sizes call Crc32.
+// are folded inline, four blocks in flight, with VPCLMULQDQ (512- or 256-bit
+// registers) or PCLMULQDQ when the CPU has them, without the per-call set-up
+// that dominates a library call on 128 bytes; other sizes call Crc32.
 // REQUIRES: block > 0; out has room for ceil(size / block) entries.
 void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out);
 
 // Copies src into dst and returns Crc32Extend(crc, src), in one pass over the
 // bytes: each 64-byte stretch is loaded once, stored, and folded into the CRC
-// (four folds in flight, AVX-512 VPCLMULQDQ). Without that CPU feature: memcpy
-// and Crc32Extend in kCrcHotPiece pieces, each checksummed while in cache.
+// (VPCLMULQDQ: four 512-bit or eight 256-bit folds in flight). Without that
+// CPU feature: memcpy and Crc32Extend in kCrcHotPiece pieces, each
+// checksummed while in cache.
 // The verified read of a mapped local file (RandomAccessFile::
 // ReadExactlyAtWithCrc32) runs on it: the CRC costs no pass of its own.
 // REQUIRES: dst.size() == src.size(); the two do not overlap.
@@ -107,9 +111,10 @@ inline uint64_t NextWritePiece(uint64_t at, uint64_t left, uint64_t piece = kCrc
 // A verified read widens each run to whole blocks, so a column slice of 1/k of
 // a row reads about k/16 more than it needs (the resharded-read budget of
 // docs/dcp.md, "Verified reads"). The price is CRC work per block at save
-// time: on the bench VM (one core) BlockCrc32s runs at ~37 GB/s on 256 B
-// blocks in cache (~20 from memory), against ~40 (~24) on 1 KiB and up, and
-// ~20 on 64 B blocks.
+// time: on the bench VM (one core, Zen 4 with AVX-512) BlockCrc32s runs at
+// ~37 GB/s on 256 B blocks in cache (~20 from memory), against ~40 (~24) on
+// 1 KiB and up, and ~20 on 64 B blocks; on a Zen 3 VM (256-bit VPCLMULQDQ) at
+// ~23 (~10) on 256 B, ~12 on 1 KiB and ~14 on 64 B.
 // REQUIRES: max_block is a power of two >= 64.
 uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block);
 
