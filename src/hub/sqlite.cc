@@ -2,6 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace megackpt::hub {
 namespace {
 
@@ -107,8 +111,22 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, int bu
   sqlite3_extended_result_codes(db, 1);
   // WAL lets readers proceed while one writer commits; synchronous=FULL makes
   // every committed transaction durable (a hub must never lose a commit).
-  MEGA_RETURN_IF_ERROR(
-      out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
+  // Connections that switch a new file to WAL at once race for its exclusive
+  // lock, and SQLite fails the loser with SQLITE_BUSY at once, without the
+  // busy handler (waiting could deadlock). So a busy switch is retried here,
+  // for as long as the busy timeout.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    Status s =
+        out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
+    if (s.ok()) break;
+    if (s.code() != StatusCode::kUnavailable || std::chrono::steady_clock::now() >= deadline)
+      return s;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "cas/test_util.h"
 #include "core/test_files.h"
+#include "hub/sqlite.h"
 #include "hub/util.h"
 #include "megackpt/core/checksum.h"
 
@@ -532,6 +533,33 @@ TEST_F(HubStoreTest, ConcurrentWritersSerialize) {
   EXPECT_EQ(static_cast<int>(history->size()), wins.load() + 1);  // + initial commit
   auto files = store_->ListFiles("org/m", history->front().id);
   EXPECT_EQ(static_cast<int>(files->size()), wins.load());
+}
+
+// Connections opened at once on a database file nobody has opened yet (a
+// fresh hub root opened by several CLI processes): each one's switch to WAL
+// needs the file's exclusive lock, and SQLite answers one side of that race
+// with SQLITE_BUSY at once, without waiting out the busy timeout. Every open
+// must still succeed.
+TEST(SqliteDbTest, ConcurrentOpensOfANewDatabaseAllSucceed) {
+  TempRoot root;
+  constexpr int kRounds = 30, kThreads = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string path = root.path() + "/db" + std::to_string(round) + ".sqlite";
+    std::atomic<int> ready{0};
+    std::vector<Status> opened(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        opened[t] = SqliteDb::Open(path).status();
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t)
+      ASSERT_TRUE(opened[t].ok()) << "round " << round << " thread " << t << ": "
+                                  << opened[t].ToString();
+  }
 }
 
 }  // namespace
