@@ -91,8 +91,8 @@ uint64_t ChecksumBlockSizeFor(const WriteItem& item, uint64_t option) {
   return AutoCrcBlockSize(row, kMaxAutoBlock);
 }
 
-// An item's checksums: core's BlockCrc32Stream, fed each piece right after
-// its pwrite, while the bytes are still in cache.
+// An item's checksums: core's BlockCrc32Stream, fed each piece right before
+// its pwrite, whose copy then reads the piece from cache (core kCrcWritePiece).
 class BlockCrc {
  public:
   BlockCrc(uint64_t block_size, uint64_t item_bytes) : crc_(block_size, item_bytes) {}
