@@ -129,11 +129,10 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   };
   const FreshWrite fresh{.path = ckpt, .bytes = bytes, .over_previous = o.over_previous};
   SaveLoadSeconds secs;
-  // The durable saves, then the no-sync saves (as bench mega): on a VM the
-  // host's own writing of a durable save's bytes slows the guest's next
-  // seconds of memory-bound work, so a no-sync row right after a durable save
-  // would be measured in another machine state than its ceiling
-  // (docs/benchmarks.md, "After a durable write").
+  // The durable saves, then the no-sync saves (as bench mega). On a VM the
+  // host's own writing of a durable save's bytes slows the guest's next ~10 s
+  // of memory-bound work; in turns, the no-sync row and its ceiling were both
+  // measured in that wake (docs/benchmarks.md, "After a durable write").
   for (bool sync : {true, false}) {
     for (int i = 0; i < kWarmup + o.reps; ++i) {
       MEGA_RETURN_IF_ERROR(
