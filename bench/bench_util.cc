@@ -757,6 +757,19 @@ void PutSummary(nlohmann::json* out, const std::string& key, const Summary& s) {
   (*out)[key + "_max"] = s.max;
 }
 
+Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
+                   const std::function<Result<std::pair<double, double>>()>& save,
+                   std::vector<double>* seconds, std::vector<double>* commits) {
+  for (int i = 0; i < warmup + reps; ++i) {
+    MEGA_RETURN_IF_ERROR(before());
+    MEGA_ASSIGN_OR_RETURN(auto timed, save());
+    if (i < warmup) continue;
+    seconds->push_back(timed.first);
+    commits->push_back(timed.second);
+  }
+  return Status::OK();
+}
+
 SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
                               const SaveLoadCeilings& c) {
   SaveLoadRows r;

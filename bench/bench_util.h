@@ -389,6 +389,13 @@ struct SaveLoadSeconds {
   std::vector<double> save, save_nosync, load, load_unverified;
   std::vector<double> save_commit, save_nosync_commit;
 };
+// One save row of bench dcp / bench mega: warmup + reps times `before()` (the
+// row's ceiling round, untimed), then `save()` -> {seconds, commit seconds};
+// the warm-up's are dropped, the rest appended to `seconds` and `commits`.
+// Stops at the first error.
+Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
+                   const std::function<Result<std::pair<double, double>>()>& save,
+                   std::vector<double>* seconds, std::vector<double>* commits);
 // Those rows in GB/s, and each repetition over the ceiling round before it;
 // the commits in seconds.
 struct SaveLoadRows {

@@ -134,16 +134,19 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   // of memory-bound work; in turns, the no-sync row and its ceiling were both
   // measured in that wake (docs/benchmarks.md, "After a durable write").
   for (bool sync : {true, false}) {
-    for (int i = 0; i < kWarmup + o.reps; ++i) {
-      MEGA_RETURN_IF_ERROR(
-          ceiling_round(sync ? CeilingKind::kDurableWrite : CeilingKind::kPageCacheWrite));
-      // The last no-sync save is loaded below.
-      MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(sync), fresh));
-      MEGA_ASSIGN_OR_RETURN(double commit, last_commit());
-      if (i < kWarmup) continue;
-      (sync ? secs.save : secs.save_nosync).push_back(dt);
-      (sync ? secs.save_commit : secs.save_nosync_commit).push_back(commit);
-    }
+    // The last no-sync save is loaded below.
+    MEGA_RETURN_IF_ERROR(TimeSaveRow(
+        kWarmup, o.reps,
+        [&] {
+          return ceiling_round(sync ? CeilingKind::kDurableWrite : CeilingKind::kPageCacheWrite);
+        },
+        [&]() -> Result<std::pair<double, double>> {
+          MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(sync), fresh));
+          MEGA_ASSIGN_OR_RETURN(double commit, last_commit());
+          return std::pair{dt, commit};
+        },
+        sync ? &secs.save : &secs.save_nosync,
+        sync ? &secs.save_commit : &secs.save_nosync_commit));
   }
   // The loads' destinations, made only for the load rows (row_sharded_state.h).
   Status made;

@@ -95,21 +95,12 @@ class Bench {
         fresh ? FreshWrite{ckpt_, bytes(), std::move(then), o_.over_previous} : FreshWrite{});
   }
 
-  // Seconds of each repetition of the save SaveFn(sync), and in *commits each
-  // one's commit after the last rank's data (CommitAfterLastWrite). `before`
-  // (untimed) runs before every repetition: the interleaved ceiling round.
-  Result<std::vector<double>> SaveSeconds(bool sync, const std::function<Status()>& before,
-                                          std::vector<double>* commits) {
-    std::vector<double> secs;
-    for (int i = 0; i < kWarmup + o_.reps; ++i) {
-      MEGA_RETURN_IF_ERROR(before());
-      MEGA_ASSIGN_OR_RETURN(double dt, Run(true, SaveFn(sync)));
-      MEGA_ASSIGN_OR_RETURN(double commit, runner_->CommitAfterLastWrite(save_stats_));
-      if (i < kWarmup) continue;
-      secs.push_back(dt);
-      commits->push_back(commit);
-    }
-    return secs;
+  // One timed save of SaveFn(sync): {seconds, its commit after the last
+  // rank's data (CommitAfterLastWrite)}; a repetition of TimeSaveRow.
+  Result<std::pair<double, double>> TimedSave(bool sync) {
+    MEGA_ASSIGN_OR_RETURN(double dt, Run(true, SaveFn(sync)));
+    MEGA_ASSIGN_OR_RETURN(double commit, runner_->CommitAfterLastWrite(save_stats_));
+    return std::pair{dt, commit};
   }
 
   // Fills save_stats_[rank].
@@ -249,11 +240,12 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
     return [&, kind]() { return ceilings->Round(kind, ckpt, o.over_previous); };
   };
   SaveLoadSeconds secs;
-  MEGA_ASSIGN_OR_RETURN(
-      secs.save, bench.SaveSeconds(true, round(CeilingKind::kDurableWrite), &secs.save_commit));
-  MEGA_ASSIGN_OR_RETURN(
-      secs.save_nosync,
-      bench.SaveSeconds(false, round(CeilingKind::kPageCacheWrite), &secs.save_nosync_commit));
+  MEGA_RETURN_IF_ERROR(TimeSaveRow(
+      kWarmup, o.reps, round(CeilingKind::kDurableWrite), [&] { return bench.TimedSave(true); },
+      &secs.save, &secs.save_commit));
+  MEGA_RETURN_IF_ERROR(TimeSaveRow(
+      kWarmup, o.reps, round(CeilingKind::kPageCacheWrite), [&] { return bench.TimedSave(false); },
+      &secs.save_nosync, &secs.save_nosync_commit));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked(round(CeilingKind::kMemcpy)));
   // The folder now holds the last async save; load it, unverified then
   // verified, both right after one warm-read round.
