@@ -167,8 +167,8 @@ class Crc32Shift {
 // BlockCrc32s gives; and whole() = Crc32 of the entire stream, combined from the
 // block CRCs (a few table lookups per block) rather than computed in a second
 // pass. block == 0: no table, whole() streamed. The one block-CRC builder of
-// the writers (fs .distcp items and MEGA shards). Feed pieces while they are in
-// cache, e.g. right after their pwrite.
+// the writers (fs .distcp items and MEGA shards). The writers feed each piece
+// right before its pwrite, whose copy then reads it from cache (kCrcWritePiece).
 class BlockCrc32Stream {
  public:
   // `expected_bytes` only reserves the table.
