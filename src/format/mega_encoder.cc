@@ -394,7 +394,7 @@ Status MegaEncoder::WriteRaw(
   if (sha) sum = mega_internal::Sha256Field(sha->Finish());
   std::lock_guard<std::mutex> lock(mu_);
   infos_[i].checksum = sum;
-  block_crcs_[i] = std::move(crcs);
+  if (keep_block_tables_) block_crcs_[i] = std::move(crcs);
   unit_done_[i][0] = 1;
   return Status::OK();
 }
@@ -542,6 +542,7 @@ Status MegaEncoder::WriteSequential(WritableFile& file, std::span<const Tensor> 
    private:
     std::string name_;
   } null_file(file_name_);
+  keep_block_tables_ = true;
   for (size_t i = 0; i < tensors.size(); ++i)
     MEGA_RETURN_IF_ERROR(WriteTensor(null_file, i, tensors[i]));
   // The probe saw the bytes in pass 1; pass 2 sees the same ones.

@@ -202,8 +202,10 @@ class MegaEncoder {
   std::vector<std::vector<uint64_t>> unit_offsets_;  // payload-relative
   std::vector<std::vector<uint8_t>> unit_done_;
   std::vector<uint64_t> block_size_;  // per tensor, 0 = none
-  std::vector<std::vector<uint32_t>>
-      block_crcs_;                       // per tensor, once written: its table as stored (u32 LE)
+  // Per tensor, once written and only while keep_block_tables_: its table as
+  // stored (u32 LE). Other writes free each table once it is in the file.
+  std::vector<std::vector<uint32_t>> block_crcs_;
+  bool keep_block_tables_ = false;       // WriteSequential's pass 2 appends them
   std::vector<uint64_t> table_offsets_;  // per tensor, payload-relative
   uint32_t payload_crc_ = 0;
   Sha256Digest payload_sha_{};
