@@ -265,7 +265,8 @@ std::vector<double> ToGbps(const std::vector<double>& seconds, uint64_t bytes) {
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kLargeIo = 64 * kMiB;  // the default pwrite/pread size
+constexpr uint64_t kLargeIo = 64 * kMiB;   // the default pwrite/pread size
+std::atomic<uint32_t> g_checksum_sink{0};  // ChecksummedWrite's CRCs end here
 
 // pwrites of `block` bytes of [p, p + n) at offset 0. With `writeback_unit`
 // > 0, durable writers start writeback of every finished unit
@@ -305,8 +306,15 @@ const char* CeilingName(CeilingKind kind) {
       return "device read (cold)";
     case CeilingKind::kMemcpy:
       return "memcpy";
+    case CeilingKind::kChecksummedWrite:
+      return "checksummed page-cache write";
   }
   return "?";
+}
+
+bool WritesFiles(CeilingKind kind) {
+  return kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite ||
+         kind == CeilingKind::kChecksummedWrite;
 }
 
 std::vector<int> CeilingParallelisms(int n) {
@@ -328,6 +336,8 @@ std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
       return {kMiB, 8 * kMiB};
     case CeilingKind::kMemcpy:
       return {0};
+    case CeilingKind::kChecksummedWrite:
+      return {kCrcWritePiece};  // the library's writers' pieces
   }
   return {0};
 }
@@ -335,6 +345,7 @@ std::vector<uint64_t> CeilingIoSizes(CeilingKind kind) {
 const char* CeilingIoName(CeilingKind kind) {
   switch (kind) {
     case CeilingKind::kPageCacheWrite:
+    case CeilingKind::kChecksummedWrite:
       return "pwrite_bytes";
     case CeilingKind::kDurableWrite:
       return "writeback_bytes";
@@ -508,6 +519,32 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct)
   });
 }
 
+Status PlainIo::ChecksummedWrite(int writers, uint64_t io_bytes) {
+  writers = std::max(1, writers);
+  max_files_ = std::max(max_files_, writers);
+  const uint64_t piece = io_bytes ? io_bytes : kCrcWritePiece;
+  const uint64_t block = crc_block_;
+  return RunParallel(writers, [&](int i) -> Status {
+    const auto [begin, end] = PartRange(bytes_, i, writers);
+    const std::string path = WritePath(i);
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoToStatus(path + ": create", errno);
+    std::vector<uint32_t> table((piece + block - 1) / block);
+    uint32_t seen = 0;  // every table feeds it: the CRCs are used
+    Status s;
+    for (uint64_t off = 0; off < end - begin && s.ok(); off += piece) {
+      const uint64_t len = std::min(piece, end - begin - off);
+      const std::byte* p = src_ + begin + off;
+      BlockCrc32s({p, len}, block, table.data());
+      seen ^= table[0];
+      s = PwriteFull(fd, p, len, off, path, len);
+    }
+    close(fd);
+    g_checksum_sink.fetch_xor(seen, std::memory_order_relaxed);
+    return s;
+  });
+}
+
 Status PlainIo::EnsureReadFile() {
   if (read_file_) return Status::OK();
   const std::string path = prefix_ + ".read";
@@ -581,12 +618,14 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
       return Read(c.parallelism, c.io_bytes, c.mapped);
     case CeilingKind::kMemcpy:
       return Memcpy(c.parallelism, c.streaming);
+    case CeilingKind::kChecksummedWrite:
+      return ChecksummedWrite(c.parallelism, c.io_bytes);
   }
   return Status::OK();
 }
 
 Result<double> PlainIo::TimeOnce(CeilingKind kind, const CeilingConfig& config) {
-  const bool write = kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite;
+  const bool write = WritesFiles(kind);
   if (write) PrepareWrite(config.parallelism);
   if (!write) MEGA_RETURN_IF_ERROR(EnsureDestination());
   if (kind == CeilingKind::kWarmRead) MEGA_RETURN_IF_ERROR(EnsureReadFile());
@@ -660,6 +699,7 @@ SaveLoadCeilings CeilingRounds::GetAll() const {
   c.pagecache_write = Get(CeilingKind::kPageCacheWrite);
   c.warm_read = Get(CeilingKind::kWarmRead);
   c.memcpy = Get(CeilingKind::kMemcpy);
+  c.checksummed_write = Get(CeilingKind::kChecksummedWrite);
   return c;
 }
 
@@ -688,8 +728,7 @@ Result<Summary> OneThread(const std::string& path, uint64_t bytes, CeilingKind k
 Result<Ceiling> MeasureCeiling(PlainIo& io, CeilingKind kind, int n, int warmup, int reps) {
   CeilingRounds rounds(io, n, warmup);
   for (int r = 0; r < warmup + reps; ++r) MEGA_RETURN_IF_ERROR(rounds.Round(kind));
-  if (kind == CeilingKind::kPageCacheWrite || kind == CeilingKind::kDurableWrite)
-    io.RemoveWriteFiles();
+  if (WritesFiles(kind)) io.RemoveWriteFiles();
   return rounds.Get(kind);
 }
 
@@ -785,6 +824,7 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
   r.nosync_paired = PairedRatio(nosync, c.pagecache_write);
   r.load_paired = PairedRatio(load, c.warm_read);
   r.unverified_paired = PairedRatio(unverified, c.warm_read);
+  r.nosync_checksummed_paired = PairedRatio(nosync, c.checksummed_write);
   r.save_commit = Summarize(secs.save_commit);
   r.nosync_commit = Summarize(secs.save_nosync_commit);
   return r;
@@ -834,6 +874,10 @@ void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadC
   PutPairedRatio(out, "save_nosync_vs_pagecache_write", r.nosync_paired);
   PutPairedRatio(out, "load_vs_pagecache_read", r.load_paired);
   PutPairedRatio(out, "load_unverified_vs_pagecache_read", r.unverified_paired);
+  if (!c.checksummed_write.by_parallelism.empty()) {
+    PutRatio(out, "save_nosync_vs_checksummed_write", ratio(r.save_nosync, c.checksummed_write));
+    PutPairedRatio(out, "save_nosync_vs_checksummed_write", r.nosync_checksummed_paired);
+  }
   (*out)["load_verified_vs_unverified"] =
       r.load_unverified.median > 0 ? r.load.median / r.load_unverified.median : 0;
 }
@@ -843,6 +887,9 @@ void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c) {
   PutCeiling(out, "pagecache_write_gbps", c.pagecache_write);
   PutCeiling(out, "pagecache_read_gbps", c.warm_read);
   if (!c.memcpy.by_parallelism.empty()) PutCeiling(out, "memcpy_gbps", c.memcpy);
+  if (!c.checksummed_write.by_parallelism.empty()) {
+    PutCeiling(out, "checksummed_write_gbps", c.checksummed_write);
+  }
 }
 
 std::string ConfigText(const CeilingConfig& c) {

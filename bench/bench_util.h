@@ -164,6 +164,13 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 //    thread would make the limit lower than the library's reads).
 //  - kMemcpy: W threads each copy bytes/W between two pre-faulted buffers,
 //    with memcpy or with streaming stores (core StreamingCopy).
+//  - kChecksummedWrite: not a limit of the machine but of any writer that
+//    checksums every byte on it: kPageCacheWrite's writers in pwrites of core
+//    kCrcWritePiece, each piece's block CRC-32s (core BlockCrc32s, blocks of
+//    PlainIo::crc_block()) computed into a reused table right before its
+//    pwrite, as the library's writers do; the table is not written. A no-sync
+//    save over it is what the framework costs beyond its checksums (format,
+//    planning, whole-item CRCs, tables); the goal stays against kPageCacheWrite.
 // Separate files for writers: buffered writes to one ext4 file serialize on the
 // inode lock, so W files is what W plain writers can do. The configurations run
 // interleaved (round r runs every configuration once), so a slow phase of the
@@ -174,16 +181,29 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 // (kReadUnit in dcp/filesystem.cc); the warm-read ceiling does the same.
 constexpr uint64_t kReadWorkUnit = 32ull << 20;
 
-enum class CeilingKind { kPageCacheWrite, kDurableWrite, kWarmRead, kMemcpy, kColdRead };
+enum class CeilingKind {
+  kPageCacheWrite,
+  kDurableWrite,
+  kWarmRead,
+  kMemcpy,
+  kColdRead,
+  kChecksummedWrite,
+};
+constexpr int kCeilingKinds = 6;
 
-// "page-cache write", "write + fdatasync", "warm read", "memcpy".
+// "page-cache write", "write + fdatasync", "warm read", "memcpy",
+// "checksummed page-cache write".
 const char* CeilingName(CeilingKind kind);
+
+// True for the kinds that write files (page-cache, durable, checksummed write).
+bool WritesFiles(CeilingKind kind);
 
 // {1, 2, n} without duplicates, ascending (n <= 0 counts as 1).
 std::vector<int> CeilingParallelisms(int n);
 
-// The I/O sizes a ceiling of `kind` tries: the pwrite size (page-cache write),
-// the writeback unit (durable write), the pread size (warm read); {0} for memcpy.
+// The I/O sizes a ceiling of `kind` tries: the pwrite size (page-cache write,
+// checksummed write), the writeback unit (durable write), the pread size (warm
+// read); {0} for memcpy.
 std::vector<uint64_t> CeilingIoSizes(CeilingKind kind);
 // What the I/O size of `kind` is, as a JSON key part: "pwrite_bytes",
 // "writeback_bytes", "pread_bytes"; "" for memcpy.
@@ -250,6 +270,14 @@ class PlainIo {
   // 0: 64 MiB pwrites, resp. kWritebackUnit.
   // `direct` (durable only): CeilingConfig::direct, io_bytes the pwrite size.
   Status Write(int writers, bool durable, uint64_t io_bytes = 0, bool direct = false);
+  // kChecksummedWrite: `writers` files as Write(writers, false, io_bytes), each
+  // pwrite's block CRC-32s (blocks of crc_block()) computed right before it.
+  Status ChecksummedWrite(int writers, uint64_t io_bytes);
+  // The CRC block size of ChecksummedWrite: the one the library's writers pick
+  // for the bench's state (default 256 B, that of 4 KiB rows).
+  // REQUIRES: a multiple of 64.
+  void set_crc_block(uint64_t bytes) { crc_block_ = bytes; }
+  uint64_t crc_block() const { return crc_block_; }
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();
   // `readers` threads pread byte ranges of the read file into the destination,
@@ -283,6 +311,7 @@ class PlainIo {
   std::byte* dst_;
   int max_files_ = 0;  // write files that may exist
   bool read_file_ = false;
+  uint64_t crc_block_ = 256;
 };
 
 struct Ceiling {
@@ -317,8 +346,9 @@ Summary PairedRatio(const std::vector<double>& ours_gbps, const Ceiling& limit);
 // The ceilings of a checkpoint save/load bench (bench dcp, bench mega), each
 // gathered by CeilingRounds interleaved with the bench's rows; memcpy is empty
 // when the bench does not measure it.
+// checksummed_write is a reference, not a limit of the machine (kChecksummedWrite).
 struct SaveLoadCeilings {
-  Ceiling durable, pagecache_write, warm_read, memcpy;
+  Ceiling durable, pagecache_write, warm_read, memcpy, checksummed_write;
 };
 
 class CeilingRounds {
@@ -348,7 +378,7 @@ class CeilingRounds {
   };
   PlainIo& io_;
   int n_, warmup_;
-  Kind kinds_[5];
+  Kind kinds_[kCeilingKinds];
 };
 
 // Measures `kind` in each of CeilingConfigs(kind, n), interleaved: warmup +
@@ -401,6 +431,7 @@ Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
 struct SaveLoadRows {
   Summary save, save_nosync, load, load_unverified;
   Summary save_paired, nosync_paired, load_paired, unverified_paired;
+  Summary nosync_checksummed_paired;  // no-sync saves over the checksummed-write rounds
   Summary save_commit, nosync_commit;
 };
 
@@ -417,13 +448,14 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
 // save_commit_seconds, save_nosync_commit_seconds with PutSummary), the ceilings
 // (PutSaveLoadCeilings), ceiling_parallelism, each row over its ceiling as a ratio of medians
 // (PutRatio: save_vs_durable_write, save_nosync_vs_pagecache_write, load_vs_pagecache_read,
-// load_unverified_vs_pagecache_read) and per repetition (PutPairedRatio),
+// load_unverified_vs_pagecache_read; with a checksummed-write reference also
+// save_nosync_vs_checksummed_write) and per repetition (PutPairedRatio),
 // load_verified_vs_unverified, and fresh_writes_primed (FreshWritesPrimed).
 void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadCeilings& c,
                      int parallelism);
 
 // Puts durable_write_gbps, pagecache_write_gbps, pagecache_read_gbps (and
-// memcpy_gbps when measured) with PutCeiling.
+// memcpy_gbps, checksummed_write_gbps when measured) with PutCeiling.
 void PutSaveLoadCeilings(nlohmann::json* out, const SaveLoadCeilings& c);
 // The table row of a ceiling: "<label> (P thr)" (the winning parallelism),
 // FormatRow's columns, then the winning I/O size ("1 MiB preads").

@@ -8,7 +8,10 @@
 //    commit) of the whole state; ceiling durable_write_gbps: the best of 1, 2
 //    and ranks x threads plain writers, each writing its part of the same total
 //    to its own file with large pwrites and fdatasync (bench_util.h, ceilings).
-//  - save_nosync_gbps vs pagecache_write_gbps: the same without any fsync.
+//  - save_nosync_gbps vs pagecache_write_gbps: the same without any fsync;
+//    also over checksummed_write_gbps, the same plain writers computing the
+//    block CRC-32s the writer computes (bench_util.h kChecksummedWrite): what
+//    the framework costs beyond its checksums.
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
 //    repetitions (warm page cache, like the limit), every byte verified (the
 //    default); load_unverified_gbps: the same with VerifyMode::kOff; ceiling
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "megackpt/core/checksum.h"
 #include "megackpt/dcp/checkpoint.h"
 #include "megackpt/dcp/filesystem.h"
 #include "megackpt/dist/process_group.h"
@@ -124,6 +128,9 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   const int parallelism = world * std::max(1, o.threads);
   MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
                                                             parallelism, kWarmup, o.pages));
+  // The block size the FileSystemWriter picks for the state's 4 KiB rows
+  // (kAutoChecksumBlockSize; at most 256 KiB).
+  ceilings->SetCrcBlock(AutoCrcBlockSize(RowShardedLayout{}.cols * 4, 256ull << 10));
   auto ceiling_round = [&](CeilingKind kind) {
     return ceilings->Round(kind, ckpt, o.over_previous);
   };
@@ -138,7 +145,9 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     MEGA_RETURN_IF_ERROR(TimeSaveRow(
         kWarmup, o.reps,
         [&] {
-          return ceiling_round(sync ? CeilingKind::kDurableWrite : CeilingKind::kPageCacheWrite);
+          if (sync) return ceiling_round(CeilingKind::kDurableWrite);
+          MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kPageCacheWrite));
+          return ceiling_round(CeilingKind::kChecksummedWrite);
         },
         [&]() -> Result<std::pair<double, double>> {
           MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(save_fn(sync), fresh));
@@ -209,6 +218,10 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
                       r.nosync_paired) +
             "\n";
   *table += CommitRow("its commit", r.nosync_commit) + "\n";
+  *table += CeilingRow("ref: checksummed write", ceil.checksummed_write) + "\n";
+  *table += FormatRow("save --no-sync over it", r.save_nosync, ceil.checksummed_write.best.median,
+                      r.nosync_checksummed_paired) +
+            "\n";
   *table += CeilingRow("ceiling: warm read", ceil.warm_read) + "\n";
   *table +=
       FormatRow("load (verified, default)", r.load, ceil.warm_read.best.median, r.load_paired) +
@@ -221,6 +234,10 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   for (const Ceiling* c : {&ceil.durable, &ceil.pagecache_write, &ceil.warm_read}) {
     *table += "  " + DescribeCeiling(*c) + "\n";
   }
+  *table += "reference, not a limit of the machine (bench_util.h kChecksummedWrite):\n  " +
+            DescribeCeiling(ceil.checksummed_write) + ", block CRC-32s of " +
+            std::to_string(AutoCrcBlockSize(RowShardedLayout{}.cols * 4, 256ull << 10)) +
+            " B before each pwrite\n";
   char mem[200];
   if (peak_extra < (1u << 20)) {
     // The peak never rose (by a MiB) above the RSS before the save: the save

@@ -133,7 +133,7 @@ Status LeadCeilings::Round(CeilingKind kind, const std::string& checkpoint, bool
   MEGA_RETURN_IF_ERROR(runner_->Agree(Status::OK()));  // on every process
   Status s;
   if (rounds_) {
-    const bool write = kind == CeilingKind::kDurableWrite || kind == CeilingKind::kPageCacheWrite;
+    const bool write = WritesFiles(kind);
     s = write ? rounds_->WriteRound(kind, checkpoint, over_previous) : rounds_->Round(kind);
   }
   return runner_->Agree(s);

@@ -100,6 +100,11 @@ class LeadCeilings {
   // process first waits for its background frees (fs::FinishBackgroundFrees):
   // no earlier save's garbage is being freed while a ceiling runs.
   Status Round(CeilingKind kind, const std::string& checkpoint, bool over_previous = false);
+  // The CRC block size of the kChecksummedWrite rounds (PlainIo::set_crc_block):
+  // the one the bench's writer picks for its state.
+  void SetCrcBlock(uint64_t bytes) {
+    if (io_) io_->set_crc_block(bytes);
+  }
   // Rank 0: every ceiling measured, and removes the files; others: empty.
   SaveLoadCeilings Finish();
 

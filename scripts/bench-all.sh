@@ -40,7 +40,7 @@ import json, sys
 t = open(sys.argv[1]).read(); j = json.loads(t[t.find("{"):t.rfind("}") + 1])
 for k, v in sorted(j.items()):
     if isinstance(v, (int, float)) and (k.endswith("_vs_pagecache_write") or k.endswith("_vs_pagecache_read")
-                                        or k.endswith("_vs_durable_write") or k.endswith("_ratio")
+                                        or k.endswith("_vs_durable_write") or k.endswith("_vs_checksummed_write") or k.endswith("_ratio")
                                         or k.endswith("_vs_memcpy")):
         print(f"  {k:<44} {v:6.3f}{'  !! ceiling too low' if j.get(k + '_ceiling_too_low') else ''}")
 PY

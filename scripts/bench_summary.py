@@ -17,6 +17,9 @@ before it; min/median/max, where the bench records them), the goal of issue 15
 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
 above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed.
 The reshard rows divide verified loads by the unverified ones (no ceiling).
+The "over checksummed writers (ref)" rows divide the no-sync saves by plain
+writers that compute the same block CRC-32s (bench_util.h kChecksummedWrite):
+what the framework costs beyond its checksums; a reference, with no goal.
 """
 import json
 import os
@@ -121,6 +124,11 @@ def save_load_rows(t, name, j):
     t.add(name, "save --no-sync", triple(j, "save_nosync_gbps"), triple(j, "pagecache_write_gbps"),
           par(j, "pagecache_write"), 0.85, paired=triple(j, "save_nosync_vs_pagecache_write_paired"))
     commit_row(t, name, j, "save_nosync_commit_seconds", "  its commit")
+    if "checksummed_write_gbps" in j:
+        # A reference, not a goal: plain writers computing the same block CRCs.
+        t.add(name, "  over checksummed writers (ref)", triple(j, "save_nosync_gbps"),
+              triple(j, "checksummed_write_gbps"), par(j, "checksummed_write"),
+              paired=triple(j, "save_nosync_vs_checksummed_write_paired"))
     t.add(name, "load (verified)", triple(j, "load_gbps"), triple(j, "pagecache_read_gbps"),
           par(j, "pagecache_read"), 0.7, paired=triple(j, "load_vs_pagecache_read_paired"))
     if "load_unverified_gbps" in j:

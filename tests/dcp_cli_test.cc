@@ -124,7 +124,10 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
   EXPECT_EQ(j["world_size"].get<int>(), 2);
   // The ceilings: the best of 1, 2 and ranks x I/O threads (2 x 2) plain threads.
   EXPECT_EQ(j["ceiling_parallelism"].get<int>(), 4);
-  for (const char* stem : {"durable_write", "pagecache_write", "pagecache_read"}) {
+  // checksummed_write: the reference of the no-sync saves (bench_util.h
+  // kChecksummedWrite), measured like the ceilings, in the writers' 2 MiB pieces.
+  for (const char* stem :
+       {"durable_write", "pagecache_write", "pagecache_read", "checksummed_write"}) {
     const auto& by = j[std::string(stem) + "_gbps_by_parallelism"];
     ASSERT_TRUE(by.is_object()) << stem;
     double best = 0;
@@ -136,9 +139,11 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
     const int p = j[std::string(stem) + "_parallelism"].get<int>();
     EXPECT_EQ(by[std::to_string(p)].get<double>(), best) << stem;
   }
+  EXPECT_EQ(j["checksummed_write_pwrite_bytes"].get<uint64_t>(), 2u << 20);
   // Every ratio above 1.05 is flagged, and only those.
-  for (const char* ratio : {"save_vs_durable_write", "save_nosync_vs_pagecache_write",
-                            "load_vs_pagecache_read", "load_unverified_vs_pagecache_read"}) {
+  for (const char* ratio :
+       {"save_vs_durable_write", "save_nosync_vs_pagecache_write", "load_vs_pagecache_read",
+        "load_unverified_vs_pagecache_read", "save_nosync_vs_checksummed_write"}) {
     ASSERT_TRUE(j.contains(ratio)) << ratio;
     const bool flagged = j.contains(std::string(ratio) + "_ceiling_too_low");
     EXPECT_EQ(flagged, j[ratio].get<double>() > 1.05) << ratio;
@@ -179,6 +184,9 @@ TEST(DcpCli, BenchMegaJsonHasTheMemcpyCeilingByCopy) {
   EXPECT_EQ(rep["passes_seen"].get<int>(), 0) << rep;
   EXPECT_EQ(rep["seconds"].get<double>(), 0.0) << rep;
   EXPECT_EQ(j["state_pages"], "huge") << r.out;  // the default
+  // The no-sync saves' reference: plain writers computing the MEGA writer's CRCs.
+  EXPECT_GT(j["checksummed_write_gbps"].get<double>(), 0) << r.out;
+  EXPECT_TRUE(j["save_nosync_vs_checksummed_write_paired"].is_number()) << r.out;
 }
 
 // --over-previous: every save of `bench dcp` and `bench mega` writes over the
