@@ -1,6 +1,6 @@
 // Shared measurement helpers for the benchmark programs (`megackpt bench ...`).
 //
-// Method (DESIGN.md, performance model): measure the machine's limit and the
+// Method (docs/architecture.md, performance model): measure the machine's limit and the
 // library the same way — same process, same memory setup, same size — drop the
 // first repetition, report min/median/max of the rest. Throughput is decimal
 // GB/s (1e9 bytes per second).

@@ -1,6 +1,6 @@
 // `megackpt bench dcp`: distributed save/load throughput of the FileSystemWriter
 // and FileSystemReader next to the machine's limits, measured the same way in the
-// same run (DESIGN.md, performance model).
+// same run (docs/architecture.md, performance model).
 //
 //  - state: 16 F32 tensors of --size/16 bytes, each sharded by rows over the
 //    ranks; every rank's shards live in one pre-faulted buffer per tensor.

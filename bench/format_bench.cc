@@ -1,7 +1,7 @@
 // `megackpt bench format`: MEGA and safetensors write/read throughput next to
 // the machine's limits, measured the same way in the same process.
 //
-// Method (DESIGN.md, performance model):
+// Method (docs/architecture.md, performance model):
 //  - ceilings (bench_util.h), each the best of 1, 2 and N plain threads (N =
 //    the default pool's size, the parallelism of the MEGA writer and readers):
 //    memcpy between the two pre-faulted buffers below; page-cache write of the

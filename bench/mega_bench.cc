@@ -1,6 +1,6 @@
 // `megackpt bench mega`: save/load throughput of MegaStorageWriter and
 // MegaStorageReader next to the machine's limits, measured the same way in the
-// same run (DESIGN.md, performance model).
+// same run (docs/architecture.md, performance model).
 //
 //  - state: --tensors (16) F32 tensors of --size/--tensors bytes, each sharded by rows over the
 //    ranks (--world-size threads, or the processes of mpirun with --backend mpi,

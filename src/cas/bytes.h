@@ -1,6 +1,6 @@
 // Internal helpers of the cas layer (little-endian fields: megackpt/core/endian.h): a large,
 // reusable byte buffer that asks for transparent huge pages (first-touch page
-// faults on 4 KiB pages are the slowest thing on this machine, DESIGN.md).
+// faults on 4 KiB pages are the slowest thing on this machine, docs/architecture.md).
 #ifndef MEGACKPT_SRC_CAS_BYTES_H_
 #define MEGACKPT_SRC_CAS_BYTES_H_
 
@@ -58,7 +58,7 @@ class ByteBuffer {
 
 // A process-wide cache of large ByteBuffers. Touching fresh memory costs far
 // more than the work done with it here (page faults run at ~0.1-2 GB/s on this
-// machine, DESIGN.md), so upload and download buffers are recycled across
+// machine, docs/architecture.md), so upload and download buffers are recycled across
 // streams and CasStore objects. Thread-safe.
 class BufferCache {
  public:

@@ -391,14 +391,15 @@ void RegisterDcpCommands(CLI::App& app, CLI::App& bench, int* exit_code) {
         "Save and load a state of --size bytes (16 row-sharded F32 tensors) from --world-size\n"
         "ranks with the FileSystemWriter/Reader, next to the machine's limits measured the\n"
         "same way in the same run: durable save (fsync before the commit) vs plain write +\n"
-        "fsync of the same bytes; --no-sync save vs page-cache write; load into\n"
+        "fsync of the same bytes; --no-sync save vs page-cache write (and, as a reference,\n"
+        "vs plain writers computing the same block CRCs before each pwrite); load into\n"
         "caller-allocated, pre-faulted, reused tensors vs a warm page-cache read into a reused\n"
         "buffer. Each limit is the best of 1, 2 and world-size x threads plain threads (a ratio\n"
         "above 1.05 is flagged 'ceiling too low'). Also the peak extra memory (RSS) during a\n"
-        "synchronous save. Medians of --reps\n"
-        "runs after a dropped warm-up; decimal GB/s.\n"
+        "synchronous save. Medians of --reps runs after a dropped warm-up; decimal GB/s.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
-        "pagecache_write_gbps, pagecache_read_gbps (each + _min/_max), peak_extra_rss_bytes, ...\n"
+        "pagecache_write_gbps, pagecache_read_gbps, checksummed_write_gbps (each + _min/_max),\n"
+        "peak_extra_rss_bytes, ...\n"
         "With --backend mpi run it as: mpirun -np N megackpt bench dcp --backend mpi ...",
         o, &bench::RunDcpBench, exit_code);
     cmd->add_option("--backend", o->backend, "threads (default) or mpi")

@@ -94,22 +94,20 @@ void RegisterMegaStorageCommands(CLI::App& app, CLI::App& bench, int* exit_code)
     auto o = std::make_shared<bench::MegaBenchOptions>();
     auto* cmd = AddStateBench(
         bench, "mega",
-        "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from "
-        "--world-size\n"
-        "ranks (threads, or --backend mpi) through MegaStorageWriter/Reader, next to the machine's "
-        "limits\n"
-        "measured the same way in the same run: durable save vs write + fsync of the same\n"
-        "bytes; --no-sync save vs page-cache write; load into caller-allocated, pre-faulted,\n"
-        "reused tensors vs a warm page-cache read; the time the caller is blocked in\n"
-        "async_save (staging) vs the synchronous save and the memcpy of the state. Each limit is\n"
-        "the best of 1, 2 and world-size x threads plain threads. Medians of --reps runs after a "
-        "dropped\n"
-        "warm-up; decimal GB/s. bench/torch_peer.py prints torch.save/torch.load and torch DCP\n"
-        "numbers for the same state.\n"
+        "Save and load a state of --size bytes (--tensors row-sharded F32 tensors, 16) from\n"
+        "--world-size ranks (threads, or --backend mpi) through MegaStorageWriter/Reader, next\n"
+        "to the machine's limits measured the same way in the same run: durable save vs write\n"
+        "+ fsync of the same bytes; --no-sync save vs page-cache write (and, as a reference,\n"
+        "vs plain writers computing the same block CRCs before each pwrite); load into\n"
+        "caller-allocated, pre-faulted, reused tensors vs a warm page-cache read; the time the\n"
+        "caller is blocked in async_save (staging) vs the synchronous save and the memcpy of\n"
+        "the state. Each limit is the best of 1, 2 and world-size x threads plain threads.\n"
+        "Medians of --reps runs after a dropped warm-up; decimal GB/s. bench/torch_peer.py\n"
+        "prints torch.save/torch.load and torch DCP numbers for the same state.\n"
         "JSON keys: save_gbps, save_nosync_gbps, load_gbps, durable_write_gbps,\n"
-        "pagecache_write_gbps, pagecache_read_gbps, async_blocked_seconds, sync_save_seconds\n"
-        "(each + _min/_max) and the ratios. --tensors 1: one large tensor (a load reads it\n"
-        "in byte-range parts on every thread).\n"
+        "pagecache_write_gbps, pagecache_read_gbps, checksummed_write_gbps,\n"
+        "async_blocked_seconds, sync_save_seconds (each + _min/_max) and the ratios.\n"
+        "--tensors 1: one large tensor (a load reads it in byte-range parts on every thread).\n"
         "With --backend mpi run it as: mpirun -np N megackpt bench mega --backend mpi ...",
         o, &bench::RunMegaBench, exit_code);
     cmd->add_option("--backend", o->backend, "threads (default) or mpi")

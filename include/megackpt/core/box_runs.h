@@ -81,7 +81,7 @@ Status ForEachByteSpan(std::span<const BoxRun> runs, uint64_t max_span_bytes, do
 // Reads byte runs (src relative to file offset `base`, dst into out) without
 // verification: a run alone in its span straight into out, neighbouring short
 // runs joined into one read while it reads at most 5% more than the runs need
-// (DESIGN.md: resharding reads <= 1.05x), through a per-thread staging buffer
+// (docs/architecture.md: resharding reads <= 1.05x), through a per-thread staging buffer
 // of 8 MiB. Errors: the file's, with its name.
 Status ReadBoxRuns(const RandomAccessFile& file, uint64_t base, std::span<const BoxRun> runs,
                    std::span<std::byte> out);
