@@ -266,18 +266,25 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kLargeIo = 64 * kMiB;   // the default pwrite/pread size
-std::atomic<uint32_t> g_checksum_sink{0};  // ChecksummedWrite's CRCs end here
+std::atomic<uint32_t> g_checksum_sink{0};  // WriteAll's CRCs (kChecksummedWrite) end here
 
 // pwrites of `block` bytes of [p, p + n) at offset 0. With `writeback_unit`
 // > 0, durable writers start writeback of every finished unit
 // (sync_file_range(WRITE), as the library's durable save paths do) so the
 // device works while the next bytes are copied and the final fdatasync has
-// less left.
+// less left. With `crc_block` > 0 (kChecksummedWrite), each pwrite's block
+// CRC-32s (core BlockCrc32s) go into a reused table right before it.
 Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path, uint64_t block,
-                uint64_t writeback_unit = 0) {
+                uint64_t writeback_unit = 0, uint64_t crc_block = 0) {
+  std::vector<uint32_t> table(crc_block ? (block + crc_block - 1) / crc_block : 0);
+  uint32_t seen = 0;  // every table feeds the sink: the CRCs are used
   uint64_t off = 0, written_back = 0;
   while (off < n) {
     const size_t len = static_cast<size_t>(std::min(block, n - off));
+    if (crc_block) {
+      BlockCrc32s({p + off, len}, crc_block, table.data());
+      seen ^= table[0];
+    }
     MEGA_RETURN_IF_ERROR(PwriteFull(fd, p + off, len, off, path, len));
     off += len;
     if (writeback_unit > 0 && off - written_back >= writeback_unit) {
@@ -287,6 +294,7 @@ Status WriteAll(int fd, const std::byte* p, uint64_t n, const std::string& path,
       written_back = off;
     }
   }
+  g_checksum_sink.fetch_xor(seen, std::memory_order_relaxed);
   return Status::OK();
 }
 
@@ -497,7 +505,8 @@ void PlainIo::RemoveWriteFiles(int writers) {
   for (int i = 0; i < max_files_; ++i) unlink(WritePath(i).c_str());
 }
 
-Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct) {
+Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct,
+                      uint64_t crc_block) {
   writers = std::max(1, writers);
   max_files_ = std::max(max_files_, writers);
   return RunParallel(writers, [&](int i) -> Status {
@@ -509,38 +518,12 @@ Status PlainIo::Write(int writers, bool durable, uint64_t io_bytes, bool direct)
     if (fd < 0) return ErrnoToStatus(path + ": create", errno);
     // Durable: the library's pwrites (core kCrcWritePiece), writeback every
     // io_bytes; page cache: pwrites of io_bytes.
-    Status s = durable
-                   ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
-                              io_bytes ? io_bytes : kWritebackUnit)
-                   : WriteAll(fd, src_ + begin, end - begin, path, io_bytes ? io_bytes : kLargeIo);
+    Status s = durable ? WriteAll(fd, src_ + begin, end - begin, path, kCrcWritePiece,
+                                  io_bytes ? io_bytes : kWritebackUnit)
+                       : WriteAll(fd, src_ + begin, end - begin, path,
+                                  io_bytes ? io_bytes : kLargeIo, 0, crc_block);
     if (s.ok() && durable && fdatasync(fd) != 0) s = ErrnoToStatus(path + ": fdatasync", errno);
     close(fd);
-    return s;
-  });
-}
-
-Status PlainIo::ChecksummedWrite(int writers, uint64_t io_bytes) {
-  writers = std::max(1, writers);
-  max_files_ = std::max(max_files_, writers);
-  const uint64_t piece = io_bytes ? io_bytes : kCrcWritePiece;
-  const uint64_t block = crc_block_;
-  return RunParallel(writers, [&](int i) -> Status {
-    const auto [begin, end] = PartRange(bytes_, i, writers);
-    const std::string path = WritePath(i);
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoToStatus(path + ": create", errno);
-    std::vector<uint32_t> table((piece + block - 1) / block);
-    uint32_t seen = 0;  // every table feeds it: the CRCs are used
-    Status s;
-    for (uint64_t off = 0; off < end - begin && s.ok(); off += piece) {
-      const uint64_t len = std::min(piece, end - begin - off);
-      const std::byte* p = src_ + begin + off;
-      BlockCrc32s({p, len}, block, table.data());
-      seen ^= table[0];
-      s = PwriteFull(fd, p, len, off, path, len);
-    }
-    close(fd);
-    g_checksum_sink.fetch_xor(seen, std::memory_order_relaxed);
     return s;
   });
 }
@@ -619,7 +602,7 @@ Status PlainIo::Run(CeilingKind kind, const CeilingConfig& c) {
     case CeilingKind::kMemcpy:
       return Memcpy(c.parallelism, c.streaming);
     case CeilingKind::kChecksummedWrite:
-      return ChecksummedWrite(c.parallelism, c.io_bytes);
+      return Write(c.parallelism, false, c.io_bytes, false, crc_block_);
   }
   return Status::OK();
 }

@@ -167,7 +167,7 @@ Result<Summary> FileReadGbps(const std::string& path, uint64_t bytes, int warmup
 //  - kChecksummedWrite: not a limit of the machine but of any writer that
 //    checksums every byte on it: kPageCacheWrite's writers in pwrites of core
 //    kCrcWritePiece, each piece's block CRC-32s (core BlockCrc32s, blocks of
-//    PlainIo::crc_block()) computed into a reused table right before its
+//    PlainIo::set_crc_block) computed into a reused table right before its
 //    pwrite, as the library's writers do; the table is not written. A no-sync
 //    save over it is what the framework costs beyond its checksums (format,
 //    planning, whole-item CRCs, tables); the goal stays against kPageCacheWrite.
@@ -269,15 +269,14 @@ class PlainIo {
   // `io_bytes`: the pwrite size (page cache) or the writeback unit (durable);
   // 0: 64 MiB pwrites, resp. kWritebackUnit.
   // `direct` (durable only): CeilingConfig::direct, io_bytes the pwrite size.
-  Status Write(int writers, bool durable, uint64_t io_bytes = 0, bool direct = false);
-  // kChecksummedWrite: `writers` files as Write(writers, false, io_bytes), each
-  // pwrite's block CRC-32s (blocks of crc_block()) computed right before it.
-  Status ChecksummedWrite(int writers, uint64_t io_bytes);
-  // The CRC block size of ChecksummedWrite: the one the library's writers pick
-  // for the bench's state (default 256 B, that of 4 KiB rows).
+  // `crc_block` > 0 (page cache only, kChecksummedWrite): each pwrite's block
+  // CRC-32s of that block size are computed right before it.
+  Status Write(int writers, bool durable, uint64_t io_bytes = 0, bool direct = false,
+               uint64_t crc_block = 0);
+  // The CRC block size of the kChecksummedWrite runs: the one the library's
+  // writers pick for the bench's state (default 256 B, that of 4 KiB rows).
   // REQUIRES: a multiple of 64.
   void set_crc_block(uint64_t bytes) { crc_block_ = bytes; }
-  uint64_t crc_block() const { return crc_block_; }
   // Creates the read file (once; later calls return at once).
   Status EnsureReadFile();
   // `readers` threads pread byte ranges of the read file into the destination,

@@ -129,8 +129,9 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   MEGA_ASSIGN_OR_RETURN(auto ceilings, LeadCeilings::Create(&runner, base + "/limit", bytes,
                                                             parallelism, kWarmup, o.pages));
   // The block size the FileSystemWriter picks for the state's 4 KiB rows
-  // (kAutoChecksumBlockSize; at most 256 KiB).
-  ceilings->SetCrcBlock(AutoCrcBlockSize(RowShardedLayout{}.cols * 4, 256ull << 10));
+  // (kAutoChecksumBlockSize: core AutoCrcBlockSize of a row, at most 256 KiB).
+  const uint64_t crc_block = AutoCrcBlockSize(RowShardedLayout{}.cols * 4, 256ull << 10);
+  ceilings->SetCrcBlock(crc_block);
   auto ceiling_round = [&](CeilingKind kind) {
     return ceilings->Round(kind, ckpt, o.over_previous);
   };
@@ -236,8 +237,7 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
   }
   *table += "reference, not a limit of the machine (bench_util.h kChecksummedWrite):\n  " +
             DescribeCeiling(ceil.checksummed_write) + ", block CRC-32s of " +
-            std::to_string(AutoCrcBlockSize(RowShardedLayout{}.cols * 4, 256ull << 10)) +
-            " B before each pwrite\n";
+            std::to_string(crc_block) + " B before each pwrite\n";
   char mem[200];
   if (peak_extra < (1u << 20)) {
     // The peak never rose (by a MiB) above the RSS before the save: the save
