@@ -1,7 +1,6 @@
 // HubConnection implementations: embedded (HubStore in-process) and remote
 // (HTTP client of megahub), plus ConnectHub's endpoint resolution.
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -204,33 +203,15 @@ class RemoteRangeFile final : public RandomAccessFile {
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset >= entry_.size || dst.empty()) return size_t{0};
     size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), entry_.size - offset));
-    HttpRequest req;
-    req.target = target_;
-    req.headers.push_back(
-        {"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});
     size_t pos = 0;
-    bool overflow = false;
-    req.reset = [&] {
-      pos = 0;
-      overflow = false;
-    };
-    req.sink = [&](const char* data, size_t len) {
-      if (pos + len > n) {
-        overflow = true;
-        return false;
-      }
-      std::memcpy(dst.data() + pos, data, len);
-      pos += len;
-      return true;
-    };
-    auto res = http_->Call(req);
+    auto res = http_->GetRange(target_, offset, dst.first(n), &pos);
     if (!res.ok()) return res.status().WithContext(name_);
     std::string xet = res->Header("X-Xet-Hash");
     if (!xet.empty() && ToLower(xet) != ToLower(entry_.xet_hash)) {
       return AbortedError(name_ + ": the file changed while it was being read (content " + xet +
                           ", opened " + entry_.xet_hash + ")");
     }
-    if (overflow || pos != n || (res->status != 206 && !(res->status == 200 && n == entry_.size))) {
+    if (pos != n || (res->status != 206 && !(res->status == 200 && n == entry_.size))) {
       return DataLossError(name_ + ": range [" + std::to_string(offset) + ", " +
                            std::to_string(offset + n) + ") answered with " + std::to_string(pos) +
                            " bytes, HTTP " + std::to_string(res->status));

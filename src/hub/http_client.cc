@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -273,6 +274,37 @@ Status HttpClient::ErrorFor(const HttpResponse& r, std::string_view what) const 
 Result<HttpResponse> HttpClient::Call(const HttpRequest& request) {
   MEGA_ASSIGN_OR_RETURN(HttpResponse r, Send(request));
   if (r.status >= 400) return ErrorFor(r, request.method + " " + endpoint_ + request.target);
+  return r;
+}
+
+Result<HttpResponse> HttpClient::GetRange(const std::string& target, uint64_t offset,
+                                          std::span<std::byte> dst, size_t* got) {
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + dst.size() - 1);
+  HttpRequest req;
+  req.target = target;
+  req.headers.push_back({"Range", "bytes=" + range});
+  size_t pos = 0;
+  bool overflow = false;
+  req.reset = [&] {
+    pos = 0;
+    overflow = false;
+  };
+  req.sink = [&](const char* data, size_t len) {
+    if (len > dst.size() - pos) {
+      overflow = true;
+      return false;
+    }
+    std::memcpy(dst.data() + pos, data, len);
+    pos += len;
+    return true;
+  };
+  auto r = Call(req);
+  *got = pos;
+  if (overflow) {
+    return DataLossError("GET " + endpoint_ + target + " (bytes " + range +
+                         "): the answer is longer than the " + std::to_string(dst.size()) +
+                         " bytes asked for");
+  }
   return r;
 }
 

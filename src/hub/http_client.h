@@ -68,6 +68,16 @@ class HttpClient {
   // Send + status check: statuses >= 400 become errors (see ErrorFor).
   Result<HttpResponse> Call(const HttpRequest& request);
 
+  // A Range GET of bytes [offset, offset + dst.size()) of `target`, through
+  // Call (retries; statuses >= 400 become errors). The body lands in dst as
+  // it arrives, from its start again on every retry; *got = how many body
+  // bytes arrived. A body longer than dst is DataLoss naming the URL and the
+  // range (nothing is written past dst). The caller checks the status (206,
+  // or 200 when the range is the whole resource) and *got.
+  // REQUIRES: dst is not empty.
+  Result<HttpResponse> GetRange(const std::string& target, uint64_t offset,
+                                std::span<std::byte> dst, size_t* got);
+
   // ErrorFromHttp plus what to do about it: a 401 says whether a token was
   // sent and how to give one (MEGA_TOKEN / --token, `megahub token create`),
   // a 403 that the token lacks the right (write scope, namespace).

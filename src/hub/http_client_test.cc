@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "cas/test_util.h"
+#include "hub/http_server.h"
 #include "hub/test_server.h"
 #include "megackpt/hub/client.h"
 #include "megackpt/hub/transaction.h"
@@ -22,23 +24,12 @@ class HttpClientTest : public testing::InProcessHubTest {
  protected:
   HttpClientTest() : InProcessHubTest("megackpt-http-client") {}
 
-  // GET `target` with a Range into `dst` through a sink, as RemoteRangeFile does.
+  // HttpClient::GetRange into `dst`, every byte of it expected.
   Result<HttpResponse> RangeInto(HttpClient& http, const std::string& target, uint64_t offset,
                                  std::span<char> dst) {
-    HttpRequest req;
-    req.target = target;
-    req.headers.push_back({"Range", "bytes=" + std::to_string(offset) + "-" +
-                                        std::to_string(offset + dst.size() - 1)});
-    size_t pos = 0;
-    req.reset = [&] { pos = 0; };
-    req.sink = [&](const char* data, size_t len) {
-      if (pos + len > dst.size()) return false;
-      std::memcpy(dst.data() + pos, data, len);
-      pos += len;
-      return true;
-    };
-    auto r = http.Call(req);
-    if (r.ok() && pos != dst.size()) return DataLossError("short body");
+    size_t got = 0;
+    auto r = http.GetRange(target, offset, std::as_writable_bytes(dst), &got);
+    if (r.ok() && got != dst.size()) return DataLossError("short body");
     return r;
   }
 };
@@ -112,6 +103,55 @@ TEST_F(HttpClientTest, RangeReadsGoStraightIntoTheBuffer) {
         << ep;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << ep;
   }
+}
+
+// A server that answers a Range GET with more bytes than asked for: the
+// extra bytes never land past the buffer and the read is DataLoss naming the
+// range; a short answer is reported as it arrived (*got).
+TEST(HttpClientRangeTest, AnswersLongerThanTheRangeAreDataLoss) {
+  std::string answer = "0123456789abcdefghij";  // 20 bytes, whatever was asked
+  httpd::HttpServerOptions o;
+  o.threads = 2;
+  httpd::HttpServer server(
+      o,
+      [&answer](httpd::Request&) -> Result<httpd::Action> {
+        httpd::Response res;
+        res.status = 206;
+        res.body = answer;
+        return httpd::Action(std::move(res));
+      },
+      [](const Status& s) {
+        httpd::Response r;
+        r.status = 500;
+        r.body = s.message();
+        return r;
+      },
+      [](const httpd::Request&, int, double) {}, [](size_t) {});
+  auto port = server.Bind();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  std::thread serving([&server] { EXPECT_TRUE(server.Serve().ok()); });
+  HttpClient http("http://127.0.0.1:" + std::to_string(*port), "", RemoteOptions{});
+  std::string buf(15, '.');  // 10 asked for, 5 guard bytes after them
+  size_t got = 0;
+  auto r = http.GetRange("/f", 100, std::as_writable_bytes(std::span(buf).first(10)), &got);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("bytes 100-109"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(buf.substr(10), ".....");  // nothing written past the range
+  // Exactly as long: OK, every byte in place.
+  std::string exact(20, '.');
+  r = http.GetRange("/f", 0, std::as_writable_bytes(std::span(exact)), &got);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(got, 20u);
+  EXPECT_EQ(exact, answer);
+  // Shorter than asked: OK at this layer, *got says how much arrived.
+  std::string more(32, '.');
+  r = http.GetRange("/f", 0, std::as_writable_bytes(std::span(more)), &got);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(got, 20u);
+  EXPECT_EQ(r->status, 206);
+  server.Stop();
+  serving.join();
 }
 
 // A body sent from the caller's memory (body_ref) arrives intact, and a

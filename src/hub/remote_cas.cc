@@ -53,26 +53,9 @@ class RemoteCasBackend final : public cas::CasBackend {
   Status ReadXorbRange(const cas::MerkleHash& h, uint64_t offset,
                        std::span<std::byte> dst) override {
     if (dst.empty()) return Status::OK();
-    HttpRequest req;
-    req.target = "/v1/xorbs/default/" + h.ToHex();
-    req.headers.push_back({"Range", "bytes=" + std::to_string(offset) + "-" +
-                                        std::to_string(offset + dst.size() - 1)});
     size_t pos = 0;
-    bool overflow = false;
-    req.reset = [&] {
-      pos = 0;
-      overflow = false;
-    };
-    req.sink = [&](const char* data, size_t len) {
-      if (pos + len > dst.size()) {
-        overflow = true;
-        return false;
-      }
-      std::memcpy(dst.data() + pos, data, len);
-      pos += len;
-      return true;
-    };
-    MEGA_ASSIGN_OR_RETURN(auto res, http_->Call(req));
+    MEGA_ASSIGN_OR_RETURN(auto res,
+                          http_->GetRange("/v1/xorbs/default/" + h.ToHex(), offset, dst, &pos));
     if (res.status == 206 && pos < dst.size()) {
       // The hub clamps a range running past the end ("bytes a-b/total").
       std::string cr = res.Header("Content-Range");
@@ -85,7 +68,7 @@ class RemoteCasBackend final : public cas::CasBackend {
                                std::to_string(total) + " bytes)");
       }
     }
-    if (overflow || pos != dst.size() || res.status != 206) {
+    if (pos != dst.size() || res.status != 206) {
       return DataLossError("xorb " + h.ToHex() + " range [" + std::to_string(offset) + ", " +
                            std::to_string(offset + dst.size()) + "): got " + std::to_string(pos) +
                            " bytes with HTTP " + std::to_string(res.status));
