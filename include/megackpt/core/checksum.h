@@ -111,10 +111,11 @@ inline uint64_t NextWritePiece(uint64_t at, uint64_t left, uint64_t piece = kCrc
 // A verified read widens each run to whole blocks, so a column slice of 1/k of
 // a row reads about k/16 more than it needs (the resharded-read budget of
 // docs/dcp.md, "Verified reads"). The price is CRC work per block at save
-// time: on the bench VM (one core, Zen 4 with AVX-512) BlockCrc32s runs at
-// ~37 GB/s on 256 B blocks in cache (~20 from memory), against ~40 (~24) on
-// 1 KiB and up, and ~20 on 64 B blocks; on a Zen 3 VM (256-bit VPCLMULQDQ) at
-// ~23 (~10) on 256 B, ~12 on 1 KiB and ~14 on 64 B.
+// time, where the bytes mostly come from memory: on the bench VM (one core,
+// Zen 4 with AVX-512) BlockCrc32s runs at ~37 GB/s on 256 B blocks in cache
+// (~20 from memory), against ~40 (~24) on 1 KiB and up, and ~20 on 64 B
+// blocks; on a Zen 3 VM (256-bit VPCLMULQDQ) at ~11 (~10) on 64 B, ~15-17
+// (~11-12) on 128-512 B and ~18-22 (~16-18) on 1 KiB and up.
 // REQUIRES: max_block is a power of two >= 64.
 uint64_t AutoCrcBlockSize(uint64_t row_bytes, uint64_t max_block);
 
