@@ -743,6 +743,9 @@ void PutCeiling(nlohmann::json* out, const std::string& key, const Ceiling& c) {
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [p, s] : c.by_parallelism) by[std::to_string(p)] = s.median;
   (*out)[stem + "_gbps_by_parallelism"] = by;
+  // The best configuration's GB/s per round, in order: what the paired ratios
+  // divide each repetition by.
+  (*out)[stem + "_gbps_by_round"] = c.best_by_round;
   // Every configuration's median: "P/io_bytes[/mapped|/direct]", and for
   // memcpy "P/memcpy" and "P/streaming" (the staging copy's kind).
   if (!io_name.empty() || c.kind == CeilingKind::kMemcpy) {
@@ -803,6 +806,10 @@ SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
   r.save_nosync = Summarize(nosync);
   r.load = Summarize(load);
   r.load_unverified = Summarize(unverified);
+  r.save_by_rep = save;
+  r.save_nosync_by_rep = nosync;
+  r.load_by_rep = load;
+  r.load_unverified_by_rep = unverified;
   r.save_paired = PairedRatio(save, c.durable);
   r.nosync_paired = PairedRatio(nosync, c.pagecache_write);
   r.load_paired = PairedRatio(load, c.warm_read);
@@ -842,6 +849,10 @@ void PutSaveLoadRows(nlohmann::json* out, const SaveLoadRows& r, const SaveLoadC
   PutSummary(out, "save_nosync_gbps", r.save_nosync);
   PutSummary(out, "load_gbps", r.load);
   PutSummary(out, "load_unverified_gbps", r.load_unverified);
+  (*out)["save_gbps_by_rep"] = r.save_by_rep;
+  (*out)["save_nosync_gbps_by_rep"] = r.save_nosync_by_rep;
+  (*out)["load_gbps_by_rep"] = r.load_by_rep;
+  (*out)["load_unverified_gbps_by_rep"] = r.load_unverified_by_rep;
   if (r.save_commit.runs > 0) PutSummary(out, "save_commit_seconds", r.save_commit);
   if (r.nosync_commit.runs > 0) PutSummary(out, "save_nosync_commit_seconds", r.nosync_commit);
   PutSaveLoadCeilings(out, c);

@@ -429,6 +429,10 @@ Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
 // the commits in seconds.
 struct SaveLoadRows {
   Summary save, save_nosync, load, load_unverified;
+  // The same rows' measured repetitions, in order (GB/s): the JSON's
+  // <row>_gbps_by_rep, next to <ceiling>_gbps_by_round, so a bimodal row can be
+  // told from a noisy one and each repetition read against its own round.
+  std::vector<double> save_by_rep, save_nosync_by_rep, load_by_rep, load_unverified_by_rep;
   Summary save_paired, nosync_paired, load_paired, unverified_paired;
   Summary nosync_checksummed_paired;  // no-sync saves over the checksummed-write rounds
   Summary save_commit, nosync_commit;

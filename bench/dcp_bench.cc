@@ -19,7 +19,8 @@
 //    of a cached file into a reused, pre-faulted buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
 //    before it (the state itself is already resident).
-//  Each: one dropped warm-up, then --reps runs; min/median/max. Every
+//  Each: one dropped warm-up, then --reps runs; min/median/max (JSON: also
+//  <row>_gbps_by_rep and <ceiling>_gbps_by_round, every one in order). Every
 //  repetition runs the row's ceiling round right before the row (interleaved:
 //  a limit measured minutes later, in another machine state, is no limit).
 //  The durable saves all run before the no-sync ones, not in turns with them.

@@ -26,7 +26,8 @@
 //    memcpy ceiling (best of 1, 2, N threads) takes to copy the state; its
 //    round runs after the save's fresh-write preparation (AsyncBlocked).
 //    async_blocked_seconds_by_rep / memcpy_gbps_by_round: the pairs.
-//  Each: one dropped warm-up, then --reps runs; min/median/max. Every
+//  Each: one dropped warm-up, then --reps runs; min/median/max (JSON: also
+//  <row>_gbps_by_rep and <ceiling>_gbps_by_round, every one in order). Every
 //  repetition runs the row's ceiling round right before the row (interleaved:
 //  a limit measured minutes later, in another machine state, is no limit).
 //  Before every save, and before every write of the limits, the other's files
@@ -311,10 +312,10 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
   (*out)["memcpy_state_seconds"] = memcpy_seconds;
   (*out)["async_blocked_vs_memcpy"] = memcpy_seconds > 0 ? blocked_s.median / memcpy_seconds : 0;
   PutPairedRatio(out, "async_blocked_vs_memcpy", blocked_p);
-  // Each repetition's blocked seconds and the memcpy round's best right before
-  // it, in order (the pairs behind the per-repetition ratios).
+  // Each repetition's blocked seconds, in order; with memcpy_gbps_by_round
+  // (PutCeiling: the memcpy round right before each), the pairs behind the
+  // per-repetition ratios.
   (*out)["async_blocked_seconds_by_rep"] = blocked;
-  (*out)["memcpy_gbps_by_round"] = ceil.memcpy.best_by_round;
   PutRatio(out, "async_staging_vs_memcpy",
            blocked_s.median > 0 ? memcpy_seconds / blocked_s.median : 0);
 

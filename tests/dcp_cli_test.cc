@@ -140,6 +140,21 @@ TEST(DcpCli, BenchJsonHasEveryKey) {
     EXPECT_EQ(by[std::to_string(p)].get<double>(), best) << stem;
   }
   EXPECT_EQ(j["checksummed_write_pwrite_bytes"].get<uint64_t>(), 2u << 20);
+  // Every repetition of the rows and every round of their limits, in order:
+  // --reps 1 gives one of each, and their median is that one.
+  for (const char* row : {"save", "save_nosync", "load", "load_unverified"}) {
+    const auto& by = j[std::string(row) + "_gbps_by_rep"];
+    ASSERT_TRUE(by.is_array()) << row;
+    ASSERT_EQ(by.size(), 1u) << row;
+    EXPECT_EQ(by[0].get<double>(), j[std::string(row) + "_gbps"].get<double>()) << row;
+  }
+  for (const char* stem :
+       {"durable_write", "pagecache_write", "pagecache_read", "checksummed_write"}) {
+    const auto& by = j[std::string(stem) + "_gbps_by_round"];
+    ASSERT_TRUE(by.is_array()) << stem;
+    ASSERT_EQ(by.size(), 1u) << stem;
+    EXPECT_EQ(by[0].get<double>(), j[std::string(stem) + "_gbps"].get<double>()) << stem;
+  }
   // Every ratio above 1.05 is flagged, and only those.
   for (const char* ratio :
        {"save_vs_durable_write", "save_nosync_vs_pagecache_write", "load_vs_pagecache_read",
