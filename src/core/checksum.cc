@@ -710,8 +710,10 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
     // (four table lookups per join): 512-byte blocks ~12-15 GB/s from memory,
     // ~19-20 in cache (against ~21); no-sync saves of a state with 8 KiB rows
     // 13-16% faster (docs/benchmarks.md, "CRC blocks read from memory"). The
-    // 512-bit and 128-bit kernels are left as they are: the CPUs that run
-    // them were not measured.
+    // 512-bit kernel needs no such join: on an Intel VM with AVX-512 it ran
+    // 512-byte blocks from memory at ~14 GB/s, at least as fast as any other
+    // size (docs/benchmarks.md, "An Intel VM with AVX-512"). The 128-bit one
+    // is left as it is: no CPU that runs it natively was measured.
     auto joined = [&](uint64_t sub, const Crc32Shift& shift, auto fn) {
       const uint64_t k = block / sub;
       for (; off + 4 * sub <= n; off += 4 * sub) {
