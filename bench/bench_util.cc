@@ -795,6 +795,21 @@ Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
   return Status::OK();
 }
 
+Status TimeLoadRows(int warmup, int reps, const std::function<Status()>& before,
+                    const std::function<Result<double>(bool verified)>& load,
+                    std::vector<double>* verified, std::vector<double>* unverified) {
+  for (int i = 0; i < warmup + reps; ++i) {
+    MEGA_RETURN_IF_ERROR(before());
+    const bool verified_first = i % 2 == 1;
+    MEGA_ASSIGN_OR_RETURN(double first, load(verified_first));
+    MEGA_ASSIGN_OR_RETURN(double second, load(!verified_first));
+    if (i < warmup) continue;
+    verified->push_back(verified_first ? first : second);
+    unverified->push_back(verified_first ? second : first);
+  }
+  return Status::OK();
+}
+
 SaveLoadRows SaveLoadRowsFrom(const SaveLoadSeconds& secs, uint64_t bytes,
                               const SaveLoadCeilings& c) {
   SaveLoadRows r;

@@ -425,6 +425,18 @@ struct SaveLoadSeconds {
 Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
                    const std::function<Result<std::pair<double, double>>()>& save,
                    std::vector<double>* seconds, std::vector<double>* commits);
+// The two load rows of bench dcp / bench mega: warmup + reps times `before()`
+// (the warm-read round, untimed), then `load(verified)` once each way ->
+// seconds, in turns: the verified load first in odd repetitions (the warm-up
+// is repetition 0), the unverified one first in even ones. A fixed order put
+// every unverified load right after the round's 2 GiB reads, and there it ran
+// 10-20% slower than the verified load, which does more work
+// (docs/benchmarks.md, "The load right after the warm-read round"). The
+// warm-up's are dropped, the rest appended to `verified` and `unverified`.
+// Stops at the first error.
+Status TimeLoadRows(int warmup, int reps, const std::function<Status()>& before,
+                    const std::function<Result<double>(bool verified)>& load,
+                    std::vector<double>* verified, std::vector<double>* unverified);
 // Those rows in GB/s, and each repetition over the ceiling round before it;
 // the commits in seconds.
 struct SaveLoadRows {

@@ -14,7 +14,8 @@
 //    the framework costs beyond its checksums.
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
 //    repetitions (warm page cache, like the limit), every byte verified (the
-//    default); load_unverified_gbps: the same with VerifyMode::kOff; ceiling
+//    default); load_unverified_gbps: the same with VerifyMode::kOff (the two
+//    in turns after each warm-read round, bench_util.h TimeLoadRows); ceiling
 //    pagecache_read_gbps: the best of 1, 2 and N threads preading byte ranges
 //    of a cached file into a reused, pre-faulted buffer.
 //  - peak_extra_rss_bytes: peak RSS during one synchronous save minus the RSS
@@ -165,13 +166,12 @@ Status Bench(const DcpBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json* 
     if (made.ok()) made = st.AddLoadDestinations();
   }
   MEGA_RETURN_IF_ERROR(runner.Agree(made));
-  for (int i = 0; i < kWarmup + o.reps; ++i) {
-    MEGA_RETURN_IF_ERROR(ceiling_round(CeilingKind::kWarmRead));
-    MEGA_ASSIGN_OR_RETURN(double dt, runner.Run(load_fn(dcp::VerifyMode::kOff)));
-    if (i >= kWarmup) secs.load_unverified.push_back(dt);
-    MEGA_ASSIGN_OR_RETURN(dt, runner.Run(load_fn(dcp::VerifyMode::kAll)));
-    if (i >= kWarmup) secs.load.push_back(dt);
-  }
+  MEGA_RETURN_IF_ERROR(TimeLoadRows(
+      kWarmup, o.reps, [&] { return ceiling_round(CeilingKind::kWarmRead); },
+      [&](bool verified) {
+        return runner.Run(load_fn(verified ? dcp::VerifyMode::kAll : dcp::VerifyMode::kOff));
+      },
+      &secs.load, &secs.load_unverified));
   // The benchmark measures real loads: the last one must have restored the bytes.
   Status loaded;
   for (size_t r = 0; r < states.size() && loaded.ok(); ++r) {

@@ -17,7 +17,8 @@
 //  - load_gbps: Load into caller-allocated, pre-faulted tensors reused across
 //    repetitions (warm page cache); ceiling pagecache_read_gbps: best of 1, 2
 //    and N threads preading byte ranges of a cached file into a reused buffer.
-//    load_unverified_gbps: the same with verify_checksums off, right before.
+//    load_unverified_gbps: the same with verify_checksums off; the two in
+//    turns after each warm-read round (bench_util.h TimeLoadRows).
 //  - *_paired ratios: each repetition against the ceiling round right before
 //    it (bench_util.h PairedRatio), min/median/max.
 //  - async_blocked_seconds: how long the caller is blocked in AsyncSave (until
@@ -260,18 +261,13 @@ Status RunAll(const MegaBenchOptions& o, dist::ProcessGroup* mpi, nlohmann::json
       kWarmup, o.reps, nosync_rounds, [&] { return bench.TimedSave(false); }, &secs.save_nosync,
       &secs.save_nosync_commit));
   MEGA_ASSIGN_OR_RETURN(auto blocked, bench.AsyncBlocked(round(CeilingKind::kMemcpy)));
-  // The folder now holds the last async save; load it, unverified then
-  // verified, both right after one warm-read round.
-  const auto warm_read = round(CeilingKind::kWarmRead);
+  // The folder now holds the last async save; load it both ways after each
+  // warm-read round, in turns (TimeLoadRows).
   MEGA_RETURN_IF_ERROR(runner.Agree(bench.AddLoadDestinations()));
-  for (int i = 0; i < kWarmup + o.reps; ++i) {
-    MEGA_RETURN_IF_ERROR(warm_read());
-    MEGA_ASSIGN_OR_RETURN(double unverified_dt, bench.Run(false, bench.LoadFn(false)));
-    MEGA_ASSIGN_OR_RETURN(double dt, bench.Run(false, bench.LoadFn(true)));
-    if (i < kWarmup) continue;
-    secs.load_unverified.push_back(unverified_dt);
-    secs.load.push_back(dt);
-  }
+  MEGA_RETURN_IF_ERROR(TimeLoadRows(
+      kWarmup, o.reps, round(CeilingKind::kWarmRead),
+      [&](bool verified) { return bench.Run(false, bench.LoadFn(verified)); }, &secs.load,
+      &secs.load_unverified));
   MEGA_RETURN_IF_ERROR(runner.Agree(bench.CheckLoaded()));
   bench.FreeState();
   MEGA_RETURN_IF_ERROR(runner.Agree(Status::OK()));  // every process is done with the files
