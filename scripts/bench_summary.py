@@ -15,7 +15,9 @@ each save's commit in ms after the last rank's data (no ceiling),
 the per-repetition ratios (each repetition against the ceiling round run right
 before it; min/median/max, where the bench records them), the goal of issue 15
 where there is one, and a flag: "CEILING TOO LOW" when a speed ratio is
-above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed.
+above 1.05 (the ceiling is not a limit), "below goal" when a goal is missed,
+and "modes: ..." when a row's repetitions (`<row>_by_rep`) or its ceiling's
+rounds (`<ceiling>_by_round`) fall into two groups apart (see modes()).
 The reshard rows divide verified loads by the unverified ones (no ceiling).
 The "over checksummed writers (ref)" rows divide the no-sync saves by plain
 writers that compute the same block CRC-32s (bench_util.h kChecksummedWrite):
@@ -26,6 +28,35 @@ import os
 import sys
 
 SLACK = 1.05
+# modes(): the widest gap between sorted repetitions must be at least this share
+# of their median, and at least MODE_SEPARATION times the spread inside either group.
+MODE_GAP = 0.15
+MODE_SEPARATION = 2.0
+
+
+def modes(values):
+    """'2 low (4.0-4.1) / 3 high (5.8-6.1)' when `values` (at least 4) split
+    into two groups: the widest gap between neighbours in sorted order is at
+    least MODE_GAP of the median and MODE_SEPARATION times the range inside
+    either side. A single repetition apart shows as '1 low (...)'. None for a
+    row whose spread is one cloud (noisy or steady), or too few values to say."""
+    v = sorted(x for x in values if x is not None)
+    if len(v) < 4:
+        return None
+    n = len(v)
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    cut = max(range(n - 1), key=lambda i: v[i + 1] - v[i])
+    gap = v[cut + 1] - v[cut]
+    low, high = v[:cut + 1], v[cut + 1:]
+    inside = max(low[-1] - low[0], high[-1] - high[0])
+    if median <= 0 or gap < MODE_GAP * median or gap < MODE_SEPARATION * inside:
+        return None
+
+    def group(g, word):
+        span = f"{g[0]:.3g}" if g[0] == g[-1] else f"{g[0]:.3g}-{g[-1]:.3g}"
+        return f"{len(g)} {word} ({span})"
+
+    return f"{group(low, 'low')} / {group(high, 'high')}"
 
 
 def json_object(text):
@@ -117,24 +148,43 @@ def commit_row(t, name, j, key, label):
         t.add(name, label, tuple(x * 1e3 for x in s), unit="ms", is_ceiling=False)
 
 
+def modes_note(j, row_key, ceiling_key=None):
+    """The modes() of a row's repetitions (row_key None: not shown) and of its
+    ceiling's rounds, as a flag."""
+    notes = []
+    m = modes(j.get(row_key + "_by_rep", [])) if row_key else None
+    if m:
+        notes.append("modes: " + m)
+    if ceiling_key:
+        m = modes(j.get(ceiling_key + "_by_round", []))
+        if m:
+            notes.append("ceiling modes (GB/s): " + m)
+    return "; ".join(notes)
+
+
 def save_load_rows(t, name, j):
     t.add(name, "save (durable)", triple(j, "save_gbps"), triple(j, "durable_write_gbps"),
-          par(j, "durable_write"), 0.9, paired=triple(j, "save_vs_durable_write_paired"))
+          par(j, "durable_write"), 0.9, paired=triple(j, "save_vs_durable_write_paired"),
+          note=modes_note(j, "save_gbps", "durable_write_gbps"))
     commit_row(t, name, j, "save_commit_seconds", "  its commit")
     t.add(name, "save --no-sync", triple(j, "save_nosync_gbps"), triple(j, "pagecache_write_gbps"),
-          par(j, "pagecache_write"), 0.85, paired=triple(j, "save_nosync_vs_pagecache_write_paired"))
+          par(j, "pagecache_write"), 0.85, paired=triple(j, "save_nosync_vs_pagecache_write_paired"),
+          note=modes_note(j, "save_nosync_gbps", "pagecache_write_gbps"))
     commit_row(t, name, j, "save_nosync_commit_seconds", "  its commit")
     if "checksummed_write_gbps" in j:
         # A reference, not a goal: plain writers computing the same block CRCs.
         t.add(name, "  over checksummed writers (ref)", triple(j, "save_nosync_gbps"),
               triple(j, "checksummed_write_gbps"), par(j, "checksummed_write"),
-              paired=triple(j, "save_nosync_vs_checksummed_write_paired"))
+              paired=triple(j, "save_nosync_vs_checksummed_write_paired"),
+              note=modes_note(j, None, "checksummed_write_gbps"))
     t.add(name, "load (verified)", triple(j, "load_gbps"), triple(j, "pagecache_read_gbps"),
-          par(j, "pagecache_read"), 0.7, paired=triple(j, "load_vs_pagecache_read_paired"))
+          par(j, "pagecache_read"), 0.7, paired=triple(j, "load_vs_pagecache_read_paired"),
+          note=modes_note(j, "load_gbps", "pagecache_read_gbps"))
     if "load_unverified_gbps" in j:
         t.add(name, "load (unverified)", triple(j, "load_unverified_gbps"),
               triple(j, "pagecache_read_gbps"), par(j, "pagecache_read"), 0.85,
-              paired=triple(j, "load_unverified_vs_pagecache_read_paired"))
+              paired=triple(j, "load_unverified_vs_pagecache_read_paired"),
+              note=modes_note(j, "load_unverified_gbps"))
     if "peak_extra_rss_bytes" in j:
         mib = j["peak_extra_rss_bytes"] / 2**20
         # Below 1 MiB the peak never rose above the RSS before the save: not a measured zero.
@@ -168,7 +218,8 @@ def main(argv):
             save_load_rows(t, name, j)
             t.add(name, "async save: caller blocked, s", triple(j, "async_blocked_seconds"),
                   (j["memcpy_state_seconds"],) * 3, par(j, "memcpy"), 1.5, lower_better=True, unit="s",
-                  paired=triple(j, "async_blocked_vs_memcpy_paired"))
+                  paired=triple(j, "async_blocked_vs_memcpy_paired"),
+                  note=modes_note(j, "async_blocked_seconds", "memcpy_gbps"))
     for w in (1, 2):
         j = load(d, f"torch_w{w}.json")
         ref = load(d, f"dcp_w{w}.json")
