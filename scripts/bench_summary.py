@@ -35,7 +35,7 @@ MODE_SEPARATION = 2.0
 
 
 def modes(values):
-    """'2 low (4.0-4.1) / 3 high (5.8-6.1)' when `values` (at least 4) split
+    """'2 low (4-4.1) / 3 high (5.8-6.1)' when `values` (at least 4) split
     into two groups: the widest gap between neighbours in sorted order is at
     least MODE_GAP of the median and MODE_SEPARATION times the range inside
     either side. A single repetition apart shows as '1 low (...)'. None for a
