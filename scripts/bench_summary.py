@@ -25,6 +25,7 @@ what the framework costs beyond its checksums; a reference, with no goal.
 """
 import json
 import os
+import statistics
 import sys
 
 SLACK = 1.05
@@ -40,12 +41,11 @@ def modes(values):
     least MODE_GAP of the median and MODE_SEPARATION times the range inside
     either side. A single repetition apart shows as '1 low (...)'. None for a
     row whose spread is one cloud (noisy or steady), or too few values to say."""
-    v = sorted(x for x in values if x is not None)
+    v = sorted(values)
     if len(v) < 4:
         return None
-    n = len(v)
-    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-    cut = max(range(n - 1), key=lambda i: v[i + 1] - v[i])
+    median = statistics.median(v)
+    cut = max(range(len(v) - 1), key=lambda i: v[i + 1] - v[i])
     gap = v[cut + 1] - v[cut]
     low, high = v[:cut + 1], v[cut + 1:]
     inside = max(low[-1] - low[0], high[-1] - high[0])
