@@ -511,25 +511,33 @@ MEGACKPT_VCLMUL_TARGET uint32_t CopyCrc32Vclmul(uint32_t crc, std::byte* dst, co
 // carry-less multiply does twice the work per instruction.
 #define MEGACKPT_VCLMUL256_TARGET __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.1")))
 
-// How far ahead of the bytes being folded the 256-bit kernels ask for the
-// cache lines they fold next (software prefetch). In a save the block CRCs
-// read each piece from memory right before its pwrite while the other core
-// copies into the page cache; on the Zen 3 VM their user time was that of
-// reading the bytes plus that of folding them in cache, not the larger of the
-// two. Prefetching 8 KiB ahead: a 2 GiB no-sync fs save took 0.344 s instead
-// of 0.378 at world 1 and 0.334 instead of 0.366 at world 2 (medians of 40,
-// the two builds alternating), user time 0.17 s instead of 0.24; verified
-// loads did not move (docs/benchmarks.md, "Prefetching ahead of the CRC
-// folds"). Prefetches past the end of the bytes are harmless: they never
-// fault, and the address is formed as an integer, not as a pointer past the
-// end of an object.
+// How far ahead of the bytes being folded the kernels ask for the cache lines
+// they fold next (software prefetch). In a save the block CRCs read each piece
+// from memory right before its pwrite while the other core copies into the
+// page cache, and the loads of the four-blocks-in-flight kernels did not run
+// ahead of their folds on their own.
+// - 256-bit kernels, 8 KiB ahead: on the Zen 3 VM a 2 GiB no-sync fs save took
+//   0.344 s instead of 0.378 at world 1 and 0.334 instead of 0.366 at world 2
+//   (medians of 40, the two builds alternating), user time 0.17 s instead of
+//   0.24; verified loads did not move (docs/benchmarks.md, "Prefetching ahead
+//   of the CRC folds").
+// - 512-bit kernel, 1.5 KiB ahead, blocks of 256 and 512 bytes only: on the
+//   Intel VM of sessions 56-58 (AVX-512) one core's 256-byte block CRCs from
+//   memory ran at ~10.9 GB/s instead of ~8.9 (two cores: 21.6 instead of
+//   17.8), the 512-byte ones at ~11.8 instead of ~10.7; 4 KiB or more ahead
+//   gained less or lost, and blocks of 1 KiB and more gained nothing
+//   (docs/benchmarks.md, "Prefetching for the 512-bit kernel").
+// Prefetches past the end of the bytes are harmless: they never fault, and the
+// address is formed as an integer, not as a pointer past the end of an object.
 constexpr uint64_t kCrcPrefetchAhead = 8192;
+constexpr uint64_t kCrcPrefetchAhead512 = 1536;
+constexpr uint64_t kMaxPrefetchedBlock512 = 512;
 
-MEGACKPT_VCLMUL256_TARGET inline void PrefetchAhead(const std::byte* p, uint64_t n) {
+template <uint64_t kAhead = kCrcPrefetchAhead>
+inline void PrefetchAhead(const std::byte* p, uint64_t n) {
   for (uint64_t i = 0; i < n; i += 64) {
-    _mm_prefetch(
-        reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kCrcPrefetchAhead + i),
-        _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kAhead + i),
+                 _MM_HINT_T0);
   }
 }
 
@@ -727,8 +735,15 @@ void BlockCrc32s(std::span<const std::byte> bytes, uint64_t block, uint32_t* out
       }
     };
     if (kernels == CrcKernels::kBest && HasVclmul() && block % 64 == 0) {
-      run(std::integral_constant<int, 4>{},
-          [&](const std::byte* p, uint32_t* o) { Crc32VclmulFourBlocks(p, block, o); });
+      if (block <= kMaxPrefetchedBlock512) {
+        run(std::integral_constant<int, 4>{}, [&](const std::byte* p, uint32_t* o) {
+          PrefetchAhead<kCrcPrefetchAhead512>(p, 4 * block);
+          Crc32VclmulFourBlocks(p, block, o);
+        });
+      } else {
+        run(std::integral_constant<int, 4>{},
+            [&](const std::byte* p, uint32_t* o) { Crc32VclmulFourBlocks(p, block, o); });
+      }
     } else if (kernels <= CrcKernels::kVclmul256 && HasVclmul256() && block == 512) {
       static const Crc32Shift kShift256(256);
       joined(256, kShift256, [](const std::byte* p, uint64_t sub, uint32_t* c) {
