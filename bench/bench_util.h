@@ -426,12 +426,17 @@ Status TimeSaveRow(int warmup, int reps, const std::function<Status()>& before,
                    const std::function<Result<std::pair<double, double>>()>& save,
                    std::vector<double>* seconds, std::vector<double>* commits);
 // The two load rows of bench dcp / bench mega: warmup + reps times `before()`
-// (the warm-read round, untimed), then `load(verified)` once each way ->
-// seconds, in turns: the verified load first in odd repetitions (the warm-up
-// is repetition 0), the unverified one first in even ones. A fixed order put
-// every unverified load right after the round's 2 GiB reads, and there it ran
-// 10-20% slower than the verified load, which does more work
-// (docs/benchmarks.md, "The load right after the warm-read round"). The
+// (the warm-read round, untimed), one untimed `load(true)`, then
+// `load(verified)` once each way -> seconds, in turns: the verified load
+// first in odd repetitions (the warm-up is repetition 0), the unverified one
+// first in even ones. The untimed load is there because on this VM memory
+// left alone for a second or more costs more at its next touch: a load after
+// 3 s with neither the checkpoint's page cache nor the destinations touched
+// (the round reads its own file into its own buffer) ran at 0.82-0.88 of the
+// load right after it, and 0.98 once both were touched again. The ceiling's
+// timed reads each follow reads of the same file into the same buffer, so
+// the loads are timed with their memory as warm (docs/benchmarks.md, "The
+// load right after the warm-read round" and "Memory left idle"). The
 // warm-up's are dropped, the rest appended to `verified` and `unverified`.
 // Stops at the first error.
 Status TimeLoadRows(int warmup, int reps, const std::function<Status()>& before,

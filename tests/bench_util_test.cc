@@ -10,7 +10,7 @@
 namespace megackpt::bench {
 namespace {
 
-TEST(TimeLoadRows, TakesTurnsAfterEachRoundAndDropsTheWarmUp) {
+TEST(TimeLoadRows, SettlesThenTakesTurnsAfterEachRoundAndDropsTheWarmUp) {
   std::vector<std::string> events;
   double next = 1;
   std::vector<double> verified, unverified;
@@ -26,16 +26,19 @@ TEST(TimeLoadRows, TakesTurnsAfterEachRoundAndDropsTheWarmUp) {
                   },
                   &verified, &unverified)
                   .ok());
+  // After each round one untimed verified load (the settling load), then the
+  // two timed loads in turns.
   const std::vector<std::string> want = {
-      "round", "unverified", "verified",    // warm-up (repetition 0), dropped
-      "round", "verified",   "unverified",  // 1
-      "round", "unverified", "verified",    // 2
-      "round", "verified",   "unverified",  // 3
-      "round", "unverified", "verified"};   // 4
+      "round", "verified", "unverified", "verified",    // warm-up (repetition 0), dropped
+      "round", "verified", "verified",   "unverified",  // 1
+      "round", "verified", "unverified", "verified",    // 2
+      "round", "verified", "verified",   "unverified",  // 3
+      "round", "verified", "unverified", "verified"};   // 4
   EXPECT_EQ(events, want);
-  // Seconds 1, 2 went to the warm-up; each row keeps its own calls' values.
-  EXPECT_EQ(verified, (std::vector<double>{103, 106, 107, 110}));
-  EXPECT_EQ(unverified, (std::vector<double>{4, 5, 8, 9}));
+  // Calls 1-3 went to the warm-up and every settling load's value is dropped;
+  // each row keeps its own timed calls' values.
+  EXPECT_EQ(verified, (std::vector<double>{105, 109, 111, 115}));
+  EXPECT_EQ(unverified, (std::vector<double>{6, 8, 12, 14}));
 }
 
 TEST(TimeLoadRows, StopsAtTheFirstError) {
@@ -44,13 +47,13 @@ TEST(TimeLoadRows, StopsAtTheFirstError) {
   Status s = TimeLoadRows(
       0, 3, [] { return Status::OK(); },
       [&](bool) -> Result<double> {
-        if (++loads == 3) return IOError("load 3 failed");
+        if (++loads == 5) return IOError("load 5 failed");
         return 1.0;
       },
       &verified, &unverified);
   EXPECT_EQ(s.code(), StatusCode::kIOError);
-  EXPECT_NE(s.ToString().find("load 3 failed"), std::string::npos);
-  EXPECT_EQ(loads, 3);
+  EXPECT_NE(s.ToString().find("load 5 failed"), std::string::npos);
+  EXPECT_EQ(loads, 5);
   EXPECT_EQ(verified.size(), 1u);  // repetition 0 only
   EXPECT_EQ(unverified.size(), 1u);
 
